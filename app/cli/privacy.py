@@ -1,0 +1,205 @@
+"""``dpsyn privacy``: price a configuration, or calibrate its noise to a budget."""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated
+
+import typer
+from pydantic import ValidationError
+
+from app.privacy.accounting import Accounting
+from app.privacy.calibration import CalibrationError, calibrate
+from app.privacy.params import AdaDPSynParams, Method, TangParams
+from app.privacy.plan import PrivacyPlan
+
+privacy_app = typer.Typer(help="Privacy accounting: epsilon of a configuration, calibration.")
+
+MethodOpt = Annotated[Method, typer.Option("--method", help="Aggregation method.")]
+AccountingOpt = Annotated[
+    Accounting,
+    typer.Option(
+        "--accounting",
+        help="tight: Poisson sampling, add/remove, PLD (default). "
+        "paper: fixed-size sampling, replace-one, RDP as in the AdaDPSyn paper.",
+    ),
+]
+SigmaOpt = Annotated[float | None, typer.Option("--sigma", help="Tang et al. multiplier.")]
+Sigma0Opt = Annotated[float, typer.Option("--sigma0", help="AdaDPSyn GoodRadius multiplier.")]
+Sigma1Opt = Annotated[float | None, typer.Option("--sigma1", help="AdaDPSyn mean multiplier.")]
+Sigma2Opt = Annotated[float, typer.Option("--sigma2", help="AdaDPSyn coverage multiplier.")]
+TOpt = Annotated[int, typer.Option("--T", help="AdaDPSyn rounds of radius reduction.")]
+MOpt = Annotated[int, typer.Option("--M", help="Teacher subsets per token.")]
+NOpt = Annotated[int, typer.Option("--N", help="Records per subset.")]
+TmaxOpt = Annotated[int, typer.Option("--tmax", help="Maximum tokens per demonstration.")]
+NLabelOpt = Annotated[int, typer.Option("--n-label", help="Records in the label partition.")]
+NTotalOpt = Annotated[int, typer.Option("--n-total", help="Records in the dataset |D|.")]
+DeltaOpt = Annotated[float | None, typer.Option("--delta", help="Delta (default 1/|D|).")]
+ShotsOpt = Annotated[
+    int, typer.Option("--shots-per-label", help="Demonstrations generated per label.")
+]
+LabelsOpt = Annotated[
+    int,
+    typer.Option(
+        "--n-labels",
+        help="Labels that get demonstrations, each with --n-label records. Under replace-one "
+        "(paper) a record can move between two of them, which costs both.",
+    ),
+]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON.")]
+
+
+def _fail(message: str) -> typer.Exit:
+    typer.echo(f"error: {message}", err=True)
+    return typer.Exit(code=2)
+
+
+def _plan(
+    method: Method,
+    accounting: Accounting,
+    *,
+    sigma: float | None,
+    sigma0: float,
+    sigma1: float | None,
+    sigma2: float,
+    T: int,
+    M: int,
+    N: int,
+    tmax: int,
+    free: float | None = None,
+) -> PrivacyPlan:
+    """Build and validate the plan; ``free`` stands in for a missing free multiplier."""
+    if method is Method.TANG:
+        value = sigma if sigma is not None else free
+        if value is None:
+            raise _fail("--sigma is required for --method tang")
+        params: TangParams | AdaDPSynParams = TangParams(sigma=value)
+    else:
+        value = sigma1 if sigma1 is not None else free
+        if value is None:
+            raise _fail("--sigma1 is required for --method adadpsyn")
+        params = AdaDPSynParams(sigma0=sigma0, sigma1=value, sigma2=sigma2, T=T)
+    return PrivacyPlan(params=params, accounting=accounting, M=M, N=N, tmax=tmax)
+
+
+def _dataset(
+    n_label: int, n_total: int, n_labels: int, shots: int, delta: float | None
+) -> tuple[dict[str, int], dict[str, int], float]:
+    if n_label < 1 or n_total < 1:
+        raise _fail("--n-label and --n-total must be >= 1")
+    if n_labels < 1 or n_labels * n_label > n_total:
+        raise _fail(
+            f"--n-labels {n_labels} x --n-label {n_label} records exceed --n-total {n_total}"
+        )
+    if shots < 0:
+        raise _fail("--shots-per-label must be >= 0")
+    delta = 1.0 / n_total if delta is None else delta
+    if not 0 < delta < 1:
+        raise _fail(f"--delta must be in (0, 1), got {delta}")
+    labels = [f"label{i}" for i in range(n_labels)]
+    return dict.fromkeys(labels, n_label), dict.fromkeys(labels, shots), delta
+
+
+def _validation_message(error: ValidationError) -> str:
+    first = error.errors()[0]
+    where = ".".join(str(part) for part in first["loc"])
+    return f"{where}: {first['msg']} (got {first.get('input')!r})"
+
+
+@privacy_app.command("epsilon")
+def epsilon_command(
+    method: MethodOpt = Method.ADADPSYN,
+    accounting: AccountingOpt = Accounting.TIGHT,
+    sigma: SigmaOpt = None,
+    sigma0: Sigma0Opt = 15.0,
+    sigma1: Sigma1Opt = None,
+    sigma2: Sigma2Opt = 5.0,
+    T: TOpt = 2,
+    M: MOpt = 20,
+    N: NOpt = 2,
+    tmax: TmaxOpt = 15,
+    n_label: NLabelOpt = 835,
+    n_total: NTotalOpt = 5452,
+    delta: DeltaOpt = None,
+    shots_per_label: ShotsOpt = 1,
+    n_labels: LabelsOpt = 1,
+    as_json: JsonOpt = False,
+) -> None:
+    """Epsilon that one record pays for the given configuration."""
+    try:
+        plan = _plan(
+            method,
+            accounting,
+            sigma=sigma,
+            sigma0=sigma0,
+            sigma1=sigma1,
+            sigma2=sigma2,
+            T=T,
+            M=M,
+            N=N,
+            tmax=tmax,
+        )
+        sizes, shots, delta = _dataset(n_label, n_total, n_labels, shots_per_label, delta)
+        eps = plan.epsilon(sizes, shots, delta)
+    except ValidationError as error:
+        raise _fail(_validation_message(error)) from None
+    except ValueError as error:
+        raise _fail(str(error)) from None
+    if as_json:
+        typer.echo(json.dumps({"epsilon": eps, "delta": delta}))
+    else:
+        typer.echo(
+            f"epsilon = {eps:.4f} at delta = {delta:.3g} "
+            f"({plan.accounting.value} accounting, {plan.accountant.relation.value} neighbours)"
+        )
+
+
+@privacy_app.command("calibrate")
+def calibrate_command(
+    epsilon: Annotated[float, typer.Option("--epsilon", help="Target epsilon.")],
+    method: MethodOpt = Method.ADADPSYN,
+    accounting: AccountingOpt = Accounting.TIGHT,
+    sigma0: Sigma0Opt = 15.0,
+    sigma2: Sigma2Opt = 5.0,
+    T: TOpt = 2,
+    M: MOpt = 20,
+    N: NOpt = 2,
+    tmax: TmaxOpt = 15,
+    n_label: NLabelOpt = 835,
+    n_total: NTotalOpt = 5452,
+    delta: DeltaOpt = None,
+    shots_per_label: ShotsOpt = 1,
+    n_labels: LabelsOpt = 1,
+    as_json: JsonOpt = False,
+) -> None:
+    """Solve for sigma (tang) or sigma1 (adadpsyn) so that the cost meets --epsilon."""
+    try:
+        plan = _plan(
+            method,
+            accounting,
+            sigma=None,
+            sigma0=sigma0,
+            sigma1=None,
+            sigma2=sigma2,
+            T=T,
+            M=M,
+            N=N,
+            tmax=tmax,
+            free=1.0,
+        )
+        sizes, shots, delta = _dataset(n_label, n_total, n_labels, shots_per_label, delta)
+        result = calibrate(
+            plan, label_sizes=sizes, shots=shots, target_epsilon=epsilon, delta=delta
+        )
+    except ValidationError as error:
+        raise _fail(_validation_message(error)) from None
+    except (CalibrationError, ValueError) as error:
+        raise _fail(str(error)) from None
+    solved = result.plan.params.model_dump(
+        include={"sigma"} if method is Method.TANG else {"sigma0", "sigma1", "sigma2", "T"}
+    )
+    if as_json:
+        typer.echo(json.dumps({**solved, "epsilon": result.epsilon, "delta": delta}))
+    else:
+        shown = ", ".join(f"{k} = {v:.4g}" for k, v in solved.items())
+        typer.echo(f"{shown}: epsilon = {result.epsilon:.4f} at delta = {delta:.3g}")

@@ -1,0 +1,99 @@
+"""Solve for the free noise multiplier that meets a target (epsilon, delta).
+
+The free multiplier is sigma for DP few-shot generation and sigma1 for AdaDPSyn (sigma0,
+sigma2 and T stay as given). Epsilon decreases monotonically in the multiplier, so a bracketed
+search on log(multiplier) converges; the answer is always on the safe side: the returned
+plan's epsilon never exceeds the target and is within ``rel_tol`` below it.
+The search brackets the answer by doubling or halving from 1 and then refines it by the
+Illinois variant of false position on (log multiplier, log epsilon).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from app.privacy.plan import PrivacyPlan
+
+MIN_MULTIPLIER = 1e-2
+MAX_MULTIPLIER = 1e4
+
+
+class CalibrationError(ValueError):
+    """No multiplier in range meets the target."""
+
+
+@dataclass(frozen=True)
+class Calibration:
+    plan: PrivacyPlan
+    multiplier: float
+    epsilon: float
+
+
+def calibrate(
+    plan: PrivacyPlan,
+    *,
+    label_sizes: Mapping[str, int],
+    shots: Mapping[str, int],
+    target_epsilon: float,
+    delta: float,
+    rel_tol: float = 5e-3,
+    max_iter: int = 60,
+) -> Calibration:
+    """Smallest multiplier (within ``rel_tol`` in epsilon) whose epsilon is <= the target."""
+    if not (target_epsilon > 0 and math.isfinite(target_epsilon)):
+        raise CalibrationError(f"target epsilon must be a positive number, got {target_epsilon}")
+
+    def eps(multiplier: float) -> float:
+        return plan.with_free_multiplier(multiplier).epsilon(label_sizes, shots, delta)
+
+    # Bracket the answer by doubling/halving from 1. Evaluations stay near the target
+    # epsilon, where privacy loss distributions are cheap to compute.
+    lo, hi = 1.0, 1.0
+    eps_lo = eps_hi = eps(1.0)
+    while eps_hi > target_epsilon:
+        if hi >= MAX_MULTIPLIER:
+            raise CalibrationError(
+                f"target epsilon {target_epsilon:g} at delta {delta:g} cannot be met: even with "
+                f"the free noise multiplier at {hi:g} the job costs {eps_hi:.4g} (the fixed "
+                f"mechanisms or the number of tokens already exceed the budget; raise "
+                f"sigma0/sigma2, lower T, tmax, shots or M*N, or ask for a larger epsilon)"
+            )
+        lo, eps_lo = hi, eps_hi
+        hi = min(2 * hi, MAX_MULTIPLIER)
+        eps_hi = eps(hi)
+    while eps_lo <= target_epsilon:
+        if lo <= MIN_MULTIPLIER:
+            return Calibration(plan.with_free_multiplier(lo), lo, eps_lo)
+        hi, eps_hi = lo, eps_lo
+        lo = max(lo / 2, MIN_MULTIPLIER)
+        eps_lo = eps(lo)
+
+    # Invariant: eps(lo) > target >= eps(hi). Illinois false position on
+    # (log sigma, log eps - log target), which is nearly linear; bisection if it misbehaves.
+    def gap(value: float) -> float:
+        return math.log(max(value, 1e-300)) - math.log(target_epsilon)
+
+    a, b = math.log(lo), math.log(hi)
+    fa, fb = gap(eps_lo), gap(eps_hi)
+    side = 0
+    for _ in range(max_iter):
+        if eps_hi >= target_epsilon * (1 - rel_tol) or b - a < 1e-9:
+            break
+        guess = b - fb * (b - a) / (fb - fa) if math.isfinite(fa) else (a + b) / 2
+        if not a < guess < b:
+            guess = (a + b) / 2
+        mid = math.exp(guess)
+        eps_mid = eps(mid)
+        if eps_mid > target_epsilon:
+            a, fa, lo, eps_lo = guess, gap(eps_mid), mid, eps_mid
+            if side == -1:
+                fb /= 2
+            side = -1
+        else:
+            b, fb, hi, eps_hi = guess, gap(eps_mid), mid, eps_mid
+            if side == 1:
+                fa /= 2
+            side = 1
+    return Calibration(plan.with_free_multiplier(hi), hi, eps_hi)

@@ -1,0 +1,154 @@
+"""Descriptions of what ran, as plain data, for the accountants to price.
+
+Following ``dp_accounting``'s separation of events from accountants, nothing here computes a
+privacy loss. Events are frozen, hashable, and round-trip through JSON-compatible dicts
+(:func:`to_dict` / :func:`from_dict`) so that the ledger can store exactly what ran and
+recompute its cost later with any accountant.
+
+The structure mirrors the generation loop:
+
+* :class:`GaussianEvent` -- ``count`` releases of a Gaussian mechanism with one noise
+  multiplier, all on the same data.
+* :class:`SampledEvent` -- ``steps`` rounds (generated tokens); each round draws a fresh
+  subsample of one label's records with ``sampling`` and runs the adaptive composition of
+  ``mechanisms`` on that subsample.
+* :class:`SynthesisEvent` -- one :class:`SampledEvent` per label partition of a dataset.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from app.privacy.sampling import FixedSizeSampling, PoissonSampling, Sampling, sampling_from_dict
+
+
+@dataclass(frozen=True)
+class GaussianEvent:
+    """``count`` releases of a Gaussian mechanism with this noise multiplier."""
+
+    noise_multiplier: float
+    count: int = 1
+
+    def __post_init__(self) -> None:
+        if not self.noise_multiplier >= 0:
+            raise ValueError(f"noise_multiplier must be >= 0, got {self.noise_multiplier}")
+        if self.count < 1:
+            raise ValueError(f"count must be >= 1, got {self.count}")
+
+
+def effective_noise_multiplier(mechanisms: tuple[GaussianEvent, ...]) -> float:
+    """The single Gaussian equivalent to the adaptive composition of ``mechanisms``.
+
+    Gaussian mechanisms with multipliers sigma_i are 1/sigma_i-GDP, and an adaptive
+    composition of mu_i-GDP mechanisms is sqrt(sum mu_i^2)-GDP, exactly (Dong, Roth and Su,
+    2019). So the composition has the privacy curve of one Gaussian mechanism with multiplier
+    (sum_i count_i / sigma_i^2)^(-1/2). A zero multiplier (no noise) gives 0.
+    """
+    if not mechanisms:
+        raise ValueError("a round must run at least one mechanism")
+    if any(m.noise_multiplier == 0 for m in mechanisms):
+        return 0.0
+    return math.fsum(m.count / m.noise_multiplier**2 for m in mechanisms) ** -0.5
+
+
+@dataclass(frozen=True)
+class SampledEvent:
+    """``steps`` rounds, each on a fresh ``sampling`` of one label partition."""
+
+    sampling: Sampling
+    mechanisms: tuple[GaussianEvent, ...]
+    steps: int
+
+    def __post_init__(self) -> None:
+        if self.steps < 0:
+            raise ValueError(f"steps must be >= 0, got {self.steps}")
+        if not self.mechanisms:
+            raise ValueError("a round must run at least one mechanism")
+
+    @property
+    def noise_multiplier(self) -> float:
+        """Multiplier of the single Gaussian equivalent to one round's mechanisms."""
+        return effective_noise_multiplier(self.mechanisms)
+
+
+@dataclass(frozen=True)
+class LabelEvent:
+    """The rounds that read one label partition."""
+
+    label: str
+    event: SampledEvent
+
+
+@dataclass(frozen=True)
+class SynthesisEvent:
+    """Everything a synthesis job ran, one entry per label partition it read."""
+
+    labels: tuple[LabelEvent, ...]
+
+    def __post_init__(self) -> None:
+        names = [entry.label for entry in self.labels]
+        if len(set(names)) != len(names):
+            raise ValueError(f"each label may appear once, got {names}")
+
+
+Event = GaussianEvent | SampledEvent | SynthesisEvent
+
+
+def to_dict(event: Event) -> dict[str, Any]:
+    """A JSON-compatible description of ``event`` (inverse of :func:`from_dict`)."""
+    if isinstance(event, GaussianEvent):
+        return {
+            "type": "gaussian",
+            "noise_multiplier": event.noise_multiplier,
+            "count": event.count,
+        }
+    if isinstance(event, SampledEvent):
+        return {
+            "type": "sampled",
+            "sampling": event.sampling.to_dict(),
+            "mechanisms": [to_dict(m) for m in event.mechanisms],
+            "steps": event.steps,
+        }
+    if isinstance(event, SynthesisEvent):
+        return {
+            "type": "synthesis",
+            "labels": [{"label": e.label, "event": to_dict(e.event)} for e in event.labels],
+        }
+    raise TypeError(f"not an event: {event!r}")
+
+
+def from_dict(data: dict[str, Any]) -> Event:
+    """Rebuild an event from :func:`to_dict` output; unknown types are rejected."""
+    kind = data.get("type")
+    if kind == "gaussian":
+        return GaussianEvent(float(data["noise_multiplier"]), int(data["count"]))
+    if kind == "sampled":
+        mechanisms = tuple(from_dict(m) for m in data["mechanisms"])
+        if not all(isinstance(m, GaussianEvent) for m in mechanisms):
+            raise ValueError("a sampled round may only contain Gaussian mechanisms")
+        return SampledEvent(sampling_from_dict(data["sampling"]), mechanisms, int(data["steps"]))
+    if kind == "synthesis":
+        entries = []
+        for item in data["labels"]:
+            inner = from_dict(item["event"])
+            if not isinstance(inner, SampledEvent):
+                raise ValueError("a label entry must hold a sampled event")
+            entries.append(LabelEvent(str(item["label"]), inner))
+        return SynthesisEvent(tuple(entries))
+    raise ValueError(f"unknown event type {kind!r}")
+
+
+__all__ = [
+    "Event",
+    "FixedSizeSampling",
+    "GaussianEvent",
+    "LabelEvent",
+    "PoissonSampling",
+    "SampledEvent",
+    "SynthesisEvent",
+    "effective_noise_multiplier",
+    "from_dict",
+    "to_dict",
+]

@@ -1,0 +1,100 @@
+"""A privacy plan: the method's parameters, the accountant, and the shape of the token loop.
+
+The plan is the one object the synthesis engine and the ledger share. From it come the
+sampling of every token step (:meth:`PrivacyPlan.sampling`), the event that describes a job
+(:meth:`PrivacyPlan.synthesis_event`) and its price (:meth:`PrivacyPlan.epsilon`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from app.privacy.accounting import Accountant, Accounting, accountant_for, sampling_for
+from app.privacy.events import LabelEvent, SampledEvent, SynthesisEvent
+from app.privacy.params import AdaDPSynParams, Method, MethodParams, TangParams
+from app.privacy.sampling import Sampling
+
+
+class PrivacyPlan(BaseModel):
+    """Everything that determines the privacy cost of a synthesis job."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    params: MethodParams
+    accounting: Accounting = Accounting.TIGHT
+    M: int = Field(ge=1, le=1000, description="Teacher subsets per token step.")
+    N: int = Field(ge=1, le=100, description="Records per teacher subset (expected, if Poisson).")
+    tmax: int = Field(ge=1, le=1000, description="Maximum tokens per demonstration.")
+
+    @model_validator(mode="after")
+    def _method_params(self) -> PrivacyPlan:
+        if not isinstance(self.params, TangParams | AdaDPSynParams):
+            raise ValueError("params must be TangParams or AdaDPSynParams")
+        return self
+
+    @property
+    def method(self) -> Method:
+        return Method.TANG if isinstance(self.params, TangParams) else Method.ADADPSYN
+
+    @property
+    def accountant(self) -> Accountant:
+        return accountant_for(self.accounting)
+
+    def sampling(self, n_label: int) -> Sampling:
+        """How each token step samples a label partition of ``n_label`` records."""
+        return sampling_for(self.accounting, n_label=n_label, M=self.M, N=self.N)
+
+    def label_event(self, n_label: int, shots: int) -> SampledEvent:
+        """The rounds of ``shots`` demonstrations of one label (tmax tokens each, worst case)."""
+        return SampledEvent(self.sampling(n_label), self.params.round_events(), shots * self.tmax)
+
+    def synthesis_event(
+        self, label_sizes: Mapping[str, int], shots: Mapping[str, int]
+    ) -> SynthesisEvent:
+        """The event of a job that generates ``shots[label]`` demonstrations per label."""
+        unknown = set(shots) - set(label_sizes)
+        if unknown:
+            raise ValueError(f"shots requested for labels without records: {sorted(unknown)}")
+        return SynthesisEvent(
+            tuple(
+                LabelEvent(label, self.label_event(label_sizes[label], count))
+                for label, count in shots.items()
+                if count > 0
+            )
+        )
+
+    def epsilon(
+        self, label_sizes: Mapping[str, int], shots: Mapping[str, int], delta: float
+    ) -> float:
+        """Epsilon at ``delta`` that the job costs any one record of the dataset."""
+        event = self.synthesis_event(label_sizes, shots)
+        return self.accountant.synthesis_epsilon(event, delta)
+
+    def with_free_multiplier(self, value: float) -> PrivacyPlan:
+        """The same plan with the calibrated multiplier (sigma or sigma1) set to ``value``."""
+        return self.model_copy(update={"params": self.params.with_free_multiplier(value)})
+
+
+def label_schedule(labels: Sequence[str], n_shots: int, rng: np.random.Generator) -> list[str]:
+    """Labels of the ``n_shots`` demonstrations: without replacement, repeating only when
+    ``n_shots`` exceeds the number of labels (then in fresh random rounds over all labels).
+
+    Uses public randomness only; the label set is public.
+    """
+    if not labels:
+        raise ValueError("the label set is empty")
+    rounds = math.ceil(n_shots / len(labels))
+    order: list[str] = []
+    for _ in range(rounds):
+        order.extend(labels[i] for i in rng.permutation(len(labels)))
+    return order[:n_shots]
+
+
+def shots_per_label(schedule: Sequence[str]) -> dict[str, int]:
+    """How many demonstrations each label gets in ``schedule``."""
+    return dict(Counter(schedule))

@@ -1,0 +1,94 @@
+"""``dpsyn privacy epsilon|calibrate``: machine-readable output and one-line errors."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from app.cli import app
+
+runner = CliRunner()
+TREC = [
+    "--M",
+    "20",
+    "--N",
+    "2",
+    "--tmax",
+    "15",
+    "--n-label",
+    "835",
+    "--n-total",
+    "5452",
+]
+ADADPSYN = ["--method", "adadpsyn", "--sigma0", "15", "--sigma2", "5", "--T", "2"]
+
+
+def invoke(*args: str):
+    return runner.invoke(app, ["privacy", *args])
+
+
+@pytest.mark.parametrize(("accounting", "low", "high"), [("paper", 7.0, 8.0), ("tight", 3.0, 5.0)])
+def test_epsilon_json_for_the_trec_example(accounting, low, high):
+    result = invoke(
+        "epsilon", *ADADPSYN, "--sigma1", "1.09", "--accounting", accounting, *TREC, "--json"
+    )
+    assert result.exit_code == 0, result.output
+    out = json.loads(result.stdout)
+    assert low < out["epsilon"] < high
+    assert out["delta"] == pytest.approx(1 / 5452)
+
+
+def test_calibrate_round_trips_through_epsilon():
+    result = invoke("calibrate", *ADADPSYN, "--epsilon", "4", *TREC, "--json")
+    assert result.exit_code == 0, result.output
+    solved = json.loads(result.stdout)
+    assert 3.96 <= solved["epsilon"] <= 4.0
+    check = invoke("epsilon", *ADADPSYN, "--sigma1", str(solved["sigma1"]), *TREC, "--json")
+    assert json.loads(check.stdout)["epsilon"] == pytest.approx(solved["epsilon"], rel=1e-6)
+
+
+def test_calibrate_tang_reports_sigma():
+    result = invoke("calibrate", "--method", "tang", "--epsilon", "2", *TREC, "--json")
+    assert result.exit_code == 0, result.output
+    out = json.loads(result.stdout)
+    assert set(out) == {"sigma", "epsilon", "delta"}
+
+
+def test_replace_one_across_labels_costs_more_than_one_label():
+    one = invoke("epsilon", *ADADPSYN, "--sigma1", "1.09", "--accounting", "paper", *TREC, "--json")
+    two = invoke(
+        "epsilon",
+        *ADADPSYN,
+        "--sigma1",
+        "1.09",
+        "--accounting",
+        "paper",
+        *TREC,
+        "--n-labels",
+        "2",
+        "--json",
+    )
+    assert json.loads(two.stdout)["epsilon"] > json.loads(one.stdout)["epsilon"]
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["epsilon", "--method", "tang", *TREC], "--sigma is required"),
+        (["epsilon", *ADADPSYN, "--sigma1", "-1", *TREC], "sigma1"),
+        (
+            ["epsilon", *ADADPSYN, "--sigma1", "1", "--accounting", "paper", "--n-label", "30"],
+            "cannot draw 40",
+        ),
+        (["epsilon", *ADADPSYN, "--sigma1", "1", *TREC, "--delta", "2"], "--delta"),
+        (["calibrate", *ADADPSYN, "--epsilon", "0.01", *TREC], "cannot be met"),
+        (["calibrate", *ADADPSYN, "--epsilon", "-1", *TREC], "positive"),
+    ],
+)
+def test_bad_input_is_a_one_line_error(args, message):
+    result = invoke(*args)
+    assert result.exit_code == 2
+    assert message in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1

@@ -1,0 +1,99 @@
+"""Empirical privacy audit of the Gaussian aggregation (Tang et al.).
+
+Worst-case neighbours: M one-hot distributions on token 0, and the same with one teacher
+moved to token 1, so the two means are exactly the sensitivity sqrt(2)/M apart. We run the
+real mechanism many times on each, choose a threshold test on one half of the runs, and on
+the other half bound its error rates with Clopper-Pearson intervals. Any (epsilon, delta)-DP
+mechanism satisfies FPR + e^eps FNR >= 1 - delta (and symmetrically), so
+  eps_lb = log((1 - delta - FNR_upper) / FPR_upper)
+is a lower bound on the true epsilon with probability >= 1 - 2 * ALPHA.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from app.privacy.accounting import TightPldAccountant
+from app.privacy.events import GaussianEvent, SampledEvent
+from app.privacy.mechanisms import GaussianMechanism
+from app.privacy.params import TangParams
+from app.privacy.rng import make_rng
+from app.privacy.sampling import PoissonSampling
+from app.privacy.tang import gaussian_aggregate, mean_mechanism
+
+ALPHA = 1e-3  # per Clopper-Pearson bound
+DELTA = 1e-5
+M, K, RUNS = 10, 3, 40_000
+
+
+def neighbouring_inputs() -> tuple[np.ndarray, np.ndarray]:
+    base = np.zeros((M, K))
+    base[:, 0] = 1.0
+    neighbour = base.copy()
+    neighbour[0] = [0.0, 1.0, 0.0]
+    return base, neighbour
+
+
+def statistic(outputs: np.ndarray) -> np.ndarray:
+    """Projection on the direction in which the neighbour's mean moves."""
+    return (outputs[:, 1] - outputs[:, 0]) / math.sqrt(2)
+
+
+def epsilon_lower_bound(null: np.ndarray, alt: np.ndarray) -> float:
+    """Threshold chosen on the first halves, error rates bounded on the second halves."""
+    fit_null, test_null = null[: len(null) // 2], null[len(null) // 2 :]
+    fit_alt, test_alt = alt[: len(alt) // 2], alt[len(alt) // 2 :]
+    best, best_threshold = -math.inf, 0.0
+    for threshold in np.quantile(fit_null, np.linspace(0.5, 0.9995, 200)):
+        fpr = max(np.mean(fit_null > threshold), 1 / len(fit_null))
+        fnr = np.mean(fit_alt <= threshold)
+        if fnr < 1 - DELTA and math.log((1 - DELTA - fnr) / fpr) > best:
+            best, best_threshold = math.log((1 - DELTA - fnr) / fpr), threshold
+    n = len(test_null)
+    false_pos = int(np.sum(test_null > best_threshold))
+    false_neg = int(np.sum(test_alt <= best_threshold))
+    fpr_upper = stats.beta.ppf(1 - ALPHA, false_pos + 1, n - false_pos)
+    fnr_upper = stats.beta.ppf(1 - ALPHA, false_neg + 1, n - false_neg)
+    return math.log(max(1 - DELTA - fnr_upper, 1e-300) / fpr_upper)
+
+
+def accounted_epsilon(sigma: float) -> float:
+    """What the tight accountant charges for one release (no subsampling)."""
+    event = SampledEvent(PoissonSampling(rate=1.0, groups=M), (GaussianEvent(sigma),), 1)
+    return TightPldAccountant().epsilon(event, DELTA)
+
+
+def run(inputs: np.ndarray, aggregate, seed: int) -> np.ndarray:
+    rng = make_rng(seed)
+    return statistic(np.array([aggregate(inputs, rng) for _ in range(RUNS)]))
+
+
+@pytest.mark.parametrize("sigma", [0.5, 1.0])
+def test_audit_lower_bound_never_exceeds_accounted_epsilon(sigma):
+    base, neighbour = neighbouring_inputs()
+    params = TangParams(sigma=sigma)
+
+    def aggregate(x, rng):
+        return gaussian_aggregate(x, params, rng).distribution
+
+    lower = epsilon_lower_bound(run(base, aggregate, 1), run(neighbour, aggregate, 2))
+    accounted = accounted_epsilon(sigma)
+    assert lower <= accounted
+    assert lower > 0.3 * accounted  # the audit has power: it is not vacuously low
+
+
+def test_audit_catches_a_mechanism_that_adds_too_little_noise():
+    """Negative control: noise at a quarter of the accounted std is flagged."""
+    base, neighbour = neighbouring_inputs()
+    sigma = 1.0
+    weak = GaussianMechanism("weak", mean_mechanism(M, sigma).sensitivity, sigma / 4)
+
+    def aggregate(x, rng):
+        return weak.release(x.mean(axis=0), rng)
+
+    lower = epsilon_lower_bound(run(base, aggregate, 3), run(neighbour, aggregate, 4))
+    assert lower > accounted_epsilon(sigma)
