@@ -5,6 +5,7 @@ from __future__ import annotations
 import typer
 
 from app.cli.privacy import privacy_app
+from app.cli.synthesize import synthesize_command
 
 app = typer.Typer(
     name="dpsyn",
@@ -13,6 +14,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 app.add_typer(privacy_app, name="privacy")
+app.command("synthesize")(synthesize_command)
 
 
 def main() -> None:

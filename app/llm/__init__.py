@@ -1,0 +1,1 @@
+"""Language-model backends that return batched next-token distributions."""

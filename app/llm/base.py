@@ -1,0 +1,61 @@
+"""The one interface the synthesis methods use to talk to a language model.
+
+A backend answers one question in bulk: for each prompt of a batch (token ids), what is the
+probability of each token of a small set, renormalised over that set? Everything the methods
+need is here; they never see transformers, HTTP or a GPU. Implementations:
+``app.llm.transformers_backend`` (local, CPU or GPU) and ``app.llm.vllm_http`` (a vLLM server).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol, runtime_checkable
+
+import numpy as np
+
+
+class BackendError(RuntimeError):
+    """The backend could not answer; the message says which backend or server, and why."""
+
+
+@runtime_checkable
+class LLMBackend(Protocol):
+    """Batched next-token distributions over caller-chosen token sets."""
+
+    @property
+    def name(self) -> str:
+        """Model identifier, recorded with every result."""
+        ...
+
+    @property
+    def eos_id(self) -> int:
+        """End-of-sequence token id."""
+        ...
+
+    @property
+    def newline_ids(self) -> frozenset[int]:
+        """Ids of tokens that end a line (a demonstration stops at any of them)."""
+        ...
+
+    def tokenize(self, text: str) -> list[int]:
+        """Token ids of ``text``, without special tokens."""
+        ...
+
+    def detokenize(self, ids: Sequence[int]) -> str:
+        """Text of ``ids`` (special tokens dropped)."""
+        ...
+
+    def next_token_probs(
+        self, prompts: Sequence[Sequence[int]], token_sets: np.ndarray
+    ) -> np.ndarray:
+        """For prompt b, the next-token probabilities of ``token_sets[b]``, renormalised.
+
+        ``prompts`` holds B token-id sequences (BOS is added by the backend when the model
+        needs one); ``token_sets`` is a B x K integer array. Returns a B x K float array whose
+        rows sum to 1. All prompts go to the model together.
+        """
+        ...
+
+    def top_k(self, prompts: Sequence[Sequence[int]], k: int) -> np.ndarray:
+        """The ``k`` most probable next-token ids of each prompt (B x k, most probable first)."""
+        ...

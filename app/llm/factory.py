@@ -1,0 +1,28 @@
+"""Build the backend a job asks for (imports heavy libraries only when needed)."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from app.llm.base import LLMBackend
+from app.llm.models import DEFAULT_MODEL
+
+
+class BackendKind(StrEnum):
+    TRANSFORMERS = "transformers"
+    VLLM = "vllm"
+
+
+def make_backend(kind: BackendKind, *, model: str | None, url: str | None) -> LLMBackend:
+    """A transformers backend (local model) or a vLLM HTTP client (``url`` required)."""
+    if kind is BackendKind.VLLM:
+        if not url:
+            raise ValueError("--url is required with --backend vllm")
+        if not model:
+            raise ValueError("--model (the served model name) is required with --backend vllm")
+        from app.llm.vllm_http import VLLMHttpBackend
+
+        return VLLMHttpBackend(url=url, model=model)
+    from app.llm.transformers_backend import TransformersBackend
+
+    return TransformersBackend(model or DEFAULT_MODEL)

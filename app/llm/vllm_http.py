@@ -1,0 +1,520 @@
+"""An :class:`~app.llm.base.LLMBackend` that asks a vLLM server over its OpenAI-compatible API.
+
+Why a server: on a GPU machine vLLM batches thousands of prompts far faster than a local
+transformers model, and the synthesis methods only need one number per (prompt, token), so
+the whole protocol fits in a few HTTP calls:
+
+* ``POST /tokenize`` and ``POST /detokenize`` (vLLM extensions) turn text into the model's
+  token ids and back, so prompts are built from exactly the ids the server will score.
+* ``POST /v1/completions`` with ``prompt`` = a list of token-id lists, ``max_tokens=1`` and
+  ``temperature=0`` returns, per prompt, the next-token log-probabilities of some tokens in
+  ``choices[i].logprobs.top_logprobs[0]``. With ``return_tokens_as_token_ids=true`` its keys
+  are ``"token_id:<id>"`` rather than decoded strings, which can collide or fail to encode.
+
+Which tokens come back depends on the server version, hence two modes:
+
+``token_ids``
+    vLLM's ``logprob_token_ids`` request field (a list of ids; ``logprobs`` must also be set):
+    the answer holds the sampled token plus *every* requested id, so nothing is lost.
+    Confirmed in vLLM's ``CompletionRequest`` (``vllm/entrypoints/openai/completion/protocol.py``,
+    added by vllm-project/vllm#43463); the engine caps the list at 128 ids
+    (``MAX_LOGPROB_TOKEN_IDS`` in ``vllm/sampling_params.py``). The field is one list per
+    request, not per prompt, so a batch is sent as the union of its rows' ids (split into
+    several requests only when that union exceeds the cap).
+``top_logprobs``
+    Older servers: ``logprobs=max_logprobs`` returns the natural top tokens; a requested id
+    outside them gets probability 0. This is exact only while the requested tokens are among
+    the server's ``--max-logprobs`` most likely ones.
+``auto``
+    Tries ``token_ids`` and switches to ``top_logprobs`` for good the first time the server
+    rejects the field (HTTP 400) or silently ignores it (vLLM's request models accept unknown
+    fields, so an older server answers with its natural top-k instead of the requested ids).
+
+Every failure surfaces as :class:`~app.llm.base.BackendError` naming the server, the endpoint
+and the reason. Prompts hold private data, so messages never carry prompt text or token ids:
+the server's own error text is redacted before it is quoted.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import time
+from collections.abc import Iterator, Sequence
+from typing import Any, Literal
+
+import httpx
+import numpy as np
+
+from app.llm.base import BackendError
+
+Mode = Literal["auto", "token_ids", "top_logprobs"]
+
+#: vLLM's per-request limit on ``logprob_token_ids`` (``MAX_LOGPROB_TOKEN_IDS``).
+MAX_LOGPROB_TOKEN_IDS = 128
+
+COMPLETIONS = "/v1/completions"
+TOKENIZE = "/tokenize"
+DETOKENIZE = "/detokenize"
+TOKENIZER_INFO = "/tokenizer_info"
+
+_TOKEN_ID_PREFIX = "token_id:"
+_RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
+_MAX_QUOTED_CHARS = 300
+# What a token-id list looks like once a server quotes it back in a validation error: a
+# bracketed list of integers, or a run of two or more integers separated by commas/spaces.
+_ID_RUN = re.compile(r"\[[\d\s,\[\]]*\]|\d+(?:[\s,]+\d+)+")
+_INPUT_VALUE = re.compile(r"input_value=.*?(?=, input_type=|\]|$)", re.DOTALL)
+
+
+class _ServerRejectedError(BackendError):
+    """A non-retryable HTTP error status; ``status`` lets ``auto`` mode react to 400."""
+
+    def __init__(self, message: str, status: int) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class VLLMHttpBackend:
+    """Batched next-token distributions from a vLLM OpenAI-compatible server.
+
+    Args:
+        url: Base URL of the server, e.g. ``http://127.0.0.1:8000`` (no ``/v1``).
+        model: Served model name (vLLM's ``--served-model-name``, by default ``--model``).
+        timeout: Seconds allowed per HTTP request (connect, read, write each).
+        max_retries: Extra attempts after a connection error, a timeout, HTTP 429 or 5xx.
+        backoff: Seconds before the first retry; doubled before each further one.
+        mode: ``"auto"``, ``"token_ids"`` or ``"top_logprobs"`` (see the module docstring).
+        max_logprobs: The server's ``--max-logprobs``; the most top tokens one request may ask.
+        eos_id: End-of-sequence id. When omitted it is read once from ``GET /tokenizer_info``
+            (start vLLM with ``--enable-tokenizer-info-endpoint``): the tokenizer's
+            ``eos_token`` string, tokenized by the server.
+        client: An ``httpx.Client`` to use instead of creating one (tests; custom transport).
+            The backend does not close an injected client.
+    """
+
+    def __init__(
+        self,
+        *,
+        url: str,
+        model: str,
+        timeout: float = 60.0,
+        max_retries: int = 4,
+        backoff: float = 0.5,
+        mode: Mode = "auto",
+        max_logprobs: int = 100,
+        eos_id: int | None = None,
+        client: httpx.Client | None = None,
+    ) -> None:
+        if mode not in ("auto", "token_ids", "top_logprobs"):
+            raise ValueError(f"mode must be auto, token_ids or top_logprobs, not {mode!r}")
+        if max_logprobs < 1:
+            raise ValueError("max_logprobs must be at least 1")
+        if max_retries < 0 or backoff < 0 or timeout <= 0:
+            raise ValueError("timeout must be positive; max_retries and backoff non-negative")
+        self._url = url.rstrip("/")
+        self._model = model
+        self._max_retries = max_retries
+        self._backoff = backoff
+        self._mode: Mode = mode
+        self._max_logprobs = max_logprobs
+        self._eos_id = eos_id
+        self._owns_client = client is None
+        self._client = client or httpx.Client(timeout=httpx.Timeout(timeout))
+        self._bos_prefix: tuple[int, ...] | None = None
+        self._newline_ids: frozenset[int] | None = None
+
+    # -- protocol properties -------------------------------------------------------------
+
+    @property
+    def name(self) -> str:
+        """The served model name, as recorded with results."""
+        return self._model
+
+    @property
+    def mode(self) -> Mode:
+        """The current way of asking for probabilities; ``auto`` settles on first use."""
+        return self._mode
+
+    @property
+    def eos_id(self) -> int:
+        """End-of-sequence id: the constructor's, else the server tokenizer's ``eos_token``."""
+        if self._eos_id is None:
+            self._eos_id = self._discover_eos_id()
+        return self._eos_id
+
+    @property
+    def newline_ids(self) -> frozenset[int]:
+        """Ids whose text contains a newline, among the tokenizations of 1 to 3 newlines.
+
+        Tokenizers often have separate tokens for one and for several line breaks, and a
+        demonstration must stop at any of them.
+        """
+        if self._newline_ids is None:
+            candidates = {i for text in ("\n", "\n\n", "\n\n\n") for i in self.tokenize(text)}
+            found = frozenset(i for i in candidates if "\n" in self._decode([i]))
+            if not found:
+                raise BackendError(f"{self._where(TOKENIZE)}: no token of '\\n' decodes to one")
+            self._newline_ids = found
+        return self._newline_ids
+
+    # -- tokenizer -----------------------------------------------------------------------
+
+    def tokenize(self, text: str) -> list[int]:
+        """The server tokenizer's ids for ``text``, without special tokens."""
+        return self._tokenize(text, add_special_tokens=False)
+
+    def detokenize(self, ids: Sequence[int]) -> str:
+        """Text of ``ids``; the BOS prefix and EOS ids are dropped before decoding."""
+        special = set(self._bos()) | {self.eos_id}
+        return self._decode([int(i) for i in ids if int(i) not in special])
+
+    # -- probabilities -------------------------------------------------------------------
+
+    def next_token_probs(
+        self, prompts: Sequence[Sequence[int]], token_sets: np.ndarray
+    ) -> np.ndarray:
+        """Next-token probabilities of ``token_sets[b]`` after ``prompts[b]``, renormalised.
+
+        Renormalisation is done in log space (subtracting the row maximum), so a row whose
+        tokens are all very unlikely (vLLM clamps log-probabilities at -9999) still sums to 1.
+        """
+        sets = np.asarray(token_sets)
+        if sets.ndim != 2 or sets.shape[0] != len(prompts) or sets.shape[1] == 0:
+            raise ValueError(
+                f"token_sets must be {len(prompts)} x K with K >= 1, got shape {sets.shape}"
+            )
+        if len(prompts) == 0:
+            return np.zeros((0, sets.shape[1]))
+        full = [self._with_bos(p) for p in prompts]
+        rows = [[int(t) for t in row] for row in sets]
+        if self._mode == "top_logprobs":
+            logprobs = self._probs_top_logprobs(full, rows)
+        else:
+            logprobs = self._probs_token_ids_or_fallback(full, rows)
+        return _renormalise(logprobs)
+
+    def top_k(self, prompts: Sequence[Sequence[int]], k: int) -> np.ndarray:
+        """The ``k`` most probable next-token ids per prompt, most probable first.
+
+        Ties are broken by the smaller id so the answer is reproducible.
+        """
+        if k < 1:
+            raise ValueError("k must be at least 1")
+        if k > self._max_logprobs:
+            raise BackendError(
+                f"{self._where(COMPLETIONS)}: top_k asks for {k} tokens but the server allows "
+                f"{self._max_logprobs} (--max-logprobs); restart vLLM with a larger value"
+            )
+        if len(prompts) == 0:
+            return np.zeros((0, k), dtype=np.int64)
+        tops = self._complete([self._with_bos(p) for p in prompts], logprobs=k)
+        out = np.empty((len(prompts), k), dtype=np.int64)
+        for b, top in enumerate(tops):
+            ranked = sorted(top.items(), key=lambda item: (-item[1], item[0]))
+            if len(ranked) < k:
+                raise BackendError(
+                    f"{self._where(COMPLETIONS)}: row {b} returned {len(ranked)} of the "
+                    f"{k} requested top tokens"
+                )
+            out[b] = [token for token, _ in ranked[:k]]
+        return out
+
+    # -- lifecycle -----------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Close the HTTP client if this backend created it."""
+        if self._owns_client:
+            self._client.close()
+
+    def __enter__(self) -> VLLMHttpBackend:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- the two probability modes -------------------------------------------------------
+
+    def _probs_token_ids_or_fallback(
+        self, prompts: list[list[int]], rows: list[list[int]]
+    ) -> np.ndarray:
+        """Mode ``token_ids``; in ``auto`` mode, switch to ``top_logprobs`` when unsupported."""
+        try:
+            logprobs = self._probs_token_ids(prompts, rows)
+        except _ServerRejectedError as err:
+            if self._mode != "auto" or err.status != 400:
+                raise
+            logprobs = None
+        except _FieldIgnoredError:
+            if self._mode != "auto":
+                raise BackendError(
+                    f"{self._where(COMPLETIONS)}: the server ignored logprob_token_ids (a vLLM "
+                    "without it); use mode='top_logprobs' or upgrade vLLM"
+                ) from None
+            logprobs = None
+        if logprobs is not None:
+            if self._mode == "auto":
+                self._mode = "token_ids"
+            return logprobs
+        logprobs = self._probs_top_logprobs(prompts, rows)
+        self._mode = "top_logprobs"  # remembered only once the fallback has worked
+        return logprobs
+
+    def _probs_token_ids(self, prompts: list[list[int]], rows: list[list[int]]) -> np.ndarray:
+        """Exact log-probabilities of each row's ids via ``logprob_token_ids``."""
+        cap = min(MAX_LOGPROB_TOKEN_IDS, self._max_logprobs)
+        out = np.empty((len(rows), len(rows[0])))
+        for members, ids in _group_rows(rows, cap, self._where(COMPLETIONS)):
+            tops = self._complete(
+                [prompts[b] for b in members],
+                logprobs=len(ids),  # equal to the list length: accepted by every version
+                logprob_token_ids=ids,
+            )
+            for b, top in zip(members, tops, strict=True):
+                if any(t not in top for t in ids):
+                    raise _FieldIgnoredError
+                out[b] = [top[t] for t in rows[b]]
+        return out
+
+    def _probs_top_logprobs(self, prompts: list[list[int]], rows: list[list[int]]) -> np.ndarray:
+        """Log-probabilities of each row's ids among the top ``max_logprobs`` tokens.
+
+        An id outside the returned top list gets -inf (probability 0 after renormalising);
+        a row with none of its ids returned cannot be renormalised and is an error.
+        """
+        tops = self._complete(prompts, logprobs=self._max_logprobs)
+        out = np.full((len(rows), len(rows[0])), -math.inf)
+        for b, (row, top) in enumerate(zip(rows, tops, strict=True)):
+            out[b] = [top.get(t, -math.inf) for t in row]
+            if not np.isfinite(out[b]).any():
+                raise BackendError(
+                    f"{self._where(COMPLETIONS)}: row {b}: none of its {len(row)} requested "
+                    f"tokens is among the server's top {self._max_logprobs}; restart vLLM "
+                    "with a larger --max-logprobs (and pass it as max_logprobs) or use a vLLM "
+                    "with logprob_token_ids"
+                )
+        return out
+
+    def _complete(
+        self,
+        prompts: list[list[int]],
+        *,
+        logprobs: int,
+        logprob_token_ids: list[int] | None = None,
+    ) -> list[dict[int, float]]:
+        """One ``/v1/completions`` call; per prompt, in prompt order, ``{id: logprob}``."""
+        body: dict[str, Any] = {
+            "model": self._model,
+            "prompt": prompts,
+            "max_tokens": 1,
+            "temperature": 0,
+            "logprobs": logprobs,
+            "return_tokens_as_token_ids": True,
+        }
+        if logprob_token_ids is not None:
+            body["logprob_token_ids"] = logprob_token_ids
+        return self._parse_completions(self._post(COMPLETIONS, body), len(prompts))
+
+    def _parse_completions(self, payload: Any, n_prompts: int) -> list[dict[int, float]]:
+        """Top log-probabilities per prompt, ordered by each choice's ``index``."""
+        where = self._where(COMPLETIONS)
+        try:
+            choices = payload["choices"]
+            by_index = {int(c["index"]): c["logprobs"]["top_logprobs"][0] for c in choices}
+        except (KeyError, IndexError, TypeError, ValueError) as err:
+            raise BackendError(f"{where}: unexpected response shape ({err!r})") from None
+        if sorted(by_index) != list(range(n_prompts)):
+            raise BackendError(
+                f"{where}: expected choices 0..{n_prompts - 1}, got {len(by_index)} distinct"
+            )
+        return [_parse_top(by_index[i], where) for i in range(n_prompts)]
+
+    # -- tokenizer helpers ---------------------------------------------------------------
+
+    def _tokenize(self, text: str, *, add_special_tokens: bool) -> list[int]:
+        body = {"model": self._model, "prompt": text, "add_special_tokens": add_special_tokens}
+        payload = self._post(TOKENIZE, body, secret=text)
+        try:
+            return [int(t) for t in payload["tokens"]]
+        except (KeyError, TypeError, ValueError):
+            raise BackendError(f"{self._where(TOKENIZE)}: response has no 'tokens' list") from None
+
+    def _decode(self, ids: list[int]) -> str:
+        if not ids:
+            return ""
+        payload = self._post(DETOKENIZE, {"model": self._model, "tokens": ids})
+        text = payload.get("prompt") if isinstance(payload, dict) else None
+        if not isinstance(text, str):
+            raise BackendError(f"{self._where(DETOKENIZE)}: response has no 'prompt' string")
+        return text
+
+    def _bos(self) -> tuple[int, ...]:
+        """The ids the tokenizer puts before any text (BOS for Gemma/Llama, none for Qwen).
+
+        vLLM adds no special tokens to a token-id prompt, so the backend prepends these itself;
+        they are what ``/tokenize`` returns for the empty string with special tokens on.
+        """
+        if self._bos_prefix is None:
+            self._bos_prefix = tuple(self._tokenize("", add_special_tokens=True))
+        return self._bos_prefix
+
+    def _with_bos(self, prompt: Sequence[int]) -> list[int]:
+        ids = [int(t) for t in prompt]
+        bos = list(self._bos())
+        return ids if ids[: len(bos)] == bos else bos + ids
+
+    def _discover_eos_id(self) -> int:
+        """EOS id from ``/tokenizer_info`` (the tokenizer config's ``eos_token``)."""
+        where = self._where(TOKENIZER_INFO)
+        try:
+            info = self._request("GET", TOKENIZER_INFO, None)
+        except _ServerRejectedError as err:
+            raise BackendError(
+                f"{err}; pass eos_id= or start vLLM with --enable-tokenizer-info-endpoint"
+            ) from None
+        token = info.get("eos_token") if isinstance(info, dict) else None
+        if isinstance(token, dict):  # an AddedToken serialised as a mapping
+            token = token.get("content")
+        if not isinstance(token, str) or not token:
+            raise BackendError(f"{where}: no eos_token in the tokenizer config; pass eos_id=")
+        ids = self.tokenize(token)
+        if len(ids) != 1:
+            raise BackendError(f"{where}: eos_token is not a single token; pass eos_id=")
+        return ids[0]
+
+    # -- HTTP ----------------------------------------------------------------------------
+
+    def _where(self, endpoint: str) -> str:
+        return f"vLLM server {self._url} {endpoint}"
+
+    def _post(self, endpoint: str, body: dict[str, Any], secret: str | None = None) -> Any:
+        return self._request("POST", endpoint, body, secret)
+
+    def _request(
+        self, method: str, endpoint: str, body: dict[str, Any] | None, secret: str | None = None
+    ) -> Any:
+        """Send with retries on transient failures; return the decoded JSON body.
+
+        Connection errors, timeouts, 429 and 5xx are retried ``max_retries`` times with
+        exponential backoff (a restarting or overloaded server recovers); other statuses are
+        the caller's mistake and fail at once.
+        """
+        where = self._where(endpoint)
+        for attempt, delay in enumerate(self._delays()):
+            if delay:
+                time.sleep(delay)
+            last = attempt == self._max_retries
+            try:
+                response = self._client.request(method, self._url + endpoint, json=body)
+            except httpx.TimeoutException as err:
+                if last:
+                    raise BackendError(
+                        f"{where}: timed out ({type(err).__name__}) after {attempt + 1} attempt(s)"
+                    ) from None
+                continue
+            except httpx.TransportError as err:
+                if last:
+                    raise BackendError(
+                        f"{where}: connection failed ({type(err).__name__}: {err}) after "
+                        f"{attempt + 1} attempt(s)"
+                    ) from None
+                continue
+            if response.status_code in _RETRY_STATUSES and not last:
+                continue
+            return self._decode_response(response, where, secret)
+        raise AssertionError("unreachable: the last attempt returns or raises")
+
+    def _delays(self) -> Iterator[float]:
+        """0 before the first attempt, then ``backoff``, doubling, for each retry."""
+        yield 0.0
+        for retry in range(self._max_retries):
+            yield self._backoff * 2**retry
+
+    @staticmethod
+    def _decode_response(response: httpx.Response, where: str, secret: str | None) -> Any:
+        if response.status_code != 200:
+            reason = _redact(_server_message(response), secret)
+            raise _ServerRejectedError(
+                f"{where}: HTTP {response.status_code}: {reason}", response.status_code
+            )
+        try:
+            return response.json()
+        except ValueError:
+            raise BackendError(f"{where}: HTTP 200 but the body is not JSON") from None
+
+
+class _FieldIgnoredError(Exception):
+    """The server answered a ``logprob_token_ids`` request without the requested ids."""
+
+
+def _group_rows(rows: list[list[int]], cap: int, where: str) -> list[tuple[list[int], list[int]]]:
+    """Split rows into consecutive groups whose union of ids fits one request's ``cap``.
+
+    Returns ``(row indices, sorted union of their ids)`` per group; usually a single group,
+    since the methods score many prompts against the same candidate tokens.
+    """
+    groups: list[tuple[list[int], set[int]]] = []
+    for b, row in enumerate(rows):
+        ids = set(row)
+        if len(ids) > cap:
+            raise BackendError(
+                f"{where}: row {b} asks for {len(ids)} distinct tokens; one request allows {cap}"
+            )
+        if groups and len(groups[-1][1] | ids) <= cap:
+            groups[-1][0].append(b)
+            groups[-1][1].update(ids)
+        else:
+            groups.append(([b], ids))
+    return [(members, sorted(ids)) for members, ids in groups]
+
+
+def _parse_top(top: Any, where: str) -> dict[int, float]:
+    """``{"token_id:42": -1.5, ...}`` to ``{42: -1.5, ...}``."""
+    if not isinstance(top, dict):
+        raise BackendError(f"{where}: top_logprobs[0] is not an object")
+    out: dict[int, float] = {}
+    for key, value in top.items():
+        if not (isinstance(key, str) and key.startswith(_TOKEN_ID_PREFIX)):
+            raise BackendError(
+                f"{where}: top_logprobs keys are not 'token_id:<id>'; this vLLM ignores "
+                "return_tokens_as_token_ids, start it with --return-tokens-as-token-ids"
+            )
+        try:
+            out[int(key[len(_TOKEN_ID_PREFIX) :])] = float(value)
+        except (TypeError, ValueError):
+            raise BackendError(f"{where}: malformed top_logprobs entry") from None
+    return out
+
+
+def _renormalise(logprobs: np.ndarray) -> np.ndarray:
+    """Row-wise softmax of log-probabilities; -inf entries become exactly 0."""
+    shifted = logprobs - logprobs.max(axis=1, keepdims=True)
+    weights = np.exp(shifted)
+    return weights / weights.sum(axis=1, keepdims=True)
+
+
+def _server_message(response: httpx.Response) -> str:
+    """The error text of a vLLM error body (``{"error": {"message"}}`` or flat ``message``)."""
+    try:
+        payload = response.json()
+    except ValueError:
+        return response.text.strip() or response.reason_phrase
+    if isinstance(payload, dict):
+        error = payload.get("error")
+        if isinstance(error, dict) and isinstance(error.get("message"), str):
+            return error["message"]
+        for key in ("message", "detail"):
+            if isinstance(payload.get(key), str):
+                return payload[key]
+    return str(payload)
+
+
+def _redact(message: str, secret: str | None) -> str:
+    """Drop what could be private from a server error: quoted inputs and id lists."""
+    if secret:
+        message = message.replace(secret, "<text>")
+    message = _INPUT_VALUE.sub("input_value=<redacted>", message)
+    message = _ID_RUN.sub("<ids>", message)
+    if len(message) > _MAX_QUOTED_CHARS:
+        message = message[:_MAX_QUOTED_CHARS] + "..."
+    return message.strip() or "no error message"

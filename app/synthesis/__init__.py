@@ -1,0 +1,1 @@
+"""Task specifications, private-data readers and prompt formats for demonstration synthesis."""

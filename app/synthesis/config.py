@@ -1,0 +1,61 @@
+"""Validated settings of one synthesis job, with the papers' defaults per task."""
+
+from __future__ import annotations
+
+import math
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from app.privacy.accounting import Accounting
+from app.privacy.params import Method
+
+# M, N, T_max from the AdaDPSyn paper's Tables 12-17 (K = 100, 4 shots everywhere).
+TASK_DEFAULTS: dict[str, dict[str, int]] = {
+    "agnews": {"M": 10, "N": 2, "tmax": 100},
+    "trec": {"M": 20, "N": 2, "tmax": 15},
+    "sst2": {"M": 10, "N": 2, "tmax": 30},
+    "mitg": {"M": 40, "N": 1, "tmax": 20},
+    "mitd": {"M": 40, "N": 1, "tmax": 20},
+}
+GENERIC_DEFAULTS = {"M": 10, "N": 2, "tmax": 30}
+
+
+class SynthesisConfig(BaseModel):
+    """What a job generates and under which budget.
+
+    ``epsilon`` is the target; the free noise multiplier (sigma for Tang et al., sigma1 for
+    AdaDPSyn) is calibrated to it. Two baselines of the papers: ``epsilon = 0`` generates from
+    the instruction alone (no private data, no cost) and ``epsilon = inf`` runs without noise
+    (no privacy at all).
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    method: Method = Method.ADADPSYN
+    epsilon: float = Field(ge=0.0, description="Target epsilon; 0 and inf are baselines.")
+    delta: float | None = Field(None, gt=0.0, lt=1.0, description="Default: 1/|D|.")
+    accounting: Accounting = Accounting.TIGHT
+    shots: int = Field(4, ge=1, le=64)
+    M: int = Field(ge=1, le=200)
+    N: int = Field(ge=1, le=50)
+    tmax: int = Field(ge=1, le=512)
+    K: int = Field(100, ge=2, le=1000, description="Public vocabulary size per step.")
+    sigma0: float = Field(15.0, gt=0.0)
+    sigma2: float = Field(5.0, gt=0.0)
+    T: int = Field(2, ge=0, le=20)
+    lam: float = Field(0.2, ge=0.0, le=10.0)
+    seed: int | None = Field(None, description="Tests and studies only: voids the guarantee.")
+
+    @field_validator("epsilon")
+    @classmethod
+    def _not_nan(cls, value: float) -> float:
+        if math.isnan(value):
+            raise ValueError("epsilon must be a number")
+        return value
+
+    @classmethod
+    def for_task(cls, task_name: str, **overrides: object) -> SynthesisConfig:
+        """The config with the paper's M, N, T_max for ``task_name`` unless overridden."""
+        defaults = dict(TASK_DEFAULTS.get(task_name, GENERIC_DEFAULTS))
+        defaults.update({k: v for k, v in overrides.items() if v is not None})
+        return cls(**defaults)

@@ -1,0 +1,320 @@
+"""Readers of the private labelled data, and their validation against a task.
+
+Records are private. Nothing here ever puts record text (or an extraction value) into an
+error message or a repr: messages name the file, the line or record number, column names and
+counts only, so they can be logged and shown to anyone.
+
+Every text is put on one line (whitespace runs become one space) because prompts are
+line-based: a newline inside a text would end the demonstration early.
+"""
+
+from __future__ import annotations
+
+import csv
+import html
+import io
+import json
+import re
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from app.synthesis.tasks import TaskKind, TaskSpec
+
+
+class DataError(ValueError):
+    """The data could not be read or does not fit the task; one line, never record text."""
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    """One private example: its text and its label (public label name or slot value)."""
+
+    text: str
+    label: str
+
+    def __repr__(self) -> str:
+        # Records end up in tracebacks and logs; show sizes, never content.
+        return f"Record(text=<{len(self.text)} chars>, label=<{len(self.label)} chars>)"
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+def _read_lines(path: Path) -> list[str]:
+    """The file's lines; a missing, unreadable or empty file is a :class:`DataError`."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise DataError(f"{path}: data file not found") from None
+    except IsADirectoryError:
+        raise DataError(f"{path}: is a directory, not a data file") from None
+    except UnicodeDecodeError as err:
+        raise DataError(f"{path}: not UTF-8 text (byte offset {err.start})") from None
+    except OSError as err:
+        raise DataError(f"{path}: cannot read ({err.strerror or type(err).__name__})") from None
+    if not text.strip():
+        raise DataError(f"{path}: file is empty")
+    # Split on "\n" only (str.splitlines also splits on form feeds and other separators
+    # that occur inside texts), keeping the ends that csv needs for quoted multi-line fields.
+    return io.StringIO(text, newline="\n").readlines()
+
+
+def _numbered(lines: list[str]) -> Iterator[tuple[int, str]]:
+    """(1-based line number, line) of the non-blank lines."""
+    for number, line in enumerate(lines, start=1):
+        if line.strip():
+            yield number, line
+
+
+def read_trec(path: str | Path) -> list[Record]:
+    """TREC ``COARSE:fine question`` lines; the label is the coarse code (``LOC``, ...)."""
+    path = Path(path)
+    records = []
+    for number, line in _numbered(_read_lines(path)):
+        tag, _, question = line.partition(" ")
+        coarse, colon, _fine = tag.partition(":")
+        if not colon or not coarse or not question.strip():
+            raise DataError(f"{path}: line {number} is not 'COARSE:fine question'")
+        records.append(Record(_one_line(question), coarse))
+    return records
+
+
+def read_sst2(path: str | Path) -> list[Record]:
+    """SST-2 ``label sentence`` lines; the label is the raw ``0``/``1``."""
+    path = Path(path)
+    records = []
+    for number, line in _numbered(_read_lines(path)):
+        label, _, sentence = line.strip().partition(" ")
+        if not label.isdigit() or not sentence.strip():
+            raise DataError(f"{path}: line {number} is not 'label sentence'")
+        records.append(Record(_one_line(sentence), label))
+    return records
+
+
+# AG News escapes some characters as HTML entities without the '&' ("#39;", "quot;"), marks
+# line breaks with a backslash and keeps a few formatting tags ("<strong>Opinion</strong>").
+_BARE_ENTITY = re.compile(r"(?<!&)(#\d+;|quot;|amp;|lt;|gt;)")
+_FORMAT_TAG = re.compile(r"</?(?:a|b|br|em|font|i|p|span|strong|u)\b[^>]*>", re.IGNORECASE)
+
+
+def _clean_agnews(text: str) -> str:
+    text = html.unescape(_BARE_ENTITY.sub(r"&\1", text))
+    return _one_line(_FORMAT_TAG.sub(" ", text.replace("\\", " ")))
+
+
+def read_agnews(path: str | Path) -> list[Record]:
+    """AG News CSV without header: ``label`` (1..4), ``title``, ``description``.
+
+    The text is the title, then a space, then the description: the title alone is often the
+    most telling sentence and the description alone sometimes starts mid-thought, so the
+    article the model sees is both, as a reader would. Entities and backslash line breaks
+    are cleaned up.
+    """
+    path = Path(path)
+    lines = _read_lines(path)
+    records = []
+    reader = csv.reader(lines)
+    try:
+        for row in reader:
+            if not row or not any(cell.strip() for cell in row):
+                continue
+            if len(row) != 3:
+                raise DataError(
+                    f"{path}: line {reader.line_num} has {len(row)} fields, "
+                    "expected 3 (label, title, description)"
+                )
+            label, title, description = row
+            records.append(Record(_clean_agnews(f"{title} {description}"), label.strip()))
+    except csv.Error:
+        raise DataError(f"{path}: line {reader.line_num} is not valid CSV") from None
+    return records
+
+
+def read_mit(path: str | Path, slot: str) -> list[Record]:
+    """MIT Movies BIO lines (``word:TAG ... <=> <NULL>``); sentences without ``slot`` skipped.
+
+    ``slot`` is a tag name such as ``Genre`` or ``Director`` (case-insensitive). The label
+    is the words of the first span of that tag (a ``B-`` token and the ``I-`` tokens after
+    it; an ``I-`` without a ``B-`` also starts a span), the text all words of the sentence.
+    """
+    path = Path(path)
+    wanted = slot.casefold()
+    records = []
+    for number, line in _numbered(_read_lines(path)):
+        body = line.split(" <=> ", 1)[0]
+        words, span, done = [], [], False
+        for token in body.split():
+            word, colon, tag = token.rpartition(":")
+            if not colon or not word or not (tag == "O" or tag[:2] in ("B-", "I-")):
+                raise DataError(f"{path}: line {number} has a token that is not 'word:TAG'")
+            words.append(word)
+            if done:
+                continue
+            prefix, name = tag[:2], tag[2:].casefold()
+            if name == wanted and ((prefix == "B-" and not span) or prefix == "I-"):
+                span.append(word)
+            elif span:
+                done = True
+        if not words:
+            raise DataError(f"{path}: line {number} has no words")
+        if span:
+            records.append(Record(" ".join(words), " ".join(span)))
+    return records
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)  # a JSON label 1.0 means "1"
+    return _one_line(str(value))
+
+
+def _check_columns(path: Path, available: Iterable[str], *wanted: str) -> None:
+    names = list(available)
+    for column in wanted:
+        if column not in names:
+            listed = ", ".join(repr(name) for name in names) or "none"
+            raise DataError(f"{path}: no column {column!r} (available: {listed})")
+
+
+def _read_csv(path: Path, lines: list[str], text_col: str, label_col: str) -> list[Record]:
+    reader = csv.DictReader(lines, delimiter="\t" if path.suffix.lower() == ".tsv" else ",")
+    try:
+        header = reader.fieldnames or []
+        _check_columns(path, header, text_col, label_col)
+        return [Record(_cell(row[text_col]), _cell(row[label_col])) for row in reader]
+    except csv.Error:
+        raise DataError(f"{path}: line {reader.line_num} is not valid CSV") from None
+
+
+def _read_jsonl(path: Path, lines: list[str], text_col: str, label_col: str) -> list[Record]:
+    records = []
+    for number, line in _numbered(lines):
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            raise DataError(f"{path}: line {number} is not valid JSON") from None
+        if not isinstance(row, dict):
+            raise DataError(f"{path}: line {number} is not a JSON object")
+        _check_columns(path, row, text_col, label_col)
+        records.append(Record(_cell(row[text_col]), _cell(row[label_col])))
+    return records
+
+
+def read_table(path: str | Path, text_col: str = "text", label_col: str = "label") -> list[Record]:
+    """A user's table: CSV/TSV with a header row, or JSON lines; chosen by extension."""
+    path = Path(path)
+    suffix = path.suffix.lower()
+    if suffix in (".csv", ".tsv"):
+        return _read_csv(path, _read_lines(path), text_col, label_col)
+    if suffix in (".jsonl", ".ndjson"):
+        return _read_jsonl(path, _read_lines(path), text_col, label_col)
+    raise DataError(f"{path}: unsupported data file type {suffix!r} (use .csv, .tsv or .jsonl)")
+
+
+# Raw labels of the built-in datasets, mapped to the built-in tasks' public labels.
+_RAW_LABELS: dict[str, dict[str, str]] = {
+    "trec": {
+        "ABBR": "Abbreviation",
+        "ENTY": "Entity",
+        "DESC": "Description",
+        "HUM": "Person",
+        "LOC": "Location",
+        "NUM": "Number",
+    },
+    "sst2": {"0": "negative", "1": "positive"},
+    "agnews": {"1": "World", "2": "Sports", "3": "Business", "4": "Technology"},
+}
+
+_READERS: dict[str, Callable[[Path, TaskSpec], list[Record]]] = {
+    "trec": lambda path, task: read_trec(path),
+    "sst2": lambda path, task: read_sst2(path),
+    "agnews": lambda path, task: read_agnews(path),
+    "mitg": lambda path, task: read_mit(path, task.slot or "genre"),
+    "mitd": lambda path, task: read_mit(path, task.slot or "director"),
+}
+
+
+def _label_mapper(task: TaskSpec) -> Callable[[str], str | None]:
+    """Raw label -> public label: exact, a built-in raw code, or a case-insensitive match
+    of a label or its verbaliser. None when nothing matches."""
+    lookup = {label.casefold(): label for label in task.labels}
+    lookup.update({word.casefold(): label for label, word in task.verbalisers.items()})
+    raw_codes = _RAW_LABELS.get(task.name, {})
+    codes = {raw: name for raw, name in raw_codes.items() if name in task.labels}
+
+    def mapped(raw: str) -> str | None:
+        if raw in task.labels:
+            return raw
+        if raw in codes:
+            return codes[raw]
+        return lookup.get(raw.casefold())
+
+    return mapped
+
+
+def _check_labels(path: Path, task: TaskSpec, records: list[Record]) -> list[Record]:
+    mapped = _label_mapper(task)
+    result, unknown, distinct, first = [], 0, set(), 0
+    for number, record in enumerate(records, start=1):
+        label = mapped(record.label)
+        if label is None:
+            unknown += 1
+            distinct.add(record.label)
+            first = first or number
+        else:
+            result.append(Record(record.text, label))
+    if unknown:
+        raise DataError(
+            f"{path}: {unknown} of {len(records)} records (first: record {first}) have "
+            f"{len(distinct)} distinct label value(s) that are not labels of task "
+            f"{task.name!r} ({', '.join(task.labels)})"
+        )
+    return result
+
+
+def load_dataset(
+    task: TaskSpec,
+    path: str | Path,
+    text_col: str | None = None,
+    label_col: str | None = None,
+) -> list[Record]:
+    """The task's validated private records from ``path``.
+
+    Built-in tasks (``trec``, ``sst2``, ``agnews``, ``mitg``, ``mitd``) read their dataset's
+    own format unless columns are given; any other task, or one given ``text_col`` or
+    ``label_col``, reads a table (:func:`read_table`, columns default to ``text``/``label``).
+    Classification labels become the task's public label names; extraction records without
+    a slot value are skipped. Every text must be non-empty.
+    """
+    path = Path(path)
+    if task.name in _READERS and text_col is None and label_col is None:
+        records = _READERS[task.name](path, task)
+    else:
+        records = read_table(path, text_col or "text", label_col or "label")
+    if task.kind == TaskKind.CLASSIFICATION:
+        records = _check_labels(path, task, records)
+    else:
+        records = [record for record in records if record.label]
+    if not records:
+        what = "records" if task.kind == TaskKind.CLASSIFICATION else f"records with a {task.slot}"
+        raise DataError(f"{path}: no {what} for task {task.name!r}")
+    if empty := sum(1 for record in records if not record.text):
+        first = next(i for i, record in enumerate(records, start=1) if not record.text)
+        raise DataError(f"{path}: {empty} records have an empty text (first: record {first})")
+    return records
+
+
+def partition(records: Iterable[Record]) -> dict[str, list[Record]]:
+    """Records grouped by label, labels in order of first appearance.
+
+    Synthesis samples teacher subsets from the records of one label at a time.
+    """
+    groups: dict[str, list[Record]] = {}
+    for record in records:
+        groups.setdefault(record.label, []).append(record)
+    return groups

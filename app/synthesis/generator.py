@@ -1,0 +1,255 @@
+"""The token loop shared by AdaDPSyn and DP few-shot generation (Algorithms 1-3).
+
+For every token, each unfinished demonstration draws a fresh subsample of its label's records
+(with the sampling of the privacy plan, so the accountant's assumption holds by construction),
+splits it into M teacher prompts, and all teacher prompts of all demonstrations go to the
+backend in one batch. The M distributions of each demonstration are aggregated privately; the
+argmax token is appended. A demonstration stops at a newline, end-of-sequence, or T_max tokens.
+
+The methods differ only in the aggregation function. Nothing here logs or returns private
+text: the only outputs are generated tokens, which are DP releases.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from app.llm.base import LLMBackend
+from app.privacy.adadpsyn import adadpsyn_aggregate
+from app.privacy.calibration import calibrate
+from app.privacy.events import SynthesisEvent, to_dict
+from app.privacy.params import AdaDPSynParams, Method, TangParams
+from app.privacy.plan import PrivacyPlan, label_schedule, shots_per_label
+from app.privacy.rng import make_rng
+from app.privacy.tang import AggregationResult, gaussian_aggregate
+from app.synthesis.config import SynthesisConfig
+from app.synthesis.data import Record
+from app.synthesis.prompts import demonstration_prompt, public_prompt, teacher_prompt
+from app.synthesis.tasks import TaskKind, TaskSpec
+
+ALL_RECORDS = "*"  # the single partition of an extraction task
+Progress = Callable[[int, int], None]  # (tokens done, tokens planned)
+
+
+class SynthesisError(ValueError):
+    """The job cannot run as asked (the message names the problem, never a record)."""
+
+
+@dataclass(frozen=True)
+class Demonstration:
+    label: str
+    text: str
+
+
+@dataclass
+class SynthesisResult:
+    """What a job produces: demonstrations, the prompt built from them, and their cost."""
+
+    task: str
+    method: str
+    model: str
+    demonstrations: list[Demonstration]
+    prompt: str
+    epsilon: float
+    delta: float
+    plan: dict[str, object]
+    event: dict[str, object]
+    stats: dict[str, float] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "task": self.task,
+            "method": self.method,
+            "model": self.model,
+            "demonstrations": [{"label": d.label, "text": d.text} for d in self.demonstrations],
+            "prompt": self.prompt,
+            "epsilon": self.epsilon,
+            "delta": self.delta,
+            "plan": self.plan,
+            "event": self.event,
+            "stats": self.stats,
+        }
+
+
+def _partitions(task: TaskSpec, records: Sequence[Record]) -> dict[str, list[Record]]:
+    if task.kind == TaskKind.EXTRACTION:
+        return {ALL_RECORDS: list(records)}
+    parts: dict[str, list[Record]] = {label: [] for label in task.labels}
+    for record in records:
+        parts[record.label].append(record)
+    return parts
+
+
+def _base_plan(config: SynthesisConfig) -> PrivacyPlan:
+    no_noise = math.isinf(config.epsilon)  # the epsilon = infinity baseline
+    free = 0.0 if no_noise else 1.0
+    if config.method is Method.TANG:
+        params: TangParams | AdaDPSynParams = TangParams(sigma=free)
+    else:
+        params = AdaDPSynParams(
+            sigma0=0.0 if no_noise else config.sigma0,
+            sigma1=free,
+            sigma2=0.0 if no_noise else config.sigma2,
+            T=config.T,
+            lam=config.lam,
+        )
+    return PrivacyPlan(
+        params=params, accounting=config.accounting, M=config.M, N=config.N, tmax=config.tmax
+    )
+
+
+def plan_job(
+    task: TaskSpec, records: Sequence[Record], config: SynthesisConfig, rng: np.random.Generator
+) -> tuple[PrivacyPlan, list[str], dict[str, int], float]:
+    """Validate the job, draw its public label schedule and calibrate its noise.
+
+    Returns the plan, the target label of each shot, the partition sizes and delta.
+    """
+    parts = _partitions(task, records)
+    targets = list(task.target_labels())
+    schedule = label_schedule(targets, config.shots, rng)
+    delta = config.delta if config.delta is not None else 1.0 / max(1, len(records))
+    sizes = {key: len(value) for key, value in parts.items()}
+    plan = _base_plan(config)
+    if config.epsilon == 0:
+        return plan, schedule, sizes, delta
+    charged = shots_per_label(schedule)
+    if task.kind == TaskKind.EXTRACTION:
+        charged = {ALL_RECORDS: config.shots}
+    empty = sorted(label for label in charged if sizes.get(label, 0) == 0)
+    if empty:
+        raise SynthesisError(f"no private records with label(s) {', '.join(empty)}")
+    if math.isfinite(config.epsilon):
+        plan = calibrate(
+            plan, label_sizes=sizes, shots=charged, target_epsilon=config.epsilon, delta=delta
+        ).plan
+    for label in charged:  # fails early if, e.g., M*N exceeds a partition (paper sampling)
+        plan.sampling(sizes[label])
+    return plan, schedule, sizes, delta
+
+
+def _aggregator(
+    plan: PrivacyPlan,
+) -> Callable[[np.ndarray, np.random.Generator], AggregationResult]:
+    params = plan.params
+    if isinstance(params, TangParams):
+        return lambda probs, rng: gaussian_aggregate(probs, params, rng)
+    return lambda probs, rng: adadpsyn_aggregate(probs, params, rng)
+
+
+@dataclass
+class _Shot:
+    label: str
+    key: str  # the partition it reads
+    generated: list[int] = field(default_factory=list)
+    done: bool = False
+
+
+def synthesize(
+    task: TaskSpec,
+    records: Sequence[Record],
+    config: SynthesisConfig,
+    backend: LLMBackend,
+    progress: Progress | None = None,
+) -> SynthesisResult:
+    """Run one synthesis job end to end."""
+    started = time.perf_counter()
+    rng = make_rng(config.seed)
+    plan, schedule, sizes, delta = plan_job(task, records, config, rng)
+    parts = _partitions(task, records)
+    private = config.epsilon > 0
+    aggregate = _aggregator(plan)
+    stop_ids = set(backend.newline_ids) | {backend.eos_id}
+    # Always offer end-of-sequence and a plain newline, so a demonstration can end.
+    extra = np.array(sorted({backend.eos_id, *backend.tokenize("\n")[:1]}), dtype=np.int64)
+    shots = [
+        _Shot(label, ALL_RECORDS if task.kind == TaskKind.EXTRACTION else label)
+        for label in schedule
+    ]
+    samplings = (
+        {key: plan.sampling(sizes[key]) for key in {s.key for s in shots}} if private else {}
+    )
+    planned = len(shots) * config.tmax
+    calls = prompt_tokens = 0
+
+    for step in range(config.tmax):
+        active = [s for s in shots if not s.done]
+        if not active:
+            break
+        # Public vocabulary: top-K of the prompt without private examples, plus stop tokens.
+        public = [backend.tokenize(public_prompt(task, s.label, "")) + s.generated for s in active]
+        top = backend.top_k(public, config.K)
+        token_sets = [_with_stop_tokens(row, extra) for row in top]
+        calls += 1
+        prompt_tokens += sum(len(p) for p in public)
+
+        if private:
+            batch, sets = [], []
+            for shot, token_set in zip(active, token_sets, strict=True):
+                records_of = parts[shot.key]
+                for group in samplings[shot.key].draw(len(records_of), rng):
+                    examples = [records_of[i] for i in group]
+                    prompt = teacher_prompt(task, examples, shot.label, "")
+                    batch.append(backend.tokenize(prompt) + shot.generated)
+                    sets.append(token_set)
+            probs = backend.next_token_probs(batch, np.array(sets))
+            calls += 1
+            prompt_tokens += sum(len(p) for p in batch)
+            per_shot = probs.reshape(len(active), plan.M, -1)
+            choices = [aggregate(p, rng).token for p in per_shot]
+        else:  # epsilon = 0: the instruction-only baseline, greedy on the public prompt
+            probs = backend.next_token_probs(public, np.array(token_sets))
+            calls += 1
+            choices = [int(np.argmax(row)) for row in probs]
+
+        for shot, token_set, choice in zip(active, token_sets, choices, strict=True):
+            token = int(token_set[choice])
+            if token in stop_ids:
+                shot.done = True
+            else:
+                shot.generated.append(token)
+        if progress is not None:
+            done = sum(config.tmax if s.done else step + 1 for s in shots)
+            progress(min(done, planned), planned)
+
+    demos = [Demonstration(s.label, backend.detokenize(s.generated).strip()) for s in shots]
+    event = plan.synthesis_event(sizes, _charged(task, schedule)) if private else SynthesisEvent(())
+    epsilon = plan.accountant.synthesis_epsilon(event, delta) if private else 0.0
+    seconds = time.perf_counter() - started
+    return SynthesisResult(
+        task=task.name,
+        method=config.method.value if private else "instruction-only",
+        model=backend.name,
+        demonstrations=demos,
+        prompt=demonstration_prompt(task, [(d.label, d.text) for d in demos]),
+        epsilon=epsilon,
+        delta=delta,
+        plan=plan.model_dump(mode="json"),
+        event=to_dict(event),
+        stats={
+            "seconds": seconds,
+            "backend_calls": calls,
+            "prompt_tokens": prompt_tokens,
+            "prompt_tokens_per_second": prompt_tokens / seconds if seconds else 0.0,
+        },
+    )
+
+
+def _charged(task: TaskSpec, schedule: list[str]) -> dict[str, int]:
+    if task.kind == TaskKind.EXTRACTION:
+        return {ALL_RECORDS: len(schedule)}
+    return shots_per_label(schedule)
+
+
+def _with_stop_tokens(top: np.ndarray, stop: np.ndarray) -> np.ndarray:
+    """The top-K ids with the stop tokens in place of the least probable others."""
+    missing = stop[~np.isin(stop, top)]
+    if missing.size == 0:
+        return np.asarray(top, dtype=np.int64)
+    keep = top[: len(top) - missing.size]
+    return np.concatenate([keep, missing]).astype(np.int64)

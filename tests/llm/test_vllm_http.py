@@ -1,0 +1,538 @@
+"""VLLMHttpBackend against a fake vLLM server that speaks vLLM's documented JSON schemas.
+
+The fake is a real HTTP server (stdlib, 127.0.0.1, ephemeral port) in a thread. Its "model"
+is a fixed logit table indexed by the last prompt token, so every test computes the expected
+probabilities from that table on its own and compares them with what came over the wire.
+Response shapes follow vLLM's ``CompletionResponse`` / ``CompletionLogProbs``
+(``vllm/entrypoints/openai/completion/protocol.py``), ``TokenizeResponse`` /
+``DetokenizeResponse`` (``vllm/entrypoints/serve/tokenize/protocol.py``) and its
+``{"error": {"message", "type", "param", "code"}}`` error body.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import numpy as np
+import pytest
+
+from app.llm.base import BackendError, LLMBackend
+from app.llm.vllm_http import VLLMHttpBackend
+
+MODEL = "toy-model"
+VOCAB = 1000
+EOS, BOS = 1, 2
+# Multi-character tokens; every other token is one character with id = ord(char).
+MULTI = {1: "<eos>", 2: "<bos>", 900: "\n\n", 901: " the"}
+LOGPROB_FLOOR = -9999.0  # vLLM clamps -inf to this before JSON encoding
+
+
+# -- the toy model ---------------------------------------------------------------------------
+
+
+def toy_logprobs(prev: int) -> np.ndarray:
+    """Next-token log-probabilities after token ``prev``: a fixed, tie-free table."""
+    v = np.arange(VOCAB)
+    logits = 6.0 * np.sin(0.37 * v + 1.7 * (prev % VOCAB)) + 0.001 * v
+    logits[BOS] = -80.0  # some tokens are extremely unlikely, as in a real model
+    return logits - np.logaddexp.reduce(logits)
+
+
+def expected_probs(prompt: list[int], ids: list[int], top_m: int | None = None) -> np.ndarray:
+    """P(ids | prompt) renormalised over ids; with ``top_m``, ids outside the top m count 0."""
+    lp = toy_logprobs(prompt[-1])
+    p = np.exp(lp[ids])
+    if top_m is not None:
+        top = set(np.argsort(-lp)[:top_m].tolist())
+        p = p * np.array([i in top for i in ids])
+    return p / p.sum()
+
+
+def ranked(prompt: list[int]) -> np.ndarray:
+    return np.argsort(-toy_logprobs(prompt[-1]))
+
+
+def toy_tokenize(text: str) -> list[int]:
+    ids, pos = [], 0
+    longest_first = sorted(MULTI.items(), key=lambda kv: -len(kv[1]))
+    while pos < len(text):
+        for tid, piece in longest_first:
+            if text.startswith(piece, pos):
+                ids.append(tid)
+                pos += len(piece)
+                break
+        else:
+            code = ord(text[pos])
+            if not 3 <= code < 900:
+                raise ValueError(f"cannot tokenize {text!r}")
+            ids.append(code)
+            pos += 1
+    return ids
+
+
+def toy_text(tid: int) -> str:
+    return MULTI.get(tid, chr(tid))
+
+
+# -- the fake server -------------------------------------------------------------------------
+
+
+@dataclass
+class FakeState:
+    """What the fake server does, and what it was asked."""
+
+    token_ids_support: str = "honoured"  # "honoured", "rejected" (HTTP 400) or "ignored"
+    max_logprobs: int = 100
+    fail_statuses: list[int] = field(default_factory=list)  # for the next completion calls
+    completion_sleep_s: float = 0.0
+    reverse_choices: bool = True  # choices arrive out of order; the index says which is which
+    echo_inputs_in_errors: bool = False
+    tokenizer_info_enabled: bool = True
+    requests: list[tuple[str, Any]] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def calls(self, path: str) -> list[Any]:
+        with self.lock:
+            return [body for p, body in self.requests if p == path]
+
+
+class FakeVLLMHandler(BaseHTTPRequestHandler):
+    server: _FakeHTTPServer
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+    @property
+    def state(self) -> FakeState:
+        return self.server.state
+
+    def do_GET(self) -> None:
+        self.state.requests.append((self.path, None))
+        if self.path == "/tokenizer_info" and self.state.tokenizer_info_enabled:
+            self._json(200, {"tokenizer_class": "ToyTokenizer", "eos_token": "<eos>"})
+        elif self.path == "/health":
+            self._json(200, {})
+        else:
+            self._error(404, "Not Found")
+
+    def do_POST(self) -> None:
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        with self.state.lock:
+            self.state.requests.append((self.path, body))
+        routes = {
+            "/v1/completions": self._completions,
+            "/tokenize": self._tokenize,
+            "/detokenize": self._detokenize,
+        }
+        if self.path not in routes:
+            self._error(404, "Not Found")
+        elif body.get("model") != MODEL:
+            self._error(404, f"The model `{body.get('model')}` does not exist.")
+        else:
+            routes[self.path](body)
+
+    def _tokenize(self, body: dict[str, Any]) -> None:
+        try:
+            ids = toy_tokenize(body["prompt"])
+        except ValueError:
+            self._error(400, f"Cannot tokenize input_value={body['prompt']!r}")
+            return
+        if body.get("add_special_tokens", True):
+            ids = [BOS, *ids]
+        self._json(200, {"count": len(ids), "max_model_len": 4096, "tokens": ids})
+
+    def _detokenize(self, body: dict[str, Any]) -> None:
+        self._json(200, {"prompt": "".join(toy_text(t) for t in body["tokens"])})
+
+    def _completions(self, body: dict[str, Any]) -> None:
+        state = self.state
+        with state.lock:
+            status = state.fail_statuses.pop(0) if state.fail_statuses else None
+        if status is not None:
+            self._error(status, "Service Unavailable" if status >= 500 else "try again")
+            return
+        time.sleep(state.completion_sleep_s)
+        problem = self._completion_problem(body)
+        if problem:
+            self._error(400, problem)
+            return
+        choices = [self._choice(i, prompt, body) for i, prompt in enumerate(body["prompt"])]
+        if state.reverse_choices:
+            choices.reverse()
+        n_prompt = sum(len(p) for p in body["prompt"])
+        usage = {"prompt_tokens": n_prompt, "completion_tokens": len(choices)}
+        usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
+        self._json(
+            200,
+            {
+                "id": "cmpl-fake",
+                "object": "text_completion",
+                "created": 0,
+                "model": MODEL,
+                "choices": choices,
+                "usage": usage,
+            },
+        )
+
+    def _completion_problem(self, body: dict[str, Any]) -> str | None:
+        """The 400 message vLLM would give, or None."""
+        state = self.state
+        if state.echo_inputs_in_errors:
+            prompt = body["prompt"]
+            flat = " ".join(str(t) for row in prompt for t in row)
+            return f"Input too long [type=too_long, input_value={prompt}]; tokens: {flat}"
+        ids = body.get("logprob_token_ids")
+        if ids is not None and state.token_ids_support == "rejected":
+            return (
+                "1 validation error: logprob_token_ids Extra inputs are not permitted "
+                f"[type=extra_forbidden, input_value={ids}, input_type=list]"
+            )
+        honoured = ids is not None and state.token_ids_support == "honoured"
+        if honoured and len(ids) > 128:
+            return "logprob_token_ids may list at most 128 tokens"
+        logprobs = body.get("logprobs")
+        if logprobs is None:
+            return "when using `logprob_token_ids`, `logprobs` must be set." if honoured else None
+        if not honoured and logprobs > state.max_logprobs:
+            return (
+                f"Requested sample logprobs of {logprobs}, which is greater than max "
+                f"allowed: {state.max_logprobs}"
+            )
+        return None
+
+    def _choice(self, index: int, prompt: list[int], body: dict[str, Any]) -> dict[str, Any]:
+        lp = toy_logprobs(prompt[-1])
+        sampled = int(np.argmax(lp))  # temperature 0
+        ids = body.get("logprob_token_ids")
+        if ids is not None and self.state.token_ids_support == "honoured":
+            listed = [sampled, *ids]
+        else:
+            listed = [sampled, *np.argsort(-lp)[: body["logprobs"]].tolist()]
+        as_ids = body.get("return_tokens_as_token_ids")
+
+        def key(t: int) -> str:
+            return f"token_id:{t}" if as_ids else toy_text(t)
+
+        top = {key(int(t)): max(float(lp[t]), LOGPROB_FLOOR) for t in listed}
+        return {
+            "index": index,
+            "text": toy_text(sampled),
+            "logprobs": {
+                "text_offset": [0],
+                "token_logprobs": [float(lp[sampled])],
+                "tokens": [key(sampled)],
+                "top_logprobs": [top],
+            },
+            "finish_reason": "length",
+            "stop_reason": None,
+            "prompt_logprobs": None,
+        }
+
+    def _error(self, status: int, message: str) -> None:
+        error = {"message": message, "type": "BadRequestError", "param": None, "code": status}
+        self._json(status, {"error": error})
+
+    def _json(self, status: int, payload: Any) -> None:
+        data = json.dumps(payload).encode()
+        try:
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+        except OSError:  # the client gave up (timeout tests)
+            pass
+
+
+class _FakeHTTPServer(ThreadingHTTPServer):
+    daemon_threads = True
+    state: FakeState
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        pass
+
+
+@dataclass
+class FakeServer:
+    url: str
+    state: FakeState
+
+    def backend(self, **kwargs: Any) -> VLLMHttpBackend:
+        options: dict[str, Any] = {"timeout": 5.0, "backoff": 0.01, "max_logprobs": 100}
+        options.update(kwargs)
+        return VLLMHttpBackend(url=self.url, model=MODEL, **options)
+
+
+@pytest.fixture
+def server() -> Iterator[FakeServer]:
+    httpd = _FakeHTTPServer(("127.0.0.1", 0), FakeVLLMHandler)
+    httpd.state = FakeState()
+    # A short poll interval: shutdown() waits up to one interval, for every test.
+    thread = threading.Thread(target=httpd.serve_forever, args=(0.01,), daemon=True)
+    thread.start()
+    try:
+        yield FakeServer(url=f"http://127.0.0.1:{httpd.server_address[1]}", state=httpd.state)
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+        thread.join(timeout=5)
+
+
+PROMPTS = [[104, 105, 32], [116, 901], [65]]
+
+
+def candidate_sets(top_m: int = 100) -> np.ndarray:
+    """Per prompt: its two likeliest tokens, one just inside and one far outside the top m."""
+    rows = []
+    for prompt in PROMPTS:
+        order = ranked(prompt)
+        rows.append([order[0], order[1], order[top_m - 1], order[top_m + 200]])
+    return np.array(rows)
+
+
+# -- tokenizer -------------------------------------------------------------------------------
+
+
+def test_is_an_llm_backend(server: FakeServer) -> None:
+    assert isinstance(server.backend(), LLMBackend)
+    assert server.backend().name == MODEL
+
+
+def test_tokenize_and_detokenize_round_trip(server: FakeServer) -> None:
+    backend = server.backend()
+    ids = backend.tokenize("hi the\n\nx")
+    assert ids == [104, 105, 901, 900, 120]  # no BOS: tokenize() adds no special tokens
+    assert backend.detokenize([BOS, *ids, EOS]) == "hi the\n\nx"  # specials dropped
+    sent = server.state.calls("/tokenize")[0]
+    assert sent["add_special_tokens"] is False
+
+
+def test_eos_from_tokenizer_info_and_newline_ids(server: FakeServer) -> None:
+    backend = server.backend()
+    assert backend.eos_id == EOS
+    assert backend.newline_ids == frozenset({10, 900})
+
+
+def test_eos_from_constructor_skips_the_server(server: FakeServer) -> None:
+    backend = server.backend(eos_id=7)
+    assert backend.eos_id == 7
+    assert server.state.calls("/tokenizer_info") == []
+
+
+def test_eos_without_tokenizer_info_endpoint_says_what_to_do(server: FakeServer) -> None:
+    server.state.tokenizer_info_enabled = False
+    with pytest.raises(BackendError, match="--enable-tokenizer-info-endpoint") as err:
+        _ = server.backend().eos_id
+    assert "/tokenizer_info" in str(err.value) and server.url in str(err.value)
+
+
+# -- next_token_probs ------------------------------------------------------------------------
+
+
+def test_token_ids_mode_gives_exact_renormalised_probs_in_prompt_order(
+    server: FakeServer,
+) -> None:
+    sets = candidate_sets()
+    probs = server.backend(mode="token_ids").next_token_probs(PROMPTS, sets)
+
+    want = np.array([expected_probs(p, list(s)) for p, s in zip(PROMPTS, sets, strict=True)])
+    assert probs.shape == (3, 4)
+    assert np.allclose(probs, want, rtol=1e-9, atol=1e-12)
+    assert np.allclose(probs.sum(axis=1), 1.0)
+    assert (probs[:, 3] > 0).all()  # far outside the top 100, still scored exactly
+    (request,) = server.state.calls("/v1/completions")  # one request for the whole batch
+    assert request["logprob_token_ids"] == sorted({int(t) for t in sets.ravel()})
+    assert request["logprobs"] == len(request["logprob_token_ids"])
+    assert request["prompt"] == [[BOS, *p] for p in PROMPTS]  # BOS added by the backend
+    assert request["max_tokens"] == 1 and request["temperature"] == 0
+
+
+def test_top_logprobs_mode_renormalises_and_zeroes_missing_ids(server: FakeServer) -> None:
+    sets = candidate_sets(top_m=100)
+    probs = server.backend(mode="top_logprobs").next_token_probs(PROMPTS, sets)
+
+    want = np.array(
+        [expected_probs(p, list(s), top_m=100) for p, s in zip(PROMPTS, sets, strict=True)]
+    )
+    assert np.allclose(probs, want, rtol=1e-9, atol=1e-12)
+    assert (probs[:, 3] == 0).all() and (probs[:, 2] > 0).all()
+    (request,) = server.state.calls("/v1/completions")
+    assert "logprob_token_ids" not in request
+    assert request["logprobs"] == 100 and request["return_tokens_as_token_ids"] is True
+
+
+def test_top_logprobs_mode_row_with_no_returned_id_is_an_error(server: FakeServer) -> None:
+    sets = candidate_sets()
+    sets[1] = ranked(PROMPTS[1])[500:504]  # none of row 1's tokens is in the top 100
+    with pytest.raises(BackendError, match="row 1") as err:
+        server.backend(mode="top_logprobs").next_token_probs(PROMPTS, sets)
+    assert "--max-logprobs" in str(err.value)
+
+
+def test_tiny_probabilities_still_renormalise(server: FakeServer) -> None:
+    """Tokens whose probability underflows float64 are compared in log space."""
+    prompt = [[104]]
+    lp = toy_logprobs(104)
+    worst = np.argsort(lp)[:3]
+    probs = server.backend(mode="token_ids").next_token_probs(prompt, np.array([worst]))
+    want = np.exp(lp[worst] - lp[worst].max())
+    assert np.allclose(probs[0], want / want.sum())
+
+
+def test_auto_falls_back_on_http_400_and_remembers(server: FakeServer) -> None:
+    server.state.token_ids_support = "rejected"
+    backend = server.backend()
+    sets = candidate_sets()
+    want = np.array(
+        [expected_probs(p, list(s), top_m=100) for p, s in zip(PROMPTS, sets, strict=True)]
+    )
+
+    assert np.allclose(backend.next_token_probs(PROMPTS, sets), want)
+    assert np.allclose(backend.next_token_probs(PROMPTS, sets), want)
+    asked = ["logprob_token_ids" in r for r in server.state.calls("/v1/completions")]
+    assert asked == [True, False, False]  # tried once, then remembered
+    assert backend.mode == "top_logprobs"
+
+
+def test_auto_falls_back_when_server_ignores_the_field(server: FakeServer) -> None:
+    server.state.token_ids_support = "ignored"  # older vLLM: unknown fields are dropped
+    backend = server.backend()
+    sets = candidate_sets()
+    want = np.array(
+        [expected_probs(p, list(s), top_m=100) for p, s in zip(PROMPTS, sets, strict=True)]
+    )
+    assert np.allclose(backend.next_token_probs(PROMPTS, sets), want)
+    assert backend.mode == "top_logprobs"
+
+
+def test_auto_keeps_token_ids_on_a_server_that_has_it(server: FakeServer) -> None:
+    backend = server.backend()
+    sets = candidate_sets()
+    backend.next_token_probs(PROMPTS, sets)
+    backend.next_token_probs(PROMPTS, sets)
+    assert backend.mode == "token_ids"
+    assert all("logprob_token_ids" in r for r in server.state.calls("/v1/completions"))
+
+
+def test_token_ids_mode_does_not_fall_back(server: FakeServer) -> None:
+    server.state.token_ids_support = "rejected"
+    with pytest.raises(BackendError, match="HTTP 400"):
+        server.backend(mode="token_ids").next_token_probs(PROMPTS, candidate_sets())
+    assert len(server.state.calls("/v1/completions")) == 1
+
+
+def test_token_ids_mode_on_a_server_that_ignores_it_is_an_error(server: FakeServer) -> None:
+    server.state.token_ids_support = "ignored"
+    with pytest.raises(BackendError, match="ignored logprob_token_ids"):
+        server.backend(mode="token_ids").next_token_probs(PROMPTS, candidate_sets())
+
+
+def test_token_ids_batch_is_split_when_the_union_exceeds_the_cap(server: FakeServer) -> None:
+    sets = np.array([ranked(p)[10:15] for p in PROMPTS])  # three disjoint-ish sets of 5
+    backend = server.backend(mode="token_ids", max_logprobs=8)
+    probs = backend.next_token_probs(PROMPTS, sets)
+
+    want = np.array([expected_probs(p, list(s)) for p, s in zip(PROMPTS, sets, strict=True)])
+    assert np.allclose(probs, want)
+    requests = server.state.calls("/v1/completions")
+    assert len(requests) > 1
+    assert all(len(r["logprob_token_ids"]) <= 8 for r in requests)
+
+
+def test_bad_token_sets_shape_is_rejected(server: FakeServer) -> None:
+    with pytest.raises(ValueError, match="token_sets"):
+        server.backend().next_token_probs(PROMPTS, np.array([[1, 2]]))
+
+
+# -- top_k -----------------------------------------------------------------------------------
+
+
+def test_top_k_returns_ids_by_descending_probability(server: FakeServer) -> None:
+    ids = server.backend().top_k(PROMPTS, 7)
+    want = np.array([ranked(p)[:7] for p in PROMPTS])
+    assert ids.shape == (3, 7)
+    assert np.array_equal(ids, want)
+    (request,) = server.state.calls("/v1/completions")
+    assert request["logprobs"] == 7 and request["return_tokens_as_token_ids"] is True
+
+
+def test_top_k_beyond_max_logprobs_fails_before_asking(server: FakeServer) -> None:
+    with pytest.raises(BackendError, match="--max-logprobs"):
+        server.backend(max_logprobs=20).top_k(PROMPTS, 21)
+    assert server.state.calls("/v1/completions") == []
+
+
+# -- retries and failures --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("status", [503, 429])
+def test_transient_statuses_are_retried_with_backoff(server: FakeServer, status: int) -> None:
+    server.state.fail_statuses = [status, status]
+    start = time.monotonic()
+    ids = server.backend(max_retries=4, backoff=0.05).top_k(PROMPTS, 3)
+    elapsed = time.monotonic() - start
+    assert np.array_equal(ids, [ranked(p)[:3] for p in PROMPTS])
+    assert len(server.state.calls("/v1/completions")) == 3
+    assert elapsed >= 0.05 + 0.10  # waited backoff, then twice that
+
+
+def test_retries_give_up_after_max_retries(server: FakeServer) -> None:
+    server.state.fail_statuses = [503, 503, 503, 503]
+    with pytest.raises(BackendError, match="HTTP 503: Service Unavailable") as err:
+        server.backend(max_retries=2).top_k(PROMPTS, 3)
+    assert len(server.state.calls("/v1/completions")) == 3
+    assert server.url in str(err.value) and "/v1/completions" in str(err.value)
+
+
+def test_client_errors_are_not_retried(server: FakeServer) -> None:
+    server.state.fail_statuses = [400]
+    with pytest.raises(BackendError, match="HTTP 400"):
+        server.backend(max_retries=4).top_k(PROMPTS, 3)
+    assert len(server.state.calls("/v1/completions")) == 1
+
+
+def test_connection_refused_names_the_url() -> None:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    url = f"http://127.0.0.1:{port}"  # nothing listens there any more
+    backend = VLLMHttpBackend(url=url, model=MODEL, max_retries=1, backoff=0.01)
+    with pytest.raises(BackendError, match="connection failed") as err:
+        backend.top_k(PROMPTS, 3)
+    assert url in str(err.value)
+
+
+def test_timeout_is_a_backend_error(server: FakeServer) -> None:
+    server.state.completion_sleep_s = 1.0
+    backend = server.backend(timeout=0.2, max_retries=1)
+    start = time.monotonic()
+    with pytest.raises(BackendError, match="timed out") as err:
+        backend.top_k(PROMPTS, 3)
+    assert time.monotonic() - start < 1.0
+    assert server.url in str(err.value)
+    assert len(server.state.calls("/v1/completions")) == 2
+
+
+def test_error_messages_do_not_contain_prompt_ids(server: FakeServer) -> None:
+    server.state.echo_inputs_in_errors = True
+    secret = [[917, 933, 951], [877, 899]]
+    with pytest.raises(BackendError, match="HTTP 400") as err:
+        server.backend(mode="top_logprobs").next_token_probs(secret, np.array([[5], [6]]))
+    message = str(err.value)
+    for token in (t for row in secret for t in row):
+        assert not re.search(rf"\b{token}\b", message), message
+    assert server.url in message
+
+
+def test_error_messages_do_not_contain_tokenized_text(server: FakeServer) -> None:
+    with pytest.raises(BackendError, match="/tokenize: HTTP 400") as err:
+        server.backend().tokenize("patient Jane Roe \u2603")  # the fake cannot tokenize the ☃
+    assert "Jane" not in str(err.value)
