@@ -1,0 +1,186 @@
+"""The token loop, checked with a deterministic fake backend."""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+
+import numpy as np
+import pytest
+
+from app.privacy.accounting import Accounting
+from app.privacy.events import FixedSizeSampling, PoissonSampling, from_dict
+from app.privacy.params import Method
+from app.synthesis.config import SynthesisConfig
+from app.synthesis.data import Record
+from app.synthesis.generator import SynthesisError, synthesize
+from app.synthesis.tasks import BUILTIN_TASKS
+from tests.synthesis.fake_backend import FakeBackend
+
+TREC = BUILTIN_TASKS["trec"]
+MITG = BUILTIN_TASKS["mitg"]
+
+
+def trec_records(per_label: int = 60) -> list[Record]:
+    """Records whose text is one unique word, so prompts reveal exactly which were used."""
+    return [
+        Record(text=f"rec_{label}_{i}", label=label)
+        for label in TREC.labels
+        for i in range(per_label)
+    ]
+
+
+def config(**overrides) -> SynthesisConfig:
+    """Loop-behaviour tests run without noise (epsilon = inf) unless they are about the cost."""
+    base = dict(epsilon=math.inf, M=5, N=2, tmax=6, shots=4, K=20, seed=3)
+    base.update(overrides)
+    return SynthesisConfig(**base)
+
+
+def teacher_records(backend: FakeBackend, prompt: list[int]) -> list[str]:
+    return [w for w in backend.words(prompt) if w.startswith("rec_")]
+
+
+def probs_calls(backend: FakeBackend) -> list[list[list[int]]]:
+    return [prompts for kind, prompts in backend.calls if kind == "probs"]
+
+
+@pytest.mark.parametrize("method", list(Method))
+def test_consensus_is_generated_and_stops_at_newline(method):
+    backend = FakeBackend(stop_after=3)
+    result = synthesize(TREC, trec_records(), config(method=method), backend)
+    assert [d.text for d in result.demonstrations] == ["w0 w1 w2"] * 4
+    assert len(set(d.label for d in result.demonstrations)) == 4  # without replacement
+    assert len(probs_calls(backend)) == 4  # 3 words + the newline step, then all stopped
+
+
+def test_tmax_caps_a_demonstration_that_never_stops():
+    backend = FakeBackend(stop_after=None)
+    result = synthesize(TREC, trec_records(), config(tmax=5), backend)
+    assert all(d.text.split() == [f"w{i}" for i in range(5)] for d in result.demonstrations)
+
+
+def test_all_teacher_prompts_of_a_step_go_in_one_batch():
+    backend = FakeBackend(stop_after=3)
+    synthesize(TREC, trec_records(), config(shots=3, M=7), backend)
+    assert [len(batch) for batch in probs_calls(backend)] == [3 * 7] * 4
+
+
+def test_paper_sampling_draws_n_distinct_records_of_the_target_label_per_teacher():
+    backend = FakeBackend(stop_after=3)
+    result = synthesize(
+        TREC, trec_records(), config(accounting=Accounting.PAPER, M=6, N=3), backend
+    )
+    labels = [d.label for d in result.demonstrations]
+    for batch in probs_calls(backend):
+        for shot, label in enumerate(labels):
+            teachers = batch[shot * 6 : (shot + 1) * 6]
+            used = [teacher_records(backend, p) for p in teachers]
+            assert [len(u) for u in used] == [3] * 6
+            flat = [r for u in used for r in u]
+            assert len(set(flat)) == len(flat)  # disjoint teacher subsets
+            assert all(r.startswith(f"rec_{label}_") for r in flat)
+
+
+def test_poisson_sampling_is_disjoint_with_the_planned_expected_size():
+    backend = FakeBackend(stop_after=None)
+    synthesize(TREC, trec_records(per_label=50), config(M=5, N=2, tmax=40, shots=6), backend)
+    sizes = []
+    for batch in probs_calls(backend):
+        for shot in range(6):
+            used = [teacher_records(backend, p) for p in batch[shot * 5 : (shot + 1) * 5]]
+            flat = [r for u in used for r in u]
+            assert len(set(flat)) == len(flat)
+            sizes.extend(len(u) for u in used)
+    # each teacher gets Binomial(50, 10/50/5) records: mean 2, sd ~1.3; 1200 teachers
+    assert np.mean(sizes) == pytest.approx(2.0, abs=0.25)
+    assert len(set(sizes)) > 2  # Poisson sizes vary
+
+
+def test_fresh_subsample_every_step():
+    backend = FakeBackend(stop_after=None)
+    synthesize(TREC, trec_records(), config(accounting=Accounting.PAPER, tmax=4), backend)
+    first_teacher = [teacher_records(backend, batch[0]) for batch in probs_calls(backend)]
+    assert len({tuple(t) for t in first_teacher}) > 1
+
+
+@pytest.mark.parametrize("accounting", list(Accounting))
+def test_the_event_charged_is_what_ran(accounting):
+    backend = FakeBackend(stop_after=3)
+    records = trec_records()
+    result = synthesize(TREC, records, config(accounting=accounting, shots=8, epsilon=8.0), backend)
+    event = from_dict(result.event)
+    counts = Counter(d.label for d in result.demonstrations)
+    assert {e.label: e.event.steps for e in event.labels} == {
+        label: n * 6 for label, n in counts.items()
+    }  # shots x tmax, whatever stopped early
+    expected = FixedSizeSampling if accounting is Accounting.PAPER else PoissonSampling
+    assert all(isinstance(e.event.sampling, expected) for e in event.labels)
+    assert 8.0 * 0.99 <= result.epsilon <= 8.0
+    assert result.delta == pytest.approx(1 / len(records))
+
+
+def test_instruction_only_baseline_reads_no_private_record_and_costs_nothing():
+    backend = FakeBackend(stop_after=2)
+    result = synthesize(TREC, trec_records(), config(epsilon=0.0), backend)
+    assert result.epsilon == 0.0 and result.event == {"type": "synthesis", "labels": []}
+    assert all(not teacher_records(backend, p) for _, prompts in backend.calls for p in prompts)
+    assert [d.text for d in result.demonstrations] == ["w0 w1"] * 4
+
+
+def test_no_noise_baseline_costs_infinity():
+    result = synthesize(TREC, trec_records(), config(epsilon=math.inf), FakeBackend(stop_after=2))
+    assert result.epsilon == math.inf
+    assert [d.text for d in result.demonstrations] == ["w0 w1"] * 4
+
+
+def test_a_scheduled_label_without_records_is_an_error():
+    records = [r for r in trec_records() if r.label != "Location"]
+    with pytest.raises(SynthesisError, match="Location"):
+        synthesize(TREC, records, config(shots=6), FakeBackend())
+
+
+def test_a_budget_too_small_for_the_settings_is_an_error():
+    with pytest.raises(ValueError, match="cannot be met"):
+        synthesize(TREC, trec_records(), config(epsilon=0.001), FakeBackend())
+
+
+@pytest.mark.parametrize("method", list(Method))
+def test_noisy_runs_still_follow_a_strong_consensus(method):
+    """With many agreeing teachers the private aggregation keeps the consensus token."""
+    backend = FakeBackend(stop_after=3)
+    result = synthesize(
+        TREC, trec_records(per_label=400), config(method=method, epsilon=8.0, M=40), backend
+    )
+    expected = [f"w{j}" for j in range(3)]
+    matches = [d.text.split() == expected for d in result.demonstrations]
+    assert sum(matches) >= 3
+
+
+def test_extraction_targets_come_from_public_candidates_only():
+    records = [Record(text=f"rec_{i}", label=f"privategenre{i % 7}") for i in range(80)]
+    task = MITG.with_candidates(["comedy", "horror"])
+    backend = FakeBackend(stop_after=2, marker="Sentence:")
+    result = synthesize(task, records, config(M=4, N=2, shots=4), backend)
+    assert sorted(d.label for d in result.demonstrations) == [
+        "comedy",
+        "comedy",
+        "horror",
+        "horror",
+    ]
+    event = from_dict(result.event)
+    assert [(e.label, e.event.steps) for e in event.labels] == [("*", 4 * 6)]
+    # private slot values appear only inside teacher examples, never as a generation target
+    for _, prompts in backend.calls:
+        for prompt in prompts:
+            words = backend.words(prompt)
+            target = words[len(words) - 1 - words[::-1].index("Genre:") + 1]
+            assert target in {"comedy", "horror"}
+
+
+def test_seeded_runs_repeat_and_results_carry_the_plan():
+    a = synthesize(TREC, trec_records(), config(seed=11), FakeBackend(stop_after=None))
+    b = synthesize(TREC, trec_records(), config(seed=11), FakeBackend(stop_after=None))
+    assert a.to_dict()["demonstrations"] == b.to_dict()["demonstrations"]
+    assert a.plan["M"] == 5 and a.method == "adadpsyn" and a.model == "fake"
+    assert "Answer Type:" in a.prompt and a.prompt.startswith(TREC.icl_instruction)
