@@ -79,17 +79,29 @@ class Accountant(ABC):
     @abstractmethod
     def _epsilon(self, events: Sequence[SampledEvent], delta: float) -> float: ...
 
-    def exposures(self, event: SynthesisEvent) -> list[list[SampledEvent]]:
-        """The sets of label events that one record can influence together."""
-        singles = [[entry.event] for entry in event.labels]
+    def exposures(self, events: Sequence[SynthesisEvent]) -> list[list[SampledEvent]]:
+        """The sets of label events that one record can influence together.
+
+        Events of several jobs on one dataset are grouped by label: a record's label decides
+        which of them read it. Under add/remove a record sits in one label partition; under
+        replace-one it can be swapped for a record of another label, touching two.
+        """
+        by_label: dict[str, list[SampledEvent]] = {}
+        for event in events:
+            for entry in event.labels:
+                by_label.setdefault(entry.label, []).append(entry.event)
+        singles = list(by_label.values())
         if self.relation is Relation.ADD_OR_REMOVE:
             return singles
-        pairs = [[a.event, b.event] for a, b in itertools.combinations(event.labels, 2)]
+        pairs = [a + b for a, b in itertools.combinations(singles, 2)]
         return singles + pairs
 
-    def synthesis_epsilon(self, event: SynthesisEvent, delta: float) -> float:
-        """Epsilon of a whole job for any one record: the worst case over its exposures."""
-        exposures = self.exposures(event)
+    def synthesis_epsilon(
+        self, event: SynthesisEvent | Sequence[SynthesisEvent], delta: float
+    ) -> float:
+        """Epsilon for any one record of a dataset over one job or several (composed)."""
+        events = [event] if isinstance(event, SynthesisEvent) else list(event)
+        exposures = self.exposures(events)
         if not exposures:
             return 0.0
         return max(self.epsilon(group, delta) for group in exposures)

@@ -103,34 +103,69 @@ def _base_plan(config: SynthesisConfig) -> PrivacyPlan:
     )
 
 
-def plan_job(
-    task: TaskSpec, records: Sequence[Record], config: SynthesisConfig, rng: np.random.Generator
-) -> tuple[PrivacyPlan, list[str], dict[str, int], float]:
-    """Validate the job, draw its public label schedule and calibrate its noise.
+@dataclass(frozen=True)
+class JobPlan:
+    """Everything about a job that is fixed before it reads a private record.
 
-    Returns the plan, the target label of each shot, the partition sizes and delta.
+    The service draws it at admission, so the ledger charges exactly the event that will run.
     """
-    parts = _partitions(task, records)
-    targets = list(task.target_labels())
-    schedule = label_schedule(targets, config.shots, rng)
-    delta = config.delta if config.delta is not None else 1.0 / max(1, len(records))
-    sizes = {key: len(value) for key, value in parts.items()}
-    plan = _base_plan(config)
-    if config.epsilon == 0:
-        return plan, schedule, sizes, delta
-    charged = shots_per_label(schedule)
-    if task.kind == TaskKind.EXTRACTION:
-        charged = {ALL_RECORDS: config.shots}
+
+    task: TaskSpec
+    config: SynthesisConfig
+    plan: PrivacyPlan
+    schedule: tuple[str, ...]  # public target label of each shot
+    sizes: dict[str, int]  # records per partition (public counts, see docs/privacy.md)
+    delta: float
+
+    @property
+    def private(self) -> bool:
+        return self.config.epsilon > 0
+
+    def event(self) -> SynthesisEvent:
+        if not self.private:
+            return SynthesisEvent(())
+        return self.plan.synthesis_event(self.sizes, self.charged())
+
+    def charged(self) -> dict[str, int]:
+        if self.task.kind == TaskKind.EXTRACTION:
+            return {ALL_RECORDS: len(self.schedule)}
+        return shots_per_label(self.schedule)
+
+    def epsilon(self) -> float:
+        if not self.private:
+            return 0.0
+        return self.plan.accountant.synthesis_epsilon(self.event(), self.delta)
+
+
+def partition_sizes(task: TaskSpec, records: Sequence[Record]) -> dict[str, int]:
+    return {key: len(value) for key, value in _partitions(task, records).items()}
+
+
+def plan_job(
+    task: TaskSpec,
+    sizes: dict[str, int],
+    config: SynthesisConfig,
+    rng: np.random.Generator,
+) -> JobPlan:
+    """Validate the job, draw its public label schedule and calibrate its noise."""
+    schedule = tuple(label_schedule(list(task.target_labels()), config.shots, rng))
+    n_total = sum(sizes.values())
+    delta = config.delta if config.delta is not None else 1.0 / max(1, n_total)
+    job = JobPlan(task, config, _base_plan(config), schedule, dict(sizes), delta)
+    if not job.private:
+        return job
+    charged = job.charged()
     empty = sorted(label for label in charged if sizes.get(label, 0) == 0)
     if empty:
         raise SynthesisError(f"no private records with label(s) {', '.join(empty)}")
+    plan = job.plan
     if math.isfinite(config.epsilon):
         plan = calibrate(
             plan, label_sizes=sizes, shots=charged, target_epsilon=config.epsilon, delta=delta
         ).plan
     for label in charged:  # fails early if, e.g., M*N exceeds a partition (paper sampling)
         plan.sampling(sizes[label])
-    return plan, schedule, sizes, delta
+    return JobPlan(task, config, plan, schedule, dict(sizes), delta)
 
 
 def _aggregator(
@@ -156,13 +191,22 @@ def synthesize(
     config: SynthesisConfig,
     backend: LLMBackend,
     progress: Progress | None = None,
+    job: JobPlan | None = None,
 ) -> SynthesisResult:
-    """Run one synthesis job end to end."""
+    """Run one synthesis job end to end (planning it first unless ``job`` is given).
+
+    ``progress`` is called between tokens; an exception it raises (for example a
+    cancellation) stops the job there.
+    """
     started = time.perf_counter()
     rng = make_rng(config.seed)
-    plan, schedule, sizes, delta = plan_job(task, records, config, rng)
     parts = _partitions(task, records)
-    private = config.epsilon > 0
+    sizes = {key: len(value) for key, value in parts.items()}
+    if job is None:
+        job = plan_job(task, sizes, config, rng)
+    elif job.sizes != sizes:
+        raise SynthesisError("the dataset changed since the job was planned")
+    plan, schedule, private = job.plan, job.schedule, job.private
     aggregate = _aggregator(plan)
     stop_ids = set(backend.newline_ids) | {backend.eos_id}
     # Always offer end-of-sequence and a plain newline, so a demonstration can end.
@@ -218,8 +262,6 @@ def synthesize(
             progress(min(done, planned), planned)
 
     demos = [Demonstration(s.label, backend.detokenize(s.generated).strip()) for s in shots]
-    event = plan.synthesis_event(sizes, _charged(task, schedule)) if private else SynthesisEvent(())
-    epsilon = plan.accountant.synthesis_epsilon(event, delta) if private else 0.0
     seconds = time.perf_counter() - started
     return SynthesisResult(
         task=task.name,
@@ -227,10 +269,10 @@ def synthesize(
         model=backend.name,
         demonstrations=demos,
         prompt=demonstration_prompt(task, [(d.label, d.text) for d in demos]),
-        epsilon=epsilon,
-        delta=delta,
+        epsilon=job.epsilon(),
+        delta=job.delta,
         plan=plan.model_dump(mode="json"),
-        event=to_dict(event),
+        event=to_dict(job.event()),
         stats={
             "seconds": seconds,
             "backend_calls": calls,
@@ -238,12 +280,6 @@ def synthesize(
             "prompt_tokens_per_second": prompt_tokens / seconds if seconds else 0.0,
         },
     )
-
-
-def _charged(task: TaskSpec, schedule: list[str]) -> dict[str, int]:
-    if task.kind == TaskKind.EXTRACTION:
-        return {ALL_RECORDS: len(schedule)}
-    return shots_per_label(schedule)
 
 
 def _with_stop_tokens(top: np.ndarray, stop: np.ndarray) -> np.ndarray:

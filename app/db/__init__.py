@@ -1,0 +1,1 @@
+"""Persistence: SQLAlchemy 2 models and sessions. Alembic (``migrations/``) owns the schema."""

@@ -1,0 +1,148 @@
+"""Tables of the service.
+
+Private records live only in ``dataset_records``; no API schema ever reads that table, and
+deleting a dataset deletes its records but keeps its ledger. The ledger is append-only: rows
+are inserted, never updated or deleted.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import Any, ClassVar
+
+from sqlalchemy import JSON, Boolean, DateTime, Float, ForeignKey, Integer, String, Text
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+
+def new_id() -> str:
+    return uuid.uuid4().hex
+
+
+def now() -> datetime:
+    return datetime.now(UTC)
+
+
+class Base(DeclarativeBase):
+    type_annotation_map: ClassVar = {dict[str, Any]: JSON, list[Any]: JSON}
+
+
+class Tenant(Base):
+    __tablename__ = "tenants"
+    id: Mapped[str] = mapped_column(String(32), primary_key=True, default=new_id)
+    name: Mapped[str] = mapped_column(String(200), unique=True)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=now)
+
+
+class KeyScope(StrEnum):
+    ADMIN = "admin"  # everything of its tenant
+    PROMPTS_READ = "prompts:read"  # read prompts and complete with them: DP outputs only
+
+
+class ApiKey(Base):
+    __tablename__ = "api_keys"
+    id: Mapped[str] = mapped_column(String(32), primary_key=True, default=new_id)
+    tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id"), index=True)
+    key_hash: Mapped[str] = mapped_column(String(64), unique=True)  # sha256 of the key
+    scope: Mapped[str] = mapped_column(String(32), default=KeyScope.ADMIN.value)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=now)
+    revoked: Mapped[bool] = mapped_column(Boolean, default=False)
+
+
+class Dataset(Base):
+    __tablename__ = "datasets"
+    id: Mapped[str] = mapped_column(String(32), primary_key=True, default=new_id)
+    tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id"), index=True)
+    name: Mapped[str] = mapped_column(String(200))
+    task: Mapped[dict[str, Any]] = mapped_column(JSON)  # the TaskSpec, public
+    label_counts: Mapped[dict[str, Any]] = mapped_column(JSON)
+    record_count: Mapped[int] = mapped_column(Integer)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=now)
+    deleted_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+
+
+class DatasetRecord(Base):
+    __tablename__ = "dataset_records"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    dataset_id: Mapped[str] = mapped_column(ForeignKey("datasets.id"), index=True)
+    text: Mapped[str] = mapped_column(Text)
+    label: Mapped[str] = mapped_column(String(500))
+
+
+class Budget(Base):
+    """A dataset's total budget. The accounting mode is fixed per budget so that all of its
+    events compose under one accountant."""
+
+    __tablename__ = "budgets"
+    dataset_id: Mapped[str] = mapped_column(ForeignKey("datasets.id"), primary_key=True)
+    epsilon: Mapped[float] = mapped_column(Float)
+    delta: Mapped[float] = mapped_column(Float)
+    accounting: Mapped[str] = mapped_column(String(16))
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=now)
+
+
+class JobStatus(StrEnum):
+    QUEUED = "queued"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
+class Job(Base):
+    __tablename__ = "jobs"
+    id: Mapped[str] = mapped_column(String(32), primary_key=True, default=new_id)
+    tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id"), index=True)
+    dataset_id: Mapped[str] = mapped_column(ForeignKey("datasets.id"), index=True)
+    method: Mapped[str] = mapped_column(String(32))
+    config: Mapped[dict[str, Any]] = mapped_column(JSON)  # SynthesisConfig, validated
+    schedule: Mapped[list[Any]] = mapped_column(JSON)  # public label of each shot
+    event: Mapped[dict[str, Any]] = mapped_column(JSON)  # what the ledger charges
+    epsilon: Mapped[float] = mapped_column(Float)
+    delta: Mapped[float] = mapped_column(Float)
+    status: Mapped[str] = mapped_column(String(16), default=JobStatus.QUEUED.value, index=True)
+    progress_done: Mapped[int] = mapped_column(Integer, default=0)
+    progress_total: Mapped[int] = mapped_column(Integer, default=0)
+    touched_data: Mapped[bool] = mapped_column(Boolean, default=False)
+    cancel_requested: Mapped[bool] = mapped_column(Boolean, default=False)
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    error: Mapped[str | None] = mapped_column(Text, nullable=True)
+    prompt_set_id: Mapped[str | None] = mapped_column(String(32), nullable=True)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=now)
+    started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+
+
+class PromptSet(Base):
+    __tablename__ = "prompt_sets"
+    id: Mapped[str] = mapped_column(String(32), primary_key=True, default=new_id)
+    tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id"), index=True)
+    job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id"), unique=True)  # one per job
+    dataset_id: Mapped[str] = mapped_column(String(32), index=True)
+    task: Mapped[dict[str, Any]] = mapped_column(JSON)
+    demonstrations: Mapped[list[Any]] = mapped_column(JSON)
+    prompt: Mapped[str] = mapped_column(Text)
+    method: Mapped[str] = mapped_column(String(32))
+    model: Mapped[str] = mapped_column(String(500))
+    epsilon: Mapped[float] = mapped_column(Float)
+    delta: Mapped[float] = mapped_column(Float)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=now)
+
+
+class LedgerKind(StrEnum):
+    RESERVE = "reserve"
+    COMMIT = "commit"
+    RELEASE = "release"
+
+
+class LedgerEntry(Base):
+    __tablename__ = "ledger"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    dataset_id: Mapped[str] = mapped_column(ForeignKey("datasets.id"), index=True)
+    job_id: Mapped[str] = mapped_column(String(32), index=True)
+    kind: Mapped[str] = mapped_column(String(16))
+    epsilon: Mapped[float] = mapped_column(Float)  # the job's own epsilon at its delta
+    delta: Mapped[float] = mapped_column(Float)
+    event: Mapped[dict[str, Any]] = mapped_column(JSON)  # app.privacy.events.to_dict
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=now)

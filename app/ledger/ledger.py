@@ -1,0 +1,175 @@
+"""Budget admission and the append-only ledger of privacy events.
+
+Every job's cost is described by its :class:`~app.privacy.events.SynthesisEvent`. A dataset's
+spend is the *composition* of the events of its live jobs (reserved or committed, not
+released), computed by the budget's accountant, which is tighter than adding epsilons; the
+plain sum is reported beside it.
+
+Admission is atomic across processes: the budget row is locked (``SELECT ... FOR UPDATE`` on
+PostgreSQL; SQLite serialises writers with ``BEGIN IMMEDIATE``) while the new total is
+computed and the reservation inserted, in one transaction.
+
+Lifecycle of a job's charge: ``reserve`` at admission; ``commit`` when its result is stored,
+or when it fails after touching the data (it stays charged); ``release`` only if it never
+touched the data.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from app.db.models import Budget, LedgerEntry, LedgerKind
+from app.privacy.accounting import Accounting, accountant_for
+from app.privacy.events import SynthesisEvent, from_dict, to_dict
+
+
+class LedgerError(ValueError):
+    """A ledger operation that cannot be done (the message says why)."""
+
+
+class NoBudgetError(LedgerError):
+    pass
+
+
+class BudgetExceededError(LedgerError):
+    def __init__(self, *, requested: float, spent: float, total: float) -> None:
+        self.requested, self.spent, self.total = requested, spent, total
+        self.remaining = max(0.0, total - spent)
+        super().__init__(
+            f"the job's cost does not fit the dataset's budget: epsilon {total:g} in total, "
+            f"{spent:.4g} spent or reserved, {self.remaining:.4g} remaining; this job alone "
+            f"costs {requested:.4g}"
+        )
+
+
+@dataclass(frozen=True)
+class Spend:
+    """What a dataset has spent: composed by the accountant, and the plain sum."""
+
+    epsilon: float
+    plain_sum: float
+    jobs: int
+
+
+def _live_entries(session: Session, dataset_id: str) -> list[LedgerEntry]:
+    """The reserve entries of jobs that were not released."""
+    entries = session.scalars(
+        select(LedgerEntry).where(LedgerEntry.dataset_id == dataset_id).order_by(LedgerEntry.id)
+    ).all()
+    released = {e.job_id for e in entries if e.kind == LedgerKind.RELEASE}
+    return [e for e in entries if e.kind == LedgerKind.RESERVE and e.job_id not in released]
+
+
+def _compose(budget: Budget, events: Sequence[SynthesisEvent]) -> float:
+    accountant = accountant_for(Accounting(budget.accounting))
+    return accountant.synthesis_epsilon(list(events), budget.delta) if events else 0.0
+
+
+def spend(session: Session, budget: Budget) -> Spend:
+    live = _live_entries(session, budget.dataset_id)
+    events = [from_dict(e.event) for e in live]
+    return Spend(
+        epsilon=_compose(budget, events),  # type: ignore[arg-type]
+        plain_sum=sum(e.epsilon for e in live),
+        jobs=len(live),
+    )
+
+
+def lock_budget(session: Session, dataset_id: str) -> Budget:
+    budget = session.scalars(
+        select(Budget).where(Budget.dataset_id == dataset_id).with_for_update()
+    ).one_or_none()
+    if budget is None:
+        raise NoBudgetError("the dataset has no budget: set one with PUT /v1/datasets/{id}/budget")
+    return budget
+
+
+def admit(
+    session: Session,
+    *,
+    dataset_id: str,
+    job_id: str,
+    event: SynthesisEvent,
+    epsilon: float,
+    delta: float,
+    accounting: Accounting,
+) -> Spend:
+    """Reserve ``event`` against the budget, or raise :class:`BudgetExceededError`.
+
+    Must run inside the transaction that creates the job: the reservation and the job row are
+    committed together, and the budget row stays locked until then.
+    """
+    budget = lock_budget(session, dataset_id)
+    if Accounting(budget.accounting) is not accounting:
+        raise LedgerError(
+            f"the dataset's budget uses {budget.accounting} accounting; submit the job with "
+            f"accounting={budget.accounting}"
+        )
+    if delta > budget.delta:
+        raise LedgerError(f"the job's delta {delta:g} exceeds the budget's delta {budget.delta:g}")
+    live = _live_entries(session, dataset_id)
+    events = [from_dict(e.event) for e in live]
+    before = _compose(budget, events)  # type: ignore[arg-type]
+    after = _compose(budget, [*events, event])  # type: ignore[list-item]
+    if after > budget.epsilon * (1 + 1e-9):
+        raise BudgetExceededError(requested=epsilon, spent=before, total=budget.epsilon)
+    session.add(
+        LedgerEntry(
+            dataset_id=dataset_id,
+            job_id=job_id,
+            kind=LedgerKind.RESERVE.value,
+            epsilon=epsilon,
+            delta=delta,
+            event=to_dict(event),
+        )
+    )
+    return Spend(
+        epsilon=after, plain_sum=sum(e.epsilon for e in live) + epsilon, jobs=len(live) + 1
+    )
+
+
+def _close(session: Session, job_id: str, kind: LedgerKind) -> LedgerEntry:
+    entries = session.scalars(
+        select(LedgerEntry).where(LedgerEntry.job_id == job_id).order_by(LedgerEntry.id)
+    ).all()
+    reserve = next((e for e in entries if e.kind == LedgerKind.RESERVE), None)
+    if reserve is None:
+        raise LedgerError(f"job {job_id} has no reservation")
+    closed = next((e for e in entries if e.kind != LedgerKind.RESERVE), None)
+    if closed is not None:
+        if closed.kind != kind:
+            raise LedgerError(f"job {job_id} was already {closed.kind}d")
+        return closed  # idempotent: a redelivered task closes once
+    lock_budget(session, reserve.dataset_id)
+    entry = LedgerEntry(
+        dataset_id=reserve.dataset_id,
+        job_id=job_id,
+        kind=kind.value,
+        epsilon=reserve.epsilon,
+        delta=reserve.delta,
+        event=reserve.event,
+    )
+    session.add(entry)
+    return entry
+
+
+def commit(session: Session, job_id: str) -> LedgerEntry:
+    """The job's charge is final (its result is stored, or it touched the data and failed)."""
+    return _close(session, job_id, LedgerKind.COMMIT)
+
+
+def release(session: Session, job_id: str) -> LedgerEntry:
+    """Give the reservation back: only for a job that never read a private record."""
+    return _close(session, job_id, LedgerKind.RELEASE)
+
+
+def history(session: Session, dataset_id: str) -> list[LedgerEntry]:
+    return list(
+        session.scalars(
+            select(LedgerEntry).where(LedgerEntry.dataset_id == dataset_id).order_by(LedgerEntry.id)
+        )
+    )

@@ -1,0 +1,54 @@
+"""Service settings: one validated object, read from environment variables (``DPSYN_*``).
+
+With no configuration at all the service runs embedded: SQLite in the working directory, an
+in-process worker, and the packaged CPU model. The distributed deployment only changes
+settings (a PostgreSQL URL, a Redis broker URL, a vLLM backend), never code paths.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import Literal
+
+from pydantic import Field, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from app.llm.factory import BackendKind
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="DPSYN_", extra="ignore")
+
+    environment: Literal["development", "production"] = "development"
+    database_url: str = Field(
+        "sqlite:///./dpsyn.db", description="SQLAlchemy URL; postgresql+psycopg://... in prod."
+    )
+    broker_url: str | None = Field(
+        None, description="Celery broker (redis://...). None: run jobs in an in-process worker."
+    )
+    backend: BackendKind = BackendKind.TRANSFORMERS
+    model: str | None = Field(None, description="Model name or path (see app.llm.models).")
+    vllm_url: str | None = None
+    bootstrap_api_key: str | None = Field(
+        None,
+        description="An admin API key created at start-up for the 'default' tenant if missing.",
+    )
+    max_upload_bytes: int = Field(50 * 1024 * 1024, gt=0)
+    max_records: int = Field(500_000, gt=0)
+    job_timeout_s: int = Field(6 * 3600, gt=0, description="Longest job; sizes visibility_timeout.")
+    host: str = "127.0.0.1"
+    port: int = 8000
+
+    @model_validator(mode="after")
+    def _safe_in_production(self) -> Settings:
+        if self.environment == "production":
+            if self.database_url.startswith("sqlite"):
+                raise ValueError("production needs a PostgreSQL DPSYN_DATABASE_URL, not SQLite")
+            if self.bootstrap_api_key and len(self.bootstrap_api_key) < 32:
+                raise ValueError("DPSYN_BOOTSTRAP_API_KEY must be at least 32 characters")
+        return self
+
+
+@lru_cache
+def get_settings() -> Settings:
+    return Settings()
