@@ -1,0 +1,33 @@
+"""One backend per process, built on first use from the settings (models load slowly)."""
+
+from __future__ import annotations
+
+import threading
+
+from app.llm.base import LLMBackend
+from app.llm.factory import BackendKind, make_backend
+
+
+class BackendProvider:
+    """Lazily builds and then shares one backend; thread-safe."""
+
+    def __init__(self, kind: BackendKind, *, model: str | None, url: str | None) -> None:
+        self.kind, self.model, self.url = kind, model, url
+        self._backend: LLMBackend | None = None
+        self._lock = threading.Lock()
+        # Forward passes of one local model are not re-entrant across threads; serialise them.
+        self.use_lock = threading.Lock()
+
+    def get(self) -> LLMBackend:
+        with self._lock:
+            if self._backend is None:
+                self._backend = make_backend(self.kind, model=self.model, url=self.url)
+            return self._backend
+
+
+class StaticProvider(BackendProvider):
+    """A provider around an existing backend (tests, benchmarks)."""
+
+    def __init__(self, backend: LLMBackend) -> None:
+        super().__init__(BackendKind.TRANSFORMERS, model=None, url=None)
+        self._backend = backend

@@ -1,0 +1,1 @@
+"""Job execution: the Celery app (distributed mode) and the in-process worker (embedded)."""
