@@ -113,9 +113,9 @@ def admit(
         raise LedgerError(f"the job's delta {delta:g} exceeds the budget's delta {budget.delta:g}")
     live = _live_entries(session, dataset_id)
     events = [from_dict(e.event) for e in live]
-    before = _compose(budget, events)  # type: ignore[arg-type]
     after = _compose(budget, [*events, event])  # type: ignore[list-item]
     if after > budget.epsilon * (1 + 1e-9):
+        before = _compose(budget, events)  # type: ignore[arg-type]
         raise BudgetExceededError(requested=epsilon, spent=before, total=budget.epsilon)
     session.add(
         LedgerEntry(
@@ -142,7 +142,8 @@ def _close(session: Session, job_id: str, kind: LedgerKind) -> LedgerEntry:
     closed = next((e for e in entries if e.kind != LedgerKind.RESERVE), None)
     if closed is not None:
         if closed.kind != kind:
-            raise LedgerError(f"job {job_id} was already {closed.kind}d")
+            past = {LedgerKind.COMMIT: "committed", LedgerKind.RELEASE: "released"}
+            raise LedgerError(f"job {job_id} was already {past[LedgerKind(closed.kind)]}")
         return closed  # idempotent: a redelivered task closes once
     lock_budget(session, reserve.dataset_id)
     entry = LedgerEntry(

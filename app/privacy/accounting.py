@@ -22,6 +22,7 @@ case over what one record can touch. ``docs/privacy.md`` states the guarantee in
 
 from __future__ import annotations
 
+import functools
 import itertools
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
@@ -141,21 +142,32 @@ class TightPldAccountant(Accountant):
     def pld(self, event: SampledEvent) -> pld_lib.PrivacyLossDistribution:
         """Pessimistic PLD of ``event``: ``steps`` compositions of one subsampled Gaussian."""
         self.check(event)
-        one_step = pld_lib.from_gaussian_mechanism(
-            standard_deviation=event.noise_multiplier,
-            sensitivity=1.0,
-            sampling_prob=event.sampling.rate,
-            value_discretization_interval=self.discretization,
-            pessimistic_estimate=True,
-            use_connect_dots=True,
+        return _sampled_gaussian_pld(
+            event.noise_multiplier, event.sampling.rate, event.steps, self.discretization
         )
-        return one_step.self_compose(event.steps)
 
     def _epsilon(self, events: Sequence[SampledEvent], delta: float) -> float:
         combined = self.pld(events[0])
         for event in events[1:]:
             combined = combined.compose(self.pld(event))
         return float(combined.get_epsilon_for_delta(delta))
+
+
+@functools.lru_cache(maxsize=256)
+def _sampled_gaussian_pld(
+    sigma: float, rate: float, steps: int, discretization: float
+) -> pld_lib.PrivacyLossDistribution:
+    """Cached: the ledger recomposes the same events at every admission. PLD objects are
+    never mutated (composition returns new ones), so sharing them is safe."""
+    one_step = pld_lib.from_gaussian_mechanism(
+        standard_deviation=sigma,
+        sensitivity=1.0,
+        sampling_prob=rate,
+        value_discretization_interval=discretization,
+        pessimistic_estimate=True,
+        use_connect_dots=True,
+    )
+    return one_step.self_compose(steps)
 
 
 def accountant_for(accounting: Accounting) -> Accountant:
