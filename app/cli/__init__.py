@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import typer
 
+from app.cli.client import budget_app, datasets_app, jobs_app, prompts_app
 from app.cli.privacy import privacy_app
+from app.cli.serve import serve_command, worker_command
 from app.cli.synthesize import synthesize_command
 
 app = typer.Typer(
@@ -15,6 +17,12 @@ app = typer.Typer(
 )
 app.add_typer(privacy_app, name="privacy")
 app.command("synthesize")(synthesize_command)
+app.command("serve")(serve_command)
+app.command("worker")(worker_command)
+app.add_typer(datasets_app, name="datasets")
+app.add_typer(budget_app, name="budget")
+app.add_typer(jobs_app, name="jobs")
+app.add_typer(prompts_app, name="prompts")
 
 
 def main() -> None:

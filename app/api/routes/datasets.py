@@ -1,0 +1,183 @@
+"""Upload, list, read and delete private datasets (metadata only ever leaves)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Query, Request
+from fastapi.concurrency import run_in_threadpool
+from fastapi.exceptions import RequestValidationError
+from pydantic import ValidationError
+from sqlalchemy.orm import Session
+from starlette.datastructures import UploadFile
+from starlette.formparsers import MultiPartException
+
+from app.api.deps import AdminKey, SessionDep, SettingsDep
+from app.api.schemas import UPLOAD_OPENAPI, DatasetCreate, DatasetPublic, DatasetUploadForm
+from app.services import datasets as service
+from app.services.errors import InvalidError, UnsupportedMediaTypeError
+from app.settings import Settings
+
+router = APIRouter(prefix="/v1/datasets", tags=["datasets"])
+
+# Room for the multipart boundaries and the small form fields around the file.
+_FORM_OVERHEAD = 64 * 1024
+
+
+class _LimitedReceive:
+    """The request's body stream, cut off with a 413 once it passes ``limit`` bytes."""
+
+    def __init__(self, request: Request, limit: int) -> None:
+        self._receive, self._limit, self._seen = request.receive, limit, 0
+
+    async def __call__(self) -> Any:
+        message = await self._receive()
+        if message["type"] == "http.request":
+            self._seen += len(message.get("body", b""))
+            if self._seen > self._limit:
+                raise service.too_large(self._limit - _FORM_OVERHEAD)
+        return message
+
+
+def _validation_error(err: ValidationError) -> RequestValidationError:
+    return RequestValidationError(
+        [{**e, "loc": ("body", *e["loc"])} for e in err.errors(include_input=False)]
+    )
+
+
+@router.post(
+    "",
+    status_code=201,
+    response_model=DatasetPublic,
+    openapi_extra=UPLOAD_OPENAPI,
+    summary="Upload a dataset (multipart CSV/TSV/JSONL file, or a JSON body)",
+)
+async def upload_dataset(
+    request: Request, principal: AdminKey, session: SessionDep, settings: SettingsDep
+) -> DatasetPublic:
+    limit = settings.max_upload_bytes
+    length = request.headers.get("content-length")
+    content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if content_type == "multipart/form-data":
+        if length and length.isdigit() and int(length) > limit + _FORM_OVERHEAD:
+            raise service.too_large(limit)
+        limited = Request(request.scope, _LimitedReceive(request, limit + _FORM_OVERHEAD))
+        try:
+            form = await limited.form(max_files=1, max_fields=10)
+        except MultiPartException as err:
+            raise InvalidError(f"invalid multipart body: {err.message}") from None
+        try:
+            upload = form.get("file")
+            fields = {k: v for k, v in form.items() if k != "file" and isinstance(v, str)}
+            try:
+                meta = DatasetUploadForm.model_validate(fields)
+            except ValidationError as err:
+                raise _validation_error(err) from None
+            if not isinstance(upload, UploadFile):
+                raise InvalidError("file: a multipart upload needs a file part named 'file'")
+            return await run_in_threadpool(
+                _from_file, session, settings, principal.tenant_id, meta, upload
+            )
+        finally:
+            await form.close()
+    if content_type == "application/json":
+        if length and length.isdigit() and int(length) > limit:
+            raise service.too_large(limit)
+        body = bytearray()
+        async for chunk in request.stream():
+            body += chunk
+            if len(body) > limit:
+                raise service.too_large(limit)
+        try:
+            payload = json.loads(body)
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            raise InvalidError("body: not valid JSON") from None
+        try:
+            meta_json = DatasetCreate.model_validate(payload)
+        except ValidationError as err:
+            raise _validation_error(err) from None
+        return await run_in_threadpool(
+            _from_json, session, settings, principal.tenant_id, meta_json
+        )
+    raise UnsupportedMediaTypeError(
+        "Content-Type: send multipart/form-data (a file) or application/json (records)"
+    )
+
+
+def _from_file(
+    session: Session, settings: Settings, tenant_id: str, meta: DatasetUploadForm, upload: Any
+) -> DatasetPublic:
+    task = service.parse_task(meta.task)
+    suffix = service.upload_suffix(upload.filename, meta.format)
+    display = Path(upload.filename or f"upload{suffix}").name
+    upload.file.seek(0)
+    records = service.read_upload(
+        task,
+        lambda handle: service.copy_limited(upload.file, handle, settings.max_upload_bytes),
+        suffix=suffix,
+        text_column=meta.text_column,
+        label_column=meta.label_column,
+        display_name=display,
+    )
+    dataset = service.create_dataset(
+        session,
+        tenant_id=tenant_id,
+        name=meta.name or Path(display).stem or task.name,
+        task=task,
+        records=records,
+        max_records=settings.max_records,
+    )
+    return DatasetPublic.from_row(dataset)
+
+
+def _from_json(
+    session: Session, settings: Settings, tenant_id: str, meta: DatasetCreate
+) -> DatasetPublic:
+    task = service.parse_task(meta.task)
+    records = service.read_upload(
+        task,
+        service.jsonl_writer(meta.records),
+        suffix=".jsonl",
+        text_column=meta.text_column,
+        label_column=meta.label_column,
+        display_name="records",
+    )
+    dataset = service.create_dataset(
+        session,
+        tenant_id=tenant_id,
+        name=meta.name or task.name,
+        task=task,
+        records=records,
+        max_records=settings.max_records,
+    )
+    return DatasetPublic.from_row(dataset)
+
+
+@router.get("", response_model=list[DatasetPublic])
+def list_datasets(
+    principal: AdminKey,
+    session: SessionDep,
+    include_deleted: bool = False,
+    limit: Annotated[int, Query(ge=1, le=500)] = 100,
+    offset: Annotated[int, Query(ge=0)] = 0,
+) -> list[DatasetPublic]:
+    rows = service.list_datasets(
+        session, principal.tenant_id, include_deleted=include_deleted, limit=limit, offset=offset
+    )
+    return [DatasetPublic.from_row(row) for row in rows]
+
+
+@router.get("/{dataset_id}", response_model=DatasetPublic)
+def get_dataset(dataset_id: str, principal: AdminKey, session: SessionDep) -> DatasetPublic:
+    return DatasetPublic.from_row(service.get_dataset(session, principal.tenant_id, dataset_id))
+
+
+@router.delete(
+    "/{dataset_id}",
+    response_model=DatasetPublic,
+    summary="Delete the records (the dataset row and its ledger stay)",
+)
+def delete_dataset(dataset_id: str, principal: AdminKey, session: SessionDep) -> DatasetPublic:
+    return DatasetPublic.from_row(service.delete_dataset(session, principal.tenant_id, dataset_id))

@@ -1,0 +1,59 @@
+"""Synthesised prompts (DP outputs, readable with a prompts:read key) and Stage 2."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Query
+
+from app.api.deps import AnyKey, ProviderDep, SessionDep
+from app.api.schemas import CompletionPublic, CompletionRequest, PromptPublic, PromptSummary
+from app.services import prompts as service
+
+router = APIRouter(prefix="/v1/prompts", tags=["prompts"])
+
+
+@router.get("", response_model=list[PromptSummary])
+def list_prompts(
+    principal: AnyKey,
+    session: SessionDep,
+    dataset_id: str | None = None,
+    limit: Annotated[int, Query(ge=1, le=500)] = 100,
+    offset: Annotated[int, Query(ge=0)] = 0,
+) -> list[PromptSummary]:
+    rows = service.list_prompt_sets(
+        session, principal.tenant_id, dataset_id=dataset_id, limit=limit, offset=offset
+    )
+    return [PromptSummary.from_row(row) for row in rows]
+
+
+@router.get("/{prompt_id}", response_model=PromptPublic)
+def get_prompt(prompt_id: str, principal: AnyKey, session: SessionDep) -> PromptPublic:
+    return PromptPublic.from_row(service.get_prompt_set(session, principal.tenant_id, prompt_id))
+
+
+@router.post(
+    "/{prompt_id}/complete",
+    response_model=CompletionPublic,
+    response_model_exclude_none=True,
+    summary="Answer a query with the prompt (classification: label scores; extraction: value)",
+)
+def complete(
+    prompt_id: str,
+    body: CompletionRequest,
+    principal: AnyKey,
+    session: SessionDep,
+    provider: ProviderDep,
+) -> CompletionPublic:
+    source = service.PromptSource.from_row(
+        service.get_prompt_set(session, principal.tenant_id, prompt_id)
+    )
+    session.rollback()  # hold no transaction (SQLite: no write lock) while the model runs
+    result = service.complete(source, body.query, provider)
+    return CompletionPublic(
+        prompt_id=source.id,
+        kind=result.kind.value,
+        label=result.label,
+        scores=result.scores,
+        value=result.value,
+    )

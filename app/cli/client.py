@@ -1,0 +1,532 @@
+"""Client commands of a running dpsyn server: ``dpsyn datasets|budget|jobs|prompts ...``.
+
+Every command takes ``--url`` (``DPSYN_URL``, default http://127.0.0.1:8000) and ``--key``
+(``DPSYN_API_KEY``, default: the admin key ``dpsyn serve`` saved in ``./.dpsyn/admin_key``).
+A server error is printed as its JSON error message on one line, and the command exits with
+status 1 (2 for a usage or local file problem). ``--json`` prints the server's JSON instead
+of text; ``-q`` prints only the ID of what was created.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from pathlib import Path
+from typing import Annotated, Any, NoReturn
+
+import httpx
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+from app.privacy.accounting import Accounting
+from app.privacy.params import Method
+
+DEFAULT_URL = "http://127.0.0.1:8000"
+KEY_FILE = Path(".dpsyn") / "admin_key"
+TABLE_SUFFIXES = {".csv", ".tsv", ".jsonl", ".ndjson"}
+FINISHED = {"succeeded", "failed", "cancelled"}
+
+out = Console(highlight=False, soft_wrap=True)
+err = Console(stderr=True, highlight=False, soft_wrap=True)
+
+
+class ClientError(Exception):
+    """What to print (one line) and the exit status."""
+
+    def __init__(self, message: str, code: int = 1) -> None:
+        super().__init__(message)
+        self.message, self.code = message, code
+
+
+def _exit(error: ClientError) -> NoReturn:
+    err.print(f"error: {error.message}", markup=False)
+    raise typer.Exit(code=error.code)
+
+
+def _one_line(text: str) -> str:
+    return " ".join(str(text).split())
+
+
+def resolve_key(key: str | None) -> str:
+    if key:
+        return key
+    if KEY_FILE.exists():
+        saved = KEY_FILE.read_text().strip()
+        if saved:
+            return saved
+    raise ClientError(
+        "no API key: pass --key, set DPSYN_API_KEY, or run 'dpsyn serve' in this directory "
+        f"(it saves the admin key to {KEY_FILE})",
+        code=2,
+    )
+
+
+class Api:
+    """A thin JSON client; raises :class:`ClientError` with the server's message."""
+
+    def __init__(self, url: str, key: str | None, *, timeout: float = 300.0) -> None:
+        self.url = url.rstrip("/")
+        self.http = httpx.Client(
+            base_url=self.url,
+            headers={"Authorization": f"Bearer {resolve_key(key)}"},
+            timeout=timeout,
+        )
+
+    def __enter__(self) -> Api:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.http.close()
+
+    def call(self, method: str, path: str, **kwargs: Any) -> Any:
+        try:
+            response = self.http.request(method, path, **kwargs)
+        except httpx.TransportError as error:
+            raise ClientError(
+                f"cannot reach the dpsyn server at {self.url} ({type(error).__name__}); "
+                "is 'dpsyn serve' running? (--url / DPSYN_URL)"
+            ) from None
+        if response.status_code >= 400:
+            raise ClientError(_server_message(response))
+        if response.status_code == 204 or not response.content:
+            return None
+        return response.json()
+
+
+def _server_message(response: httpx.Response) -> str:
+    try:
+        body = response.json()
+        message = body["error"]["message"]
+        code = body["error"].get("code")
+    except (ValueError, KeyError, TypeError):
+        reason = response.reason_phrase or "error"
+        return f"HTTP {response.status_code} {reason} from {response.request.url}"
+    suffix = f" ({code}, HTTP {response.status_code})" if code else ""
+    return _one_line(message) + suffix
+
+
+UrlOpt = Annotated[
+    str, typer.Option("--url", envvar="DPSYN_URL", help="Server URL.", show_default=True)
+]
+KeyOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--key",
+        envvar="DPSYN_API_KEY",
+        help="API key (default: ./.dpsyn/admin_key, saved by 'dpsyn serve').",
+        show_default=False,
+    ),
+]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print the server's JSON.")]
+QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="Print only the ID.")]
+
+
+def _print_json(value: Any) -> None:
+    typer.echo(json.dumps(value, indent=2))
+
+
+def _print_rows(header: list[str], rows: list[list[str]]) -> None:
+    """Aligned plain-text columns (never truncated, unlike a table fitted to the terminal)."""
+    widths = [max(len(cell) for cell in column) for column in zip(header, *rows, strict=False)]
+    for row in [header, *rows]:
+        typer.echo(
+            "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
+        )
+
+
+# --- datasets -------------------------------------------------------------------------------
+
+datasets_app = typer.Typer(help="Private datasets on the server.", no_args_is_help=True)
+
+
+def _task_field(task: str) -> tuple[str, Any]:
+    """What the server gets for ``--task``: a built-in name, or a spec file as JSON."""
+    from app.synthesis.tasks import BUILTIN_TASKS, TaskError, get_task
+
+    if task.lower() in BUILTIN_TASKS:
+        return task.lower(), BUILTIN_TASKS[task.lower()]
+    try:
+        spec = get_task(Path(task))
+    except TaskError as error:
+        raise ClientError(str(error), code=2) from None
+    return spec.model_dump_json(), spec
+
+
+def _upload_parts(
+    path: Path, task: str, text_col: str | None, label_col: str | None, name: str | None
+) -> tuple[dict[str, str], tuple[str, bytes, str]]:
+    """Form fields and the file part. A table (CSV/TSV/JSONL) goes as it is; a dataset in
+    its own format (TREC or SST-2 lines, AG News CSV without header, MIT BIO) is read here by
+    the same readers as ``dpsyn synthesize`` and sent as JSON lines."""
+    from app.synthesis.data import DataError, load_dataset
+
+    if not path.is_file():
+        raise ClientError(f"{path}: no such file", code=2)
+    task_value, spec = _task_field(task)
+    fields = {"task": task_value, "name": name or path.stem}
+    native = path.suffix.lower() not in TABLE_SUFFIXES or (
+        spec.name == "agnews" and text_col is None and label_col is None
+    )
+    if not native:
+        if text_col:
+            fields["text_column"] = text_col
+        if label_col:
+            fields["label_column"] = label_col
+        return fields, (path.name, path.read_bytes(), "application/octet-stream")
+    try:
+        records = load_dataset(spec, path, text_col=text_col, label_col=label_col)
+    except DataError as error:
+        raise ClientError(str(error), code=2) from None
+    lines = (json.dumps({"text": r.text, "label": r.label}, ensure_ascii=False) for r in records)
+    body = ("\n".join(lines) + "\n").encode("utf-8")
+    return fields, (f"{path.stem}.jsonl", body, "application/x-ndjson")
+
+
+def _describe_dataset(dataset: dict[str, Any]) -> str:
+    counts = ", ".join(f"{label} {n}" for label, n in dataset["label_counts"].items())
+    task = dataset["task"].get("name", "?")
+    return (
+        f"dataset {dataset['id']} '{dataset['name']}': {dataset['record_count']} records, "
+        f"task {task} ({counts})"
+    )
+
+
+@datasets_app.command("upload")
+def datasets_upload(
+    file: Annotated[Path, typer.Argument(help="CSV/TSV/JSONL, or a built-in task's format.")],
+    task: Annotated[str, typer.Option("--task", help="trec|agnews|sst2|mitg|mitd or a spec.")],
+    text_col: Annotated[str | None, typer.Option("--text-col", help="Text column.")] = None,
+    label_col: Annotated[str | None, typer.Option("--label-col", help="Label column.")] = None,
+    name: Annotated[str | None, typer.Option("--name", help="Default: the file name.")] = None,
+    url: UrlOpt = DEFAULT_URL,
+    key: KeyOpt = None,
+    as_json: JsonOpt = False,
+    quiet: QuietOpt = False,
+) -> None:
+    """Upload a private labelled dataset (its records never come back)."""
+    try:
+        fields, part = _upload_parts(file, task, text_col, label_col, name)
+        with Api(url, key) as api:
+            dataset = api.call("POST", "/v1/datasets", data=fields, files={"file": part})
+    except ClientError as error:
+        _exit(error)
+    if as_json:
+        _print_json(dataset)
+    elif quiet:
+        typer.echo(dataset["id"])
+    else:
+        out.print(_describe_dataset(dataset), markup=False)
+
+
+@datasets_app.command("list")
+def datasets_list(url: UrlOpt = DEFAULT_URL, key: KeyOpt = None, as_json: JsonOpt = False) -> None:
+    """List your datasets."""
+    try:
+        with Api(url, key) as api:
+            rows = api.call("GET", "/v1/datasets")
+    except ClientError as error:
+        _exit(error)
+    if as_json:
+        _print_json(rows)
+        return
+    _print_rows(
+        ["id", "name", "task", "records", "created"],
+        [
+            [
+                row["id"],
+                row["name"],
+                row["task"].get("name", "?"),
+                str(row["record_count"]),
+                row["created_at"][:19],
+            ]
+            for row in rows
+        ],
+    )
+
+
+# --- budget ---------------------------------------------------------------------------------
+
+budget_app = typer.Typer(help="A dataset's privacy budget and ledger.", no_args_is_help=True)
+
+
+def _print_budget(budget: dict[str, Any], *, history: bool) -> None:
+    out.print(
+        f"budget of dataset {budget['dataset_id']}: epsilon {budget['epsilon']:g} at delta "
+        f"{budget['delta']:.3g} ({budget['accounting']} accounting); spent "
+        f"{budget['spent']:.4g} (plain sum {budget['plain_sum']:.4g}) by "
+        f"{budget['live_jobs']} job(s), {budget['remaining']:.4g} remaining",
+        markup=False,
+    )
+    if history and budget["history"]:
+        typer.echo("ledger:")
+        _print_rows(
+            ["time", "kind", "job", "epsilon", "delta"],
+            [
+                [
+                    entry["created_at"][:19],
+                    entry["kind"],
+                    entry["job_id"],
+                    f"{entry['epsilon']:.4g}",
+                    f"{entry['delta']:.3g}",
+                ]
+                for entry in budget["history"]
+            ],
+        )
+
+
+@budget_app.command("set")
+def budget_set(
+    dataset: Annotated[str, typer.Argument(help="Dataset ID.")],
+    epsilon: Annotated[float, typer.Option("--epsilon", help="Total epsilon (> 0).")],
+    delta: Annotated[float | None, typer.Option("--delta", help="Default: 1/|D|.")] = None,
+    accounting: Annotated[Accounting, typer.Option("--accounting")] = Accounting.TIGHT,
+    url: UrlOpt = DEFAULT_URL,
+    key: KeyOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Set or change a dataset's total privacy budget."""
+    body: dict[str, Any] = {"epsilon": epsilon, "accounting": accounting.value}
+    if delta is not None:
+        body["delta"] = delta
+    try:
+        with Api(url, key) as api:
+            budget = api.call("PUT", f"/v1/datasets/{dataset}/budget", json=body)
+    except ClientError as error:
+        _exit(error)
+    if as_json:
+        _print_json(budget)
+    else:
+        _print_budget(budget, history=False)
+
+
+@budget_app.command("show")
+def budget_show(
+    dataset: Annotated[str, typer.Argument(help="Dataset ID.")],
+    url: UrlOpt = DEFAULT_URL,
+    key: KeyOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """A dataset's budget, what was spent, and its ledger history."""
+    try:
+        with Api(url, key) as api:
+            budget = api.call("GET", f"/v1/datasets/{dataset}/budget")
+    except ClientError as error:
+        _exit(error)
+    if as_json:
+        _print_json(budget)
+    else:
+        _print_budget(budget, history=True)
+
+
+# --- jobs -----------------------------------------------------------------------------------
+
+jobs_app = typer.Typer(help="Synthesis jobs.", no_args_is_help=True)
+
+
+def _describe_job(job: dict[str, Any]) -> str:
+    progress = job["progress"]
+    text = (
+        f"job {job['id']} {job['status']}: {job['method']}, {job['shots']} shots, epsilon "
+        f"{job['epsilon']:.4g} at delta {job['delta']:.3g}, dataset {job['dataset_id']}, "
+        f"progress {progress['done']}/{progress['total']} tokens"
+    )
+    if job.get("prompt_id"):
+        text += f"; prompt {job['prompt_id']}"
+    if job.get("error"):
+        text += f"; error: {_one_line(job['error'])}"
+    return text
+
+
+def _wait(api: Api, job: dict[str, Any], *, interval: float, timeout: float | None) -> dict:
+    """Poll the job until it finishes, with a progress bar on stderr."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    with Progress(
+        TextColumn("job {task.fields[status]}"),
+        BarColumn(),
+        TextColumn("{task.completed}/{task.total} tokens"),
+        TimeElapsedColumn(),
+        console=err,
+        transient=True,
+    ) as bar:
+        task = bar.add_task("job", total=job["progress"]["total"] or None, status=job["status"])
+        while job["status"] not in FINISHED:
+            if deadline is not None and time.monotonic() > deadline:
+                raise ClientError(
+                    f"job {job['id']} is still {job['status']} after {timeout:g} s "
+                    f"(check with 'dpsyn jobs show {job['id']}')"
+                )
+            time.sleep(interval)
+            job = api.call("GET", f"/v1/jobs/{job['id']}")
+            bar.update(
+                task,
+                completed=job["progress"]["done"],
+                total=job["progress"]["total"] or None,
+                status=job["status"],
+            )
+    return job
+
+
+@jobs_app.command("submit")
+def jobs_submit(
+    dataset: Annotated[str, typer.Option("--dataset", help="Dataset ID.")],
+    epsilon: Annotated[float, typer.Option("--epsilon", help="This job's epsilon (> 0).")],
+    method: Annotated[Method, typer.Option("--method")] = Method.ADADPSYN,
+    shots: Annotated[int, typer.Option("--shots", help="Demonstrations to generate.")] = 4,
+    delta: Annotated[
+        float | None, typer.Option("--delta", help="Default: the budget's delta.")
+    ] = None,
+    accounting: Annotated[
+        Accounting | None, typer.Option("--accounting", help="Default: the budget's.")
+    ] = None,
+    M: Annotated[int | None, typer.Option("--M", help="Teacher subsets per token.")] = None,
+    N: Annotated[int | None, typer.Option("--N", help="Records per teacher subset.")] = None,
+    tmax: Annotated[int | None, typer.Option("--tmax", help="Tokens per demonstration.")] = None,
+    K: Annotated[int | None, typer.Option("--K", help="Public vocabulary size.")] = None,
+    wait: Annotated[bool, typer.Option("--wait", help="Wait for the job, with progress.")] = False,
+    poll: Annotated[float, typer.Option("--poll", help="Seconds between polls.")] = 1.0,
+    timeout: Annotated[
+        float | None, typer.Option("--timeout", help="Give up waiting after this many seconds.")
+    ] = None,
+    url: UrlOpt = DEFAULT_URL,
+    key: KeyOpt = None,
+    as_json: JsonOpt = False,
+    quiet: Annotated[
+        bool, typer.Option("--quiet", "-q", help="Print only the job ID (with --wait: prompt ID).")
+    ] = False,
+) -> None:
+    """Submit a synthesis job; its cost is reserved against the dataset's budget."""
+    if not (epsilon > 0 and math.isfinite(epsilon)):
+        _exit(ClientError(f"--epsilon must be a positive number, got {epsilon:g}", code=2))
+    body: dict[str, Any] = {
+        "dataset_id": dataset,
+        "method": method.value,
+        "epsilon": epsilon,
+        "shots": shots,
+    }
+    if delta is not None:
+        body["delta"] = delta
+    if accounting is not None:
+        body["accounting"] = accounting.value
+    params = {k: v for k, v in {"M": M, "N": N, "tmax": tmax, "K": K}.items() if v is not None}
+    if params:
+        body["params"] = params
+    try:
+        with Api(url, key) as api:
+            job = api.call("POST", "/v1/jobs", json=body)
+            if not quiet and not as_json:
+                out.print(_describe_job(job), markup=False)
+            if wait:
+                job = _wait(api, job, interval=poll, timeout=timeout)
+    except ClientError as error:
+        _exit(error)
+    if as_json:
+        _print_json(job)
+    elif quiet:
+        typer.echo(job["prompt_id"] if wait and job.get("prompt_id") else job["id"])
+    elif wait:
+        out.print(_describe_job(job), markup=False)
+        if job.get("prompt_id"):
+            out.print(f"see it with: dpsyn prompts get {job['prompt_id']}", markup=False)
+    if wait and job["status"] != "succeeded":
+        if quiet or as_json:
+            err.print(f"error: {_describe_job(job)}", markup=False)
+        raise typer.Exit(code=1)
+
+
+@jobs_app.command("show")
+def jobs_show(
+    job_id: Annotated[str, typer.Argument(help="Job ID.")],
+    url: UrlOpt = DEFAULT_URL,
+    key: KeyOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """A job's status, progress, cost and result."""
+    try:
+        with Api(url, key) as api:
+            job = api.call("GET", f"/v1/jobs/{job_id}")
+    except ClientError as error:
+        _exit(error)
+    if as_json:
+        _print_json(job)
+    else:
+        out.print(_describe_job(job), markup=False)
+
+
+@jobs_app.command("cancel")
+def jobs_cancel(
+    job_id: Annotated[str, typer.Argument(help="Job ID.")],
+    url: UrlOpt = DEFAULT_URL,
+    key: KeyOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Cancel a job (a running one stops at its next token and stays charged)."""
+    try:
+        with Api(url, key) as api:
+            job = api.call("POST", f"/v1/jobs/{job_id}/cancel")
+    except ClientError as error:
+        _exit(error)
+    if as_json:
+        _print_json(job)
+    else:
+        out.print(_describe_job(job), markup=False)
+
+
+# --- prompts --------------------------------------------------------------------------------
+
+prompts_app = typer.Typer(help="Synthesised prompts (DP outputs).", no_args_is_help=True)
+
+
+@prompts_app.command("get")
+def prompts_get(
+    prompt_id: Annotated[str, typer.Argument(help="Prompt ID (a job's prompt_id).")],
+    url: UrlOpt = DEFAULT_URL,
+    key: KeyOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Print a synthesised prompt and its privacy cost."""
+    try:
+        with Api(url, key) as api:
+            prompt = api.call("GET", f"/v1/prompts/{prompt_id}")
+    except ClientError as error:
+        _exit(error)
+    if as_json:
+        _print_json(prompt)
+        return
+    spec = prompt["task_spec"]
+    for number, demo in enumerate(prompt["demonstrations"], 1):
+        typer.echo(f"[{number}] {spec.get('label_field', 'Label')}: {demo['label']}")
+        typer.echo(f"    {spec.get('text_field', 'Text')}: {demo['text']}")
+    typer.echo(
+        f"prompt {prompt['id']} (task {prompt['task']}, {prompt['method']}, model "
+        f"{prompt['model']}): epsilon {prompt['epsilon']:.4g} at delta {prompt['delta']:.3g}"
+    )
+    typer.echo("--- prompt ---")
+    typer.echo(prompt["prompt"])
+
+
+@prompts_app.command("complete")
+def prompts_complete(
+    prompt_id: Annotated[str, typer.Argument(help="Prompt ID.")],
+    query: Annotated[str, typer.Option("--query", help="The input to classify or extract from.")],
+    url: UrlOpt = DEFAULT_URL,
+    key: KeyOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Answer a query with a synthesised prompt (in-context learning on the server's model)."""
+    try:
+        with Api(url, key) as api:
+            answer = api.call("POST", f"/v1/prompts/{prompt_id}/complete", json={"query": query})
+    except ClientError as error:
+        _exit(error)
+    if as_json:
+        _print_json(answer)
+        return
+    if answer.get("label") is not None:
+        typer.echo(f"label: {answer['label']}")
+        scores = answer.get("scores") or {}
+        for label, score in sorted(scores.items(), key=lambda item: -item[1]):
+            typer.echo(f"  {label}: {score:.3f}")
+    else:
+        typer.echo(f"value: {answer.get('value')}")

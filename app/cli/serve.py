@@ -1,0 +1,183 @@
+"""``dpsyn serve`` (the API, with an in-process worker unless a broker is set) and
+``dpsyn worker`` (a Celery worker of the distributed deployment).
+
+With no configuration ``dpsyn serve`` is the embedded deployment: SQLite in ``./.dpsyn/``,
+jobs in a background thread of the server process, the packaged CPU model. In development,
+without ``DPSYN_BOOTSTRAP_API_KEY``, it creates an admin API key once, prints it, and saves it
+to ``./.dpsyn/admin_key`` (mode 0600), where the ``dpsyn`` client commands find it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from sqlalchemy.engine import make_url
+
+from app.settings import Settings
+
+err = Console(stderr=True)
+DATA_DIR = Path(".dpsyn")
+KEY_FILE = "admin_key"
+
+
+def _fail(message: str) -> typer.Exit:
+    err.print(f"error: {message}", markup=False, highlight=False, soft_wrap=True)
+    return typer.Exit(code=2)
+
+
+def _say(message: str) -> None:
+    typer.echo(message, err=True)
+
+
+def make_data_dir(data_dir: Path) -> None:
+    """Create the state directory, private, and keep it out of git (it holds a key)."""
+    data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    data_dir.chmod(0o700)
+    ignore = data_dir / ".gitignore"
+    if not ignore.exists():
+        ignore.write_text("# dpsyn serve's state: the database and the admin key\n*\n")
+
+
+def embedded_database_url(data_dir: Path) -> str:
+    return f"sqlite:///{data_dir / 'dpsyn.db'}"
+
+
+def admin_key_path(data_dir: Path = DATA_DIR) -> Path:
+    return data_dir / KEY_FILE
+
+
+def load_or_create_admin_key(data_dir: Path) -> tuple[str, bool]:
+    """The development admin key saved in ``data_dir``, created (mode 0600) if missing.
+
+    Returns the key and whether it was created now.
+    """
+    from app.services.tenants import new_raw_key
+
+    path = admin_key_path(data_dir)
+    if path.exists():
+        key = path.read_text().strip()
+        if key:
+            return key, False
+    make_data_dir(data_dir)
+    key = new_raw_key()
+    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC
+    descriptor = os.open(path, flags, 0o600)
+    with os.fdopen(descriptor, "w") as handle:
+        handle.write(key + "\n")
+    os.chmod(path, 0o600)  # also when the file existed (empty) with another mode
+    return key, True
+
+
+def prepare(settings: Settings, *, data_dir: Path, migrate: bool) -> tuple[Settings, str | None]:
+    """Migrate the database and make sure an admin key exists; returns the settings to serve
+    with and the raw key if it was created now (to print once)."""
+    from app.db.migrate import upgrade
+    from app.db.session import session_scope
+    from app.services.tenants import ensure_bootstrap_key
+
+    created = None
+    if settings.bootstrap_api_key is None and settings.environment == "development":
+        key, is_new = load_or_create_admin_key(data_dir)
+        settings = settings.model_copy(update={"bootstrap_api_key": key})
+        created = key if is_new else None
+    if settings.database_url.startswith("sqlite"):
+        database = make_url(settings.database_url).database
+        if database and database != ":memory:":
+            Path(database).parent.mkdir(parents=True, exist_ok=True)
+    if migrate:
+        upgrade(settings.database_url)
+    if settings.bootstrap_api_key:
+        with session_scope(settings.database_url) as session:
+            ensure_bootstrap_key(session, settings.bootstrap_api_key)
+    return settings, created
+
+
+def serve_command(
+    host: Annotated[str | None, typer.Option("--host", help="Default: DPSYN_HOST.")] = None,
+    port: Annotated[int | None, typer.Option("--port", help="Default: DPSYN_PORT.")] = None,
+    data_dir: Annotated[
+        Path,
+        typer.Option(
+            "--data-dir",
+            help="Embedded state: the SQLite database (unless DPSYN_DATABASE_URL is set) and "
+            "the development admin key.",
+        ),
+    ] = DATA_DIR,
+    migrate: Annotated[
+        bool, typer.Option("--migrate/--no-migrate", help="Apply database migrations first.")
+    ] = True,
+) -> None:
+    """Run the API; jobs run in this process unless DPSYN_BROKER_URL names a broker."""
+    import uvicorn
+
+    from app.main import create_app
+
+    try:
+        overrides: dict[str, object] = {}
+        if "DPSYN_DATABASE_URL" not in os.environ:
+            make_data_dir(data_dir)
+            overrides["database_url"] = embedded_database_url(data_dir)
+        settings = Settings(**overrides)  # type: ignore[arg-type]
+        if host is not None or port is not None:
+            settings = settings.model_copy(
+                update={"host": host or settings.host, "port": port or settings.port}
+            )
+        settings, created = prepare(settings, data_dir=data_dir, migrate=migrate)
+    except ValueError as error:  # settings validation, e.g. production with SQLite
+        raise _fail(str(error).replace("\n", " ")) from None
+
+    mode = (
+        f"Celery workers via {make_url(settings.broker_url).render_as_string(hide_password=True)}"
+        if settings.broker_url
+        else "in-process worker"
+    )
+    database = make_url(settings.database_url).render_as_string(hide_password=True)
+    _say(f"dpsyn: API on http://{settings.host}:{settings.port}, {mode}, database {database}")
+    if created:
+        _say(f"dpsyn: admin API key (shown once; saved to {admin_key_path(data_dir)}):")
+        typer.echo(created)
+    elif settings.bootstrap_api_key and "DPSYN_BOOTSTRAP_API_KEY" not in os.environ:
+        _say(f"dpsyn: admin API key in {admin_key_path(data_dir)}")
+    elif not settings.bootstrap_api_key:
+        _say("dpsyn: no DPSYN_BOOTSTRAP_API_KEY: no admin key was created")
+
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s:     %(name)s: %(message)s")
+    app = create_app(settings)
+    try:
+        uvicorn.run(app, host=settings.host, port=settings.port, log_level="info")
+    finally:
+        close = getattr(getattr(app.state, "queue", None), "close", None)
+        if callable(close):
+            close()
+
+
+def worker_command(
+    queue: Annotated[str, typer.Option("--queue", "-Q", help="Queue to consume.")] = "dpsyn",
+    concurrency: Annotated[
+        int, typer.Option("--concurrency", min=1, help="Jobs at once (one per local model).")
+    ] = 1,
+    pool: Annotated[str, typer.Option("--pool", help="Celery pool: solo, threads, prefork.")] = (
+        "solo"
+    ),
+    loglevel: Annotated[str, typer.Option("--loglevel")] = "INFO",
+) -> None:
+    """Run a Celery worker of the distributed deployment (needs DPSYN_BROKER_URL)."""
+    settings = Settings()
+    if not settings.broker_url:
+        raise _fail("dpsyn worker needs DPSYN_BROKER_URL (e.g. redis://127.0.0.1:6379/0)")
+    from workers.celery_app import app
+
+    app.worker_main(
+        [
+            "worker",
+            f"--pool={pool}",
+            f"--concurrency={concurrency}",
+            f"--queues={queue}",
+            f"--loglevel={loglevel}",
+        ]
+    )

@@ -1,0 +1,82 @@
+"""The HTTP service: ``create_app`` builds the FastAPI application.
+
+Singletons are built once here and kept on ``app.state``: settings, the session factory, the
+job queue, the backend provider (the model loads on first use) and the metrics registry.
+At start-up the database is migrated (Alembic is the only way the schema changes) and, if
+``DPSYN_BOOTSTRAP_API_KEY`` is set, it becomes an admin key of the tenant "default".
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+from fastapi.concurrency import run_in_threadpool
+from sqlalchemy.orm import sessionmaker
+
+from app.api.errors import install_error_handlers
+from app.api.routes import budgets, datasets, health, jobs, keys, prompts
+from app.db.migrate import upgrade
+from app.db.session import get_engine
+from app.llm.provider import BackendProvider
+from app.services.metrics import make_registry
+from app.services.tenants import ensure_bootstrap_key
+from app.settings import Settings, get_settings
+from workers.queue import JobQueue
+
+DESCRIPTION = """Differentially private prompt synthesis (AdaDPSyn, DP few-shot generation).
+
+Upload a private dataset, give it a privacy budget, submit synthesis jobs against it and use
+the synthesised prompts. Authenticate with `Authorization: Bearer <key>`.
+"""
+
+
+def _startup(settings: Settings, sessions: sessionmaker) -> None:
+    upgrade(settings.database_url)
+    if settings.bootstrap_api_key:
+        with sessions() as session:
+            ensure_bootstrap_key(session, settings.bootstrap_api_key)
+            session.commit()
+
+
+def create_app(
+    settings: Settings | None = None,
+    *,
+    queue: JobQueue | None = None,
+    backend_provider: BackendProvider | None = None,
+) -> FastAPI:
+    """The application.
+
+    ``backend_provider`` defaults to one built from the settings; ``queue`` to
+    ``workers.queue_factory.make_queue(settings, provider)``, which shares that provider (an
+    in-process worker then uses the same model as ``/complete``). The queue's lifecycle is
+    its maker's: ``make_queue`` returns it started (so the schema is migrated before it is
+    made), and whoever runs the app closes it.
+    """
+    settings = settings or get_settings()
+    provider = backend_provider or BackendProvider(
+        settings.backend, model=settings.model, url=settings.vllm_url
+    )
+    if queue is None:
+        from workers.queue_factory import make_queue
+
+        upgrade(settings.database_url)  # an in-process queue reads unfinished jobs at once
+        queue = make_queue(settings, provider)
+    sessions = sessionmaker(bind=get_engine(settings.database_url), expire_on_commit=False)
+
+    @asynccontextmanager
+    async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
+        await run_in_threadpool(_startup, settings, sessions)
+        yield
+
+    app = FastAPI(title="dpsyn", version="0.1.0", description=DESCRIPTION, lifespan=lifespan)
+    app.state.settings = settings
+    app.state.sessions = sessions
+    app.state.queue = queue
+    app.state.backend_provider = provider
+    app.state.metrics = make_registry(sessions)
+    install_error_handlers(app)
+    for module in (datasets, budgets, jobs, prompts, keys, health):
+        app.include_router(module.router)
+    return app

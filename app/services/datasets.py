@@ -1,0 +1,254 @@
+"""Private datasets: upload, metadata, deletion.
+
+An upload is parsed by the readers of :mod:`app.synthesis.data` (the same code as the command
+line), from a temporary file that is removed afterwards. Their error messages name the file,
+line and columns, never record text; the temporary path in them is replaced by the name the
+client gave. Only the records table holds private text, and nothing here returns it.
+
+Metadata (name, task, label counts, record count) is shown to the dataset's owner; counts
+are treated as public (``docs/privacy.md``).
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any, BinaryIO
+
+from pydantic import ValidationError
+from sqlalchemy import delete, func, insert, select
+from sqlalchemy.orm import Session
+
+from app.db.models import Dataset, DatasetRecord, Job, JobStatus, now
+from app.ledger import ledger
+from app.synthesis.data import DataError, Record, load_dataset
+from app.synthesis.generator import partition_sizes
+from app.synthesis.tasks import BUILTIN_TASKS, TaskSpec, describe_validation_error
+
+from .errors import ConflictError, InvalidError, NotFoundError, TooLargeError
+
+FORMATS = {".csv": ".csv", ".tsv": ".tsv", ".jsonl": ".jsonl", ".ndjson": ".jsonl"}
+_CHUNK = 1 << 20
+_INSERT_BATCH = 5000
+
+
+def parse_task(value: str | Mapping[str, Any]) -> TaskSpec:
+    """A built-in task by name, or an inline custom :class:`TaskSpec` (a mapping or its JSON).
+
+    Never a file path: clients must not make the server read its own files.
+    """
+    if isinstance(value, str):
+        text = value.strip()
+        if not text.startswith("{"):
+            task = BUILTIN_TASKS.get(text.lower())
+            if task is None:
+                raise InvalidError(
+                    f"task: unknown built-in task {text!r} (built-in: "
+                    f"{', '.join(sorted(BUILTIN_TASKS))}); or give a custom task spec object"
+                )
+            return task
+        try:
+            value = json.loads(text)
+        except json.JSONDecodeError as err:
+            raise InvalidError(f"task: invalid JSON at position {err.pos}: {err.msg}") from None
+        if not isinstance(value, dict):
+            raise InvalidError("task: a custom task spec must be a JSON object")
+    try:
+        return TaskSpec.model_validate(dict(value))
+    except ValidationError as err:
+        raise InvalidError(f"task: invalid task spec: {describe_validation_error(err)}") from None
+
+
+def upload_suffix(filename: str | None, fmt: str | None) -> str:
+    """The reader's file extension, from an explicit format or the uploaded file's name."""
+    if fmt:
+        suffix = FORMATS.get("." + fmt.lower().lstrip("."))
+        if suffix is None:
+            raise InvalidError(f"format: unsupported format {fmt!r} (use csv, tsv or jsonl)")
+        return suffix
+    suffix = FORMATS.get(Path(filename or "").suffix.lower())
+    if suffix is None:
+        raise InvalidError(
+            f"file: cannot tell the format of {Path(filename or '').name!r} from its name "
+            "(use a .csv, .tsv or .jsonl file, or give format=csv|tsv|jsonl)"
+        )
+    return suffix
+
+
+def copy_limited(source: BinaryIO, target: BinaryIO, limit: int) -> int:
+    """Copy ``source`` to ``target``; :class:`TooLargeError` past ``limit`` bytes."""
+    total = 0
+    while chunk := source.read(_CHUNK):
+        total += len(chunk)
+        if total > limit:
+            raise too_large(limit)
+        target.write(chunk)
+    return total
+
+
+def too_large(limit: int) -> TooLargeError:
+    return TooLargeError(
+        f"the upload exceeds the size limit of {limit} bytes (DPSYN_MAX_UPLOAD_BYTES)",
+        limit=limit,
+    )
+
+
+def read_upload(
+    task: TaskSpec,
+    write: Any,
+    *,
+    suffix: str,
+    text_column: str,
+    label_column: str,
+    display_name: str,
+) -> list[Record]:
+    """Records of an upload: ``write(file)`` fills a temporary file, the readers parse it."""
+    with tempfile.TemporaryDirectory(prefix="dpsyn-upload-") as tmp:
+        path = Path(tmp) / f"upload{suffix}"
+        with path.open("wb") as handle:
+            write(handle)
+        try:
+            return load_dataset(task, path, text_column, label_column)
+        except DataError as err:
+            raise InvalidError(str(err).replace(str(path), display_name)) from None
+
+
+def jsonl_writer(records: Iterable[Mapping[str, Any]]) -> Any:
+    """A ``write`` for :func:`read_upload` that puts JSON records one per line."""
+
+    def write(handle: BinaryIO) -> None:
+        for record in records:
+            handle.write(json.dumps(record, ensure_ascii=False).encode("utf-8") + b"\n")
+
+    return write
+
+
+def create_dataset(
+    session: Session,
+    *,
+    tenant_id: str,
+    name: str,
+    task: TaskSpec,
+    records: list[Record],
+    max_records: int,
+) -> Dataset:
+    """Store a dataset's metadata and records; commits."""
+    if len(records) > max_records:
+        raise TooLargeError(
+            f"the upload has {len(records)} records, more than the limit of {max_records} "
+            "(DPSYN_MAX_RECORDS)",
+            limit=max_records,
+        )
+    dataset = Dataset(
+        tenant_id=tenant_id,
+        name=name,
+        task=task.model_dump(mode="json"),
+        label_counts=partition_sizes(task, records),
+        record_count=len(records),
+    )
+    session.add(dataset)
+    session.flush()
+    for start in range(0, len(records), _INSERT_BATCH):
+        batch = records[start : start + _INSERT_BATCH]
+        session.execute(
+            insert(DatasetRecord),
+            [{"dataset_id": dataset.id, "text": r.text, "label": r.label} for r in batch],
+        )
+    session.commit()
+    return dataset
+
+
+def get_dataset(
+    session: Session, tenant_id: str, dataset_id: str, *, lock: bool = False
+) -> Dataset:
+    """The tenant's dataset (deleted ones included); another tenant's is not found."""
+    query = select(Dataset).where(Dataset.id == dataset_id, Dataset.tenant_id == tenant_id)
+    if lock:
+        query = query.with_for_update()
+    dataset = session.scalars(query).first()
+    if dataset is None:
+        raise NotFoundError(f"dataset {dataset_id!r} not found")
+    return dataset
+
+
+def get_live_dataset(
+    session: Session, tenant_id: str, dataset_id: str, *, lock: bool = False
+) -> Dataset:
+    """The tenant's dataset, refusing one whose records were deleted (409)."""
+    dataset = get_dataset(session, tenant_id, dataset_id, lock=lock)
+    if dataset.deleted_at is not None:
+        raise ConflictError(
+            f"dataset {dataset_id!r} was deleted: its records are gone", code="dataset_deleted"
+        )
+    return dataset
+
+
+def list_datasets(
+    session: Session, tenant_id: str, *, include_deleted: bool, limit: int, offset: int
+) -> list[Dataset]:
+    query = select(Dataset).where(Dataset.tenant_id == tenant_id)
+    if not include_deleted:
+        query = query.where(Dataset.deleted_at.is_(None))
+    query = query.order_by(Dataset.created_at.desc(), Dataset.id).limit(limit).offset(offset)
+    return list(session.scalars(query))
+
+
+def delete_dataset(session: Session, tenant_id: str, dataset_id: str) -> Dataset:
+    """Delete the records; keep the dataset row (marked deleted) and its ledger; commits.
+
+    Queued jobs on it are cancelled (their reservations released: they never read a record).
+    A running job blocks deletion (409): cancel it and wait for it to stop. Deleting a
+    deleted dataset changes nothing.
+    """
+    dataset = get_dataset(session, tenant_id, dataset_id, lock=True)
+    if dataset.deleted_at is not None:
+        return dataset
+    active = list(
+        session.scalars(
+            select(Job)
+            .where(
+                Job.dataset_id == dataset.id,
+                Job.status.in_([JobStatus.QUEUED.value, JobStatus.RUNNING.value]),
+            )
+            .with_for_update()
+        )
+    )
+    running = [job.id for job in active if job.status == JobStatus.RUNNING]
+    if running:
+        raise ConflictError(
+            f"dataset {dataset_id!r} has running job(s) {', '.join(running)}: cancel them "
+            "(POST /v1/jobs/{id}/cancel) and wait until they stop",
+            code="jobs_running",
+            jobs=running,
+        )
+    for job in active:
+        job.cancel_requested = True
+        job.status = JobStatus.CANCELLED.value
+        job.error = "cancelled: the dataset was deleted"
+        job.finished_at = now()
+        if job.touched_data:
+            ledger.commit(session, job.id)
+        else:
+            ledger.release(session, job.id)
+    session.execute(delete(DatasetRecord).where(DatasetRecord.dataset_id == dataset.id))
+    dataset.deleted_at = now()
+    session.commit()
+    return dataset
+
+
+def record_count(session: Session, dataset_id: str) -> int:
+    """Rows left in the records table for the dataset (0 once deleted)."""
+    query = select(func.count()).select_from(DatasetRecord)
+    return session.scalar(query.where(DatasetRecord.dataset_id == dataset_id)) or 0
+
+
+def load_records(session: Session, dataset_id: str) -> list[Record]:
+    """The dataset's private records, in upload order (workers only)."""
+    rows = session.execute(
+        select(DatasetRecord.text, DatasetRecord.label)
+        .where(DatasetRecord.dataset_id == dataset_id)
+        .order_by(DatasetRecord.id)
+    )
+    return [Record(text, label) for text, label in rows]

@@ -1,0 +1,177 @@
+"""Helpers of the API tests: an app on a fresh database, a recording queue, a client that
+keeps every response body (to prove that no record text ever leaves), and a stand-in for
+the worker that runs a job with the fake backend and stores its result."""
+
+from __future__ import annotations
+
+import io
+import json
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+
+from app.db.models import Job, JobStatus, KeyScope, now
+from app.db.session import session_scope
+from app.llm.provider import StaticProvider
+from app.main import create_app
+from app.services.jobs import load_job_inputs, store_result
+from app.services.tenants import create_api_key, create_tenant
+from app.settings import Settings
+from app.synthesis.generator import synthesize
+from tests.synthesis.fake_backend import FakeBackend
+
+MARKER = "PRIVATEMARKER"  # in every uploaded text; must never appear in a response
+BOOTSTRAP_KEY = "bootstrap-key-for-the-api-tests-0123456789"
+
+# A classification task whose labels are words the fake backend predicts (w{n} after n tokens
+# past "Question:"; a query of three words and "\nType:" make five), so that /complete has
+# a known answer.
+TOY_TASK: dict[str, Any] = {
+    "name": "toy",
+    "kind": "classification",
+    "instruction": "Given a type, write a question of that type.",
+    "icl_instruction": "Classify the questions by type.",
+    "text_field": "Question",
+    "label_field": "Type",
+    "labels": ["w5", "w7"],
+}
+FAST_PARAMS = {"M": 2, "N": 1, "tmax": 4, "K": 8}
+
+
+def toy_rows(n_per_label: int = 12, labels: tuple[str, ...] = ("w5", "w7")) -> list[dict]:
+    return [
+        {"text": f"{MARKER}-{label}-{i} what is it", "label": label}
+        for label in labels
+        for i in range(n_per_label)
+    ]
+
+
+def csv_bytes(rows: list[dict], text: str = "text", label: str = "label") -> bytes:
+    out = io.StringIO()
+    out.write(f"{text},{label}\n")
+    for row in rows:
+        out.write(f'"{row["text"]}",{row["label"]}\n')
+    return out.getvalue().encode()
+
+
+def auth(key: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {key}"}
+
+
+@dataclass
+class RecordingQueue:
+    """Records enqueued job ids, checking that each job was committed before it was queued."""
+
+    url: str
+    enqueued: list[str] = field(default_factory=list)
+    fail: bool = False
+
+    def enqueue(self, job_id: str) -> None:
+        with session_scope(self.url) as session:  # a separate connection sees commits only
+            job = session.get(Job, job_id)
+            assert job is not None and job.status == JobStatus.QUEUED
+        if self.fail:
+            raise ConnectionError("broker down")
+        self.enqueued.append(job_id)
+
+
+class RecordingClient(TestClient):
+    """A test client that keeps the text of every response."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.bodies: list[str] = []
+
+    def request(self, *args: Any, **kwargs: Any):  # type: ignore[override]
+        response = super().request(*args, **kwargs)
+        self.bodies.append(response.text)
+        return response
+
+    def assert_no_private_text(self) -> None:
+        leaked = [body[:200] for body in self.bodies if MARKER in body]
+        assert not leaked, f"record text in responses: {leaked}"
+
+
+@dataclass
+class Api:
+    client: RecordingClient
+    url: str
+    queue: RecordingQueue
+    backend: FakeBackend
+    admin: str  # tenant A's admin key (BOOTSTRAP_KEY is tenant "default"'s)
+    reader: str  # tenant A's prompts:read key
+    other: str  # tenant B's admin key
+
+    def upload(
+        self, rows: list[dict] | None = None, *, task: Any = TOY_TASK, key: str | None = None, **kw
+    ) -> dict:
+        body = {"task": task, "records": rows if rows is not None else toy_rows(), **kw}
+        response = self.client.post("/v1/datasets", json=body, headers=auth(key or self.admin))
+        assert response.status_code == 201, response.text
+        return response.json()
+
+    def budget(self, dataset_id: str, epsilon: float = 3.0, key: str | None = None, **kw):
+        return self.client.put(
+            f"/v1/datasets/{dataset_id}/budget",
+            json={"epsilon": epsilon, **kw},
+            headers=auth(key or self.admin),
+        )
+
+    def submit(self, dataset_id: str, epsilon: float = 1.0, key: str | None = None, **kw):
+        body = {
+            "dataset_id": dataset_id,
+            "method": "tang",
+            "epsilon": epsilon,
+            "shots": 2,
+            "params": FAST_PARAMS,
+            **kw,
+        }
+        return self.client.post("/v1/jobs", json=body, headers=auth(key or self.admin))
+
+    def run_job(self, job_id: str, marker: str = "Question:") -> None:
+        """What a worker does, with the fake backend: load, synthesise, store the result."""
+        with session_scope(self.url) as session:
+            job = session.get(Job, job_id)
+            job.status, job.started_at, job.touched_data = JobStatus.RUNNING.value, now(), True
+            task, records, plan = load_job_inputs(session, job)
+            result = synthesize(task, records, plan.config, FakeBackend(marker=marker), job=plan)
+            store_result(session, job, result)
+
+
+def make_api(url: str, **settings: Any) -> Iterator[Api]:
+    """An app on ``url`` with two fresh tenants; yields inside the app's lifespan."""
+    queue = RecordingQueue(url)
+    backend = FakeBackend(stop_after=None)  # answers /complete; never predicts a newline
+    app = create_app(
+        Settings(database_url=url, bootstrap_api_key=BOOTSTRAP_KEY, **settings),
+        queue=queue,
+        backend_provider=StaticProvider(backend),
+    )
+    with RecordingClient(app) as client:  # runs the lifespan: migrations, bootstrap key
+        suffix = uuid.uuid4().hex[:8]
+        with session_scope(url) as session:
+            tenant_a, admin = create_tenant(session, f"tenant-a-{suffix}")
+            _, reader = create_api_key(session, tenant_a.id, KeyScope.PROMPTS_READ)
+            _, other = create_tenant(session, f"tenant-b-{suffix}")
+        yield Api(client, url, queue, backend, admin, reader, other)
+        client.assert_no_private_text()
+
+
+@pytest.fixture
+def api(sqlite_url: str) -> Iterator[Api]:
+    yield from make_api(sqlite_url)
+
+
+def error_of(response) -> dict:
+    body = response.json()
+    assert set(body) == {"error"}, body
+    assert {"code", "message"} <= set(body["error"]), body
+    return body["error"]
+
+
+def dumps(value: Any) -> str:
+    return json.dumps(value)

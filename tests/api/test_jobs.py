@@ -1,0 +1,218 @@
+"""Budgets and job submission: admission, refusals that store nothing, cancellation."""
+
+from __future__ import annotations
+
+import pytest
+from sqlalchemy import func, select
+
+from app.db.models import Job, LedgerEntry
+from app.db.session import session_scope
+from tests.api.conftest import Api, auth, error_of, toy_rows
+
+
+def _counts(url: str) -> tuple[int, int]:
+    with session_scope(url) as session:
+        jobs = session.scalar(select(func.count()).select_from(Job))
+        entries = session.scalar(select(func.count()).select_from(LedgerEntry))
+    return jobs, entries
+
+
+def test_budget_defaults_and_validation(api: Api) -> None:
+    dataset = api.upload()
+    path = f"/v1/datasets/{dataset['id']}/budget"
+    missing = api.client.get(path, headers=auth(api.admin))
+    assert missing.status_code == 404 and error_of(missing)["code"] == "no_budget"
+    response = api.budget(dataset["id"], 2.5)
+    assert response.status_code == 200, response.text
+    body = response.json()
+    assert body["epsilon"] == 2.5 and body["delta"] == pytest.approx(1 / 24)
+    assert body["accounting"] == "tight"
+    assert body["spent"] == 0 and body["plain_sum"] == 0 and body["remaining"] == 2.5
+    assert body["history"] == []
+    for payload, field in [
+        ({"epsilon": 0}, "epsilon"),
+        ({"epsilon": -1}, "epsilon"),
+        ({"epsilon": "inf"}, "epsilon"),
+        ({"epsilon": 1, "delta": 1}, "delta"),
+        ({"epsilon": 1, "accounting": "loose"}, "accounting"),
+        ({}, "epsilon"),
+    ]:
+        bad = api.client.put(path, json=payload, headers=auth(api.admin))
+        assert bad.status_code == 422, payload
+        error = error_of(bad)
+        assert field in error["message"], error
+        assert error["fields"][0]["field"] == field
+    paper = api.budget(dataset["id"], 4.0, delta=1e-3, accounting="paper").json()
+    assert (paper["epsilon"], paper["delta"], paper["accounting"]) == (4.0, 1e-3, "paper")
+
+
+def test_submit_reserves_commits_then_enqueues(api: Api) -> None:
+    dataset = api.upload()
+    api.budget(dataset["id"], 3.0)
+    response = api.submit(dataset["id"], 1.0)
+    assert response.status_code == 201, response.text
+    job = response.json()
+    assert job["status"] == "queued" and job["dataset_id"] == dataset["id"]
+    assert job["epsilon"] == pytest.approx(1.0, rel=1e-2) and job["epsilon"] <= 1.0
+    assert job["delta"] == pytest.approx(1 / 24)  # the budget's
+    assert job["progress"] == {"done": 0, "total": 2 * 4}
+    assert job["accounting"] == "tight" and job["shots"] == 2 and job["prompt_id"] is None
+    assert api.queue.enqueued == [job["id"]]  # RecordingQueue checked it was committed first
+    with session_scope(api.url) as session:
+        row = session.get(Job, job["id"])
+        assert row.config["synthesis"]["method"] == "tang"
+        assert row.config["plan"]["M"] == 2 and row.config["sizes"] == {"w5": 12, "w7": 12}
+        assert sorted(row.schedule) == ["w5", "w7"] and row.event["type"] == "synthesis"
+    budget = api.client.get(f"/v1/datasets/{dataset['id']}/budget", headers=auth(api.admin))
+    body = budget.json()
+    assert body["spent"] == pytest.approx(job["epsilon"], rel=1e-3)
+    assert body["remaining"] == pytest.approx(3.0 - body["spent"])
+    assert body["live_jobs"] == 1
+    [entry] = body["history"]
+    assert entry["kind"] == "reserve" and entry["job_id"] == job["id"]
+    assert entry["event"]["type"] == "synthesis" and entry["created_at"].endswith("Z")
+    listed = api.client.get("/v1/jobs", headers=auth(api.admin)).json()
+    assert [j["id"] for j in listed] == [job["id"]]
+    filtered = api.client.get("/v1/jobs?status=succeeded", headers=auth(api.admin)).json()
+    assert filtered == []
+    got = api.client.get(f"/v1/jobs/{job['id']}", headers=auth(api.admin)).json()
+    assert got == job
+
+
+def test_over_budget_is_409_with_remaining_and_stores_nothing(api: Api) -> None:
+    dataset = api.upload()
+    api.budget(dataset["id"], 1.5)
+    first = api.submit(dataset["id"], 1.0).json()
+    before = _counts(api.url)
+    for epsilon in (1.0, 2.0):  # 2.0: refused before planning (more than the whole budget)
+        response = api.submit(dataset["id"], epsilon)
+        assert response.status_code == 409, response.text
+        error = error_of(response)
+        assert error["code"] == "budget_exceeded"
+        assert error["total"] == 1.5
+        assert error["remaining"] == pytest.approx(1.5 - error["spent"])
+        assert error["spent"] == pytest.approx(first["epsilon"], rel=1e-3)
+        assert "remaining" in error["message"]
+    assert _counts(api.url) == before
+    assert api.queue.enqueued == [first["id"]]
+    # Lowering the budget below what is spent is refused too.
+    lower = api.budget(dataset["id"], 0.5)
+    assert lower.status_code == 409 and error_of(lower)["code"] == "budget_below_spent"
+    switch = api.budget(dataset["id"], 5.0, accounting="paper")
+    assert switch.status_code == 409 and error_of(switch)["code"] == "accounting_locked"
+    assert api.budget(dataset["id"], 5.0).json()["remaining"] > 3.9
+
+
+def test_refused_submissions(api: Api) -> None:
+    dataset = api.upload()
+    no_budget = api.submit(dataset["id"])
+    assert no_budget.status_code == 409 and error_of(no_budget)["code"] == "no_budget"
+    api.budget(dataset["id"], 3.0)
+    cases = [
+        ({"epsilon": 0}, 422, "epsilon"),
+        ({"method": "magic"}, 422, "method"),
+        ({"shots": 0}, 422, "shots"),
+        ({"params": {"M": 0}}, 422, "M"),
+        ({"params": {"seed": 1}}, 422, "seed"),
+        ({"accounting": "paper"}, 422, "accounting"),
+        ({"delta": 0.5}, 422, "delta"),
+        ({"dataset_id": "nope"}, 404, "nope"),
+    ]
+    for overrides, status, word in cases:
+        body = {"dataset_id": dataset["id"], "epsilon": 1.0, **overrides}
+        response = api.submit(**body)
+        assert response.status_code == status, (overrides, response.text)
+        assert word in error_of(response)["message"], (overrides, response.text)
+    infinite = api.client.post(
+        "/v1/jobs",
+        content=f'{{"dataset_id": "{dataset["id"]}", "epsilon": 1e999}}',
+        headers={**auth(api.admin), "Content-Type": "application/json"},
+    )
+    assert infinite.status_code == 422 and "epsilon" in error_of(infinite)["message"]
+    assert _counts(api.url) == (0, 0)
+
+
+def test_jobs_that_cannot_be_planned_are_422(api: Api) -> None:
+    one_label = api.upload(toy_rows(labels=("w5",)))
+    api.budget(one_label["id"], 3.0)
+    response = api.submit(one_label["id"])
+    assert response.status_code == 422
+    assert "no private records with label(s) w7" in error_of(response)["message"]
+    dataset = api.upload()
+    api.budget(dataset["id"], 3.0, accounting="paper")
+    too_big = api.submit(dataset["id"], params={"M": 10, "N": 2, "tmax": 1})  # 20 > 12 records
+    assert too_big.status_code == 422, too_big.text
+    assert _counts(api.url) == (0, 0)
+
+
+def test_calibration_failure_is_422_naming_what_to_change(api: Api) -> None:
+    dataset = api.upload()
+    api.budget(dataset["id"], 3.0)
+    response = api.submit(
+        dataset["id"],
+        0.05,
+        method="adadpsyn",
+        params={"M": 2, "N": 1, "tmax": 1, "K": 8, "sigma0": 2, "sigma2": 2},
+    )
+    assert response.status_code == 422, response.text
+    error = error_of(response)
+    assert error["code"] == "cannot_plan" and "cannot be met" in error["message"]
+    assert _counts(api.url) == (0, 0)
+
+
+def test_cancel_a_queued_job_releases_its_reservation(api: Api) -> None:
+    dataset = api.upload()
+    api.budget(dataset["id"], 3.0)
+    job = api.submit(dataset["id"]).json()
+    response = api.client.post(f"/v1/jobs/{job['id']}/cancel", headers=auth(api.admin))
+    assert response.status_code == 200
+    body = response.json()
+    assert body["status"] == "cancelled" and body["cancel_requested"] is True
+    assert body["finished_at"] is not None
+    again = api.client.post(f"/v1/jobs/{job['id']}/cancel", headers=auth(api.admin))
+    assert again.status_code == 200 and again.json()["status"] == "cancelled"
+    budget = api.client.get(f"/v1/datasets/{dataset['id']}/budget", headers=auth(api.admin))
+    body = budget.json()
+    assert body["spent"] == 0 and body["live_jobs"] == 0
+    assert [e["kind"] for e in body["history"]] == ["reserve", "release"]
+
+
+def test_cancel_a_running_job_flags_it_for_the_worker(api: Api) -> None:
+    dataset = api.upload()
+    api.budget(dataset["id"], 3.0)
+    job = api.submit(dataset["id"]).json()
+    with session_scope(api.url) as session:
+        session.get(Job, job["id"]).status = "running"
+    response = api.client.post(f"/v1/jobs/{job['id']}/cancel", headers=auth(api.admin))
+    body = response.json()
+    assert body["status"] == "running" and body["cancel_requested"] is True
+    budget = api.client.get(f"/v1/datasets/{dataset['id']}/budget", headers=auth(api.admin))
+    assert [e["kind"] for e in budget.json()["history"]] == ["reserve"]  # the worker decides
+
+
+def test_a_job_the_queue_refuses_fails_and_is_released(api: Api) -> None:
+    dataset = api.upload()
+    api.budget(dataset["id"], 3.0)
+    api.queue.fail = True
+    response = api.submit(dataset["id"])
+    assert response.status_code == 503 and error_of(response)["code"] == "queue_unavailable"
+    [job] = api.client.get("/v1/jobs", headers=auth(api.admin)).json()
+    assert job["status"] == "failed" and "could not be queued" in job["error"]
+    budget = api.client.get(f"/v1/datasets/{dataset['id']}/budget", headers=auth(api.admin))
+    assert budget.json()["spent"] == 0
+
+
+def test_other_tenants_cannot_see_submit_or_cancel_jobs(api: Api) -> None:
+    dataset = api.upload()
+    api.budget(dataset["id"], 3.0)
+    job = api.submit(dataset["id"]).json()
+    other = auth(api.other)
+    assert api.client.get("/v1/jobs", headers=other).json() == []
+    for response in (
+        api.client.get(f"/v1/jobs/{job['id']}", headers=other),
+        api.client.post(f"/v1/jobs/{job['id']}/cancel", headers=other),
+        api.submit(dataset["id"], key=api.other),
+    ):
+        assert response.status_code == 404, response.text
+    still = api.client.get(f"/v1/jobs/{job['id']}", headers=auth(api.admin)).json()
+    assert still["status"] == "queued"

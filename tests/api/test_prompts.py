@@ -1,0 +1,269 @@
+"""Finished jobs and their prompts, Stage 2, keys and scopes, health and metrics.
+
+One app and database for the module: two jobs are run to completion (as a worker would,
+with the fake backend) and every test reads them.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from app.db.migrate import upgrade
+from app.services.prompts import score_labels
+from app.synthesis.tasks import TaskSpec
+from tests.api.conftest import BOOTSTRAP_KEY, MARKER, TOY_TASK, Api, auth, error_of, make_api
+from tests.synthesis.fake_backend import FakeBackend
+
+
+@dataclass
+class World:
+    api: Api
+    dataset: dict
+    job: dict
+    prompt_id: str
+    x_dataset: dict
+    x_prompt_id: str
+
+
+@pytest.fixture(scope="module")
+def world_api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Api]:
+    url = f"sqlite:///{tmp_path_factory.mktemp('world') / 'dpsyn.db'}"
+    upgrade(url)
+    yield from make_api(url)
+
+
+@pytest.fixture(scope="module")
+def world(world_api: Api) -> World:
+    api = world_api
+    dataset = api.upload()
+    assert api.budget(dataset["id"], 3.0).status_code == 200
+    job = api.submit(dataset["id"]).json()
+    api.run_job(job["id"])
+    rows = [{"text": f"{MARKER} a film {i}", "label": f"{MARKER}-genre"} for i in range(12)]
+    x_dataset = api.upload(rows, task="mitg")
+    api.budget(x_dataset["id"], 3.0)
+    x_job = api.submit(x_dataset["id"]).json()
+    api.run_job(x_job["id"], marker="Sentence:")
+    done = {j["id"]: j for j in api.client.get("/v1/jobs", headers=auth(api.admin)).json()}
+    return World(
+        api, dataset, done[job["id"]], done[job["id"]]["prompt_id"],
+        x_dataset, done[x_job["id"]]["prompt_id"],
+    )  # fmt: skip
+
+
+def test_a_finished_job_points_to_its_prompt_and_its_charge_is_committed(world: World) -> None:
+    job = world.job
+    assert job["status"] == "succeeded" and job["prompt_id"] == world.prompt_id
+    assert job["progress"]["done"] == job["progress"]["total"] == 8
+    assert job["finished_at"] is not None and job["error"] is None
+    path = f"/v1/datasets/{world.dataset['id']}/budget"
+    budget = world.api.client.get(path, headers=auth(world.api.admin)).json()
+    assert [e["kind"] for e in budget["history"]] == ["reserve", "commit"]
+    assert budget["spent"] == pytest.approx(job["epsilon"], rel=1e-3)
+    cancel = world.api.client.post(f"/v1/jobs/{job['id']}/cancel", headers=auth(world.api.admin))
+    assert cancel.status_code == 409 and error_of(cancel)["code"] == "job_finished"
+
+
+def test_prompts_are_readable_with_a_read_only_key(world: World) -> None:
+    api = world.api
+    for key in (api.admin, api.reader):
+        response = api.client.get(f"/v1/prompts/{world.prompt_id}", headers=auth(key))
+        assert response.status_code == 200, response.text
+        prompt = response.json()
+        assert prompt["job_id"] == world.job["id"] and prompt["method"] == "tang"
+        assert prompt["model"] == "fake" and prompt["task"] == "toy"
+        assert prompt["epsilon"] == world.job["epsilon"] and prompt["delta"] == world.job["delta"]
+        assert prompt["task_spec"]["labels"] == ["w5", "w7"]
+        assert sorted(d["label"] for d in prompt["demonstrations"]) == ["w5", "w7"]
+        assert prompt["prompt"].startswith(TOY_TASK["icl_instruction"])
+        for demo in prompt["demonstrations"]:  # noisy words of the fake model's vocabulary
+            assert all(word.startswith("w") for word in demo["text"].split())
+            assert f"Question: {demo['text']}\nType: {demo['label']}\n" in prompt["prompt"]
+        listed = api.client.get("/v1/prompts", headers=auth(key)).json()
+        assert {p["id"] for p in listed} == {world.prompt_id, world.x_prompt_id}
+        assert "prompt" not in listed[0]
+
+
+def test_complete_classification_scores_all_labels_in_one_call(world: World) -> None:
+    api = world.api
+    calls = len(api.backend.calls)
+    response = api.client.post(
+        f"/v1/prompts/{world.prompt_id}/complete",
+        json={"query": "is it w5"},  # 3 words, newline, "Type:": the fake predicts w5
+        headers=auth(api.reader),
+    )
+    assert response.status_code == 200, response.text
+    body = response.json()
+    assert body["kind"] == "classification" and body["label"] == "w5"
+    assert set(body["scores"]) == {"w5", "w7"} and body["scores"]["w5"] > 0.9
+    assert sum(body["scores"].values()) == pytest.approx(1.0)
+    assert "value" not in body
+    new = api.backend.calls[calls:]
+    assert [kind for kind, _ in new] == ["probs"] and len(new[0][1]) == 1
+    words = api.backend.words(new[0][1][0])
+    assert words[-6:] == ["Question:", "is", "it", "w5", "\n", "Type:"]
+
+
+def test_complete_holds_no_database_lock_while_the_model_runs(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    api = world.api
+    original = api.backend.next_token_probs
+    writable = []
+
+    def probs(prompts, token_sets):
+        path = api.url.removeprefix("sqlite:///")
+        conn = sqlite3.connect(path, timeout=0.5, isolation_level=None)
+        try:
+            conn.execute("BEGIN IMMEDIATE")  # fails if the request still holds the write lock
+            conn.execute("ROLLBACK")
+            writable.append(True)
+        finally:
+            conn.close()
+        return original(prompts, token_sets)
+
+    monkeypatch.setattr(api.backend, "next_token_probs", probs)
+    response = api.client.post(
+        f"/v1/prompts/{world.prompt_id}/complete", json={"query": "q"}, headers=auth(api.admin)
+    )
+    assert response.status_code == 200 and writable == [True]
+
+
+def test_complete_extraction_generates_to_the_end_of_the_line(world: World) -> None:
+    api = world.api
+    response = api.client.post(
+        f"/v1/prompts/{world.x_prompt_id}/complete",
+        json={"query": "a funny film"},
+        headers=auth(api.admin),
+    )
+    assert response.status_code == 200, response.text
+    body = response.json()
+    assert body["kind"] == "extraction" and body["value"] == " ".join(["w0"] * 12)
+    assert "label" not in body and "scores" not in body
+
+
+def test_complete_validation_names_the_field(world: World) -> None:
+    api = world.api
+    path = f"/v1/prompts/{world.prompt_id}/complete"
+    for body in ({}, {"query": ""}, {"query": "x", "other": 1}):
+        response = api.client.post(path, json=body, headers=auth(api.admin))
+        assert response.status_code == 422
+        error = error_of(response)
+        assert error["fields"][0]["field"] in ("query", "other"), error
+
+
+def test_shared_first_tokens_are_scored_along_their_tokens() -> None:
+    backend = FakeBackend(stop_after=None)  # after n tokens past "Question:" it wants w{n}
+    spec = {**TOY_TASK, "labels": ["w3 w1", "w3 w4", "w9"]}
+    scores = score_labels(backend, TaskSpec.model_validate(spec), "Question: a\nType:")
+    # One call, two prompts: "w3" (shared) vs "w9" after the context (w3 wanted), then
+    # "w1" vs "w4" after "w3" (w4 wanted). The fake gives 1 to the wanted token, 0.01 else.
+    [(kind, prompts)] = backend.calls
+    assert kind == "probs" and len(prompts) == 2
+    hit, miss = 1 / 1.01, 0.01 / 1.01
+    assert scores == pytest.approx({"w3 w1": hit * miss, "w3 w4": hit * hit, "w9": miss})
+    assert sum(scores.values()) == pytest.approx(1.0)
+    # One answer a prefix of another: a newline (what follows an answer) ends every answer.
+    prefix = {**TOY_TASK, "labels": ["w3", "w3 w4"]}
+    backend = FakeBackend(stop_after=None)
+    scores = score_labels(backend, TaskSpec.model_validate(prefix), "Question: a\nType:")
+    assert scores == pytest.approx({"w3": miss, "w3 w4": hit})
+
+
+def test_a_read_only_key_gets_403_outside_prompts(world: World) -> None:
+    api, reader = world.api, auth(world.api.reader)
+    dataset, job = world.dataset["id"], world.job["id"]
+    requests = [
+        ("GET", "/v1/datasets", None),
+        ("POST", "/v1/datasets", {"task": "sst2", "records": [{"text": "a", "label": "0"}]}),
+        ("GET", f"/v1/datasets/{dataset}", None),
+        ("DELETE", f"/v1/datasets/{dataset}", None),
+        ("GET", f"/v1/datasets/{dataset}/budget", None),
+        ("PUT", f"/v1/datasets/{dataset}/budget", {"epsilon": 9}),
+        ("GET", "/v1/jobs", None),
+        ("POST", "/v1/jobs", {"dataset_id": dataset, "epsilon": 1}),
+        ("GET", f"/v1/jobs/{job}", None),
+        ("POST", f"/v1/jobs/{job}/cancel", None),
+        ("GET", "/v1/keys", None),
+        ("POST", "/v1/keys", {"scope": "admin"}),
+    ]
+    for method, path, body in requests:
+        response = api.client.request(method, path, json=body, headers=reader)
+        assert response.status_code == 403, (method, path, response.text)
+        assert error_of(response)["code"] == "insufficient_scope"
+
+
+def test_other_tenants_cannot_see_or_use_prompts(world: World) -> None:
+    api, other = world.api, auth(world.api.other)
+    assert api.client.get("/v1/prompts", headers=other).json() == []
+    for response in (
+        api.client.get(f"/v1/prompts/{world.prompt_id}", headers=other),
+        api.client.post(
+            f"/v1/prompts/{world.prompt_id}/complete", json={"query": "q"}, headers=other
+        ),
+        api.client.get(f"/v1/jobs/{world.job['id']}", headers=other),
+        api.client.get(f"/v1/datasets/{world.dataset['id']}/budget", headers=other),
+    ):
+        assert response.status_code == 404, response.text
+    assert api.client.get("/v1/jobs", headers=other).json() == []
+
+
+def test_keys_are_shown_once_scoped_and_revocable(world: World) -> None:
+    api = world.api
+    created = api.client.post("/v1/keys", json={"scope": "prompts:read"}, headers=auth(api.admin))
+    assert created.status_code == 201
+    key = created.json()
+    assert key["scope"] == "prompts:read" and key["key"].startswith("dpsyn_")
+    assert api.client.get("/v1/prompts", headers=auth(key["key"])).status_code == 200
+    assert api.client.get("/v1/datasets", headers=auth(key["key"])).status_code == 403
+    listed = api.client.get("/v1/keys", headers=auth(api.admin)).json()
+    assert key["id"] in {k["id"] for k in listed} and all("key" not in k for k in listed)
+    assert api.client.delete(f"/v1/keys/{key['id']}", headers=auth(api.other)).status_code == 404
+    revoked = api.client.delete(f"/v1/keys/{key['id']}", headers=auth(api.admin))
+    assert revoked.status_code == 200 and revoked.json()["revoked"] is True
+    gone = api.client.get("/v1/prompts", headers=auth(key["key"]))
+    assert gone.status_code == 401 and error_of(gone)["code"] == "unauthorized"
+    bad = api.client.post("/v1/keys", json={"scope": "root"}, headers=auth(api.admin))
+    assert bad.status_code == 422 and "scope" in error_of(bad)["message"]
+
+
+def test_authentication(world: World) -> None:
+    client = world.api.client
+    missing = client.get("/v1/prompts")
+    assert missing.status_code == 401 and missing.headers["www-authenticate"] == "Bearer"
+    assert "Authorization: Bearer" in error_of(missing)["message"]
+    assert client.get("/v1/prompts", headers=auth("dpsyn_nope")).status_code == 401
+    basic = client.get("/v1/prompts", headers={"Authorization": "Basic YTpi"})
+    assert basic.status_code == 401
+    # The bootstrap key is an admin key of the tenant "default", which sees nothing else.
+    assert client.get("/v1/datasets", headers=auth(BOOTSTRAP_KEY)).json() == []
+
+
+def test_health_metrics_and_docs(world: World) -> None:
+    client = world.api.client
+    assert client.get("/healthz").json() == {"status": "ok", "database": "reachable"}
+    response = client.get("/metrics")
+    assert response.status_code == 200
+    assert response.headers["content-type"].startswith("text/plain")
+    families = {f.name: f for f in text_string_to_metric_families(response.text)}
+    jobs = {s.labels["status"]: s.value for s in families["dpsyn_jobs"].samples}
+    assert jobs["succeeded"] >= 2 and jobs["queued"] == 0
+    [tokens] = [s for s in families["dpsyn_tokens_generated"].samples if s.name.endswith("total")]
+    assert tokens.value == 16
+    spent = {
+        s.labels["dataset_id"]: s.value for s in families["dpsyn_ledger_epsilon_spent"].samples
+    }
+    assert spent[world.dataset["id"]] == pytest.approx(world.job["epsilon"], rel=1e-3)
+    assert client.get("/metrics").text == response.text  # cached spend, same answer
+    assert "/v1/datasets" in client.get("/openapi.json").json()["paths"]
+    assert client.get("/docs").status_code == 200
+
+
+def test_no_response_contained_record_text(world: World) -> None:
+    world.api.client.assert_no_private_text()
+    assert len(world.api.client.bodies) > 20

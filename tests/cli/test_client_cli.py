@@ -1,0 +1,275 @@
+"""The ``dpsyn`` client commands against a live server (uvicorn in a thread) with the
+in-process worker and the fake backend; and ``dpsyn serve`` / ``dpsyn worker`` start-up."""
+
+from __future__ import annotations
+
+import os
+import socket
+import stat
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+import uvicorn
+from typer.testing import CliRunner
+
+from app.cli import app as cli
+from app.cli.serve import load_or_create_admin_key, prepare
+from app.db.session import session_scope
+from app.llm.provider import StaticProvider
+from app.main import create_app
+from app.services.tenants import authenticate
+from app.settings import Settings
+from app.synthesis.tasks import BUILTIN_TASKS
+from tests.synthesis.fake_backend import FakeBackend
+from workers.inprocess import InProcessQueue
+
+ROOT = Path(__file__).resolve().parents[2]
+KEY = "test-admin-key-for-the-client-cli-0123456789"
+SECRET = "SECRETWORD"
+CODES = {"ABBR", "ENTY", "DESC", "HUM", "LOC", "NUM"}
+FAST = ["--M", "4", "--N", "2", "--tmax", "4", "--K", "10", "--shots", "2"]
+
+runner = CliRunner()
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture
+def server(sqlite_url) -> Iterator[str]:
+    """A live API on a free port, jobs in its in-process worker; yields its URL."""
+    provider = StaticProvider(FakeBackend())
+    queue = InProcessQueue(database_url=sqlite_url, provider=provider, progress_interval_s=0)
+    app = create_app(
+        Settings(database_url=sqlite_url, bootstrap_api_key=KEY),
+        queue=queue.start(),
+        backend_provider=provider,
+    )
+    port = free_port()
+    uv = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=uv.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 20
+    while not uv.started:
+        assert time.monotonic() < deadline, "the server did not start"
+        time.sleep(0.05)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        uv.should_exit = True
+        thread.join(10)
+        queue.close()
+
+
+@pytest.fixture
+def dpsyn(server, monkeypatch, tmp_path):
+    """Run a client command against ``server``; returns the result (exit code, output)."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("DPSYN_URL", server)
+    monkeypatch.setenv("DPSYN_API_KEY", KEY)
+
+    def run(*args: str):
+        return runner.invoke(cli, list(args))
+
+    return run
+
+
+@pytest.fixture
+def trec_file(tmp_path) -> Path:
+    path = tmp_path / "trec.txt"
+    lines = [
+        f"{code}:x {SECRET}{code}{i} what is it ?" for code in sorted(CODES) for i in range(20)
+    ]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def upload(dpsyn, path: Path) -> str:
+    result = dpsyn("datasets", "upload", str(path), "--task", "trec", "-q")
+    assert result.exit_code == 0, result.output
+    return result.output.strip()
+
+
+def test_upload_budget_submit_wait_and_use_the_prompt(dpsyn, trec_file):
+    dataset = upload(dpsyn, trec_file)
+    listed = dpsyn("datasets", "list")
+    assert listed.exit_code == 0 and dataset in listed.output
+
+    budget = dpsyn("budget", "set", dataset, "--epsilon", "10")
+    assert budget.exit_code == 0, budget.output
+    assert "epsilon 10" in budget.output and "10 remaining" in budget.output
+
+    submitted = dpsyn(
+        "jobs", "submit", "--dataset", dataset, "--method", "adadpsyn", "--epsilon", "8",
+        *FAST, "--wait", "--poll", "0.1", "-q",
+    )  # fmt: skip
+    assert submitted.exit_code == 0, submitted.output
+    prompt_id = submitted.output.strip().splitlines()[-1]
+
+    shown = dpsyn("prompts", "get", prompt_id)
+    assert shown.exit_code == 0, shown.output
+    assert "[1] Answer Type:" in shown.output and "--- prompt ---" in shown.output
+    assert "epsilon 7.9" in shown.output or "epsilon 8" in shown.output
+
+    answer = dpsyn("prompts", "complete", prompt_id, "--query", "Where is Paris ?")
+    assert answer.exit_code == 0, answer.output
+    label = answer.output.splitlines()[0].removeprefix("label: ")
+    assert label in BUILTIN_TASKS["trec"].labels
+
+    history = dpsyn("budget", "show", dataset)
+    assert history.exit_code == 0, history.output
+    assert "reserve" in history.output and "commit" in history.output
+    for result in (listed, budget, submitted, shown, answer, history):
+        assert SECRET not in result.output
+
+
+def test_submit_prints_the_job_and_jobs_show_follows_it(dpsyn, trec_file):
+    dataset = upload(dpsyn, trec_file)
+    dpsyn("budget", "set", dataset, "--epsilon", "10")
+    submitted = dpsyn(
+        "jobs", "submit", "--dataset", dataset, "--epsilon", "8", *FAST, "--json"
+    )  # fmt: skip
+    assert submitted.exit_code == 0, submitted.output
+    job_id = httpx.Response(200, content=submitted.output).json()["id"]
+    deadline = time.monotonic() + 30
+    while "succeeded" not in (shown := dpsyn("jobs", "show", job_id)).output:
+        assert time.monotonic() < deadline, shown.output
+        time.sleep(0.1)
+    assert shown.output.startswith(f"job {job_id} succeeded: adadpsyn, 2 shots")
+    assert "progress 8/8 tokens; prompt " in shown.output
+
+
+def test_csv_upload_with_named_columns(dpsyn, tmp_path):
+    path = tmp_path / "questions.csv"
+    rows = [f"{SECRET}{i} where,{code}" for code in sorted(CODES) for i in range(3)]
+    path.write_text("question,type\n" + "\n".join(rows) + "\n")
+    result = dpsyn(
+        "datasets", "upload", str(path), "--task", "trec", "--text-col", "question",
+        "--label-col", "type", "--name", "mine",
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert "'mine': 18 records, task trec" in result.output
+    assert SECRET not in result.output
+
+
+def test_server_errors_are_one_line_and_exit_non_zero(dpsyn, trec_file):
+    dataset = upload(dpsyn, trec_file)
+    no_budget = dpsyn("jobs", "submit", "--dataset", dataset, "--epsilon", "1", *FAST)
+    assert no_budget.exit_code == 1
+    assert no_budget.output.startswith("error: dataset ") and "(no_budget, HTTP 409)" in (
+        no_budget.output
+    )
+    assert no_budget.output.count("\n") == 1
+
+    dpsyn("budget", "set", dataset, "--epsilon", "1")
+    too_much = dpsyn("jobs", "submit", "--dataset", dataset, "--epsilon", "5", *FAST)
+    assert too_much.exit_code == 1 and "budget_exceeded" in too_much.output
+
+    missing = dpsyn("jobs", "show", "nope")
+    assert missing.exit_code == 1
+    assert missing.output == "error: job 'nope' not found (not_found, HTTP 404)\n"
+
+    bad_labels = trec_file.with_name("bad.txt")
+    bad_labels.write_text(f"XYZ:x {SECRET} ?\n")
+    local = dpsyn("datasets", "upload", str(bad_labels), "--task", "trec")
+    assert local.exit_code == 2 and SECRET not in local.output
+
+
+def test_bad_key_and_no_key(dpsyn, monkeypatch):
+    wrong = dpsyn("datasets", "list", "--key", "wrong")
+    assert wrong.exit_code == 1
+    assert wrong.output == "error: invalid or revoked API key (unauthorized, HTTP 401)\n"
+    monkeypatch.delenv("DPSYN_API_KEY")
+    missing = dpsyn("datasets", "list")
+    assert missing.exit_code == 2 and "no API key" in missing.output
+
+
+def test_the_saved_admin_key_is_the_default(dpsyn, tmp_path, monkeypatch):
+    monkeypatch.delenv("DPSYN_API_KEY")
+    (tmp_path / ".dpsyn").mkdir()
+    (tmp_path / ".dpsyn" / "admin_key").write_text(KEY + "\n")
+    assert dpsyn("datasets", "list").exit_code == 0
+
+
+def test_an_unreachable_server_is_reported(monkeypatch):
+    monkeypatch.setenv("DPSYN_API_KEY", KEY)
+    url = f"http://127.0.0.1:{free_port()}"
+    result = runner.invoke(cli, ["jobs", "show", "x", "--url", url])
+    assert result.exit_code == 1
+    assert result.output.startswith(f"error: cannot reach the dpsyn server at {url}")
+
+
+# --- dpsyn serve / dpsyn worker ---------------------------------------------------------------
+
+
+def test_prepare_creates_the_admin_key_once(tmp_path):
+    data = tmp_path / "state"
+    settings = Settings(database_url=f"sqlite:///{data / 'dpsyn.db'}")
+    served, created = prepare(settings, data_dir=data, migrate=True)
+    key_file = data / "admin_key"
+    assert created and served.bootstrap_api_key == created
+    assert key_file.read_text().strip() == created
+    assert stat.S_IMODE(key_file.stat().st_mode) == 0o600
+    with session_scope(served.database_url) as session:
+        assert authenticate(session, created) is not None
+    again, created_again = prepare(settings, data_dir=data, migrate=True)
+    assert created_again is None and again.bootstrap_api_key == created
+    assert load_or_create_admin_key(data) == (created, False)
+
+
+def test_no_key_is_generated_when_one_is_configured(tmp_path):
+    settings = Settings(database_url=f"sqlite:///{tmp_path / 'db'}", bootstrap_api_key=KEY)
+    served, created = prepare(settings, data_dir=tmp_path / "state", migrate=True)
+    assert created is None and served.bootstrap_api_key == KEY
+    assert not (tmp_path / "state" / "admin_key").exists()
+
+
+def test_dpsyn_serve_starts_embedded_and_prints_its_key(tmp_path):
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DPSYN_")}
+    env.update(DPSYN_PORT=str(port), PYTHONPATH=str(ROOT))
+    process = subprocess.Popen(
+        [sys.executable, "-c", "from app.cli import main; main()", "serve"],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            assert process.poll() is None, process.communicate()
+            try:
+                if httpx.get(f"http://127.0.0.1:{port}/healthz").status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            assert time.monotonic() < deadline, "dpsyn serve did not answer /healthz"
+            time.sleep(0.2)
+        key = (tmp_path / ".dpsyn" / "admin_key").read_text().strip()
+        assert (tmp_path / ".dpsyn" / "dpsyn.db").exists()
+        listed = httpx.get(
+            f"http://127.0.0.1:{port}/v1/datasets", headers={"Authorization": f"Bearer {key}"}
+        )
+        assert listed.status_code == 200 and listed.json() == []
+    finally:
+        process.terminate()
+        stdout, stderr = process.communicate(timeout=20)
+    assert stdout.splitlines()[0] == key and stdout.count(key) == 1  # printed once
+    assert "in-process worker" in stderr and "admin API key (shown once" in stderr
+
+
+def test_dpsyn_worker_needs_a_broker(monkeypatch):
+    monkeypatch.delenv("DPSYN_BROKER_URL", raising=False)
+    result = runner.invoke(cli, ["worker"])
+    assert result.exit_code == 2 and "DPSYN_BROKER_URL" in result.output

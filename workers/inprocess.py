@@ -1,0 +1,135 @@
+"""The embedded deployment's job queue: one background thread in the API process.
+
+One thread, because there is one local model and its forward passes are serialised anyway.
+On start it picks up the jobs a previous process left ``queued`` or ``running`` (an embedded
+server that was stopped or crashed); :func:`workers.runner.run_job` decides what each needs:
+a queued job runs, a running one that had read the data fails, charged.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+
+from sqlalchemy import select
+from sqlalchemy.exc import OperationalError, ProgrammingError
+
+from app.db.models import Job, JobStatus
+from app.db.session import session_scope
+from app.llm.provider import BackendProvider
+from workers.runner import RetryPolicy, run_job
+
+log = logging.getLogger(__name__)
+
+_STOP = object()
+
+
+class InProcessQueue:
+    """:class:`~workers.queue.JobQueue` running jobs one at a time in a daemon thread."""
+
+    def __init__(
+        self,
+        *,
+        database_url: str,
+        provider: BackendProvider,
+        timeout_s: float | None = None,
+        progress_interval_s: float = 0.5,
+        retry: RetryPolicy | None = None,
+    ) -> None:
+        self.database_url, self.provider = database_url, provider
+        self.timeout_s, self.progress_interval_s, self.retry = timeout_s, progress_interval_s, retry
+        self._queue: queue.Queue[object] = queue.Queue()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+
+    def start(self, *, recover: bool = True) -> InProcessQueue:
+        """Start the worker thread (idempotent), first enqueueing unfinished jobs."""
+        with self._lock:
+            if self._thread is not None:
+                return self
+            if recover:
+                for job_id in self.unfinished_jobs():
+                    log.info("job %s: left unfinished by a previous process; re-enqueued", job_id)
+                    self._queue.put(job_id)
+            self._thread = threading.Thread(target=self._work, name="dpsyn-worker", daemon=True)
+            self._thread.start()
+        return self
+
+    def unfinished_jobs(self) -> list[str]:
+        """Jobs left queued or running; none on a database not migrated yet (a fresh one)."""
+        try:
+            with session_scope(self.database_url) as session:
+                return list(
+                    session.scalars(
+                        select(Job.id)
+                        .where(Job.status.in_([JobStatus.QUEUED.value, JobStatus.RUNNING.value]))
+                        .order_by(Job.created_at)
+                    )
+                )
+        except (OperationalError, ProgrammingError) as err:
+            log.info("in-process worker: no jobs to recover (%s)", type(err).__name__)
+            return []
+
+    def enqueue(self, job_id: str) -> None:
+        if self._stop.is_set():
+            raise RuntimeError("the in-process worker is stopped")
+        self._queue.put(job_id)
+        self.start(recover=False)  # enqueueing into a queue nobody started still runs the job
+
+    def pending(self) -> int:
+        """Jobs waiting (not counting the one running)."""
+        return self._queue.qsize()
+
+    def join(self, timeout: float | None = None) -> bool:
+        """Wait until every enqueued job was run; True if the queue drained in time."""
+        done = threading.Event()
+
+        def _wait() -> None:
+            self._queue.join()
+            done.set()
+
+        threading.Thread(target=_wait, daemon=True).start()
+        return done.wait(timeout)
+
+    def close(self, timeout: float | None = 30.0) -> None:
+        """Stop the thread: the running job stops at its next token (failed if it had read
+        the data, else queued again for the next start); waiting jobs stay queued."""
+        self._stop.set()
+        self._queue.put(_STOP)
+        thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout)
+
+    def _work(self) -> None:
+        while True:
+            item = self._queue.get()
+            if item is _STOP or self._stop.is_set():
+                self._queue.task_done()
+                self._drain()
+                return
+            try:
+                assert isinstance(item, str)
+                run_job(
+                    item,
+                    database_url=self.database_url,
+                    provider=self.provider,
+                    retry=self.retry,
+                    progress_interval_s=self.progress_interval_s,
+                    timeout_s=self.timeout_s,
+                    stop=self._stop,
+                )
+            except Exception as err:  # keep the worker alive; run_job already logged safely
+                log.error("in-process worker: job %s raised %s", item, type(err).__name__)
+            finally:
+                self._queue.task_done()
+
+    def _drain(self) -> None:
+        """Forget what is waiting: those jobs stay queued in the database for the next start."""
+        while True:
+            try:
+                self._queue.get_nowait()
+            except queue.Empty:
+                return
+            self._queue.task_done()

@@ -1,0 +1,28 @@
+"""The job queue a deployment uses: Celery when a broker is configured, else in-process."""
+
+from __future__ import annotations
+
+from app.llm.provider import BackendProvider
+from app.settings import Settings
+from workers.queue import JobQueue
+
+
+def default_provider(settings: Settings) -> BackendProvider:
+    return BackendProvider(settings.backend, model=settings.model, url=settings.vllm_url)
+
+
+def make_queue(settings: Settings, provider: BackendProvider | None = None) -> JobQueue:
+    """A :class:`~workers.celery_app.CeleryQueue` if ``settings.broker_url`` is set, else a
+    started :class:`~workers.inprocess.InProcessQueue` sharing ``provider`` with the API
+    (one model per process; default: built from the settings)."""
+    if settings.broker_url:
+        from workers.celery_app import CeleryQueue, make_celery
+
+        return CeleryQueue(make_celery(settings))
+    from workers.inprocess import InProcessQueue
+
+    return InProcessQueue(
+        database_url=settings.database_url,
+        provider=provider or default_provider(settings),
+        timeout_s=settings.job_timeout_s,
+    ).start()

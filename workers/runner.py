@@ -1,0 +1,426 @@
+"""Run one synthesis job by its ID: the body of the Celery task and of the in-process worker.
+
+A job runs in fenced steps, each its own transaction:
+
+1. **Claim.** Lock the job row; return if it is already finished (a redelivered task must not
+   charge twice or store a second prompt set). Otherwise mark it running and count the
+   attempt. The attempt number is a fencing token: every later write checks it, so a stale
+   delivery that lost the job to a newer one stops without writing anything.
+2. **Prepare** without private data: rebuild the :class:`~app.synthesis.generator.JobPlan`
+   from what admission stored (it must describe exactly the reserved event), check the
+   dataset, and build the model backend. A failure here releases the reservation.
+3. **Touch.** Set ``touched_data`` and commit *before* the first private record is read. From
+   here on the job stays charged whatever happens: a failure or cancellation commits it.
+4. **Synthesise**, writing progress and checking for cancellation between tokens.
+5. **Store** the prompt set, mark the job succeeded and commit its charge, in one transaction.
+
+A job found ``running`` with ``touched_data`` set belongs to a worker that died after reading
+the data (its task was redelivered, or the embedded server restarted). Running it again would
+run the mechanism twice for one charge, so it fails, charged.
+
+Backend calls (model forward passes, HTTP requests) are retried with exponential backoff
+inside the same run: the call is deterministic in its inputs, so a retry does not change what
+the mechanism releases. Nothing here logs or stores record text or prompts; errors of unknown
+kind are reported by type name only.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+import traceback
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import httpx
+import numpy as np
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from app.db.models import Dataset, DatasetRecord, Job, JobStatus, now
+from app.db.session import session_scope
+from app.llm.base import BackendError, LLMBackend
+from app.llm.provider import BackendProvider
+from app.privacy.calibration import CalibrationError
+from app.privacy.events import to_dict
+from app.services.datasets import load_records
+from app.services.jobs import close_job, job_plan, store_result
+from app.synthesis.data import Record
+from app.synthesis.generator import JobPlan, SynthesisError, SynthesisResult, synthesize
+from app.synthesis.tasks import TaskError, TaskSpec
+
+log = logging.getLogger(__name__)
+
+FINISHED = frozenset({JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.CANCELLED})
+MAX_ATTEMPTS = 3  # deliveries that may start a job before it is given up (before touching data)
+TRANSIENT = (BackendError, httpx.HTTPError)
+
+T = TypeVar("T")
+
+
+class JobCancelled(Exception):  # noqa: N818 (a signal, not an error)
+    """The job's ``cancel_requested`` flag was set; raised between tokens."""
+
+
+class JobSupersededError(Exception):
+    """A newer attempt owns the job, or it was finished elsewhere: stop without writing."""
+
+
+class WorkerStoppingError(Exception):
+    """The worker is shutting down (embedded server stopping)."""
+
+
+class JobTimeoutError(Exception):
+    """The job ran longer than the configured limit."""
+
+
+class NotRunnableError(Exception):
+    """The job cannot start; raised before it touches the data. One safe line."""
+
+
+# Failures whose message is safe and whose stack trace is of no interest.
+EXPECTED = (NotRunnableError, JobTimeoutError, *TRANSIENT)
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """Retries of one backend call: ``retries`` more attempts, waiting base, 2x base, 4x base."""
+
+    retries: int = 3
+    base_delay_s: float = 1.0
+    sleep: Callable[[float], None] = time.sleep
+
+    def call(self, fn: Callable[[], T], *, what: str, job_id: str) -> T:
+        for attempt in range(self.retries + 1):
+            try:
+                return fn()
+            except TRANSIENT as err:
+                if attempt == self.retries:
+                    raise
+                delay = self.base_delay_s * 2**attempt
+                log.warning(
+                    "job %s: %s failed (%s), retry %d of %d in %.1f s",
+                    job_id,
+                    what,
+                    type(err).__name__,
+                    attempt + 1,
+                    self.retries,
+                    delay,
+                )
+                self.sleep(delay)
+        raise AssertionError("unreachable")
+
+
+class RetryingBackend:
+    """An :class:`LLMBackend` whose calls are retried and serialised on the provider's lock."""
+
+    def __init__(
+        self, backend: LLMBackend, *, lock: threading.Lock, retry: RetryPolicy, job_id: str
+    ) -> None:
+        self._backend, self._lock, self._retry, self._job_id = backend, lock, retry, job_id
+        self._newline_ids: frozenset[int] | None = None
+
+    def _call(self, what: str, fn: Callable[[], T]) -> T:
+        def locked() -> T:
+            with self._lock:
+                return fn()
+
+        return self._retry.call(locked, what=what, job_id=self._job_id)
+
+    @property
+    def name(self) -> str:
+        return self._backend.name
+
+    @property
+    def eos_id(self) -> int:
+        return self._call("eos_id", lambda: self._backend.eos_id)
+
+    @property
+    def newline_ids(self) -> frozenset[int]:
+        if self._newline_ids is None:
+            self._newline_ids = self._call("newline_ids", lambda: self._backend.newline_ids)
+        return self._newline_ids
+
+    def tokenize(self, text: str) -> list[int]:
+        return self._call("tokenize", lambda: self._backend.tokenize(text))
+
+    def detokenize(self, ids: Sequence[int]) -> str:
+        return self._call("detokenize", lambda: self._backend.detokenize(ids))
+
+    def next_token_probs(
+        self, prompts: Sequence[Sequence[int]], token_sets: np.ndarray
+    ) -> np.ndarray:
+        return self._call(
+            "next_token_probs", lambda: self._backend.next_token_probs(prompts, token_sets)
+        )
+
+    def top_k(self, prompts: Sequence[Sequence[int]], k: int) -> np.ndarray:
+        return self._call("top_k", lambda: self._backend.top_k(prompts, k))
+
+
+@dataclass(frozen=True)
+class _Claim:
+    """The claimed job (a detached row) and its dataset's task, read under the row lock."""
+
+    attempt: int
+    job: Job
+    task: dict[str, Any] | None  # None: the dataset is gone or deleted
+
+
+def run_job(
+    job_id: str,
+    *,
+    database_url: str,
+    provider: BackendProvider,
+    retry: RetryPolicy | None = None,
+    progress_interval_s: float = 0.5,
+    timeout_s: float | None = None,
+    stop: threading.Event | None = None,
+) -> None:
+    """Run job ``job_id`` to a final state; safe to call again with the same ID.
+
+    ``progress_interval_s`` throttles progress writes and cancellation checks (both are one
+    small transaction); ``timeout_s`` fails a job that runs longer; ``stop`` interrupts it
+    between tokens (failed, charged, if it had read the data; else queued again).
+    """
+    retry = retry or RetryPolicy()
+    started = time.monotonic()
+    claim = _claim(database_url, job_id)
+    if claim is None:
+        return
+    fence = _Fence(database_url, job_id, claim.attempt)
+    try:
+        if claim.job.cancel_requested:
+            raise JobCancelled
+        task, plan = _prepare(claim)
+        backend = RetryingBackend(
+            retry.call(provider.get, what="building the backend", job_id=job_id),
+            lock=provider.use_lock,
+            retry=retry,
+            job_id=job_id,
+        )
+        if stop is not None and stop.is_set():
+            raise WorkerStoppingError
+        planned = len(plan.schedule) * plan.config.tmax
+        fence.touch(expected_records=sum(plan.sizes.values()), planned=planned)
+        records = _load_records(database_url, claim.job.dataset_id)
+        progress = _ProgressWriter(
+            fence,
+            interval_s=progress_interval_s,
+            deadline=None if timeout_s is None else started + timeout_s,
+            stop=stop,
+        )
+        result = synthesize(task, records, plan.config, backend, progress=progress, job=plan)
+        del records
+        fence.succeed(result)
+        log.info("job %s: succeeded in %.1f s", job_id, time.monotonic() - started)
+    except JobSupersededError:
+        log.info("job %s: superseded by another attempt; stopping without writing", job_id)
+    except JobCancelled:
+        try:
+            fence.finish(JobStatus.CANCELLED, None)
+            log.info("job %s: cancelled", job_id)
+        except JobSupersededError:
+            log.info("job %s: superseded by another attempt; not recording it", job_id)
+    except WorkerStoppingError:
+        try:
+            fence.interrupt(_describe(WorkerStoppingError(), job_id, timeout_s))
+        except JobSupersededError:
+            log.info("job %s: superseded by another attempt; not recording it", job_id)
+    except Exception as err:  # every failure ends the job; the ledger decides the charge
+        message = _describe(err, job_id, timeout_s)
+        if not isinstance(err, EXPECTED):
+            log.error(
+                "job %s: failed with %s at %s",
+                job_id,
+                type(err).__name__,
+                " <- ".join(
+                    f"{frame.filename}:{frame.lineno} in {frame.name}"
+                    for frame in reversed(traceback.extract_tb(err.__traceback__))
+                ),
+            )
+        else:
+            log.warning("job %s: failed: %s", job_id, message)
+        try:
+            fence.finish(JobStatus.FAILED, message)
+        except JobSupersededError:
+            log.info("job %s: superseded by another attempt; not recording the failure", job_id)
+
+
+def _describe(err: Exception, job_id: str, timeout_s: float | None) -> str:
+    """A one-line error for the job's record and the API: never record text or prompts."""
+    if isinstance(err, TRANSIENT):
+        detail = str(err) if isinstance(err, BackendError) else type(err).__name__
+        return f"the model backend failed: {detail}"
+    if isinstance(err, JobTimeoutError):
+        return f"the job ran longer than the limit of {timeout_s:g} s"
+    if isinstance(err, WorkerStoppingError):
+        return "the worker stopped while the job was running"
+    if isinstance(err, NotRunnableError | SynthesisError | CalibrationError | TaskError):
+        # These messages name counts, labels of the public task and parameters only.
+        return str(err)
+    return f"internal error ({type(err).__name__}) in job {job_id}; see the worker log"
+
+
+def _claim(database_url: str, job_id: str) -> _Claim | None:
+    """Lock the job and mark it running, or return None if there is nothing to do."""
+    with session_scope(database_url) as session:
+        job = _locked_job(session, job_id)
+        if job is None:
+            log.warning("job %s: no such job; nothing to run", job_id)
+            return None
+        if job.status in FINISHED:
+            log.info("job %s: already %s; nothing to do", job_id, job.status)
+            return None
+        if job.status == JobStatus.RUNNING and job.touched_data:
+            close_job(
+                session,
+                job,
+                status=JobStatus.FAILED,
+                error="the worker running this job stopped after it had read the private data; "
+                "its charge stands (submit a new job)",
+            )
+            log.warning("job %s: interrupted after touching the data; failed, charged", job_id)
+            return None
+        if job.attempts >= MAX_ATTEMPTS:
+            close_job(
+                session,
+                job,
+                status=JobStatus.FAILED,
+                error=f"the job was started {job.attempts} times without finishing",
+            )
+            log.warning("job %s: too many attempts; failed", job_id)
+            return None
+        job.status = JobStatus.RUNNING.value
+        job.started_at = now()
+        job.attempts += 1
+        session.flush()
+        dataset = session.get(Dataset, job.dataset_id)
+        live = dataset is not None and dataset.deleted_at is None
+        claim = _Claim(job.attempts, job, dict(dataset.task) if live else None)
+    log.info("job %s: started (attempt %d)", job_id, claim.attempt)
+    return claim
+
+
+def _canonical(value: Any) -> Any:
+    return json.loads(json.dumps(value, sort_keys=True))
+
+
+def _prepare(claim: _Claim) -> tuple[TaskSpec, JobPlan]:
+    """The task and the job plan admission stored; checks it still describes the reservation."""
+    if claim.task is None:
+        raise NotRunnableError("the dataset was deleted before the job started")
+    try:
+        task = TaskSpec.model_validate(claim.task)
+        plan = job_plan(claim.job, task)
+    except (KeyError, TypeError, AttributeError, ValueError):
+        raise NotRunnableError("the job's stored configuration is invalid") from None
+    if _canonical(to_dict(plan.event())) != _canonical(claim.job.event):
+        raise NotRunnableError("the job's stored plan does not match the privacy event it reserved")
+    return task, plan
+
+
+def _load_records(database_url: str, dataset_id: str) -> list[Record]:
+    with session_scope(database_url) as session:
+        return load_records(session, dataset_id)
+
+
+def _locked_job(session: Session, job_id: str) -> Job | None:
+    return session.scalars(
+        select(Job)
+        .where(Job.id == job_id)
+        .with_for_update()
+        .execution_options(populate_existing=True)
+    ).one_or_none()
+
+
+class _Fence:
+    """Writes of one attempt, each under the job's row lock and only while it owns the job."""
+
+    def __init__(self, database_url: str, job_id: str, attempt: int) -> None:
+        self.database_url, self.job_id, self.attempt = database_url, job_id, attempt
+
+    def _owned(self, session: Session, *, lock: bool) -> Job:
+        if lock:
+            job = _locked_job(session, self.job_id)
+        else:
+            job = session.get(Job, self.job_id, populate_existing=True)
+        if job is None or job.attempts != self.attempt or job.status != JobStatus.RUNNING:
+            raise JobSupersededError
+        return job
+
+    def touch(self, *, expected_records: int, planned: int) -> None:
+        """Mark the job as having read the data, committed before the first record is read."""
+        with session_scope(self.database_url) as session:
+            job = self._owned(session, lock=True)
+            if job.cancel_requested:
+                raise JobCancelled
+            count = session.scalar(
+                select(func.count())
+                .select_from(DatasetRecord)
+                .where(DatasetRecord.dataset_id == job.dataset_id)
+            )
+            if count != expected_records:
+                raise NotRunnableError(
+                    f"the dataset has {count} records but the job was admitted for "
+                    f"{expected_records}"
+                )
+            job.touched_data = True
+            job.progress_done, job.progress_total = 0, planned
+
+    def progress(self, done: int, total: int) -> None:
+        """Record progress; raises :class:`JobCancelled` if a cancellation was requested."""
+        with session_scope(self.database_url) as session:
+            job = self._owned(session, lock=False)
+            if job.cancel_requested:
+                raise JobCancelled
+            job.progress_done, job.progress_total = done, total
+
+    def succeed(self, result: SynthesisResult) -> None:
+        with session_scope(self.database_url) as session:
+            job = self._owned(session, lock=True)
+            store_result(session, job, result)
+
+    def interrupt(self, error: str) -> None:
+        """The worker is stopping: back to the queue if the data was not read, else failed."""
+        with session_scope(self.database_url) as session:
+            job = self._owned(session, lock=True)
+            if job.touched_data:
+                close_job(session, job, status=JobStatus.FAILED, error=error)
+            else:
+                job.status, job.started_at = JobStatus.QUEUED.value, None
+        log.info("job %s: interrupted by the worker stopping", self.job_id)
+
+    def finish(self, status: JobStatus, error: str | None) -> None:
+        with session_scope(self.database_url) as session:
+            job = self._owned(session, lock=True)
+            close_job(session, job, status=status, error=error)
+
+
+class _ProgressWriter:
+    """The progress callback: throttled writes, cancellation, deadline and stop checks."""
+
+    def __init__(
+        self,
+        fence: _Fence,
+        *,
+        interval_s: float,
+        deadline: float | None,
+        stop: threading.Event | None,
+    ) -> None:
+        self.fence, self.interval_s, self.deadline, self.stop = fence, interval_s, deadline, stop
+        self.last = time.monotonic()
+
+    def __call__(self, done: int, total: int) -> None:
+        if self.stop is not None and self.stop.is_set():
+            raise WorkerStoppingError
+        clock = time.monotonic()
+        if self.deadline is not None and clock > self.deadline:
+            raise JobTimeoutError
+        if clock - self.last < self.interval_s and done < total:
+            return
+        self.last = clock
+        self.fence.progress(done, total)
