@@ -73,6 +73,9 @@ def create_app(
     app = FastAPI(title="dpsyn", version="0.1.0", description=DESCRIPTION, lifespan=lifespan)
     app.state.settings = settings
     app.state.sessions = sessions
+    app.state.read_sessions = sessionmaker(
+        bind=get_engine(settings.database_url, readonly=True), expire_on_commit=False
+    )
     app.state.queue = queue
     app.state.backend_provider = provider
     app.state.metrics = make_registry(sessions)

@@ -25,7 +25,10 @@ from workers.queue import JobQueue
 
 
 def get_session(request: Request) -> Iterator[Session]:
-    session = request.app.state.sessions()
+    # GET requests never write: on SQLite they use an engine whose transactions do not take
+    # the write lock, so reads do not queue behind jobs and admissions.
+    factory = request.app.state.read_sessions if request.method == "GET" else None
+    session = (factory or request.app.state.sessions)()
     try:
         yield session
     finally:

@@ -11,9 +11,12 @@ from sqlalchemy.orm import Session, sessionmaker
 
 
 @lru_cache
-def get_engine(url: str) -> Engine:
+def get_engine(url: str, *, readonly: bool = False) -> Engine:
+    """The engine for ``url``. On SQLite, transactions of the default engine take the write
+    lock at BEGIN; ``readonly=True`` gives an engine whose transactions only read (WAL lets
+    them run beside a writer), for requests that never write."""
     if not url.startswith("sqlite"):
-        return create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=20)
+        return _server_engine(url)
     engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30})
 
     @event.listens_for(engine, "connect")
@@ -28,9 +31,14 @@ def get_engine(url: str) -> Engine:
     def _on_begin(conn) -> None:
         # Serialise writers from the first statement, so that the ledger's read-check-insert
         # is atomic on SQLite as the budget row lock makes it on PostgreSQL.
-        conn.exec_driver_sql("BEGIN IMMEDIATE")
+        conn.exec_driver_sql("BEGIN" if readonly else "BEGIN IMMEDIATE")
 
     return engine
+
+
+@lru_cache
+def _server_engine(url: str) -> Engine:
+    return create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=20)
 
 
 @lru_cache

