@@ -45,6 +45,15 @@ def _exit(error: ClientError) -> NoReturn:
     raise typer.Exit(code=error.code)
 
 
+def _request(url: str, key: str | None, method: str, path: str, **kwargs: Any) -> Any:
+    """One API call; a server or connection error ends the command with its message."""
+    try:
+        with Api(url, key) as api:
+            return api.call(method, path, **kwargs)
+    except ClientError as error:
+        _exit(error)
+
+
 def _one_line(text: str) -> str:
     return " ".join(str(text).split())
 
@@ -223,11 +232,7 @@ def datasets_upload(
 @datasets_app.command("list")
 def datasets_list(url: UrlOpt = DEFAULT_URL, key: KeyOpt = None, as_json: JsonOpt = False) -> None:
     """List your datasets."""
-    try:
-        with Api(url, key) as api:
-            rows = api.call("GET", "/v1/datasets")
-    except ClientError as error:
-        _exit(error)
+    rows = _request(url, key, "GET", "/v1/datasets")
     if as_json:
         _print_json(rows)
         return
@@ -290,11 +295,7 @@ def budget_set(
     body: dict[str, Any] = {"epsilon": epsilon, "accounting": accounting.value}
     if delta is not None:
         body["delta"] = delta
-    try:
-        with Api(url, key) as api:
-            budget = api.call("PUT", f"/v1/datasets/{dataset}/budget", json=body)
-    except ClientError as error:
-        _exit(error)
+    budget = _request(url, key, "PUT", f"/v1/datasets/{dataset}/budget", json=body)
     if as_json:
         _print_json(budget)
     else:
@@ -309,11 +310,7 @@ def budget_show(
     as_json: JsonOpt = False,
 ) -> None:
     """A dataset's budget, what was spent, and its ledger history."""
-    try:
-        with Api(url, key) as api:
-            budget = api.call("GET", f"/v1/datasets/{dataset}/budget")
-    except ClientError as error:
-        _exit(error)
+    budget = _request(url, key, "GET", f"/v1/datasets/{dataset}/budget")
     if as_json:
         _print_json(budget)
     else:
@@ -443,11 +440,7 @@ def jobs_show(
     as_json: JsonOpt = False,
 ) -> None:
     """A job's status, progress, cost and result."""
-    try:
-        with Api(url, key) as api:
-            job = api.call("GET", f"/v1/jobs/{job_id}")
-    except ClientError as error:
-        _exit(error)
+    job = _request(url, key, "GET", f"/v1/jobs/{job_id}")
     if as_json:
         _print_json(job)
     else:
@@ -462,11 +455,7 @@ def jobs_cancel(
     as_json: JsonOpt = False,
 ) -> None:
     """Cancel a job (a running one stops at its next token and stays charged)."""
-    try:
-        with Api(url, key) as api:
-            job = api.call("POST", f"/v1/jobs/{job_id}/cancel")
-    except ClientError as error:
-        _exit(error)
+    job = _request(url, key, "POST", f"/v1/jobs/{job_id}/cancel")
     if as_json:
         _print_json(job)
     else:
@@ -486,11 +475,7 @@ def prompts_get(
     as_json: JsonOpt = False,
 ) -> None:
     """Print a synthesised prompt and its privacy cost."""
-    try:
-        with Api(url, key) as api:
-            prompt = api.call("GET", f"/v1/prompts/{prompt_id}")
-    except ClientError as error:
-        _exit(error)
+    prompt = _request(url, key, "GET", f"/v1/prompts/{prompt_id}")
     if as_json:
         _print_json(prompt)
         return
@@ -515,11 +500,7 @@ def prompts_complete(
     as_json: JsonOpt = False,
 ) -> None:
     """Answer a query with a synthesised prompt (in-context learning on the server's model)."""
-    try:
-        with Api(url, key) as api:
-            answer = api.call("POST", f"/v1/prompts/{prompt_id}/complete", json={"query": query})
-    except ClientError as error:
-        _exit(error)
+    answer = _request(url, key, "POST", f"/v1/prompts/{prompt_id}/complete", json={"query": query})
     if as_json:
         _print_json(answer)
         return
