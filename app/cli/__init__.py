@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import typer
 
+from app.cli.audit import audit_command
 from app.cli.client import budget_app, datasets_app, jobs_app, prompts_app
+from app.cli.eval import eval_command
 from app.cli.privacy import privacy_app
 from app.cli.serve import serve_command, worker_command
 from app.cli.synthesize import synthesize_command
@@ -23,6 +25,8 @@ app.add_typer(datasets_app, name="datasets")
 app.add_typer(budget_app, name="budget")
 app.add_typer(jobs_app, name="jobs")
 app.add_typer(prompts_app, name="prompts")
+app.command("eval")(eval_command)
+app.command("audit")(audit_command)
 
 
 def main() -> None:

@@ -1,0 +1,150 @@
+"""``dpsyn audit``: membership inference (Duan et al.) on real and AdaDPSyn 1-shot prompts.
+
+See :mod:`app.eval.audit` for the design. Progress goes to stderr; no record text is printed.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+from app.llm.base import BackendError
+from app.llm.factory import BackendKind, make_backend
+from app.llm.models import DEFAULT_MODEL
+from app.privacy.accounting import Accounting
+from app.privacy.calibration import CalibrationError
+from app.synthesis.config import TASK_DEFAULTS
+from app.synthesis.data import DataError, load_dataset
+from app.synthesis.generator import SynthesisError
+from app.synthesis.tasks import BUILTIN_TASKS
+
+err = Console(stderr=True)
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+TRAIN_FILES = {
+    "sst2": "sst2/stsa.binary.train",
+    "trec": "trec/train.txt",
+    "agnews": "agnews/train_first10429.csv",
+}
+
+
+class AuditDataset(StrEnum):
+    SST2 = "sst2"
+    TREC = "trec"
+    AGNEWS = "agnews"
+
+
+# --quick: a few minutes on the CPU model. Full: the papers' trial counts and T_max.
+QUICK = {"trials": 20, "synthetic_trials": 5, "candidates": 16, "M": 10, "N": 1, "tmax": 8, "K": 50}
+
+
+def default_data_dir() -> Path:
+    """``$DATA_DIR`` if set, else ``../shared/data`` next to the repository."""
+    env = os.environ.get("DATA_DIR")
+    return Path(env) if env else REPO_ROOT.parent / "shared" / "data"
+
+
+def _fail(message: str) -> typer.Exit:
+    err.print(f"error: {message}", markup=False, highlight=False, soft_wrap=True)
+    return typer.Exit(code=2)
+
+
+def audit_command(
+    dataset: Annotated[AuditDataset, typer.Option("--dataset")] = AuditDataset.SST2,
+    quick: Annotated[
+        bool, typer.Option("--quick", help="20 real / 5 AdaDPSyn trials, T_max 8, K 50.")
+    ] = False,
+    trials: Annotated[
+        int | None, typer.Option("--trials", min=0, help="Real-prompt trials (default 100).")
+    ] = None,
+    synthetic_trials: Annotated[
+        int | None,
+        typer.Option("--synthetic-trials", min=0, help="AdaDPSyn trials (default 20)."),
+    ] = None,
+    candidates: Annotated[
+        int | None,
+        typer.Option("--candidates", min=2, help="Per real trial: 1 member + the rest held out."),
+    ] = None,
+    epsilon: Annotated[float, typer.Option("--epsilon", help="AdaDPSyn target (> 0).")] = 8.0,
+    M: Annotated[int | None, typer.Option("--M", min=1)] = None,
+    N: Annotated[int | None, typer.Option("--N", min=1)] = None,
+    tmax: Annotated[int | None, typer.Option("--tmax", min=1)] = None,
+    K: Annotated[int | None, typer.Option("--K", min=2)] = None,
+    accounting: Annotated[Accounting, typer.Option("--accounting")] = Accounting.TIGHT,
+    model: Annotated[
+        str | None, typer.Option("--model", help="gemma-3-270m, smollm2-135m, or a path.")
+    ] = None,
+    seed: Annotated[int, typer.Option("--seed")] = 0,
+    data_dir: Annotated[
+        Path | None,
+        typer.Option("--data-dir", help="Data folder (default $DATA_DIR or ../shared/data)."),
+    ] = None,
+    out_dir: Annotated[
+        Path | None, typer.Option("--out-dir", help="Default out/audit/<dataset>.")
+    ] = None,
+) -> None:
+    """Membership inference AUC of real vs AdaDPSyn 1-shot prompts, with ROC curves."""
+    from app.eval.audit import AuditConfig, run_audit, write_outputs
+
+    if not epsilon > 0:
+        raise _fail(f"--epsilon must be > 0, got {epsilon}")
+    name = dataset.value
+    paper = TASK_DEFAULTS[name]
+    base = dict(QUICK) if quick else {
+        "trials": 100, "synthetic_trials": 20, "candidates": 16,
+        "M": paper["M"], "N": paper["N"], "tmax": paper["tmax"], "K": 100,
+    }  # fmt: skip
+    given = {
+        "trials": trials,
+        "synthetic_trials": synthetic_trials,
+        "candidates": candidates,
+        "M": M,
+        "N": N,
+        "tmax": tmax,
+        "K": K,
+    }
+    base.update({key: value for key, value in given.items() if value is not None})
+    config = AuditConfig(**base, epsilon=epsilon, accounting=accounting, seed=seed)
+    task = BUILTIN_TASKS[name]
+    train = (data_dir or default_data_dir()) / TRAIN_FILES[name]
+    target = out_dir or Path("out") / "audit" / name
+    started = time.perf_counter()
+    try:
+        records = load_dataset(task, train)
+        llm = make_backend(BackendKind.TRANSFORMERS, model=model, url=None)
+
+        def progress(which: str, done: int, total: int) -> None:
+            err.print(f"{which}: trial {done}/{total}", highlight=False)
+
+        summaries = run_audit(task, records, llm, config, progress)
+        meta = {
+            "dataset": name,
+            "model": llm.name or model or DEFAULT_MODEL,
+            "seed": seed,
+            "config": {**base, "epsilon": epsilon, "accounting": accounting.value},
+            "train_records": len(records),
+            "seconds": time.perf_counter() - started,
+        }
+        paths = write_outputs(summaries, meta, target)
+    except (
+        DataError,
+        SynthesisError,
+        CalibrationError,
+        BackendError,
+        FileNotFoundError,
+        ValueError,
+    ) as error:
+        raise _fail(str(error)) from None
+    for summary in summaries.values():
+        low, high = summary.ci()
+        typer.echo(
+            f"{summary.name}: AUC {summary.mean_auc():.3f} (95% CI {low:.3f}-{high:.3f}) "
+            f"over {len(summary.trials)} trials"
+        )
+    typer.echo(f"wrote {paths['json']}, {paths['markdown']}, {paths['plot']}")

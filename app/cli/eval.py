@@ -1,0 +1,154 @@
+"""``dpsyn eval``: the ICL evaluation grid on one shared data set (table, JSON, plot)."""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import asdict
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from pydantic import ValidationError
+from rich.console import Console
+
+from app.eval.datasets import DATASETS, load_split
+from app.eval.experiment import (
+    ExperimentConfig,
+    aggregate,
+    plot,
+    run_experiment,
+    settings_grid,
+    write_json,
+    write_table,
+)
+from app.llm.base import BackendError
+from app.llm.factory import BackendKind, make_backend
+from app.privacy.calibration import CalibrationError
+from app.synthesis.data import DataError
+from app.synthesis.generator import SynthesisError
+from app.synthesis.tasks import BUILTIN_TASKS
+
+err = Console(stderr=True)
+
+
+def _fail(message: str) -> typer.Exit:
+    err.print(f"error: {message}", markup=False, highlight=False, soft_wrap=True)
+    return typer.Exit(code=2)
+
+
+def _floats(text: str, option: str) -> tuple[float, ...]:
+    try:
+        values = tuple(float(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise _fail(f"{option} takes comma-separated numbers, got {text!r}") from None
+    if not values or any(not (v > 0 and math.isfinite(v)) for v in values):
+        raise _fail(f"{option} values must be finite and > 0, got {text!r}")
+    return values
+
+
+def eval_command(
+    dataset: Annotated[str, typer.Option("--dataset", help="trec|sst2|agnews|mitg|mitd")],
+    quick: Annotated[
+        bool,
+        typer.Option("--quick", help="100 test queries, 2 seeds, T_max 10, K 50 (CPU profile)."),
+    ] = False,
+    model: Annotated[
+        str | None, typer.Option("--model", help="gemma-3-270m, smollm2-135m, or a path.")
+    ] = None,
+    seeds: Annotated[
+        int | None, typer.Option("--seeds", help="Number of seeds (0..n-1); default 5, quick 2.")
+    ] = None,
+    test_size: Annotated[
+        int | None, typer.Option("--test-size", help="Test queries; default all, quick 100.")
+    ] = None,
+    epsilons: Annotated[str, typer.Option("--epsilons", help="Finite epsilons.")] = "1,2,4,8",
+    methods: Annotated[str, typer.Option("--methods", help="adadpsyn,tang")] = "adadpsyn,tang",
+    out_dir: Annotated[
+        Path | None, typer.Option("--out-dir", help="Default out/eval/<dataset>.")
+    ] = None,
+    data_dir: Annotated[
+        Path | None, typer.Option("--data-dir", help="Default $DATA_DIR or ../shared/data.")
+    ] = None,
+    shots: Annotated[int, typer.Option("--shots")] = 4,
+    M: Annotated[int | None, typer.Option("--M")] = None,
+    N: Annotated[int | None, typer.Option("--N")] = None,
+    tmax: Annotated[int | None, typer.Option("--tmax")] = None,
+    K: Annotated[int | None, typer.Option("--K")] = None,
+    calibrate: Annotated[
+        bool, typer.Option("--calibrate/--no-calibrate", help="Contextual calibration.")
+    ] = True,
+) -> None:
+    """Evaluate ICL accuracy of DP synthetic prompts against the papers' baselines."""
+    if dataset not in DATASETS:
+        raise _fail(f"--dataset must be one of {', '.join(DATASETS)}, got {dataset!r}")
+    method_list = tuple(m.strip() for m in methods.split(",") if m.strip())
+    base = ExperimentConfig.quick() if quick else ExperimentConfig()
+    overrides = dict(base.overrides)
+    overrides.update({k: v for k, v in {"M": M, "N": N, "tmax": tmax, "K": K}.items() if v})
+    if seeds is not None and seeds < 1:
+        raise _fail("--seeds must be at least 1")
+    if test_size is not None and test_size < 1:
+        raise _fail("--test-size must be at least 1")
+    config = ExperimentConfig(
+        seeds=tuple(range(seeds)) if seeds else base.seeds,
+        test_size=test_size if test_size else base.test_size,
+        epsilons=_floats(epsilons, "--epsilons"),
+        methods=method_list,
+        shots=shots,
+        overrides=overrides,
+        calibrated=calibrate,
+    )
+    try:
+        grid = settings_grid(config.epsilons, config.methods)
+    except ValueError as error:
+        raise _fail(str(error)) from None
+    out = out_dir if out_dir is not None else Path("out") / "eval" / dataset
+    task = BUILTIN_TASKS[dataset]
+    started = time.perf_counter()
+    try:
+        train, test = load_split(dataset, data_dir)
+        err.print(
+            f"{dataset}: {len(train)} training and {len(test)} test records; "
+            f"{len(grid)} settings x {len(config.seeds)} seeds",
+            highlight=False,
+        )
+        backend = make_backend(BackendKind.TRANSFORMERS, model=model, url=None)
+        runs = run_experiment(
+            task,
+            train,
+            test,
+            backend,
+            config,
+            log=lambda line: err.print(line, markup=False, highlight=False),
+        )
+    except ValidationError as error:
+        first = error.errors()[0]
+        raise _fail(f"{'.'.join(map(str, first['loc']))}: {first['msg']}") from None
+    except (
+        DataError,
+        SynthesisError,
+        CalibrationError,
+        BackendError,
+        FileNotFoundError,
+        ValueError,
+    ) as error:
+        raise _fail(str(error)) from None
+
+    rows = aggregate(runs, grid)
+    title = f"{dataset} ({backend.name})"
+    meta = {
+        "dataset": dataset,
+        "model": backend.name,
+        "quick": quick,
+        "config": asdict(config),
+        "seconds": time.perf_counter() - started,
+    }
+    paths = [
+        write_table(rows, out / "results.md", title),
+        write_json(runs, out / "runs.json", meta),
+        plot(rows, out / "accuracy_vs_epsilon.png", title),
+    ]
+    typer.echo((out / "results.md").read_text(encoding="utf-8"))
+    for path in paths:
+        err.print(f"wrote {path}", markup=False, highlight=False)

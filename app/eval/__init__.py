@@ -1,0 +1,1 @@
+"""Downstream in-context-learning evaluation of synthesised (and baseline) prompts."""

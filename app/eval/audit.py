@@ -1,0 +1,460 @@
+"""Empirical privacy audit: the membership inference attack of Duan et al. on 1-shot prompts.
+
+The attack (Duan et al., "Flocks of Stochastic Parrots", and AdaDPSyn's appendix C.6): an
+adversary who can query a prompted model holds candidate records with their true labels and
+asks, for each, the probability the prompted model gives the true label when the record is
+the query. Records shown in the prompt tend to get a higher probability, so thresholding that
+score separates members from non-members. We report the ROC AUC of that score.
+
+Design
+------
+* **Split.** The training records are de-duplicated by text and shuffled (seeded), then split
+  in half: a *member pool* and a held-out *non-member pool*. Members are only ever drawn from
+  the first, non-members only from the second, so the two sets are disjoint (also by text).
+* **(a) Real prompts** (the non-private baseline, epsilon = infinity). Per trial: one member
+  record is drawn from the member pool and forms the 1-shot prompt
+  (:func:`~app.synthesis.prompts.demonstration_prompt`); ``candidates - 1`` non-members with
+  the *same label* are drawn from the held-out pool (Duan et al. use 1 member against many
+  non-members). Matching the label keeps the attack about membership, not about a bias of
+  the model towards the label shown in the prompt.
+* **(b) AdaDPSyn prompts.** Per trial: a member subset of ``M * N`` records of *each* label
+  is drawn from the member pool and given to AdaDPSyn (shots = 1, target ``epsilon``). The
+  job's public label schedule picks the target label ``L`` before any record is read, and
+  generation reads only the partition of ``L``; with exactly ``M * N`` records in it, every
+  teacher step sees every one of them (Poisson rate 1 under tight accounting, all records
+  under paper accounting), which is the setting most favourable to the attacker. The members
+  are those ``M * N`` records of ``L`` (records of the other labels never influence the
+  prompt); as many non-members of label ``L`` are drawn from the held-out pool. The
+  synthetic 1-shot prompt is the demonstration AdaDPSyn released. ``delta`` is
+  ``1 / |training set|``.
+* **Score.** For each candidate, the prompt followed by :func:`query_suffix` of its text; the
+  score is the probability of the first token of :func:`answer_text` of its true label,
+  renormalised over the first tokens of all labels. All candidates of a prompt go to the
+  backend in one call (they share the prompt as a prefix, so a KV-cache backend runs it once).
+* **AUC.** Per trial, the Mann-Whitney statistic over (member, non-member) pairs (ties count
+  one half); the reported AUC is the mean over trials. The 95% confidence interval is the
+  percentile bootstrap of that mean over trials (seeded). The ROC curve pools the scores of
+  all trials; its AUC is reported too.
+
+Nothing here logs or writes record text: the outputs hold scores, labels and AUCs only.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from app.llm.base import LLMBackend
+from app.privacy.accounting import Accounting
+from app.privacy.params import Method
+from app.synthesis.config import SynthesisConfig
+from app.synthesis.data import Record
+from app.synthesis.generator import partition_sizes, plan_job, synthesize
+from app.synthesis.prompts import answer_text, demonstration_prompt, query_suffix
+from app.synthesis.tasks import TaskKind, TaskSpec
+
+Progress = Callable[[str, int, int], None]  # (which attack, trials done, trials planned)
+
+
+# --- statistics -----------------------------------------------------------------------------
+
+
+def auc(members: Sequence[float], non_members: Sequence[float]) -> float:
+    """ROC AUC as the Mann-Whitney statistic: P(member > non-member) + P(tie) / 2."""
+    m = np.asarray(members, dtype=float)
+    n = np.asarray(non_members, dtype=float)
+    if m.size == 0 or n.size == 0:
+        raise ValueError("AUC needs at least one member and one non-member score")
+    greater = (m[:, None] > n[None, :]).sum()
+    ties = (m[:, None] == n[None, :]).sum()
+    return float((greater + 0.5 * ties) / (m.size * n.size))
+
+
+def bootstrap_ci(
+    values: Sequence[float], *, level: float = 0.95, resamples: int = 2000, seed: int = 0
+) -> tuple[float, float]:
+    """Percentile bootstrap interval of the mean of ``values`` (resampling the values)."""
+    data = np.asarray(values, dtype=float)
+    if data.size == 0:
+        raise ValueError("no values to bootstrap")
+    rng = np.random.default_rng(seed)
+    means = data[rng.integers(0, data.size, size=(resamples, data.size))].mean(axis=1)
+    tail = (1.0 - level) / 2.0
+    low, high = np.quantile(means, [tail, 1.0 - tail])
+    return float(low), float(high)
+
+
+def roc_points(
+    members: Sequence[float], non_members: Sequence[float]
+) -> tuple[list[float], list[float]]:
+    """(FPR, TPR) of every threshold, from (0, 0) to (1, 1); tied scores move together."""
+    scores = np.concatenate([np.asarray(members, float), np.asarray(non_members, float)])
+    is_member = np.concatenate([np.ones(len(members)), np.zeros(len(non_members))])
+    if is_member.sum() == 0 or is_member.sum() == is_member.size:
+        raise ValueError("ROC needs at least one member and one non-member score")
+    order = np.argsort(-scores, kind="stable")
+    scores, is_member = scores[order], is_member[order]
+    last_of_group = np.r_[np.flatnonzero(np.diff(scores) != 0), scores.size - 1]
+    tp = np.cumsum(is_member)[last_of_group]
+    fp = np.cumsum(1 - is_member)[last_of_group]
+    tpr = np.r_[0.0, tp / is_member.sum()]
+    fpr = np.r_[0.0, fp / (is_member.size - is_member.sum())]
+    return fpr.tolist(), tpr.tolist()
+
+
+def curve_auc(fpr: Sequence[float], tpr: Sequence[float]) -> float:
+    """Area under a ROC curve by the trapezoid rule (equals :func:`auc` of its scores)."""
+    return float(np.trapezoid(tpr, fpr))
+
+
+# --- trials ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Trial:
+    """One attack: a 1-shot prompt and the candidates scored after it (indices into pools)."""
+
+    label: str
+    members: tuple[int, ...]  # into the member pool
+    non_members: tuple[int, ...]  # into the held-out pool
+
+
+@dataclass
+class TrialResult:
+    member_scores: list[float]
+    non_member_scores: list[float]
+    auc: float
+
+
+@dataclass
+class AttackSummary:
+    name: str
+    trials: list[TrialResult]
+    seed: int
+    extra: dict[str, object] = field(default_factory=dict)
+
+    @property
+    def aucs(self) -> list[float]:
+        return [t.auc for t in self.trials]
+
+    def mean_auc(self) -> float:
+        return float(np.mean(self.aucs))
+
+    def ci(self) -> tuple[float, float]:
+        return bootstrap_ci(self.aucs, seed=self.seed)
+
+    def roc(self) -> tuple[list[float], list[float]]:
+        members = [s for t in self.trials for s in t.member_scores]
+        non_members = [s for t in self.trials for s in t.non_member_scores]
+        return roc_points(members, non_members)
+
+    def to_dict(self) -> dict[str, object]:
+        fpr, tpr = self.roc()
+        low, high = self.ci()
+        return {
+            "name": self.name,
+            "trials": len(self.trials),
+            "auc_mean": self.mean_auc(),
+            "auc_ci95": [low, high],
+            "auc_pooled": curve_auc(fpr, tpr),
+            "per_trial_auc": self.aucs,
+            "per_trial": [asdict(t) for t in self.trials],
+            "roc": {"fpr": fpr, "tpr": tpr},
+            **self.extra,
+        }
+
+
+@dataclass(frozen=True)
+class AuditConfig:
+    """What the audit runs; the synthetic attack uses AdaDPSyn with shots = 1."""
+
+    trials: int = 100
+    synthetic_trials: int = 20
+    candidates: int = 16  # per real-prompt trial: 1 member + (candidates - 1) non-members
+    epsilon: float = 8.0
+    M: int = 10
+    N: int = 1
+    tmax: int = 30
+    K: int = 100
+    accounting: Accounting = Accounting.TIGHT
+    seed: int = 0
+
+
+@dataclass
+class Pools:
+    """The de-duplicated training records split into members and held-out non-members."""
+
+    members: list[Record]
+    held_out: list[Record]
+
+    def by_label(self, which: str) -> dict[str, list[int]]:
+        out: dict[str, list[int]] = {}
+        for i, record in enumerate(self.members if which == "members" else self.held_out):
+            out.setdefault(record.label, []).append(i)
+        return out
+
+
+def split_pools(records: Sequence[Record], rng: np.random.Generator) -> Pools:
+    """Drop repeated texts, shuffle, and split in half (members first)."""
+    seen: set[str] = set()
+    unique = []
+    for record in records:
+        if record.text not in seen:
+            seen.add(record.text)
+            unique.append(record)
+    order = rng.permutation(len(unique))
+    half = len(unique) // 2
+    return Pools([unique[i] for i in order[:half]], [unique[i] for i in order[half:]])
+
+
+def _draw(indices: list[int], count: int, rng: np.random.Generator, what: str) -> tuple[int, ...]:
+    if len(indices) < count:
+        raise ValueError(f"need {count} {what}, only {len(indices)} available")
+    return tuple(int(i) for i in rng.choice(indices, size=count, replace=False))
+
+
+def real_trials(
+    task: TaskSpec, pools: Pools, count: int, candidates: int, rng: np.random.Generator
+) -> list[Trial]:
+    """(a): one member (the prompt's record) and ``candidates - 1`` same-label non-members."""
+    if candidates < 2:
+        raise ValueError("a trial needs at least 2 candidates (1 member, 1 non-member)")
+    members, held = pools.by_label("members"), pools.by_label("held_out")
+    usable = [label for label in task.labels if members.get(label) and held.get(label)]
+    if not usable:
+        raise ValueError("no label has records in both the member and the held-out pool")
+    trials = []
+    for _ in range(count):
+        member = int(rng.integers(len(pools.members)))
+        label = pools.members[member].label
+        if label not in usable:
+            label = usable[int(rng.integers(len(usable)))]
+            member = _draw(members[label], 1, rng, "members")[0]
+        non = _draw(held[label], candidates - 1, rng, f"held-out records of label {label!r}")
+        trials.append(Trial(label, (member,), non))
+    return trials
+
+
+def label_token_ids(task: TaskSpec, backend: LLMBackend) -> dict[str, int]:
+    """The first token of each label's answer; they must differ to be told apart."""
+    ids = {label: backend.tokenize(answer_text(task, label))[0] for label in task.labels}
+    if len(set(ids.values())) < len(ids):
+        raise ValueError(f"labels of task {task.name!r} share a first token on this model")
+    return ids
+
+
+def score_candidates(
+    task: TaskSpec,
+    backend: LLMBackend,
+    prompt: str,
+    candidates: Sequence[Record],
+    label_ids: dict[str, int],
+) -> list[float]:
+    """The renormalised probability of each candidate's true label, in one backend call."""
+    labels = list(task.labels)
+    token_set = np.array([label_ids[label] for label in labels], dtype=np.int64)
+    batch = [backend.tokenize(prompt + query_suffix(task, c.text)) for c in candidates]
+    probs = backend.next_token_probs(batch, np.tile(token_set, (len(batch), 1)))
+    return [float(probs[i, labels.index(c.label)]) for i, c in enumerate(candidates)]
+
+
+def _result(
+    task: TaskSpec,
+    backend: LLMBackend,
+    prompt: str,
+    members: Sequence[Record],
+    non_members: Sequence[Record],
+    label_ids: dict[str, int],
+) -> TrialResult:
+    scores = score_candidates(task, backend, prompt, [*members, *non_members], label_ids)
+    m, n = scores[: len(members)], scores[len(members) :]
+    return TrialResult(m, n, auc(m, n))
+
+
+def run_real(
+    task: TaskSpec,
+    backend: LLMBackend,
+    pools: Pools,
+    config: AuditConfig,
+    rng: np.random.Generator,
+    progress: Progress | None = None,
+) -> AttackSummary:
+    """Attack (a): 1-shot prompts made of a real member record."""
+    label_ids = label_token_ids(task, backend)
+    results = []
+    trials = real_trials(task, pools, config.trials, config.candidates, rng)
+    for number, trial in enumerate(trials, 1):
+        members = [pools.members[i] for i in trial.members]
+        prompt = demonstration_prompt(task, members)
+        non = [pools.held_out[i] for i in trial.non_members]
+        results.append(_result(task, backend, prompt, members, non, label_ids))
+        if progress is not None:
+            progress("real", number, len(trials))
+    return AttackSummary("real", results, config.seed, {"epsilon": "inf"})
+
+
+def run_synthetic(
+    task: TaskSpec,
+    backend: LLMBackend,
+    pools: Pools,
+    config: AuditConfig,
+    rng: np.random.Generator,
+    progress: Progress | None = None,
+) -> AttackSummary:
+    """Attack (b): 1-shot prompts synthesised by AdaDPSyn from a member subset."""
+    label_ids = label_token_ids(task, backend)
+    members_by, held_by = pools.by_label("members"), pools.by_label("held_out")
+    size = config.M * config.N
+    delta = 1.0 / (len(pools.members) + len(pools.held_out))
+    results, spent = [], []
+    for number in range(1, config.synthetic_trials + 1):
+        subset = {
+            label: _draw(members_by.get(label, []), size, rng, f"members of label {label!r}")
+            for label in task.labels
+        }
+        records = [pools.members[i] for label in task.labels for i in subset[label]]
+        synth = SynthesisConfig(
+            method=Method.ADADPSYN,
+            epsilon=config.epsilon,
+            delta=delta,
+            accounting=config.accounting,
+            shots=1,
+            M=config.M,
+            N=config.N,
+            tmax=config.tmax,
+            K=config.K,
+            seed=int(rng.integers(2**31)),
+        )
+        job_rng = np.random.default_rng(int(rng.integers(2**31)))
+        job = plan_job(task, partition_sizes(task, records), synth, job_rng)
+        label = job.schedule[0]
+        result = synthesize(task, records, synth, backend, job=job)
+        spent.append(result.epsilon)
+        members = [pools.members[i] for i in subset[label]]
+        non_idx = _draw(held_by.get(label, []), size, rng, f"held-out records of {label!r}")
+        non = [pools.held_out[i] for i in non_idx]
+        results.append(_result(task, backend, result.prompt, members, non, label_ids))
+        if progress is not None:
+            progress("synthetic", number, config.synthetic_trials)
+    extra = {
+        "epsilon": config.epsilon,
+        "epsilon_spent_max": max(spent) if spent else None,
+        "delta": delta,
+        "member_subset_per_label": size,
+    }
+    return AttackSummary("adadpsyn", results, config.seed, extra)
+
+
+def run_audit(
+    task: TaskSpec,
+    records: Sequence[Record],
+    backend: LLMBackend,
+    config: AuditConfig,
+    progress: Progress | None = None,
+) -> dict[str, AttackSummary]:
+    """Both attacks on ``records`` (a task's training set); trials are seeded by the config."""
+    if task.kind != TaskKind.CLASSIFICATION:
+        raise ValueError("the audit scores a label probability: classification tasks only")
+    rng = np.random.default_rng(config.seed)
+    pools = split_pools(records, rng)
+    out: dict[str, AttackSummary] = {}
+    if config.trials > 0:
+        out["real"] = run_real(task, backend, pools, config, rng, progress)
+    if config.synthetic_trials > 0:
+        out["adadpsyn"] = run_synthetic(task, backend, pools, config, rng, progress)
+    if not out:
+        raise ValueError("nothing to run: both trial counts are 0")
+    return out
+
+
+# --- outputs --------------------------------------------------------------------------------
+
+_TITLES = {"real": "Real 1-shot prompt (ε = ∞)", "adadpsyn": "AdaDPSyn 1-shot prompt"}
+
+
+def _title(summary: AttackSummary) -> str:
+    if summary.name == "adadpsyn":
+        return f"AdaDPSyn 1-shot prompt (ε = {summary.extra['epsilon']:g})"
+    return _TITLES.get(summary.name, summary.name)
+
+
+def plot_roc(summaries: dict[str, AttackSummary], path: Path) -> None:
+    """Pooled ROC curves of the attacks and the diagonal, to a PNG file."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(5, 5), dpi=100)
+    try:
+        ax.plot([0, 1], [0, 1], linestyle="--", color="grey", label="random guess")
+        for summary in summaries.values():
+            fpr, tpr = summary.roc()
+            low, high = summary.ci()
+            ax.plot(
+                fpr,
+                tpr,
+                label=f"{_title(summary)}: AUC {summary.mean_auc():.3f} [{low:.3f}, {high:.3f}]",
+            )
+        ax.set_xlim(0, 1)
+        ax.set_ylim(0, 1)
+        ax.set_xlabel("False positive rate")
+        ax.set_ylabel("True positive rate")
+        ax.set_title("Membership inference on 1-shot prompts")
+        ax.legend(loc="lower right", fontsize=7)
+        fig.tight_layout()
+        fig.savefig(path, format="png")
+    finally:
+        plt.close(fig)
+
+
+def markdown(summaries: dict[str, AttackSummary], meta: dict[str, object]) -> str:
+    lines = [
+        f"# Membership inference audit: {meta.get('dataset')}",
+        "",
+        f"Model `{meta.get('model')}`, seed {meta.get('seed')}. Attack of Duan et al.: the "
+        "score of a candidate is the probability the 1-shot-prompted model gives its true "
+        "label. AUC is the Mann-Whitney statistic per trial, averaged over trials; the 95% "
+        "interval is a bootstrap over trials; 0.5 is random guessing.",
+        "",
+        "| Prompt | Trials | Members / non-members per trial | Mean AUC | 95% CI | Pooled AUC |",
+        "|---|---|---|---|---|---|",
+    ]
+    for summary in summaries.values():
+        low, high = summary.ci()
+        fpr, tpr = summary.roc()
+        first = summary.trials[0]
+        sizes = f"{len(first.member_scores)} / {len(first.non_member_scores)}"
+        lines.append(
+            f"| {_title(summary)} | {len(summary.trials)} | {sizes} | "
+            f"{summary.mean_auc():.3f} | [{low:.3f}, {high:.3f}] | {curve_auc(fpr, tpr):.3f} |"
+        )
+    lines += ["", "ROC curves (pooled over trials): `roc.png`.", ""]
+    return "\n".join(lines)
+
+
+def write_outputs(
+    summaries: dict[str, AttackSummary], meta: dict[str, object], out_dir: Path
+) -> dict[str, Path]:
+    """``audit.json``, ``audit.md`` and ``roc.png`` in ``out_dir`` (created)."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = {
+        "json": out_dir / "audit.json",
+        "markdown": out_dir / "audit.md",
+        "plot": out_dir / "roc.png",
+    }
+    data = {**meta, "attacks": {name: s.to_dict() for name, s in summaries.items()}}
+    paths["json"].write_text(json.dumps(data, indent=2, default=_json_default, allow_nan=False))
+    paths["markdown"].write_text(markdown(summaries, meta))
+    plot_roc(summaries, paths["plot"])
+    return paths
+
+
+def _json_default(value: object) -> object:
+    if isinstance(value, Path):
+        return str(value)
+    raise TypeError(f"cannot write {type(value).__name__} as JSON")

