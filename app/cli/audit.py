@@ -12,19 +12,14 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 
-from app.llm.base import BackendError
+from app.cli.errors import err, fail, reported_errors
 from app.llm.factory import BackendKind, make_backend
 from app.llm.models import DEFAULT_MODEL
 from app.privacy.accounting import Accounting
-from app.privacy.calibration import CalibrationError
 from app.synthesis.config import TASK_DEFAULTS
-from app.synthesis.data import DataError, load_dataset
-from app.synthesis.generator import SynthesisError
+from app.synthesis.data import load_dataset
 from app.synthesis.tasks import BUILTIN_TASKS
-
-err = Console(stderr=True)
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 TRAIN_FILES = {
@@ -48,11 +43,6 @@ def default_data_dir() -> Path:
     """``$DATA_DIR`` if set, else ``../shared/data`` next to the repository."""
     env = os.environ.get("DATA_DIR")
     return Path(env) if env else REPO_ROOT.parent / "shared" / "data"
-
-
-def _fail(message: str) -> typer.Exit:
-    err.print(f"error: {message}", markup=False, highlight=False, soft_wrap=True)
-    return typer.Exit(code=2)
 
 
 def audit_command(
@@ -93,7 +83,7 @@ def audit_command(
     from app.eval.audit import AuditConfig, run_audit, write_outputs
 
     if not epsilon > 0:
-        raise _fail(f"--epsilon must be > 0, got {epsilon}")
+        raise fail(f"--epsilon must be > 0, got {epsilon}")
     name = dataset.value
     paper = TASK_DEFAULTS[name]
     base = dict(QUICK) if quick else {
@@ -115,7 +105,7 @@ def audit_command(
     train = (data_dir or default_data_dir()) / TRAIN_FILES[name]
     target = out_dir or Path("out") / "audit" / name
     started = time.perf_counter()
-    try:
+    with reported_errors():
         records = load_dataset(task, train)
         llm = make_backend(BackendKind.TRANSFORMERS, model=model, url=None)
 
@@ -132,15 +122,6 @@ def audit_command(
             "seconds": time.perf_counter() - started,
         }
         paths = write_outputs(summaries, meta, target)
-    except (
-        DataError,
-        SynthesisError,
-        CalibrationError,
-        BackendError,
-        FileNotFoundError,
-        ValueError,
-    ) as error:
-        raise _fail(str(error)) from None
     for summary in summaries.values():
         low, high = summary.ci()
         typer.echo(

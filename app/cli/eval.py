@@ -9,9 +9,8 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from pydantic import ValidationError
-from rich.console import Console
 
+from app.cli.errors import err, fail, reported_errors
 from app.eval.datasets import DATASETS, load_split
 from app.eval.experiment import (
     ExperimentConfig,
@@ -22,28 +21,17 @@ from app.eval.experiment import (
     write_json,
     write_table,
 )
-from app.llm.base import BackendError
 from app.llm.factory import BackendKind, make_backend
-from app.privacy.calibration import CalibrationError
-from app.synthesis.data import DataError
-from app.synthesis.generator import SynthesisError
 from app.synthesis.tasks import BUILTIN_TASKS
-
-err = Console(stderr=True)
-
-
-def _fail(message: str) -> typer.Exit:
-    err.print(f"error: {message}", markup=False, highlight=False, soft_wrap=True)
-    return typer.Exit(code=2)
 
 
 def _floats(text: str, option: str) -> tuple[float, ...]:
     try:
         values = tuple(float(x) for x in text.split(",") if x.strip())
     except ValueError:
-        raise _fail(f"{option} takes comma-separated numbers, got {text!r}") from None
+        raise fail(f"{option} takes comma-separated numbers, got {text!r}") from None
     if not values or any(not (v > 0 and math.isfinite(v)) for v in values):
-        raise _fail(f"{option} values must be finite and > 0, got {text!r}")
+        raise fail(f"{option} values must be finite and > 0, got {text!r}")
     return values
 
 
@@ -81,15 +69,15 @@ def eval_command(
 ) -> None:
     """Evaluate ICL accuracy of DP synthetic prompts against the papers' baselines."""
     if dataset not in DATASETS:
-        raise _fail(f"--dataset must be one of {', '.join(DATASETS)}, got {dataset!r}")
+        raise fail(f"--dataset must be one of {', '.join(DATASETS)}, got {dataset!r}")
     method_list = tuple(m.strip() for m in methods.split(",") if m.strip())
     base = ExperimentConfig.quick() if quick else ExperimentConfig()
     overrides = dict(base.overrides)
     overrides.update({k: v for k, v in {"M": M, "N": N, "tmax": tmax, "K": K}.items() if v})
     if seeds is not None and seeds < 1:
-        raise _fail("--seeds must be at least 1")
+        raise fail("--seeds must be at least 1")
     if test_size is not None and test_size < 1:
-        raise _fail("--test-size must be at least 1")
+        raise fail("--test-size must be at least 1")
     config = ExperimentConfig(
         seeds=tuple(range(seeds)) if seeds else base.seeds,
         test_size=test_size if test_size else base.test_size,
@@ -102,11 +90,11 @@ def eval_command(
     try:
         grid = settings_grid(config.epsilons, config.methods)
     except ValueError as error:
-        raise _fail(str(error)) from None
+        raise fail(str(error)) from None
     out = out_dir if out_dir is not None else Path("out") / "eval" / dataset
     task = BUILTIN_TASKS[dataset]
     started = time.perf_counter()
-    try:
+    with reported_errors():
         train, test = load_split(dataset, data_dir)
         err.print(
             f"{dataset}: {len(train)} training and {len(test)} test records; "
@@ -122,18 +110,6 @@ def eval_command(
             config,
             log=lambda line: err.print(line, markup=False, highlight=False),
         )
-    except ValidationError as error:
-        first = error.errors()[0]
-        raise _fail(f"{'.'.join(map(str, first['loc']))}: {first['msg']}") from None
-    except (
-        DataError,
-        SynthesisError,
-        CalibrationError,
-        BackendError,
-        FileNotFoundError,
-        ValueError,
-    ) as error:
-        raise _fail(str(error)) from None
 
     rows = aggregate(runs, grid)
     title = f"{dataset} ({backend.name})"

@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 from pydantic import ValidationError
 
+from app.cli.errors import fail
 from app.privacy.accounting import Accounting
 from app.privacy.calibration import CalibrationError, calibrate
 from app.privacy.params import AdaDPSynParams, Method, TangParams
@@ -49,11 +50,6 @@ LabelsOpt = Annotated[
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON.")]
 
 
-def _fail(message: str) -> typer.Exit:
-    typer.echo(f"error: {message}", err=True)
-    return typer.Exit(code=2)
-
-
 def _plan(
     method: Method,
     accounting: Accounting,
@@ -72,12 +68,12 @@ def _plan(
     if method is Method.TANG:
         value = sigma if sigma is not None else free
         if value is None:
-            raise _fail("--sigma is required for --method tang")
+            raise fail("--sigma is required for --method tang")
         params: TangParams | AdaDPSynParams = TangParams(sigma=value)
     else:
         value = sigma1 if sigma1 is not None else free
         if value is None:
-            raise _fail("--sigma1 is required for --method adadpsyn")
+            raise fail("--sigma1 is required for --method adadpsyn")
         params = AdaDPSynParams(sigma0=sigma0, sigma1=value, sigma2=sigma2, T=T)
     return PrivacyPlan(params=params, accounting=accounting, M=M, N=N, tmax=tmax)
 
@@ -86,16 +82,16 @@ def _dataset(
     n_label: int, n_total: int, n_labels: int, shots: int, delta: float | None
 ) -> tuple[dict[str, int], dict[str, int], float]:
     if n_label < 1 or n_total < 1:
-        raise _fail("--n-label and --n-total must be >= 1")
+        raise fail("--n-label and --n-total must be >= 1")
     if n_labels < 1 or n_labels * n_label > n_total:
-        raise _fail(
+        raise fail(
             f"--n-labels {n_labels} x --n-label {n_label} records exceed --n-total {n_total}"
         )
     if shots < 0:
-        raise _fail("--shots-per-label must be >= 0")
+        raise fail("--shots-per-label must be >= 0")
     delta = 1.0 / n_total if delta is None else delta
     if not 0 < delta < 1:
-        raise _fail(f"--delta must be in (0, 1), got {delta}")
+        raise fail(f"--delta must be in (0, 1), got {delta}")
     labels = [f"label{i}" for i in range(n_labels)]
     return dict.fromkeys(labels, n_label), dict.fromkeys(labels, shots), delta
 
@@ -142,9 +138,9 @@ def epsilon_command(
         sizes, shots, delta = _dataset(n_label, n_total, n_labels, shots_per_label, delta)
         eps = plan.epsilon(sizes, shots, delta)
     except ValidationError as error:
-        raise _fail(_validation_message(error)) from None
+        raise fail(_validation_message(error)) from None
     except ValueError as error:
-        raise _fail(str(error)) from None
+        raise fail(str(error)) from None
     if as_json:
         typer.echo(json.dumps({"epsilon": eps, "delta": delta}))
     else:
@@ -192,9 +188,9 @@ def calibrate_command(
             plan, label_sizes=sizes, shots=shots, target_epsilon=epsilon, delta=delta
         )
     except ValidationError as error:
-        raise _fail(_validation_message(error)) from None
+        raise fail(_validation_message(error)) from None
     except (CalibrationError, ValueError) as error:
-        raise _fail(str(error)) from None
+        raise fail(str(error)) from None
     solved = result.plan.params.model_dump(
         include={"sigma"} if method is Method.TANG else {"sigma0", "sigma1", "sigma2", "T"}
     )

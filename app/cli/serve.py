@@ -18,16 +18,12 @@ import typer
 from rich.console import Console
 from sqlalchemy.engine import make_url
 
+from app.cli.errors import fail
 from app.settings import Settings
 
 err = Console(stderr=True)
 DATA_DIR = Path(".dpsyn")
 KEY_FILE = "admin_key"
-
-
-def _fail(message: str) -> typer.Exit:
-    err.print(f"error: {message}", markup=False, highlight=False, soft_wrap=True)
-    return typer.Exit(code=2)
 
 
 def _say(message: str) -> None:
@@ -129,7 +125,7 @@ def serve_command(
             )
         settings, created = prepare(settings, data_dir=data_dir, migrate=migrate)
     except ValueError as error:  # settings validation, e.g. production with SQLite
-        raise _fail(str(error).replace("\n", " ")) from None
+        raise fail(str(error).replace("\n", " ")) from None
 
     mode = (
         f"Celery workers via {make_url(settings.broker_url).render_as_string(hide_password=True)}"
@@ -169,7 +165,7 @@ def worker_command(
     """Run a Celery worker of the distributed deployment (needs DPSYN_BROKER_URL)."""
     settings = Settings()
     if not settings.broker_url:
-        raise _fail("dpsyn worker needs DPSYN_BROKER_URL (e.g. redis://127.0.0.1:6379/0)")
+        raise fail("dpsyn worker needs DPSYN_BROKER_URL (e.g. redis://127.0.0.1:6379/0)")
     from workers.celery_app import app
 
     app.worker_main(

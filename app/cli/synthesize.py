@@ -8,32 +8,22 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from pydantic import ValidationError
-from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-from app.llm.base import BackendError
+from app.cli.errors import err, fail, reported_errors
 from app.llm.factory import BackendKind, make_backend
 from app.privacy.accounting import Accounting
-from app.privacy.calibration import CalibrationError
 from app.privacy.params import Method
 from app.synthesis.config import SynthesisConfig
-from app.synthesis.data import DataError, load_dataset
-from app.synthesis.generator import SynthesisError, synthesize
-from app.synthesis.tasks import TaskError, TaskKind, TaskSpec, get_task
-
-err = Console(stderr=True)
-
-
-def _fail(message: str) -> typer.Exit:
-    err.print(f"error: {message}", markup=False, highlight=False, soft_wrap=True)
-    return typer.Exit(code=2)
+from app.synthesis.data import load_dataset
+from app.synthesis.generator import synthesize
+from app.synthesis.tasks import TaskKind, TaskSpec, get_task
 
 
 def _parse_epsilon(text: str) -> float:
     value = float(text)  # accepts "inf"
     if math.isnan(value) or value <= 0:
-        raise _fail(
+        raise fail(
             f"--epsilon must be > 0 (or inf for the no-noise baseline), got {text}; "
             "for the epsilon = 0 baseline use --instruction-only"
         )
@@ -44,7 +34,7 @@ def _custom_task(
     labels: str | None, instruction: str | None, text_field: str, label_field: str
 ) -> TaskSpec:
     if not labels:
-        raise _fail("--task custom needs --spec FILE or --labels a,b,...")
+        raise fail("--task custom needs --spec FILE or --labels a,b,...")
     names = [x.strip() for x in labels.split(",") if x.strip()]
     return TaskSpec(
         name="custom",
@@ -97,7 +87,7 @@ def synthesize_command(
     ] = None,
 ) -> None:
     """Generate DP synthetic demonstrations from a private dataset."""
-    try:
+    with reported_errors():
         target = 0.0 if instruction_only else _parse_epsilon(epsilon)
         if task == "custom":
             spec_task = (
@@ -141,19 +131,6 @@ def synthesize_command(
                 llm,
                 progress=lambda done, total: bar.update(job, completed=done, total=total),
             )
-    except ValidationError as error:
-        first = error.errors()[0]
-        raise _fail(f"{'.'.join(map(str, first['loc']))}: {first['msg']}") from None
-    except (
-        DataError,
-        TaskError,
-        SynthesisError,
-        CalibrationError,
-        BackendError,
-        FileNotFoundError,
-        ValueError,
-    ) as error:
-        raise _fail(str(error)) from None
 
     for number, demo in enumerate(result.demonstrations, 1):
         typer.echo(f"[{number}] {spec_task.label_field}: {demo.label}")
