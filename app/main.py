@@ -56,7 +56,7 @@ def create_app(
     """
     settings = settings or get_settings()
     provider = backend_provider or BackendProvider(
-        settings.backend, model=settings.model, url=settings.vllm_url
+        settings.backend, model=settings.model, url=settings.vllm_url, dtype=settings.dtype
     )
     if queue is None:
         from workers.queue_factory import make_queue

@@ -29,6 +29,9 @@ class Settings(BaseSettings):
     backend: BackendKind = BackendKind.TRANSFORMERS
     model: str | None = Field(None, description="Model name or path (see app.llm.models).")
     vllm_url: str | None = None
+    dtype: Literal["auto", "float32", "bfloat16"] = Field(
+        "auto", description="Local model precision; auto: bfloat16 where the hardware has it."
+    )
     bootstrap_api_key: str | None = Field(
         None,
         description="An admin API key created at start-up for the 'default' tenant if missing.",

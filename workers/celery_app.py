@@ -55,7 +55,9 @@ def make_provider(settings: Settings) -> BackendProvider:
         from tests.synthesis.fake_backend import FakeBackend
 
         return StaticProvider(FakeBackend())
-    return BackendProvider(settings.backend, model=settings.model, url=settings.vllm_url)
+    return BackendProvider(
+        settings.backend, model=settings.model, url=settings.vllm_url, dtype=settings.dtype
+    )
 
 
 class CeleryQueue:

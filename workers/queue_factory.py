@@ -8,7 +8,9 @@ from workers.queue import JobQueue
 
 
 def default_provider(settings: Settings) -> BackendProvider:
-    return BackendProvider(settings.backend, model=settings.model, url=settings.vllm_url)
+    return BackendProvider(
+        settings.backend, model=settings.model, url=settings.vllm_url, dtype=settings.dtype
+    )
 
 
 def make_queue(settings: Settings, provider: BackendProvider | None = None) -> JobQueue:

@@ -14,7 +14,7 @@ from typing import Annotated
 import typer
 
 from app.cli.errors import err, fail, reported_errors
-from app.llm.factory import BackendKind, make_backend
+from app.llm.factory import BackendKind, Dtype, make_backend
 from app.llm.models import DEFAULT_MODEL
 from app.privacy.accounting import Accounting
 from app.synthesis.config import TASK_DEFAULTS
@@ -70,6 +70,9 @@ def audit_command(
     model: Annotated[
         str | None, typer.Option("--model", help="gemma-3-270m, smollm2-135m, or a path.")
     ] = None,
+    dtype: Annotated[
+        Dtype, typer.Option("--dtype", help="Local model precision (auto: bfloat16 if native).")
+    ] = Dtype.AUTO,
     seed: Annotated[int, typer.Option("--seed")] = 0,
     data_dir: Annotated[
         Path | None,
@@ -107,7 +110,7 @@ def audit_command(
     started = time.perf_counter()
     with reported_errors():
         records = load_dataset(task, train)
-        llm = make_backend(BackendKind.TRANSFORMERS, model=model, url=None)
+        llm = make_backend(BackendKind.TRANSFORMERS, model=model, url=None, dtype=dtype)
 
         def progress(which: str, done: int, total: int) -> None:
             err.print(f"{which}: trial {done}/{total}", highlight=False)

@@ -21,7 +21,7 @@ from app.eval.experiment import (
     write_json,
     write_table,
 )
-from app.llm.factory import BackendKind, make_backend
+from app.llm.factory import BackendKind, Dtype, make_backend
 from app.synthesis.tasks import BUILTIN_TASKS
 
 
@@ -39,11 +39,14 @@ def eval_command(
     dataset: Annotated[str, typer.Option("--dataset", help="trec|sst2|agnews|mitg|mitd")],
     quick: Annotated[
         bool,
-        typer.Option("--quick", help="100 test queries, 2 seeds, T_max 10, K 50 (CPU profile)."),
+        typer.Option("--quick", help="100 test queries, 2 seeds, T_max 8, K 50 (CPU profile)."),
     ] = False,
     model: Annotated[
         str | None, typer.Option("--model", help="gemma-3-270m, smollm2-135m, or a path.")
     ] = None,
+    dtype: Annotated[
+        Dtype, typer.Option("--dtype", help="Local model precision (auto: bfloat16 if native).")
+    ] = Dtype.AUTO,
     seeds: Annotated[
         int | None, typer.Option("--seeds", help="Number of seeds (0..n-1); default 5, quick 2.")
     ] = None,
@@ -101,7 +104,7 @@ def eval_command(
             f"{len(grid)} settings x {len(config.seeds)} seeds",
             highlight=False,
         )
-        backend = make_backend(BackendKind.TRANSFORMERS, model=model, url=None)
+        backend = make_backend(BackendKind.TRANSFORMERS, model=model, url=None, dtype=dtype)
         runs = run_experiment(
             task,
             train,

@@ -1,9 +1,15 @@
-"""``dpsyn synthesize``: private dataset in, DP synthetic demonstrations out."""
+"""``dpsyn synthesize``: private dataset in, DP demonstrations out.
+
+``--method tang|adadpsyn`` synthesises texts (``app.synthesis``); ``--method promptpate``
+labels public inputs with private teacher prompts (``app.pate``).
+"""
 
 from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
 
@@ -11,13 +17,26 @@ import typer
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from app.cli.errors import err, fail, reported_errors
-from app.llm.factory import BackendKind, make_backend
+from app.llm.base import LLMBackend
+from app.llm.factory import BackendKind, Dtype, make_backend
+from app.pate.config import PateConfig
+from app.pate.plan import plan_pate
+from app.pate.public import read_public
+from app.pate.run import run_pate
 from app.privacy.accounting import Accounting
 from app.privacy.params import Method
 from app.synthesis.config import SynthesisConfig
-from app.synthesis.data import load_dataset
-from app.synthesis.generator import synthesize
+from app.synthesis.data import Record, load_dataset
+from app.synthesis.generator import SynthesisResult, synthesize
 from app.synthesis.tasks import TaskKind, TaskSpec, get_task
+
+
+class CliMethod(StrEnum):
+    """The token-loop methods of :class:`Method`, plus PromptPATE (labels public inputs)."""
+
+    TANG = "tang"
+    ADADPSYN = "adadpsyn"
+    PROMPTPATE = "promptpate"
 
 
 def _parse_epsilon(text: str) -> float:
@@ -55,13 +74,15 @@ def synthesize_command(
     epsilon: Annotated[
         str, typer.Option("--epsilon", help="Privacy budget (> 0, or inf: no noise).")
     ] = "4",
-    method: Annotated[Method, typer.Option("--method")] = Method.ADADPSYN,
+    method: Annotated[CliMethod, typer.Option("--method")] = CliMethod.ADADPSYN,
     instruction_only: Annotated[
         bool, typer.Option("--instruction-only", help="epsilon = 0 baseline: no private data.")
     ] = False,
     delta: Annotated[float | None, typer.Option("--delta", help="Default 1/|D|.")] = None,
     accounting: Annotated[Accounting, typer.Option("--accounting")] = Accounting.TIGHT,
-    shots: Annotated[int, typer.Option("--shots")] = 4,
+    shots: Annotated[
+        int | None, typer.Option("--shots", help="Demonstrations (tang/adadpsyn; default 4).")
+    ] = None,
     M: Annotated[int | None, typer.Option("--M")] = None,
     N: Annotated[int | None, typer.Option("--N")] = None,
     tmax: Annotated[int | None, typer.Option("--tmax")] = None,
@@ -70,6 +91,9 @@ def synthesize_command(
     model: Annotated[
         str | None, typer.Option("--model", help="gemma-3-270m, smollm2-135m, or a path.")
     ] = None,
+    dtype: Annotated[
+        Dtype, typer.Option("--dtype", help="Local model precision (auto: bfloat16 if native).")
+    ] = Dtype.AUTO,
     url: Annotated[str | None, typer.Option("--url", help="vLLM server URL.")] = None,
     seed: Annotated[
         int | None, typer.Option("--seed", help="Testing only: a known seed voids privacy.")
@@ -85,9 +109,39 @@ def synthesize_command(
     candidates: Annotated[
         str | None, typer.Option("--candidates", help="Extraction: public slot values, a,b,...")
     ] = None,
+    public: Annotated[
+        Path | None,
+        typer.Option("--public", help="promptpate: public unlabelled inputs (.jsonl/.csv/.txt)."),
+    ] = None,
+    public_field: Annotated[
+        str, typer.Option("--public-field", help="promptpate: JSONL field or CSV column.")
+    ] = "text",
+    teachers: Annotated[
+        int, typer.Option("--teachers", help="promptpate: teacher prompts (ensemble size).")
+    ] = 100,
+    teacher_shots: Annotated[
+        int, typer.Option("--teacher-shots", help="promptpate: private examples per teacher.")
+    ] = 1,
+    queries: Annotated[
+        int, typer.Option("--queries", help="promptpate: answered queries the noise is sized for.")
+    ] = 100,
+    max_public: Annotated[
+        int, typer.Option("--max-public", help="promptpate: public inputs processed at most.")
+    ] = 1000,
+    student_shots: Annotated[
+        int, typer.Option("--student-shots", help="promptpate: examples in the result prompt.")
+    ] = 4,
 ) -> None:
-    """Generate DP synthetic demonstrations from a private dataset."""
+    """Generate DP demonstrations from a private dataset.
+
+    tang/adadpsyn synthesise texts token by token; promptpate labels public inputs (--public)
+    with teacher prompts built from the private data and keeps the best labelled prompt.
+    """
     with reported_errors():
+        if method is CliMethod.PROMPTPATE:
+            _check_promptpate_options(instruction_only, public, shots, M, N, tmax)
+        elif public is not None:
+            raise fail("--public is only used with --method promptpate")
         target = 0.0 if instruction_only else _parse_epsilon(epsilon)
         if task == "custom":
             spec_task = (
@@ -100,45 +154,107 @@ def synthesize_command(
         if candidates:
             spec_task = spec_task.with_candidates([c.strip() for c in candidates.split(",")])
         records = load_dataset(spec_task, data, text_col=text_col, label_col=label_col)
-        config = SynthesisConfig.for_task(
-            spec_task.name,
-            method=method,
-            epsilon=target,
-            delta=delta,
-            accounting=accounting,
-            shots=shots,
-            M=M,
-            N=N,
-            tmax=tmax,
-            K=K,
-            seed=seed,
-        )
-        llm = make_backend(backend, model=model, url=url)
-        with Progress(
-            TextColumn("synthesising"),
-            BarColumn(),
-            TextColumn("{task.completed}/{task.total}"),
-            TextColumn("tokens"),
-            TimeElapsedColumn(),
-            console=err,
-            transient=True,
-        ) as bar:
-            job = bar.add_task("tokens", total=None)
-            result = synthesize(
-                spec_task,
-                records,
-                config,
-                llm,
-                progress=lambda done, total: bar.update(job, completed=done, total=total),
+        if method is CliMethod.PROMPTPATE:
+            assert public is not None
+            pate_config = PateConfig(
+                epsilon=target,
+                delta=delta,
+                accounting=accounting,
+                teachers=teachers,
+                shots=teacher_shots,
+                queries=queries,
+                max_public=max_public,
+                student_shots=student_shots,
+                seed=seed,
             )
+            inputs = read_public(public, public_field)
+            plan = plan_pate(spec_task, len(records), len(inputs), pate_config)
+            llm = make_backend(backend, model=model, url=url, dtype=dtype)
+            result = _with_progress(
+                "labelling",
+                "public inputs",
+                lambda progress: run_pate(spec_task, records, inputs, plan, llm, progress=progress),
+            )
+            used_accounting = pate_config.accounting
+        else:
+            config = SynthesisConfig.for_task(
+                spec_task.name,
+                method=Method(method.value),
+                epsilon=target,
+                delta=delta,
+                accounting=accounting,
+                shots=shots,
+                M=M,
+                N=N,
+                tmax=tmax,
+                K=K,
+                seed=seed,
+            )
+            llm = make_backend(backend, model=model, url=url, dtype=dtype)
+            result = _synthesise(spec_task, records, config, llm)
+            used_accounting = config.accounting
 
     for number, demo in enumerate(result.demonstrations, 1):
         typer.echo(f"[{number}] {spec_task.label_field}: {demo.label}")
         typer.echo(f"    {spec_task.text_field}: {demo.text}")
+    if result.method == CliMethod.PROMPTPATE.value:
+        stats = result.stats
+        typer.echo(
+            f"labelled {stats['answered']:.0f} of {stats['processed']:.0f} public inputs "
+            f"({stats['rejected']:.0f} rejected); student holdout accuracy "
+            f"{stats['holdout_accuracy']:.3f}"
+        )
     typer.echo(
         f"epsilon = {result.epsilon:.4g} at delta = {result.delta:.3g} "
-        f"({result.method}, {config.accounting.value} accounting, model {result.model})"
+        f"({result.method}, {used_accounting.value} accounting, model {result.model})"
     )
     if out is not None:
         out.write_text(json.dumps(result.to_dict(), indent=2))
         typer.echo(f"wrote {out}")
+
+
+def _check_promptpate_options(
+    instruction_only: bool,
+    public: Path | None,
+    shots: int | None,
+    M: int | None,
+    N: int | None,
+    tmax: int | None,
+) -> None:
+    """Refuse options PromptPATE would silently ignore, naming the ones it takes instead."""
+    if public is None:
+        raise fail("--method promptpate needs --public FILE (public unlabelled inputs)")
+    if instruction_only:
+        raise fail("--instruction-only is a baseline of the token-loop methods, not promptpate")
+    if shots is not None:
+        raise fail("--shots is for tang/adadpsyn; promptpate takes --student-shots")
+    unused = [name for name, value in (("--M", M), ("--N", N), ("--tmax", tmax)) if value]
+    if unused:
+        raise fail(f"{', '.join(unused)} are for tang/adadpsyn, not promptpate")
+
+
+def _with_progress(
+    verb: str, unit: str, job: Callable[[Callable[[int, int], None]], SynthesisResult]
+) -> SynthesisResult:
+    """Run ``job`` with a transient progress bar on stderr fed by its progress callback."""
+    with Progress(
+        TextColumn(verb),
+        BarColumn(),
+        TextColumn("{task.completed}/{task.total}"),
+        TextColumn(unit),
+        TimeElapsedColumn(),
+        console=err,
+        transient=True,
+    ) as bar:
+        bar_task = bar.add_task(unit, total=None)
+        return job(lambda done, total: bar.update(bar_task, completed=done, total=total))
+
+
+def _synthesise(
+    task: TaskSpec, records: list[Record], config: SynthesisConfig, llm: LLMBackend
+) -> SynthesisResult:
+    return _with_progress(
+        "synthesising",
+        "tokens",
+        lambda progress: synthesize(task, records, config, llm, progress=progress),
+    )

@@ -90,11 +90,11 @@ class ExperimentConfig:
 
     @classmethod
     def quick(cls, **changes: object) -> ExperimentConfig:
-        """100 test queries, 2 seeds, T_max 10, K 50 (the CPU profile)."""
+        """100 test queries, 2 seeds, T_max 8, K 50 (the CPU profile)."""
         base: dict[str, object] = {
             "seeds": (0, 1),
             "test_size": 100,
-            "overrides": {"tmax": 10, "K": 50},
+            "overrides": {"tmax": 8, "K": 50},
         }
         base.update(changes)
         return cls(**base)  # type: ignore[arg-type]

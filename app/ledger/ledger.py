@@ -1,9 +1,10 @@
 """Budget admission and the append-only ledger of privacy events.
 
-Every job's cost is described by its :class:`~app.privacy.events.SynthesisEvent`. A dataset's
-spend is the *composition* of the events of its live jobs (reserved or committed, not
-released), computed by the budget's accountant, which is tighter than adding epsilons; the
-plain sum is reported beside it.
+Every job's cost is described by its event (a :class:`~app.privacy.events.SynthesisEvent`,
+or a :class:`~app.privacy.events.PateEvent` for PromptPATE). A dataset's spend is the
+*composition* of the events of its live jobs (reserved or committed, not released), computed
+by the budget's accountant, which is tighter than adding epsilons; the plain sum is reported
+beside it.
 
 Admission is atomic across processes: the budget row is locked (``SELECT ... FOR UPDATE`` on
 PostgreSQL; SQLite serialises writers with ``BEGIN IMMEDIATE``) while the new total is
@@ -24,7 +25,7 @@ from sqlalchemy.orm import Session
 
 from app.db.models import Budget, LedgerEntry, LedgerKind
 from app.privacy.accounting import Accounting, accountant_for
-from app.privacy.events import SynthesisEvent, from_dict, to_dict
+from app.privacy.events import DatasetEvent, from_dict, to_dict
 
 
 class LedgerError(ValueError):
@@ -64,7 +65,7 @@ def _live_entries(session: Session, dataset_id: str) -> list[LedgerEntry]:
     return [e for e in entries if e.kind == LedgerKind.RESERVE and e.job_id not in released]
 
 
-def _compose(budget: Budget, events: Sequence[SynthesisEvent]) -> float:
+def _compose(budget: Budget, events: Sequence[DatasetEvent]) -> float:
     accountant = accountant_for(Accounting(budget.accounting))
     return accountant.synthesis_epsilon(list(events), budget.delta) if events else 0.0
 
@@ -93,7 +94,7 @@ def admit(
     *,
     dataset_id: str,
     job_id: str,
-    event: SynthesisEvent,
+    event: DatasetEvent,
     epsilon: float,
     delta: float,
     accounting: Accounting,

@@ -13,8 +13,22 @@ class BackendKind(StrEnum):
     VLLM = "vllm"
 
 
-def make_backend(kind: BackendKind, *, model: str | None, url: str | None) -> LLMBackend:
-    """A transformers backend (local model) or a vLLM HTTP client (``url`` required)."""
+class Dtype(StrEnum):
+    """Precision of a local model; ``auto`` is bfloat16 where the hardware computes it."""
+
+    AUTO = "auto"
+    FLOAT32 = "float32"
+    BFLOAT16 = "bfloat16"
+
+
+def make_backend(
+    kind: BackendKind, *, model: str | None, url: str | None, dtype: str = "auto"
+) -> LLMBackend:
+    """A transformers backend (local model) or a vLLM HTTP client (``url`` required).
+
+    ``dtype`` applies to the local model only (see ``transformers_backend.resolve_dtype``);
+    a vLLM server chooses its own.
+    """
     if kind is BackendKind.VLLM:
         if not url:
             raise ValueError("--url is required with --backend vllm")
@@ -25,4 +39,4 @@ def make_backend(kind: BackendKind, *, model: str | None, url: str | None) -> LL
         return VLLMHttpBackend(url=url, model=model)
     from app.llm.transformers_backend import TransformersBackend
 
-    return TransformersBackend(model or DEFAULT_MODEL)
+    return TransformersBackend(model or DEFAULT_MODEL, dtype=dtype)

@@ -11,8 +11,10 @@ from app.llm.factory import BackendKind, make_backend
 class BackendProvider:
     """Lazily builds and then shares one backend; thread-safe."""
 
-    def __init__(self, kind: BackendKind, *, model: str | None, url: str | None) -> None:
-        self.kind, self.model, self.url = kind, model, url
+    def __init__(
+        self, kind: BackendKind, *, model: str | None, url: str | None, dtype: str = "auto"
+    ) -> None:
+        self.kind, self.model, self.url, self.dtype = kind, model, url, dtype
         self._backend: LLMBackend | None = None
         self._lock = threading.Lock()
         # Forward passes of one local model are not re-entrant across threads; serialise them.
@@ -21,7 +23,9 @@ class BackendProvider:
     def get(self) -> LLMBackend:
         with self._lock:
             if self._backend is None:
-                self._backend = make_backend(self.kind, model=self.model, url=self.url)
+                self._backend = make_backend(
+                    self.kind, model=self.model, url=self.url, dtype=self.dtype
+                )
             return self._backend
 
 

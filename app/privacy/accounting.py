@@ -16,8 +16,9 @@ Both reduce each token step to one Gaussian mechanism with the effective multipl
 
 Which label partitions one record can touch depends on the relation: under add/remove a
 record sits in one partition; under replace-one it can be swapped for a record of another
-label, which changes two partitions. :meth:`Accountant.synthesis_epsilon` takes the worst
-case over what one record can touch. ``docs/privacy.md`` states the guarantee in full.
+label, which changes two partitions. A :class:`~app.privacy.events.PateEvent` (PromptPATE)
+reads every record, so it joins every group. :meth:`Accountant.synthesis_epsilon` takes the
+worst case over what one record can touch. ``docs/privacy.md`` states the guarantee in full.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ import numpy as np
 from dp_accounting.pld import privacy_loss_distribution as pld_lib
 
 from app.privacy import rdp
-from app.privacy.events import SampledEvent, SynthesisEvent
+from app.privacy.events import DatasetEvent, PateEvent, SampledEvent, SynthesisEvent
 from app.privacy.mechanisms import Relation
 from app.privacy.sampling import FixedSizeSampling, PoissonSampling, Sampling
 
@@ -48,29 +49,40 @@ class Accounting(StrEnum):
     TIGHT = "tight"
 
 
+Priced = SampledEvent | PateEvent  # what one record is exposed to, one entry at a time
+
+
 class Accountant(ABC):
-    """Prices compositions of :class:`SampledEvent` under one neighbouring relation."""
+    """Prices compositions of :class:`SampledEvent` and :class:`PateEvent` under one
+    neighbouring relation."""
 
     relation: Relation
     sampling_type: type
 
-    def check(self, event: SampledEvent) -> None:
+    def check(self, event: Priced) -> None:
         """Raise :class:`UnsupportedEventError` unless this accountant can price ``event``."""
+        if isinstance(event, PateEvent):
+            if event.relation != self.relation.value:
+                raise UnsupportedEventError(
+                    f"{type(self).__name__} ({self.relation.value} neighbours) cannot price a "
+                    f"PromptPATE event derived for {event.relation} neighbours"
+                )
+            return
         if not isinstance(event.sampling, self.sampling_type):
             raise UnsupportedEventError(
                 f"{type(self).__name__} ({self.relation.value} neighbours) requires "
                 f"{self.sampling_type.__name__}, got {type(event.sampling).__name__}"
             )
 
-    def epsilon(self, events: SampledEvent | Sequence[SampledEvent], delta: float) -> float:
+    def epsilon(self, events: Priced | Sequence[Priced], delta: float) -> float:
         """Epsilon at ``delta`` of the composition of ``events`` (all may touch one record)."""
-        if isinstance(events, SampledEvent):
+        if isinstance(events, SampledEvent | PateEvent):
             events = [events]
         if not 0.0 < delta < 1.0:
             raise ValueError(f"delta must be in (0, 1), got {delta}")
         for event in events:
             self.check(event)
-        active = [e for e in events if e.steps > 0]
+        active = [e for e in events if isinstance(e, PateEvent) or e.steps > 0]
         if not active:
             return 0.0
         if any(e.noise_multiplier == 0 for e in active):
@@ -78,30 +90,37 @@ class Accountant(ABC):
         return self._epsilon(active, delta)
 
     @abstractmethod
-    def _epsilon(self, events: Sequence[SampledEvent], delta: float) -> float: ...
+    def _epsilon(self, events: Sequence[Priced], delta: float) -> float: ...
 
-    def exposures(self, events: Sequence[SynthesisEvent]) -> list[list[SampledEvent]]:
-        """The sets of label events that one record can influence together.
+    def exposures(self, events: Sequence[DatasetEvent]) -> list[list[Priced]]:
+        """The sets of events that one record can influence together.
 
-        Events of several jobs on one dataset are grouped by label: a record's label decides
-        which of them read it. Under add/remove a record sits in one label partition; under
-        replace-one it can be swapped for a record of another label, touching two.
+        Synthesis events of several jobs on one dataset are grouped by label: a record's
+        label decides which of them read it. Under add/remove a record sits in one label
+        partition; under replace-one it can be swapped for a record of another label,
+        touching two. PromptPATE events read every record, so they join every set.
         """
-        by_label: dict[str, list[SampledEvent]] = {}
+        by_label: dict[str, list[Priced]] = {}
+        everyone: list[Priced] = []
         for event in events:
+            if isinstance(event, PateEvent):
+                everyone.append(event)
+                continue
             for entry in event.labels:
                 by_label.setdefault(entry.label, []).append(entry.event)
         singles = list(by_label.values())
-        if self.relation is Relation.ADD_OR_REMOVE:
-            return singles
-        pairs = [a + b for a, b in itertools.combinations(singles, 2)]
-        return singles + pairs
+        groups = singles
+        if self.relation is Relation.REPLACE_ONE:
+            groups = singles + [a + b for a, b in itertools.combinations(singles, 2)]
+        if not groups:
+            return [everyone] if everyone else []
+        return [group + everyone for group in groups]
 
     def synthesis_epsilon(
-        self, event: SynthesisEvent | Sequence[SynthesisEvent], delta: float
+        self, event: DatasetEvent | Sequence[DatasetEvent], delta: float
     ) -> float:
         """Epsilon for any one record of a dataset over one job or several (composed)."""
-        events = [event] if isinstance(event, SynthesisEvent) else list(event)
+        events = [event] if isinstance(event, SynthesisEvent | PateEvent) else list(event)
         exposures = self.exposures(events)
         if not exposures:
             return 0.0
@@ -117,15 +136,17 @@ class PaperRdpAccountant(Accountant):
     def __init__(self, orders: np.ndarray = rdp.ORDERS) -> None:
         self.orders = orders
 
-    def rdp(self, event: SampledEvent) -> np.ndarray:
+    def rdp(self, event: Priced) -> np.ndarray:
         """RDP curve of ``event`` at :attr:`orders`."""
         self.check(event)
+        if isinstance(event, PateEvent):  # mu-GDP: the curve of one plain Gaussian
+            return rdp.gaussian_rdp(event.noise_multiplier, self.orders)
         per_step = rdp.subsampled_gaussian_rdp(
             event.sampling.rate, event.noise_multiplier, self.orders
         )
         return event.steps * per_step
 
-    def _epsilon(self, events: Sequence[SampledEvent], delta: float) -> float:
+    def _epsilon(self, events: Sequence[Priced], delta: float) -> float:
         total = sum(self.rdp(e) for e in events)
         return rdp.rdp_to_epsilon(total, delta, self.orders)
 
@@ -139,14 +160,17 @@ class TightPldAccountant(Accountant):
     def __init__(self, discretization: float = 2e-3) -> None:
         self.discretization = discretization
 
-    def pld(self, event: SampledEvent) -> pld_lib.PrivacyLossDistribution:
-        """Pessimistic PLD of ``event``: ``steps`` compositions of one subsampled Gaussian."""
+    def pld(self, event: Priced) -> pld_lib.PrivacyLossDistribution:
+        """Pessimistic PLD of ``event``: ``steps`` compositions of one subsampled Gaussian, or
+        for a PromptPATE event (mu-GDP) one plain Gaussian."""
         self.check(event)
+        if isinstance(event, PateEvent):
+            return _sampled_gaussian_pld(event.noise_multiplier, 1.0, 1, self.discretization)
         return _sampled_gaussian_pld(
             event.noise_multiplier, event.sampling.rate, event.steps, self.discretization
         )
 
-    def _epsilon(self, events: Sequence[SampledEvent], delta: float) -> float:
+    def _epsilon(self, events: Sequence[Priced], delta: float) -> float:
         combined = self.pld(events[0])
         for event in events[1:]:
             combined = combined.compose(self.pld(event))

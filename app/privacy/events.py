@@ -13,6 +13,8 @@ The structure mirrors the generation loop:
   subsample of one label's records with ``sampling`` and runs the adaptive composition of
   ``mechanisms`` on that subsample.
 * :class:`SynthesisEvent` -- one :class:`SampledEvent` per label partition of a dataset.
+* :class:`PateEvent` -- a PromptPATE job: a Gaussian DP filter over releases that may read
+  every record of the dataset (no subsampling, no label partition).
 """
 
 from __future__ import annotations
@@ -93,7 +95,33 @@ class SynthesisEvent:
             raise ValueError(f"each label may appear once, got {names}")
 
 
-Event = GaussianEvent | SampledEvent | SynthesisEvent
+RELATIONS = ("add_or_remove", "replace_one")  # values of app.privacy.mechanisms.Relation
+
+
+@dataclass(frozen=True)
+class PateEvent:
+    """A PromptPATE job, as its accountant must see it.
+
+    The job's Confident-GNMax releases ran under a Gaussian DP filter with budget ``mu``, so
+    together they are ``mu``-GDP (``app.privacy.pate``): the privacy curve of one Gaussian
+    mechanism with multiplier ``1 / mu``, stored here as ``noise_multiplier``. ``relation``
+    names the neighbouring relation under which ``mu`` was derived (the vote sensitivities
+    differ); an accountant of another relation refuses the event. Every record of the dataset
+    may be read, whatever its label.
+    """
+
+    noise_multiplier: float
+    relation: str
+
+    def __post_init__(self) -> None:
+        if not self.noise_multiplier > 0:
+            raise ValueError(f"noise_multiplier must be > 0, got {self.noise_multiplier}")
+        if self.relation not in RELATIONS:
+            raise ValueError(f"relation must be one of {RELATIONS}, got {self.relation!r}")
+
+
+Event = GaussianEvent | SampledEvent | SynthesisEvent | PateEvent
+DatasetEvent = SynthesisEvent | PateEvent  # what one job charges to a dataset
 
 
 def to_dict(event: Event) -> dict[str, Any]:
@@ -116,6 +144,12 @@ def to_dict(event: Event) -> dict[str, Any]:
             "type": "synthesis",
             "labels": [{"label": e.label, "event": to_dict(e.event)} for e in event.labels],
         }
+    if isinstance(event, PateEvent):
+        return {
+            "type": "pate",
+            "noise_multiplier": event.noise_multiplier,
+            "relation": event.relation,
+        }
     raise TypeError(f"not an event: {event!r}")
 
 
@@ -137,14 +171,18 @@ def from_dict(data: dict[str, Any]) -> Event:
                 raise ValueError("a label entry must hold a sampled event")
             entries.append(LabelEvent(str(item["label"]), inner))
         return SynthesisEvent(tuple(entries))
+    if kind == "pate":
+        return PateEvent(float(data["noise_multiplier"]), str(data["relation"]))
     raise ValueError(f"unknown event type {kind!r}")
 
 
 __all__ = [
+    "DatasetEvent",
     "Event",
     "FixedSizeSampling",
     "GaussianEvent",
     "LabelEvent",
+    "PateEvent",
     "PoissonSampling",
     "SampledEvent",
     "SynthesisEvent",

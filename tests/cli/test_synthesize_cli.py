@@ -17,7 +17,7 @@ runner = CliRunner()
 def fake_backend(monkeypatch):
     monkeypatch.setattr(
         "app.cli.synthesize.make_backend",
-        lambda kind, model, url: FakeBackend(stop_after=2, marker="Text:"),
+        lambda kind, model, url, dtype: FakeBackend(stop_after=2, marker="Text:"),
     )
 
 

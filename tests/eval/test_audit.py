@@ -191,7 +191,7 @@ def test_cli_writes_the_three_files(tmp_path, monkeypatch):
     data.mkdir(parents=True)
     lines = [f"{i % 2} review number {i} of the set" for i in range(80)]
     (data / "stsa.binary.train").write_text("\n".join(lines) + "\n")
-    monkeypatch.setattr(cli, "make_backend", lambda kind, model, url: MemoryBackend())
+    monkeypatch.setattr(cli, "make_backend", lambda kind, model, url, dtype: MemoryBackend())
     app = typer.Typer()
     app.command("audit")(cli.audit_command)
     app.command("other")(lambda: None)

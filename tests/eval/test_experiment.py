@@ -86,7 +86,7 @@ def test_settings_grid_has_baselines_methods_and_both_infinities():
 def test_quick_profile():
     quick = ExperimentConfig.quick()
     assert quick.seeds == (0, 1) and quick.test_size == 100
-    assert quick.overrides == {"tmax": 10, "K": 50}
+    assert quick.overrides == {"tmax": 8, "K": 50}
 
 
 def test_real_demonstrations_follow_the_label_schedule():

@@ -165,3 +165,30 @@ def test_tokenize_detokenize_round_trip(backend):
         ids = backend.tokenize(text)
         assert ids and backend.tokenizer.bos_token_id not in ids
         assert backend.detokenize(ids) == text
+
+
+def test_dtype_names_resolve_and_bad_names_are_refused():
+    from app.llm.transformers_backend import _cpu_has_native_bf16, resolve_dtype
+
+    cpu = torch.device("cpu")
+    assert resolve_dtype("float32", cpu) is torch.float32
+    assert resolve_dtype("bfloat16", cpu) is torch.bfloat16
+    expected = torch.bfloat16 if _cpu_has_native_bf16() else torch.float32
+    assert resolve_dtype("auto", cpu) is expected
+    with pytest.raises(ValueError, match="auto, float32 or bfloat16"):
+        resolve_dtype("fp8", cpu)
+
+
+def test_bfloat16_backend_agrees_with_float32(backend):
+    """The auto precision on bf16-capable CPUs: same ranking, probabilities within 0.05."""
+    from app.llm.transformers_backend import TransformersBackend
+
+    half = TransformersBackend(device="cpu", dtype="bfloat16")
+    assert half.dtype is torch.bfloat16 and backend.dtype is torch.float32
+    prompts = [backend.tokenize(t) for t in TEXTS]
+    top = backend.top_k(prompts, 1)
+    sets = np.asarray(backend.top_k(prompts, 5))
+    full = backend.next_token_probs(prompts, sets)
+    low = half.next_token_probs(prompts, sets)
+    assert np.abs(full - low).max() < 0.05
+    assert (half.top_k(prompts, 1) == top).mean() >= 0.8
