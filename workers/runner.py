@@ -1,4 +1,8 @@
-"""Run one synthesis job by its ID: the body of the Celery task and of the in-process worker.
+"""Run one job by its ID: the body of the Celery task and of the in-process worker.
+
+The steps are the same for both kinds of job; what runs in step 4 is chosen by the job's
+method: the token loop (tang, adadpsyn) or PromptPATE, whose teachers label the texts of a
+public dataset (read in step 2: public texts are never charged).
 
 A job runs in fenced steps, each its own transaction:
 
@@ -7,11 +11,13 @@ A job runs in fenced steps, each its own transaction:
    attempt. The attempt number is a fencing token: every later write checks it, so a stale
    delivery that lost the job to a newer one stops without writing anything.
 2. **Prepare** without private data: rebuild the :class:`~app.synthesis.generator.JobPlan`
-   from what admission stored (it must describe exactly the reserved event), check the
-   dataset, and build the model backend. A failure here releases the reservation.
+   (PromptPATE: the :class:`~app.pate.plan.PatePlan`) from what admission stored (it must
+   describe exactly the reserved event), check the dataset, load a PromptPATE job's public
+   texts, and build the model backend. A failure here releases the reservation.
 3. **Touch.** Set ``touched_data`` and commit *before* the first private record is read. From
    here on the job stays charged whatever happens: a failure or cancellation commits it.
-4. **Synthesise**, writing progress and checking for cancellation between tokens.
+4. **Synthesise**, writing progress and checking for cancellation between tokens
+   (PromptPATE: between groups of public inputs).
 5. **Store** the prompt set, mark the job succeeded and commit its charge, in one transaction.
 
 A job found ``running`` with ``touched_data`` set belongs to a worker that died after reading
@@ -40,14 +46,17 @@ import numpy as np
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from app.db.models import Dataset, DatasetRecord, Job, JobStatus, now
+from app.db.models import Dataset, DatasetRecord, Job, JobMethod, JobStatus, now
 from app.db.session import session_scope
+from app.eval.icl import EvalError
 from app.llm.base import BackendError, LLMBackend
 from app.llm.provider import BackendProvider
+from app.pate.plan import PatePlan
+from app.pate.run import run_pate
 from app.privacy.calibration import CalibrationError
 from app.privacy.events import to_dict
-from app.services.datasets import load_records
-from app.services.jobs import close_job, job_plan, store_result
+from app.services.datasets import load_public_texts, load_records
+from app.services.jobs import close_job, job_plan, pate_plan, store_result
 from app.synthesis.data import Record
 from app.synthesis.generator import JobPlan, SynthesisError, SynthesisResult, synthesize
 from app.synthesis.tasks import TaskError, TaskSpec
@@ -170,6 +179,18 @@ class _Claim:
     task: dict[str, Any] | None  # None: the dataset is gone or deleted
 
 
+Progress = Callable[[int, int], None]
+
+
+@dataclass(frozen=True)
+class _Work:
+    """A prepared job: what step 4 runs on the private records, and what to check first."""
+
+    expected_records: int  # private records the job was admitted for
+    planned: int  # progress total: tokens, or PromptPATE's public inputs
+    run: Callable[[list[Record], LLMBackend, Progress], SynthesisResult]
+
+
 def run_job(
     job_id: str,
     *,
@@ -195,7 +216,7 @@ def run_job(
     try:
         if claim.job.cancel_requested:
             raise JobCancelled
-        task, plan = _prepare(claim)
+        work = _prepare(claim, database_url)
         backend = RetryingBackend(
             retry.call(provider.get, what="building the backend", job_id=job_id),
             lock=provider.use_lock,
@@ -204,8 +225,7 @@ def run_job(
         )
         if stop is not None and stop.is_set():
             raise WorkerStoppingError
-        planned = len(plan.schedule) * plan.config.tmax
-        fence.touch(expected_records=sum(plan.sizes.values()), planned=planned)
+        fence.touch(expected_records=work.expected_records, planned=work.planned)
         records = _load_records(database_url, claim.job.dataset_id)
         progress = _ProgressWriter(
             fence,
@@ -213,7 +233,7 @@ def run_job(
             deadline=None if timeout_s is None else started + timeout_s,
             stop=stop,
         )
-        result = synthesize(task, records, plan.config, backend, progress=progress, job=plan)
+        result = work.run(records, backend, progress)
         del records
         fence.succeed(result)
         log.info("job %s: succeeded in %.1f s", job_id, time.monotonic() - started)
@@ -259,8 +279,11 @@ def _describe(err: Exception, job_id: str, timeout_s: float | None) -> str:
         return f"the job ran longer than the limit of {timeout_s:g} s"
     if isinstance(err, WorkerStoppingError):
         return "the worker stopped while the job was running"
-    if isinstance(err, NotRunnableError | SynthesisError | CalibrationError | TaskError):
-        # These messages name counts, labels of the public task and parameters only.
+    if isinstance(
+        err, NotRunnableError | SynthesisError | CalibrationError | TaskError | EvalError
+    ):
+        # These messages name counts, labels of the public task and parameters only
+        # (PateError is a SynthesisError).
         return str(err)
     return f"internal error ({type(err).__name__}) in job {job_id}; see the worker log"
 
@@ -309,18 +332,61 @@ def _canonical(value: Any) -> Any:
     return json.loads(json.dumps(value, sort_keys=True))
 
 
-def _prepare(claim: _Claim) -> tuple[TaskSpec, JobPlan]:
-    """The task and the job plan admission stored; checks it still describes the reservation."""
+def _prepare(claim: _Claim, database_url: str) -> _Work:
+    """The job's plan as admission stored it, checked to still describe the reservation; for
+    PromptPATE also its public texts (never charged, so read before the job touches data)."""
     if claim.task is None:
         raise NotRunnableError("the dataset was deleted before the job started")
+    job = claim.job
+    pate = job.method == JobMethod.PROMPTPATE
     try:
         task = TaskSpec.model_validate(claim.task)
-        plan = job_plan(claim.job, task)
+        plan: JobPlan | PatePlan = pate_plan(job, task) if pate else job_plan(job, task)
     except (KeyError, TypeError, AttributeError, ValueError):
         raise NotRunnableError("the job's stored configuration is invalid") from None
-    if _canonical(to_dict(plan.event())) != _canonical(claim.job.event):
+    if _canonical(to_dict(plan.event())) != _canonical(job.event):
         raise NotRunnableError("the job's stored plan does not match the privacy event it reserved")
-    return task, plan
+    if isinstance(plan, JobPlan):
+        token_plan = plan
+
+        def run_tokens(
+            records: list[Record], backend: LLMBackend, progress: Progress
+        ) -> SynthesisResult:
+            return synthesize(
+                task, records, token_plan.config, backend, progress=progress, job=token_plan
+            )
+
+        return _Work(
+            expected_records=sum(token_plan.sizes.values()),
+            planned=len(token_plan.schedule) * token_plan.config.tmax,
+            run=run_tokens,
+        )
+    public_plan = plan
+    texts = _load_public_texts(database_url, job)
+
+    def run_promptpate(
+        records: list[Record], backend: LLMBackend, progress: Progress
+    ) -> SynthesisResult:
+        return run_pate(task, records, texts, public_plan, backend, progress=progress)
+
+    return _Work(
+        expected_records=public_plan.n_private, planned=public_plan.n_public, run=run_promptpate
+    )
+
+
+def _load_public_texts(database_url: str, job: Job) -> list[str]:
+    """A PromptPATE job's public texts, checked against the count it was admitted for."""
+    expected = int(job.config["sizes"]["public"])
+    with session_scope(database_url) as session:
+        dataset = session.get(Dataset, job.public_dataset_id) if job.public_dataset_id else None
+        if dataset is None or dataset.deleted_at is not None:
+            raise NotRunnableError("the public dataset was deleted before the job started")
+        texts = load_public_texts(session, dataset.id)
+    if len(texts) != expected:
+        raise NotRunnableError(
+            f"the public dataset has {len(texts)} records but the job was admitted for {expected}"
+        )
+    return texts
 
 
 def _load_records(database_url: str, dataset_id: str) -> list[Record]:

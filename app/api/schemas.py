@@ -9,9 +9,17 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
-from app.db.models import ApiKey, Dataset, Job, KeyScope, LedgerEntry, PromptSet
+from app.db.models import (
+    ApiKey,
+    Dataset,
+    DatasetKind,
+    Job,
+    JobMethod,
+    KeyScope,
+    LedgerEntry,
+    PromptSet,
+)
 from app.privacy.accounting import Accounting
-from app.privacy.params import Method
 from app.services.budgets import BudgetView
 
 
@@ -43,17 +51,26 @@ class ErrorBody(BaseModel):
 # --- datasets -------------------------------------------------------------------------------
 
 
-class DatasetCreate(_Request):
-    """A JSON upload. ``records`` are objects holding (at least) the two named columns."""
+PUBLIC_DESCRIPTION = (
+    "true: a public dataset of unlabelled texts for PromptPATE jobs (only the text column is "
+    "read; never charged, takes no budget, task optional)."
+)
 
-    name: Name | None = Field(None, description="Default: the task's name.")
-    task: str | dict[str, Any] = Field(
+
+class DatasetCreate(_Request):
+    """A JSON upload. ``records`` are objects holding (at least) the two named columns (a
+    public dataset: the text column)."""
+
+    name: Name | None = Field(None, description="Default: the task's name ('public').")
+    task: str | dict[str, Any] | None = Field(
+        None,
         description="A built-in task name (agnews, trec, sst2, mitg, mitd) or a custom task "
         "spec object (see TaskSpec: name, kind, instruction, icl_instruction, text_field, "
-        "label_field, labels | slot and candidates, verbalisers)."
+        "label_field, labels | slot and candidates, verbalisers). Required unless public.",
     )
+    public: bool = Field(False, description=PUBLIC_DESCRIPTION)
     text_column: Column = "text"
-    label_column: Column = "label"
+    label_column: Column = Field("label", description="Ignored for a public dataset.")
     records: list[dict[str, Any]] = Field(min_length=1)
 
 
@@ -61,9 +78,14 @@ class DatasetUploadForm(_Request):
     """The non-file fields of a multipart upload (the file is the part named ``file``)."""
 
     name: Name | None = None
-    task: str = Field(min_length=1, description="Built-in task name or a task spec as JSON.")
+    task: str | None = Field(
+        None,
+        min_length=1,
+        description="Built-in task name or a task spec as JSON. Required unless public.",
+    )
+    public: bool = Field(False, description=PUBLIC_DESCRIPTION)
     text_column: Column = "text"
-    label_column: Column = "label"
+    label_column: Column = Field("label", description="Ignored for a public dataset.")
     format: Literal["csv", "tsv", "jsonl"] | None = Field(
         None, description="Default: from the file name's extension."
     )
@@ -76,14 +98,22 @@ UPLOAD_OPENAPI: dict[str, Any] = {
             "multipart/form-data": {
                 "schema": {
                     "type": "object",
-                    "required": ["file", "task"],
+                    "required": ["file"],
                     "properties": {
                         "file": {
                             "type": "string",
                             "format": "binary",
                             "description": "CSV/TSV with a header row, or JSON lines.",
                         },
-                        "task": {"type": "string", "description": "Task name or spec JSON."},
+                        "task": {
+                            "type": "string",
+                            "description": "Task name or spec JSON; required unless public.",
+                        },
+                        "public": {
+                            "type": "boolean",
+                            "default": False,
+                            "description": PUBLIC_DESCRIPTION,
+                        },
                         "name": {"type": "string"},
                         "text_column": {"type": "string", "default": "text"},
                         "label_column": {"type": "string", "default": "label"},
@@ -94,11 +124,16 @@ UPLOAD_OPENAPI: dict[str, Any] = {
             "application/json": {
                 "schema": {
                     "type": "object",
-                    "required": ["task", "records"],
+                    "required": ["records"],
                     "properties": {
                         "task": {
-                            "description": "Task name or spec object.",
+                            "description": "Task name or spec object; required unless public.",
                             "anyOf": [{"type": "string"}, {"type": "object"}],
+                        },
+                        "public": {
+                            "type": "boolean",
+                            "default": False,
+                            "description": PUBLIC_DESCRIPTION,
                         },
                         "name": {"type": "string"},
                         "text_column": {"type": "string", "default": "text"},
@@ -117,9 +152,14 @@ class DatasetPublic(BaseModel):
 
     id: str
     name: str
-    task: dict[str, Any]
+    kind: DatasetKind = Field(
+        description="private (labelled, charged to its budget) or public (unlabelled texts "
+        "for PromptPATE, never charged)."
+    )
+    task: dict[str, Any] = Field(description="The task spec ({} for a public one without).")
     label_counts: dict[str, int] = Field(
-        description="Records per label (extraction tasks: all records under '*')."
+        description="Records per label (extraction tasks: all records under '*'; public "
+        "datasets: none)."
     )
     record_count: int
     created_at: Timestamp
@@ -130,6 +170,7 @@ class DatasetPublic(BaseModel):
         return cls(
             id=row.id,
             name=row.name,
+            kind=DatasetKind(row.kind),
             task=dict(row.task),
             label_counts={str(k): int(v) for k, v in row.label_counts.items()},
             record_count=row.record_count,
@@ -199,7 +240,9 @@ class BudgetPublic(BaseModel):
 
 
 class JobParams(_Request):
-    """Method parameters; unset ones take the task's defaults (the papers' settings)."""
+    """Method parameters; unset ones take the defaults (the papers' settings). The token
+    loop (tang, adadpsyn) takes M..lam; promptpate takes teachers..group_size (see
+    app.pate.config.PateConfig). A parameter of the other family is refused."""
 
     M: int | None = Field(None, description="Teacher subsets per token.")
     N: int | None = Field(None, description="Records per teacher subset.")
@@ -209,19 +252,65 @@ class JobParams(_Request):
     sigma2: float | None = Field(None, description="AdaDPSyn coverage-check noise multiplier.")
     T: int | None = Field(None, description="AdaDPSyn rounds of radius reduction.")
     lam: float | None = Field(None, description="AdaDPSyn noise margin factor lambda.")
+    teachers: int | None = Field(None, description="promptpate: teacher prompts (default 100).")
+    shots: int | None = Field(
+        None, description="promptpate: private examples per teacher prompt (default 1)."
+    )
+    queries: int | None = Field(
+        None, description="promptpate: answered queries the noise is sized for (default 100)."
+    )
+    max_public: int | None = Field(
+        None, description="promptpate: public inputs processed at most (default 1000)."
+    )
+    threshold_fraction: float | None = Field(
+        None, description="promptpate: Confident-GNMax threshold, fraction of the teachers."
+    )
+    sigma_ratio: float | None = Field(
+        None, description="promptpate: sigma_threshold / sigma_gnmax when calibrated."
+    )
+    sigma_threshold: float | None = Field(
+        None, description="promptpate: explicit threshold-check noise (votes), with sigma_gnmax."
+    )
+    sigma_gnmax: float | None = Field(
+        None, description="promptpate: explicit GNMax noise (votes), with sigma_threshold."
+    )
+    candidates: int | None = Field(
+        None, description="promptpate: student prompts scored on the holdout (default 16)."
+    )
+    holdout_fraction: float | None = Field(
+        None, description="promptpate: share of the labelled inputs that scores candidates."
+    )
+    max_chars: int | None = Field(
+        None, description="promptpate: public inputs are cut to this many characters."
+    )
+    group_size: int | None = Field(
+        None, description="promptpate: public inputs per group of backend calls."
+    )
 
 
 class JobCreate(_Request):
-    dataset_id: str
-    method: Method = Method.ADADPSYN
+    dataset_id: str = Field(description="The private dataset the job reads and is charged to.")
+    method: JobMethod = JobMethod.ADADPSYN
+    public_dataset_id: str | None = Field(
+        None,
+        description="promptpate only (required): a public dataset of unlabelled texts that "
+        "the teachers label; never charged.",
+    )
     epsilon: Epsilon = Field(description="Target epsilon of this job; noise is calibrated to it.")
     delta: Delta | None = Field(None, description="Default: the budget's delta.")
-    shots: int = Field(4, ge=1, le=64, description="Demonstrations to generate.")
+    shots: int = Field(
+        4,
+        ge=1,
+        le=64,
+        description="Demonstrations to generate (promptpate: in the student prompt).",
+    )
     accounting: Accounting | None = Field(None, description="Must be the budget's (default).")
     params: JobParams | None = None
 
 
 class Progress(BaseModel):
+    """Tokens generated out of planned; promptpate: public inputs processed out of sampled."""
+
     done: int
     total: int
 
@@ -229,6 +318,7 @@ class Progress(BaseModel):
 class JobPublic(BaseModel):
     id: str
     dataset_id: str
+    public_dataset_id: str | None = Field(description="promptpate: its public dataset.")
     method: str
     status: str
     progress: Progress
@@ -239,26 +329,38 @@ class JobPublic(BaseModel):
     cancel_requested: bool
     error: str | None
     prompt_id: str | None
+    stats: dict[str, float | int | bool] | None = Field(
+        description="promptpate, once succeeded: processed (inputs put to the teachers), "
+        "answered (queries that passed the noisy threshold check and got a label), rejected, "
+        "budget_exhausted, spent_mu, budget_mu, holdout_accuracy. DP outputs only."
+    )
     created_at: Timestamp
     started_at: Timestamp | None
     finished_at: Timestamp | None
 
     @classmethod
     def from_row(cls, row: Job) -> JobPublic:
-        synthesis = (row.config or {}).get("synthesis", {})
+        config = row.config or {}
+        if row.method == JobMethod.PROMPTPATE:
+            pate = config.get("pate", {})
+            accounting, shots = pate.get("accounting"), int(pate.get("student_shots", 0))
+        else:
+            accounting, shots = config.get("synthesis", {}).get("accounting"), len(row.schedule)
         return cls(
             id=row.id,
             dataset_id=row.dataset_id,
+            public_dataset_id=row.public_dataset_id,
             method=row.method,
             status=row.status,
             progress=Progress(done=row.progress_done, total=row.progress_total),
             epsilon=row.epsilon,
             delta=row.delta,
-            accounting=synthesis.get("accounting"),
-            shots=len(row.schedule),
+            accounting=accounting,
+            shots=shots,
             cancel_requested=row.cancel_requested,
             error=row.error,
             prompt_id=row.prompt_set_id,
+            stats=dict(row.stats) if row.stats else None,
             created_at=row.created_at,
             started_at=row.started_at,
             finished_at=row.finished_at,

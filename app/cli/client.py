@@ -20,8 +20,8 @@ import typer
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
+from app.db.models import JobMethod
 from app.privacy.accounting import Accounting
-from app.privacy.params import Method
 
 DEFAULT_URL = "http://127.0.0.1:8000"
 KEY_FILE = Path(".dpsyn") / "admin_key"
@@ -147,7 +147,10 @@ def _print_rows(header: list[str], rows: list[list[str]]) -> None:
 
 # --- datasets -------------------------------------------------------------------------------
 
-datasets_app = typer.Typer(help="Private datasets on the server.", no_args_is_help=True)
+datasets_app = typer.Typer(
+    help="Datasets on the server: private (labelled) or public (texts for PromptPATE).",
+    no_args_is_help=True,
+)
 
 
 def _task_field(task: str) -> tuple[str, Any]:
@@ -193,30 +196,100 @@ def _upload_parts(
     return fields, (f"{path.stem}.jsonl", body, "application/x-ndjson")
 
 
+def _public_upload_parts(
+    path: Path, task: str | None, text_col: str | None, name: str | None
+) -> tuple[dict[str, str], tuple[str, bytes, str]]:
+    """Form fields and the file part of a public upload (unlabelled texts for PromptPATE).
+
+    A table (CSV/TSV/JSONL) goes as it is and the server reads its text column (any label
+    column is ignored); a built-in task's own format (``--task sst2`` on SST-2 lines) or a
+    plain text file (one text per line) is read here and sent as JSON lines of texts.
+    """
+    from app.pate.public import read_public
+    from app.synthesis.data import DataError, load_dataset
+
+    if not path.is_file():
+        raise ClientError(f"{path}: no such file", code=2)
+    fields = {"public": "true", "name": name or path.stem}
+    spec = None
+    if task is not None:
+        fields["task"], spec = _task_field(task)
+    table = path.suffix.lower() in TABLE_SUFFIXES and not (
+        spec is not None and spec.name == "agnews" and text_col is None
+    )
+    if table:
+        if text_col:
+            fields["text_column"] = text_col
+        return fields, (path.name, path.read_bytes(), "application/octet-stream")
+    try:
+        if spec is not None:
+            texts = [record.text for record in load_dataset(spec, path)]
+        else:
+            texts = read_public(path)
+    except DataError as error:
+        raise ClientError(str(error), code=2) from None
+    lines = (json.dumps({"text": text}, ensure_ascii=False) for text in texts)
+    body = ("\n".join(lines) + "\n").encode("utf-8")
+    return fields, (f"{path.stem}.jsonl", body, "application/x-ndjson")
+
+
 def _describe_dataset(dataset: dict[str, Any]) -> str:
+    task = dataset["task"].get("name")
+    if dataset.get("kind") == "public":
+        about = f", task {task}" if task else ""
+        return (
+            f"dataset {dataset['id']} '{dataset['name']}' (public, never charged): "
+            f"{dataset['record_count']} texts{about}"
+        )
     counts = ", ".join(f"{label} {n}" for label, n in dataset["label_counts"].items())
-    task = dataset["task"].get("name", "?")
     return (
         f"dataset {dataset['id']} '{dataset['name']}': {dataset['record_count']} records, "
-        f"task {task} ({counts})"
+        f"task {task or '?'} ({counts})"
     )
 
 
 @datasets_app.command("upload")
 def datasets_upload(
     file: Annotated[Path, typer.Argument(help="CSV/TSV/JSONL, or a built-in task's format.")],
-    task: Annotated[str, typer.Option("--task", help="trec|agnews|sst2|mitg|mitd or a spec.")],
-    text_col: Annotated[str | None, typer.Option("--text-col", help="Text column.")] = None,
-    label_col: Annotated[str | None, typer.Option("--label-col", help="Label column.")] = None,
+    task: Annotated[
+        str | None,
+        typer.Option(
+            "--task", help="trec|agnews|sst2|mitg|mitd or a spec (required unless --public)."
+        ),
+    ] = None,
+    public: Annotated[
+        bool,
+        typer.Option(
+            "--public",
+            help="Public unlabelled texts for PromptPATE jobs (text column only; never charged).",
+        ),
+    ] = False,
+    text_col: Annotated[
+        str | None, typer.Option("--text-col", "--text-column", help="Text column.")
+    ] = None,
+    label_col: Annotated[
+        str | None, typer.Option("--label-col", "--label-column", help="Label column.")
+    ] = None,
     name: Annotated[str | None, typer.Option("--name", help="Default: the file name.")] = None,
     url: UrlOpt = DEFAULT_URL,
     key: KeyOpt = None,
     as_json: JsonOpt = False,
     quiet: QuietOpt = False,
 ) -> None:
-    """Upload a private labelled dataset (its records never come back)."""
+    """Upload a private labelled dataset, or with --public unlabelled texts (its records never
+    come back)."""
     try:
-        fields, part = _upload_parts(file, task, text_col, label_col, name)
+        if public:
+            if label_col is not None:
+                raise ClientError("--label-col: a public dataset has no labels", code=2)
+            fields, part = _public_upload_parts(file, task, text_col, name)
+        elif task is None:
+            raise ClientError(
+                "--task is required for a private dataset (or upload texts with --public)",
+                code=2,
+            )
+        else:
+            fields, part = _upload_parts(file, task, text_col, label_col, name)
         with Api(url, key) as api:
             dataset = api.call("POST", "/v1/datasets", data=fields, files={"file": part})
     except ClientError as error:
@@ -237,12 +310,13 @@ def datasets_list(url: UrlOpt = DEFAULT_URL, key: KeyOpt = None, as_json: JsonOp
         _print_json(rows)
         return
     _print_rows(
-        ["id", "name", "task", "records", "created"],
+        ["id", "name", "kind", "task", "records", "created"],
         [
             [
                 row["id"],
                 row["name"],
-                row["task"].get("name", "?"),
+                row.get("kind", "private"),
+                row["task"].get("name", "-"),
                 str(row["record_count"]),
                 row["created_at"][:19],
             ]
@@ -322,13 +396,22 @@ def budget_show(
 jobs_app = typer.Typer(help="Synthesis jobs.", no_args_is_help=True)
 
 
+def _unit(job: dict[str, Any]) -> str:
+    return "public inputs" if job["method"] == JobMethod.PROMPTPATE else "tokens"
+
+
 def _describe_job(job: dict[str, Any]) -> str:
     progress = job["progress"]
+    public = job.get("public_dataset_id")
     text = (
         f"job {job['id']} {job['status']}: {job['method']}, {job['shots']} shots, epsilon "
-        f"{job['epsilon']:.4g} at delta {job['delta']:.3g}, dataset {job['dataset_id']}, "
-        f"progress {progress['done']}/{progress['total']} tokens"
+        f"{job['epsilon']:.4g} at delta {job['delta']:.3g}, dataset {job['dataset_id']}"
+        + (f", public dataset {public}" if public else "")
+        + f", progress {progress['done']}/{progress['total']} {_unit(job)}"
     )
+    stats = job.get("stats") or {}
+    if "answered" in stats:
+        text += f", {int(stats['answered'])} queries answered"
     if job.get("prompt_id"):
         text += f"; prompt {job['prompt_id']}"
     if job.get("error"):
@@ -342,7 +425,7 @@ def _wait(api: Api, job: dict[str, Any], *, interval: float, timeout: float | No
     with Progress(
         TextColumn("job {task.fields[status]}"),
         BarColumn(),
-        TextColumn("{task.completed}/{task.total} tokens"),
+        TextColumn("{task.completed}/{task.total} " + _unit(job)),
         TimeElapsedColumn(),
         console=err,
         transient=True,
@@ -365,12 +448,41 @@ def _wait(api: Api, job: dict[str, Any], *, interval: float, timeout: float | No
     return job
 
 
+def _param_value(text: str) -> Any:
+    """A ``--param`` value: a JSON number, boolean or null, else the string itself."""
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return text
+    return value if isinstance(value, int | float | bool) or value is None else text
+
+
+def _parse_params(items: list[str]) -> dict[str, Any]:
+    params: dict[str, Any] = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        if not sep or not name.strip():
+            raise ClientError(f"--param {item!r}: expected KEY=VALUE (e.g. teachers=50)", code=2)
+        params[name.strip()] = _param_value(value.strip())
+    return params
+
+
 @jobs_app.command("submit")
 def jobs_submit(
-    dataset: Annotated[str, typer.Option("--dataset", help="Dataset ID.")],
+    dataset: Annotated[str, typer.Option("--dataset", help="Private dataset ID.")],
     epsilon: Annotated[float, typer.Option("--epsilon", help="This job's epsilon (> 0).")],
-    method: Annotated[Method, typer.Option("--method")] = Method.ADADPSYN,
-    shots: Annotated[int, typer.Option("--shots", help="Demonstrations to generate.")] = 4,
+    method: Annotated[JobMethod, typer.Option("--method")] = JobMethod.ADADPSYN,
+    public_dataset: Annotated[
+        str | None,
+        typer.Option(
+            "--public-dataset",
+            help="promptpate: ID of the public dataset whose texts the teachers label.",
+        ),
+    ] = None,
+    shots: Annotated[
+        int,
+        typer.Option("--shots", help="Demonstrations to generate (promptpate: student shots)."),
+    ] = 4,
     delta: Annotated[
         float | None, typer.Option("--delta", help="Default: the budget's delta.")
     ] = None,
@@ -381,6 +493,14 @@ def jobs_submit(
     N: Annotated[int | None, typer.Option("--N", help="Records per teacher subset.")] = None,
     tmax: Annotated[int | None, typer.Option("--tmax", help="Tokens per demonstration.")] = None,
     K: Annotated[int | None, typer.Option("--K", help="Public vocabulary size.")] = None,
+    param: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--param",
+            help="Any method parameter as KEY=VALUE, repeatable (promptpate: teachers, shots, "
+            "queries, max_public, threshold_fraction, sigma_ratio, ...).",
+        ),
+    ] = None,
     wait: Annotated[bool, typer.Option("--wait", help="Wait for the job, with progress.")] = False,
     poll: Annotated[float, typer.Option("--poll", help="Seconds between polls.")] = 1.0,
     timeout: Annotated[
@@ -393,7 +513,10 @@ def jobs_submit(
         bool, typer.Option("--quiet", "-q", help="Print only the job ID (with --wait: prompt ID).")
     ] = False,
 ) -> None:
-    """Submit a synthesis job; its cost is reserved against the dataset's budget."""
+    """Submit a synthesis job; its cost is reserved against the dataset's budget.
+
+    A PromptPATE job (--method promptpate) also needs --public-dataset: public texts (uploaded
+    with 'dpsyn datasets upload --public') that its teachers label; they are never charged."""
     if not (epsilon > 0 and math.isfinite(epsilon)):
         _exit(ClientError(f"--epsilon must be a positive number, got {epsilon:g}", code=2))
     body: dict[str, Any] = {
@@ -402,11 +525,17 @@ def jobs_submit(
         "epsilon": epsilon,
         "shots": shots,
     }
+    if public_dataset is not None:
+        body["public_dataset_id"] = public_dataset
     if delta is not None:
         body["delta"] = delta
     if accounting is not None:
         body["accounting"] = accounting.value
     params = {k: v for k, v in {"M": M, "N": N, "tmax": tmax, "K": K}.items() if v is not None}
+    try:
+        params.update(_parse_params(param or []))
+    except ClientError as error:
+        _exit(error)
     if params:
         body["params"] = params
     try:

@@ -11,7 +11,7 @@ from typing import Annotated
 import typer
 
 from app.cli.errors import err, fail, reported_errors
-from app.eval.datasets import DATASETS, load_split
+from app.eval.datasets import DATASETS, load_split, public_path
 from app.eval.experiment import (
     ExperimentConfig,
     aggregate,
@@ -54,7 +54,19 @@ def eval_command(
         int | None, typer.Option("--test-size", help="Test queries; default all, quick 100.")
     ] = None,
     epsilons: Annotated[str, typer.Option("--epsilons", help="Finite epsilons.")] = "1,2,4,8",
-    methods: Annotated[str, typer.Option("--methods", help="adadpsyn,tang")] = "adadpsyn,tang",
+    methods: Annotated[
+        str, typer.Option("--methods", help="adadpsyn,tang,promptpate")
+    ] = "adadpsyn,tang",
+    public: Annotated[
+        Path | None,
+        typer.Option(
+            "--public",
+            help="Unlabelled inputs for PromptPATE (JSONL/CSV/TSV/text); sst2: IMDB sample.",
+        ),
+    ] = None,
+    public_field: Annotated[
+        str, typer.Option("--public-field", help="Text field of a JSONL/CSV public file.")
+    ] = "text",
     out_dir: Annotated[
         Path | None, typer.Option("--out-dir", help="Default out/eval/<dataset>.")
     ] = None,
@@ -89,6 +101,7 @@ def eval_command(
         shots=shots,
         overrides=overrides,
         calibrated=calibrate,
+        pate=dict(base.pate),
     )
     try:
         grid = settings_grid(config.epsilons, config.methods)
@@ -99,6 +112,14 @@ def eval_command(
     started = time.perf_counter()
     with reported_errors():
         train, test = load_split(dataset, data_dir)
+        public_texts = None
+        if "promptpate" in method_list:
+            from app.pate.public import read_public
+
+            source = public if public is not None else public_path(dataset, data_dir)
+            if source is None:
+                raise fail(f"--methods promptpate needs --public PATH for {dataset}")
+            public_texts = read_public(source, public_field)
         err.print(
             f"{dataset}: {len(train)} training and {len(test)} test records; "
             f"{len(grid)} settings x {len(config.seeds)} seeds",
@@ -112,6 +133,7 @@ def eval_command(
             backend,
             config,
             log=lambda line: err.print(line, markup=False, highlight=False),
+            public=public_texts,
         )
 
     rows = aggregate(runs, grid)

@@ -3,6 +3,10 @@
 Private records live only in ``dataset_records``; no API schema ever reads that table, and
 deleting a dataset deletes its records but keeps its ledger. The ledger is append-only: rows
 are inserted, never updated or deleted.
+
+A dataset is ``private`` (labelled records, charged against its budget) or ``public``
+(unlabelled texts a PromptPATE job's teachers label; never charged, never given a budget).
+Public records sit in the same table, with an empty label, and are never returned either.
 """
 
 from __future__ import annotations
@@ -50,12 +54,20 @@ class ApiKey(Base):
     revoked: Mapped[bool] = mapped_column(Boolean, default=False)
 
 
+class DatasetKind(StrEnum):
+    PRIVATE = "private"  # labelled records; every job on it is charged to its budget
+    PUBLIC = "public"  # unlabelled texts for PromptPATE; never charged
+
+
 class Dataset(Base):
     __tablename__ = "datasets"
     id: Mapped[str] = mapped_column(String(32), primary_key=True, default=new_id)
     tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id"), index=True)
     name: Mapped[str] = mapped_column(String(200))
-    task: Mapped[dict[str, Any]] = mapped_column(JSON)  # the TaskSpec, public
+    kind: Mapped[str] = mapped_column(
+        String(16), default=DatasetKind.PRIVATE.value, server_default=DatasetKind.PRIVATE.value
+    )
+    task: Mapped[dict[str, Any]] = mapped_column(JSON)  # the TaskSpec, public ({}: none)
     label_counts: Mapped[dict[str, Any]] = mapped_column(JSON)
     record_count: Mapped[int] = mapped_column(Integer)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=now)
@@ -82,6 +94,15 @@ class Budget(Base):
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=now)
 
 
+class JobMethod(StrEnum):
+    """What a job runs: the token loop with one of its aggregators, or PromptPATE (which
+    also reads a public dataset)."""
+
+    TANG = "tang"
+    ADADPSYN = "adadpsyn"
+    PROMPTPATE = "promptpate"
+
+
 class JobStatus(StrEnum):
     QUEUED = "queued"
     RUNNING = "running"
@@ -95,9 +116,13 @@ class Job(Base):
     id: Mapped[str] = mapped_column(String(32), primary_key=True, default=new_id)
     tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id"), index=True)
     dataset_id: Mapped[str] = mapped_column(ForeignKey("datasets.id"), index=True)
+    # PromptPATE only: the public dataset whose texts the teachers label (never charged)
+    public_dataset_id: Mapped[str | None] = mapped_column(
+        ForeignKey("datasets.id"), index=True, nullable=True
+    )
     method: Mapped[str] = mapped_column(String(32))
-    config: Mapped[dict[str, Any]] = mapped_column(JSON)  # SynthesisConfig, validated
-    schedule: Mapped[list[Any]] = mapped_column(JSON)  # public label of each shot
+    config: Mapped[dict[str, Any]] = mapped_column(JSON)  # the method's validated config
+    schedule: Mapped[list[Any]] = mapped_column(JSON)  # public label of each shot ([]: PATE)
     event: Mapped[dict[str, Any]] = mapped_column(JSON)  # what the ledger charges
     epsilon: Mapped[float] = mapped_column(Float)
     delta: Mapped[float] = mapped_column(Float)
@@ -109,6 +134,8 @@ class Job(Base):
     attempts: Mapped[int] = mapped_column(Integer, default=0)
     error: Mapped[str | None] = mapped_column(Text, nullable=True)
     prompt_set_id: Mapped[str | None] = mapped_column(String(32), nullable=True)
+    # Counts of the finished run that are DP outputs themselves (PromptPATE: queries answered)
+    stats: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=now)
     started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
     finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)

@@ -19,6 +19,8 @@ FILES: dict[str, tuple[str, str]] = {
     "mitd": ("mit_movies/train", "mit_movies/test"),
 }
 DATASETS = tuple(FILES)
+# unlabelled public inputs for PromptPATE, as in the PromptPATE paper (IMDB for SST-2)
+PUBLIC_FILES: dict[str, str] = {"sst2": "imdb/test_sample2000.jsonl"}
 
 
 def default_data_dir() -> Path:
@@ -34,6 +36,13 @@ def paths(dataset: str, data_dir: Path | None = None) -> tuple[Path, Path]:
     root = data_dir if data_dir is not None else default_data_dir()
     train, test = FILES[dataset]
     return root / train, root / test
+
+
+def public_path(dataset: str, data_dir: Path | None = None) -> Path | None:
+    """The default public inputs of a built-in task, if it has some."""
+    name = PUBLIC_FILES.get(dataset)
+    root = data_dir if data_dir is not None else default_data_dir()
+    return None if name is None else root / name
 
 
 def load_split(dataset: str, data_dir: Path | None = None) -> tuple[list[Record], list[Record]]:

@@ -2,9 +2,11 @@
 
 Settings:
 
+* ``zero-shot``: the instruction and the query, no demonstrations (one run: nothing random);
 * ``instruction-only`` at epsilon = 0: demonstrations generated from the instruction alone;
-* each method (``adadpsyn``, ``tang``) at each finite epsilon, its noise calibrated to it;
-* ``noise-free`` at epsilon = inf: the first method run without noise;
+* each method (``adadpsyn``, ``tang``, and ``promptpate`` when public inputs are given) at
+  each finite epsilon, its noise calibrated to it;
+* ``noise-free`` at epsilon = inf: the first synthesis method run without noise;
 * ``real`` at epsilon = inf: randomly chosen training records, one per scheduled label.
 
 Every run draws its demonstrations with its own seed and is scored on the same test subset.
@@ -24,6 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from app.eval.icl import evaluate, normalise
+from app.eval.memo import MemoBackend
 from app.llm.base import LLMBackend
 from app.privacy.params import Method
 from app.privacy.plan import label_schedule
@@ -34,8 +37,14 @@ from app.synthesis.prompts import demonstration_prompt
 from app.synthesis.tasks import TaskKind, TaskSpec
 
 Log = Callable[[str], None]
-METHOD_NAMES = {"adadpsyn": "AdaDPSyn", "tang": "DP few-shot generation"}
-INSTRUCTION_ONLY, NOISE_FREE, REAL = "instruction-only", "noise-free", "real"
+METHOD_NAMES = {
+    "adadpsyn": "AdaDPSyn",
+    "tang": "DP few-shot generation",
+    "promptpate": "PromptPATE",
+}
+SYNTHESIS_METHODS = ("adadpsyn", "tang")
+ZERO_SHOT, INSTRUCTION_ONLY = "zero-shot", "instruction-only"
+NOISE_FREE, REAL = "noise-free", "real"
 TEST_SUBSET_SEED = 12345  # the same test queries for every setting and seed
 
 
@@ -55,6 +64,8 @@ class Setting:
 
     @property
     def title(self) -> str:
+        if self.kind == ZERO_SHOT:
+            return "zero-shot (no demonstrations)"
         if self.kind == INSTRUCTION_ONLY:
             return "ε = 0 (instruction-only)"
         if self.kind == NOISE_FREE:
@@ -65,16 +76,18 @@ class Setting:
 
 
 def settings_grid(epsilons: Sequence[float], methods: Sequence[str]) -> list[Setting]:
-    """epsilon 0, every method at every epsilon, then the two epsilon = inf baselines."""
+    """Zero-shot and epsilon 0, every method at every epsilon, then the two epsilon = inf
+    baselines (the baselines that generate use the first synthesis method, else AdaDPSyn)."""
     unknown = [m for m in methods if m not in METHOD_NAMES]
     if unknown or not methods:
         raise ValueError(f"methods must be among {', '.join(METHOD_NAMES)}, got {list(methods)}")
     bad = [e for e in epsilons if not (e > 0 and math.isfinite(e))]
     if bad:
         raise ValueError(f"epsilons must be finite and > 0, got {bad}")
-    grid = [Setting(INSTRUCTION_ONLY, 0.0, methods[0])]
+    generator = next((m for m in methods if m in SYNTHESIS_METHODS), "adadpsyn")
+    grid = [Setting(ZERO_SHOT, 0.0), Setting(INSTRUCTION_ONLY, 0.0, generator)]
     grid += [Setting(m, float(e), m) for m in methods for e in sorted(set(epsilons))]
-    grid += [Setting(NOISE_FREE, math.inf, methods[0]), Setting(REAL, math.inf)]
+    grid += [Setting(NOISE_FREE, math.inf, generator), Setting(REAL, math.inf)]
     return grid
 
 
@@ -87,14 +100,17 @@ class ExperimentConfig:
     shots: int = 4
     overrides: dict[str, int] = field(default_factory=dict)  # M, N, tmax, K for for_task
     calibrated: bool = True
+    pate: dict[str, float] = field(default_factory=dict)  # PateConfig fields (teachers, ...)
 
     @classmethod
     def quick(cls, **changes: object) -> ExperimentConfig:
-        """100 test queries, 2 seeds, T_max 8, K 50 (the CPU profile)."""
+        """100 test queries, 2 seeds, T_max 8, K 50; PromptPATE with 30 teachers, at most
+        100 public inputs of 300 characters, 8 student candidates (the CPU profile)."""
         base: dict[str, object] = {
             "seeds": (0, 1),
             "test_size": 100,
             "overrides": {"tmax": 8, "K": 50},
+            "pate": {"teachers": 30, "max_public": 100, "max_chars": 300, "candidates": 8},
         }
         base.update(changes)
         return cls(**base)  # type: ignore[arg-type]
@@ -153,12 +169,19 @@ def run_one(
     seed: int,
     backend: LLMBackend,
     config: ExperimentConfig,
+    public: Sequence[str] | None = None,
 ) -> Run:
     started = time.perf_counter()
-    if setting.kind == REAL:
+    if setting.kind == ZERO_SHOT:
+        prompt = demonstration_prompt(task, [])
+        demos: list[dict[str, object]] = []
+        charged = 0.0
+    elif setting.kind == "promptpate":
+        prompt, demos, charged = _promptpate(task, train, public, setting, seed, backend, config)
+    elif setting.kind == REAL:
         picked = real_demonstrations(task, train, config.shots, seed)
         prompt = demonstration_prompt(task, [train[i] for _, i in picked])
-        demos: list[dict[str, object]] = [{"label": lab, "train_index": i} for lab, i in picked]
+        demos = [{"label": lab, "train_index": i} for lab, i in picked]
         charged = math.inf
     else:
         synth = SynthesisConfig.for_task(
@@ -189,6 +212,29 @@ def run_one(
     )
 
 
+def _promptpate(
+    task: TaskSpec,
+    train: Sequence[Record],
+    public: Sequence[str] | None,
+    setting: Setting,
+    seed: int,
+    backend: LLMBackend,
+    config: ExperimentConfig,
+) -> tuple[str, list[dict[str, object]], float]:
+    """A PromptPATE student prompt: teachers from ``train``, labels for ``public``."""
+    from app.pate.config import PateConfig
+    from app.pate.plan import plan_pate, public_count
+    from app.pate.run import run_pate
+
+    if not public:
+        raise ValueError("PromptPATE needs public inputs (dpsyn eval --public PATH)")
+    pate = PateConfig(epsilon=setting.epsilon, seed=seed, **config.pate)  # type: ignore[arg-type]
+    plan = plan_pate(task, len(train), public_count(len(public), pate), pate)
+    result = run_pate(task, train, public, plan, backend)
+    demos = [{"label": d.label, "text": d.text} for d in result.demonstrations]
+    return result.prompt, demos, result.epsilon
+
+
 def run_experiment(
     task: TaskSpec,
     train: Sequence[Record],
@@ -196,15 +242,22 @@ def run_experiment(
     backend: LLMBackend,
     config: ExperimentConfig,
     log: Log | None = None,
+    public: Sequence[str] | None = None,
 ) -> list[Run]:
-    """Every setting of the grid with every seed (progress lines go to ``log``)."""
+    """Every setting of the grid with every seed (progress lines go to ``log``).
+
+    ``public``: unlabelled inputs for PromptPATE. Its teachers' votes do not depend on epsilon,
+    so the backend is wrapped in a memo and each seed's votes are computed once.
+    """
     grid = settings_grid(config.epsilons, config.methods)
     queries = pick_test_subset(test, config.test_size)
+    if "promptpate" in config.methods:
+        backend = MemoBackend(backend)
     runs = []
-    total = len(grid) * len(config.seeds)
+    total = sum(1 if s.kind == ZERO_SHOT else len(config.seeds) for s in grid)
     for setting in grid:
-        for seed in config.seeds:
-            run = run_one(task, train, queries, setting, seed, backend, config)
+        for seed in config.seeds[:1] if setting.kind == ZERO_SHOT else config.seeds:
+            run = run_one(task, train, queries, setting, seed, backend, config, public)
             runs.append(run)
             if log is not None:
                 cal = run.calibrated_accuracy
@@ -340,6 +393,7 @@ def plot(rows: Sequence[Row], path: Path, title: str = "") -> Path:
         ax.fill_between(x, y - s, y + s, alpha=0.2, color=line.get_color())
     styles = {INSTRUCTION_ONLY: ("tab:gray", ":"), NOISE_FREE: ("tab:green", "--")}
     styles[REAL] = ("tab:red", "-.")
+    styles[ZERO_SHOT] = ("tab:purple", (0, (1, 3)))
     for row in rows:
         if row.kind in styles:
             color, dash = styles[row.kind]

@@ -4,7 +4,8 @@ The spend is the composition of the live events (reserved or committed, not rele
 budget's accountant, at the budget's delta (``ledger.spend``); the plain sum of the jobs'
 epsilons is reported beside it. The accounting mode cannot change once a job is charged
 (its events were sampled for one accountant), and a budget cannot be lowered below what is
-already spent.
+already spent. Public datasets (PromptPATE's unlabelled inputs) are never charged and take
+no budget.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from dataclasses import dataclass
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from app.db.models import Budget, Dataset, LedgerEntry, now
+from app.db.models import Budget, Dataset, DatasetKind, LedgerEntry, now
 from app.ledger import ledger
 from app.privacy.accounting import Accounting
 
@@ -53,6 +54,12 @@ def set_budget(
     if not (epsilon > 0 and math.isfinite(epsilon)):
         raise InvalidError(f"epsilon: must be a positive finite number, got {epsilon}")
     dataset = get_live_dataset(session, tenant_id, dataset_id, lock=True)
+    if dataset.kind == DatasetKind.PUBLIC:
+        raise ConflictError(
+            f"dataset {dataset_id!r} is public: its texts are never charged, so it takes no "
+            "budget (set the budget on the private dataset a job synthesises from)",
+            code="public_dataset",
+        )
     if delta is None:
         delta = default_delta(dataset.record_count)
     if not 0 < delta < 1:
@@ -97,6 +104,11 @@ def budget_view(session: Session, *, tenant_id: str, dataset_id: str) -> BudgetV
     outlives the records)."""
     dataset = get_dataset(session, tenant_id, dataset_id)
     budget = session.get(Budget, dataset.id)
+    if budget is None and dataset.kind == DatasetKind.PUBLIC:
+        raise NotFoundError(
+            f"dataset {dataset_id!r} is public: it is never charged and has no budget",
+            code="no_budget",
+        )
     if budget is None:
         raise NotFoundError(
             f"dataset {dataset_id!r} has no budget: set one with PUT "

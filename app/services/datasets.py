@@ -1,9 +1,14 @@
-"""Private datasets: upload, metadata, deletion.
+"""Datasets: upload, metadata, deletion.
 
 An upload is parsed by the readers of :mod:`app.synthesis.data` (the same code as the command
 line), from a temporary file that is removed afterwards. Their error messages name the file,
 line and columns, never record text; the temporary path in them is replaced by the name the
 client gave. Only the records table holds private text, and nothing here returns it.
+
+A *public* dataset holds unlabelled texts that PromptPATE jobs have the teachers label
+(:mod:`app.pate.public` reads them: a text column, any label column ignored). Its records are
+stored with an empty label and, like private ones, never returned; it is never charged, so it
+takes no budget and cannot be the private dataset of a job. Its task is optional metadata.
 
 Metadata (name, task, label counts, record count) is shown to the dataset's owner; counts
 are treated as public (``docs/privacy.md``).
@@ -18,11 +23,12 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from pydantic import ValidationError
-from sqlalchemy import delete, func, insert, select
+from sqlalchemy import delete, func, insert, or_, select
 from sqlalchemy.orm import Session
 
-from app.db.models import Dataset, DatasetRecord, Job, JobStatus, now
+from app.db.models import Dataset, DatasetKind, DatasetRecord, Job, JobStatus, now
 from app.ledger import ledger
+from app.pate.public import read_public
 from app.synthesis.data import DataError, Record, load_dataset
 from app.synthesis.generator import partition_sizes
 from app.synthesis.tasks import BUILTIN_TASKS, TaskSpec, describe_validation_error
@@ -115,6 +121,20 @@ def read_upload(
             raise InvalidError(str(err).replace(str(path), display_name)) from None
 
 
+def read_public_upload(
+    write: Any, *, suffix: str, text_column: str, display_name: str
+) -> list[str]:
+    """Texts of a public upload (one per record, in file order); labels are not read."""
+    with tempfile.TemporaryDirectory(prefix="dpsyn-upload-") as tmp:
+        path = Path(tmp) / f"upload{suffix}"
+        with path.open("wb") as handle:
+            write(handle)
+        try:
+            return read_public(path, text_column)
+        except DataError as err:
+            raise InvalidError(str(err).replace(str(path), display_name)) from None
+
+
 def jsonl_writer(records: Iterable[Mapping[str, Any]]) -> Any:
     """A ``write`` for :func:`read_upload` that puts JSON records one per line."""
 
@@ -123,6 +143,58 @@ def jsonl_writer(records: Iterable[Mapping[str, Any]]) -> Any:
             handle.write(json.dumps(record, ensure_ascii=False).encode("utf-8") + b"\n")
 
     return write
+
+
+def store_upload(
+    session: Session,
+    *,
+    tenant_id: str,
+    name: str | None,
+    task: str | Mapping[str, Any] | None,
+    public: bool,
+    write: Any,
+    suffix: str,
+    text_column: str,
+    label_column: str,
+    display_name: str,
+    max_records: int,
+) -> Dataset:
+    """Parse an upload (``write(file)`` fills a temporary file) and store it; commits.
+
+    A private dataset needs a task and reads both columns; a public one reads the text column
+    only, its task (optional) is metadata. ``name`` defaults to the task's name.
+    """
+    if task is None and not public:
+        raise InvalidError(
+            "task: required for a private dataset (a built-in task name or a task spec); "
+            "or upload unlabelled texts with public=true"
+        )
+    spec = parse_task(task) if task is not None else None
+    name = name or (spec.name if spec is not None else "public")
+    if public:
+        texts = read_public_upload(
+            write, suffix=suffix, text_column=text_column, display_name=display_name
+        )
+        return create_public_dataset(
+            session,
+            tenant_id=tenant_id,
+            name=name,
+            task=spec,
+            texts=texts,
+            max_records=max_records,
+        )
+    assert spec is not None
+    records = read_upload(
+        spec,
+        write,
+        suffix=suffix,
+        text_column=text_column,
+        label_column=label_column,
+        display_name=display_name,
+    )
+    return create_dataset(
+        session, tenant_id=tenant_id, name=name, task=spec, records=records, max_records=max_records
+    )
 
 
 def create_dataset(
@@ -134,20 +206,55 @@ def create_dataset(
     records: list[Record],
     max_records: int,
 ) -> Dataset:
-    """Store a dataset's metadata and records; commits."""
-    if len(records) > max_records:
-        raise TooLargeError(
-            f"the upload has {len(records)} records, more than the limit of {max_records} "
-            "(DPSYN_MAX_RECORDS)",
-            limit=max_records,
-        )
+    """Store a private dataset's metadata and records; commits."""
+    _check_size(len(records), max_records)
     dataset = Dataset(
         tenant_id=tenant_id,
         name=name,
+        kind=DatasetKind.PRIVATE.value,
         task=task.model_dump(mode="json"),
         label_counts=partition_sizes(task, records),
         record_count=len(records),
     )
+    return _store(session, dataset, records)
+
+
+def create_public_dataset(
+    session: Session,
+    *,
+    tenant_id: str,
+    name: str,
+    task: TaskSpec | None,
+    texts: list[str],
+    max_records: int,
+) -> Dataset:
+    """Store a public dataset: unlabelled texts (empty labels, no label counts); commits.
+
+    ``task`` is optional metadata (what the texts are about); jobs take the task of their
+    private dataset.
+    """
+    _check_size(len(texts), max_records)
+    dataset = Dataset(
+        tenant_id=tenant_id,
+        name=name,
+        kind=DatasetKind.PUBLIC.value,
+        task=task.model_dump(mode="json") if task is not None else {},
+        label_counts={},
+        record_count=len(texts),
+    )
+    return _store(session, dataset, [Record(text, "") for text in texts])
+
+
+def _check_size(count: int, max_records: int) -> None:
+    if count > max_records:
+        raise TooLargeError(
+            f"the upload has {count} records, more than the limit of {max_records} "
+            "(DPSYN_MAX_RECORDS)",
+            limit=max_records,
+        )
+
+
+def _store(session: Session, dataset: Dataset, records: list[Record]) -> Dataset:
     session.add(dataset)
     session.flush()
     for start in range(0, len(records), _INSERT_BATCH):
@@ -198,9 +305,9 @@ def list_datasets(
 def delete_dataset(session: Session, tenant_id: str, dataset_id: str) -> Dataset:
     """Delete the records; keep the dataset row (marked deleted) and its ledger; commits.
 
-    Queued jobs on it are cancelled (their reservations released: they never read a record).
-    A running job blocks deletion (409): cancel it and wait for it to stop. Deleting a
-    deleted dataset changes nothing.
+    Queued jobs on it, or using it as their public dataset, are cancelled (their reservations
+    released: they never read a record). A running job blocks deletion (409): cancel it and
+    wait for it to stop. Deleting a deleted dataset changes nothing.
     """
     dataset = get_dataset(session, tenant_id, dataset_id, lock=True)
     if dataset.deleted_at is not None:
@@ -209,7 +316,7 @@ def delete_dataset(session: Session, tenant_id: str, dataset_id: str) -> Dataset
         session.scalars(
             select(Job)
             .where(
-                Job.dataset_id == dataset.id,
+                or_(Job.dataset_id == dataset.id, Job.public_dataset_id == dataset.id),
                 Job.status.in_([JobStatus.QUEUED.value, JobStatus.RUNNING.value]),
             )
             .with_for_update()
@@ -226,7 +333,11 @@ def delete_dataset(session: Session, tenant_id: str, dataset_id: str) -> Dataset
     for job in active:
         job.cancel_requested = True
         job.status = JobStatus.CANCELLED.value
-        job.error = "cancelled: the dataset was deleted"
+        job.error = (
+            "cancelled: the dataset was deleted"
+            if job.dataset_id == dataset.id
+            else "cancelled: its public dataset was deleted"
+        )
         job.finished_at = now()
         if job.touched_data:
             ledger.commit(session, job.id)
@@ -252,3 +363,15 @@ def load_records(session: Session, dataset_id: str) -> list[Record]:
         .order_by(DatasetRecord.id)
     )
     return [Record(text, label) for text, label in rows]
+
+
+def load_public_texts(session: Session, dataset_id: str) -> list[str]:
+    """A public dataset's texts in upload order (workers only): a fixed order, so that the
+    inputs a job draws depend on its generator only, not on how the database returns rows."""
+    return list(
+        session.scalars(
+            select(DatasetRecord.text)
+            .where(DatasetRecord.dataset_id == dataset_id)
+            .order_by(DatasetRecord.id)
+        )
+    )

@@ -7,6 +7,11 @@ queue. Planning needs only the dataset's label counts, which never change, so it
 outside the write transaction (it can take seconds; the budget stays unlocked meanwhile);
 the dataset and budget are checked again under lock before the reservation.
 
+A PromptPATE job (``method=promptpate``) is admitted the same way. It also names a *public*
+dataset of unlabelled texts that its teachers label; that dataset is never charged, and it
+must be public: a private dataset in that role would put its records, verbatim, into the
+released student prompt. Its plan needs only the two record counts.
+
 The outcome functions (:func:`store_result`, :func:`close_job`) are shared with the
 workers. Like the ledger they add rows and flush; the caller commits.
 """
@@ -21,10 +26,22 @@ from pydantic import ValidationError
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from app.db.models import Budget, Dataset, Job, JobStatus, PromptSet, new_id, now
+from app.db.models import (
+    Budget,
+    Dataset,
+    DatasetKind,
+    Job,
+    JobMethod,
+    JobStatus,
+    PromptSet,
+    new_id,
+    now,
+)
 from app.ledger import ledger
+from app.pate.config import PateConfig
+from app.pate.plan import PatePlan, plan_pate
 from app.privacy.accounting import Accounting
-from app.privacy.events import to_dict
+from app.privacy.events import DatasetEvent, to_dict
 from app.privacy.params import Method
 from app.privacy.plan import PrivacyPlan
 from app.privacy.rng import make_rng
@@ -33,7 +50,7 @@ from app.synthesis.data import Record
 from app.synthesis.generator import JobPlan, SynthesisResult, plan_job
 from app.synthesis.tasks import TaskSpec, describe_validation_error
 
-from .datasets import get_live_dataset, load_records
+from .datasets import get_dataset, get_live_dataset, load_records
 from .errors import ConflictError, InvalidError, NotFoundError, UnavailableError
 
 if TYPE_CHECKING:
@@ -41,6 +58,30 @@ if TYPE_CHECKING:
 
 ACTIVE = (JobStatus.QUEUED.value, JobStatus.RUNNING.value)
 TERMINAL = (JobStatus.SUCCEEDED.value, JobStatus.FAILED.value, JobStatus.CANCELLED.value)
+
+# Parameters of the token loop, and the PromptPATE settings a client may choose (epsilon,
+# delta and accounting are the job's own fields, the student's shots its ``shots``; a seed is
+# never accepted from a client).
+TOKEN_PARAMS = frozenset({"M", "N", "tmax", "K", "sigma0", "sigma2", "T", "lam"})
+PATE_PARAMS = frozenset(PateConfig.model_fields) - {
+    "epsilon",
+    "delta",
+    "accounting",
+    "student_shots",
+    "seed",
+}
+# What a PromptPATE run reports that the API shows: functions of the Confident-GNMax outputs
+# (which queries passed the noisy threshold check, the noisy labels) and of public data only.
+# Left out: ``seconds`` (timing).
+PATE_PUBLIC_STATS = (
+    "processed",
+    "answered",
+    "rejected",
+    "budget_exhausted",
+    "spent_mu",
+    "budget_mu",
+    "holdout_accuracy",
+)
 
 
 def _no_budget(dataset_id: str) -> ConflictError:
@@ -72,9 +113,12 @@ def make_config(
     params: Mapping[str, Any] | None,
 ) -> SynthesisConfig:
     """The job's validated config: the task's defaults, then the client's parameters."""
-    overrides = {k: v for k, v in (params or {}).items() if v is not None}
-    if "seed" in overrides:  # a seed makes the noise predictable: never from a client
-        raise InvalidError("params.seed: not accepted by the service")
+    overrides = _overrides(params)
+    if wrong := sorted(PATE_PARAMS.intersection(overrides) - TOKEN_PARAMS):
+        raise InvalidError(
+            f"params.{wrong[0]}: a parameter of method promptpate, not of method "
+            f"{Method(method).value} (it takes {', '.join(sorted(TOKEN_PARAMS))})"
+        )
     try:
         return SynthesisConfig.for_task(
             task.name,
@@ -89,6 +133,41 @@ def make_config(
         raise InvalidError(f"invalid job parameters: {describe_validation_error(err)}") from None
     except TypeError as err:
         raise InvalidError(f"invalid job parameters: {err}") from None
+
+
+def _overrides(params: Mapping[str, Any] | None) -> dict[str, Any]:
+    overrides = {k: v for k, v in (params or {}).items() if v is not None}
+    if "seed" in overrides:  # a seed makes the noise predictable: never from a client
+        raise InvalidError("params.seed: not accepted by the service")
+    return overrides
+
+
+def make_pate_config(
+    *,
+    epsilon: float,
+    delta: float,
+    shots: int,
+    accounting: Accounting,
+    params: Mapping[str, Any] | None,
+) -> PateConfig:
+    """A PromptPATE job's validated config: ``shots`` demonstrations in the student prompt,
+    the client's parameters for the rest (unknown ones are refused, naming them)."""
+    overrides = _overrides(params)
+    if unknown := sorted(set(overrides) - PATE_PARAMS):
+        raise InvalidError(
+            f"params.{unknown[0]}: not a parameter of method promptpate (it takes "
+            f"{', '.join(sorted(PATE_PARAMS))}; the student prompt's size is the job's shots)"
+        )
+    try:
+        return PateConfig(
+            epsilon=epsilon,
+            delta=delta,
+            accounting=accounting,
+            student_shots=shots,
+            **overrides,
+        )
+    except ValidationError as err:
+        raise InvalidError(f"invalid job parameters: {describe_validation_error(err)}") from None
 
 
 def job_record(tenant_id: str, dataset_id: str, job_plan: JobPlan) -> Job:
@@ -117,29 +196,102 @@ def job_record(tenant_id: str, dataset_id: str, job_plan: JobPlan) -> Job:
     )
 
 
+def pate_job_record(
+    tenant_id: str, dataset_id: str, public_dataset_id: str, plan: PatePlan, n_public: int
+) -> Job:
+    """The job row of a planned PromptPATE job; ``n_public`` is the public dataset's record
+    count (the job samples ``plan.n_public`` of them)."""
+    return Job(
+        id=new_id(),
+        tenant_id=tenant_id,
+        dataset_id=dataset_id,
+        public_dataset_id=public_dataset_id,
+        method=JobMethod.PROMPTPATE.value,
+        config={
+            "pate": plan.config.model_dump(mode="json"),
+            "sizes": {"private": plan.n_private, "public": n_public},
+        },
+        schedule=[],
+        event=to_dict(plan.event()),
+        epsilon=plan.epsilon(),
+        delta=plan.delta,
+        status=JobStatus.QUEUED.value,
+        progress_done=0,
+        progress_total=plan.n_public,
+        touched_data=False,
+        cancel_requested=False,
+        attempts=0,
+    )
+
+
+def get_public_dataset(session: Session, tenant_id: str, dataset_id: str) -> Dataset:
+    """The tenant's live *public* dataset, for a PromptPATE job's unlabelled inputs.
+
+    A private dataset is refused (422): the student prompt is made of public inputs, so a
+    private one's records would be released verbatim, unpriced.
+    """
+    try:
+        dataset = get_dataset(session, tenant_id, dataset_id)
+    except NotFoundError:
+        raise NotFoundError(f"public_dataset_id: dataset {dataset_id!r} not found") from None
+    if dataset.kind != DatasetKind.PUBLIC:
+        raise InvalidError(
+            f"public_dataset_id: dataset {dataset_id!r} is private; PromptPATE puts its public "
+            "inputs verbatim into the released prompt, so they must come from a public dataset "
+            "(upload the texts with public=true)",
+            code="not_public",
+        )
+    if dataset.deleted_at is not None:
+        raise ConflictError(
+            f"public_dataset_id: dataset {dataset_id!r} was deleted: its records are gone",
+            code="dataset_deleted",
+        )
+    return dataset
+
+
 def submit_job(
     session: Session,
     queue: JobQueue,
     *,
     tenant_id: str,
     dataset_id: str,
-    method: Method,
+    method: JobMethod | str,
     epsilon: float,
     delta: float | None = None,
     shots: int = 4,
     accounting: Accounting | None = None,
     params: Mapping[str, Any] | None = None,
+    public_dataset_id: str | None = None,
 ) -> Job:
     """Plan, admit and enqueue a job; returns the committed row.
 
     ``delta`` defaults to the budget's delta, ``accounting`` to the budget's (another one is
-    refused). Errors: 404 unknown dataset; 409 deleted dataset, no budget, or the job does
-    not fit the budget (``remaining`` in the error); 422 parameters that cannot run. A
-    failed submission stores nothing.
+    refused). ``public_dataset_id`` is required for PromptPATE and refused otherwise. Errors:
+    404 unknown dataset; 409 deleted dataset, no budget, or the job does not fit the budget
+    (``remaining`` in the error); 422 parameters that cannot run, or a dataset of the wrong
+    kind. A failed submission stores nothing.
     """
+    method = JobMethod(method)
     if not (epsilon > 0 and math.isfinite(epsilon)):
         raise InvalidError(f"epsilon: must be a positive finite number, got {epsilon}")
+    pate = method is JobMethod.PROMPTPATE
+    if pate and public_dataset_id is None:
+        raise InvalidError(
+            "public_dataset_id: required for method promptpate (the ID of a public dataset "
+            "of unlabelled texts for the teachers to label)"
+        )
+    if not pate and public_dataset_id is not None:
+        raise InvalidError(
+            f"public_dataset_id: only method promptpate reads a public dataset, not {method.value}"
+        )
     dataset = get_live_dataset(session, tenant_id, dataset_id)
+    if dataset.kind == DatasetKind.PUBLIC:
+        raise InvalidError(
+            f"dataset_id: dataset {dataset_id!r} is public (unlabelled, never charged); a job "
+            "synthesises from a private dataset",
+            code="public_dataset",
+        )
+    public = get_public_dataset(session, tenant_id, public_dataset_id) if pate else None
     budget = session.get(Budget, dataset.id)
     if budget is None:
         raise _no_budget(dataset_id)
@@ -158,32 +310,52 @@ def submit_job(
         )
     task = TaskSpec.model_validate(dataset.task)
     sizes = {str(k): int(v) for k, v in dataset.label_counts.items()}
+    n_private, n_public = dataset.record_count, public.record_count if public else 0
     job_delta = delta if delta is not None else budget.delta
     session.rollback()  # end the read: planning takes seconds and needs no lock
 
-    config = make_config(
-        task,
-        method=Method(method),
-        epsilon=epsilon,
-        delta=job_delta,
-        shots=shots,
-        accounting=budget_accounting,
-        params=params,
-    )
-    try:
-        job_plan = plan_job(task, sizes, config, make_rng())
-    except ValueError as err:  # CalibrationError, SynthesisError, TaskError, sampling
-        raise InvalidError(str(err), code="cannot_plan") from None
-    job = job_record(tenant_id, dataset_id, job_plan)
+    if pate:
+        assert public_dataset_id is not None
+        pate_config = make_pate_config(
+            epsilon=epsilon,
+            delta=job_delta,
+            shots=shots,
+            accounting=budget_accounting,
+            params=params,
+        )
+        try:
+            pate_plan = plan_pate(task, n_private, n_public, pate_config)
+        except ValueError as err:  # PateError, CalibrationError
+            raise InvalidError(str(err), code="cannot_plan") from None
+        job = pate_job_record(tenant_id, dataset_id, public_dataset_id, pate_plan, n_public)
+        event: DatasetEvent = pate_plan.event()
+    else:
+        config = make_config(
+            task,
+            method=Method(method.value),
+            epsilon=epsilon,
+            delta=job_delta,
+            shots=shots,
+            accounting=budget_accounting,
+            params=params,
+        )
+        try:
+            job_plan = plan_job(task, sizes, config, make_rng())
+        except ValueError as err:  # CalibrationError, SynthesisError, TaskError, sampling
+            raise InvalidError(str(err), code="cannot_plan") from None
+        job = job_record(tenant_id, dataset_id, job_plan)
+        event = job_plan.event()
 
     try:
         get_live_dataset(session, tenant_id, dataset_id, lock=True)
+        if public_dataset_id is not None:  # deleted meanwhile? (its deletion locks its row)
+            get_live_dataset(session, tenant_id, public_dataset_id, lock=True)
         session.add(job)
         ledger.admit(
             session,
             dataset_id=dataset_id,
             job_id=job.id,
-            event=job_plan.event(),
+            event=event,
             epsilon=job.epsilon,
             delta=job.delta,
             accounting=budget_accounting,
@@ -298,7 +470,12 @@ def store_result(session: Session, job: Job, result: SynthesisResult) -> PromptS
         session.flush()
     job.status = JobStatus.SUCCEEDED.value
     job.prompt_set_id = existing.id
-    job.progress_done = job.progress_total
+    if job.method == JobMethod.PROMPTPATE:
+        job.stats = {k: result.stats[k] for k in PATE_PUBLIC_STATS if k in result.stats}
+        # inputs it got to before the filter's budget ran out (at most all of them)
+        job.progress_done = int(job.stats.get("processed", job.progress_total))
+    else:
+        job.progress_done = job.progress_total
     job.error = None
     job.finished_at = job.finished_at or now()
     ledger.commit(session, job.id)
@@ -332,6 +509,14 @@ def job_plan(job: Job, task: TaskSpec) -> JobPlan:
     plan = PrivacyPlan.model_validate(job.config["plan"])
     sizes = {str(k): int(v) for k, v in job.config["sizes"].items()}
     return JobPlan(task, config, plan, tuple(job.schedule), sizes, job.delta)
+
+
+def pate_plan(job: Job, task: TaskSpec) -> PatePlan:
+    """A PromptPATE job's plan, rebuilt from the job row (planning is deterministic, so it
+    is the plan admission reserved if the row is unchanged)."""
+    config = PateConfig.model_validate(job.config["pate"])
+    sizes = job.config["sizes"]
+    return plan_pate(task, int(sizes["private"]), int(sizes["public"]), config)
 
 
 def load_job_inputs(session: Session, job: Job) -> tuple[TaskSpec, list[Record], JobPlan]:

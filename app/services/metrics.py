@@ -4,7 +4,8 @@ The database is the source of truth (jobs run in other processes), so a custom c
 queries it on every scrape instead of counting in this process:
 
 * ``dpsyn_jobs{status}`` -- jobs by status (gauge);
-* ``dpsyn_tokens_generated_total`` -- token steps done by all jobs (sum of progress);
+* ``dpsyn_tokens_generated_total`` -- token steps done by all token-loop jobs (sum of their
+  progress; a PromptPATE job's progress counts public inputs, not tokens);
 * ``dpsyn_ledger_epsilon_spent{tenant_id,dataset_id,accounting}`` -- composed epsilon of each
   budgeted dataset (``ledger.spend``), and ``dpsyn_budget_epsilon`` its total.
 
@@ -23,7 +24,7 @@ from prometheus_client.registry import Collector
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
-from app.db.models import Budget, Dataset, Job, JobStatus, LedgerEntry
+from app.db.models import Budget, Dataset, Job, JobMethod, JobStatus, LedgerEntry
 from app.ledger import ledger
 
 
@@ -36,7 +37,8 @@ class DpsynCollector(Collector):
     def collect(self) -> Iterator[Metric]:
         jobs = GaugeMetricFamily("dpsyn_jobs", "Jobs by status.", labels=["status"])
         tokens = CounterMetricFamily(
-            "dpsyn_tokens_generated", "Token steps done by all jobs (sum of their progress)."
+            "dpsyn_tokens_generated",
+            "Token steps done by all token-loop jobs (sum of their progress).",
         )
         labels = ["tenant_id", "dataset_id", "accounting"]
         spent = GaugeMetricFamily(
@@ -52,7 +54,10 @@ class DpsynCollector(Collector):
             counts = {status: count for status, count in rows}
             for status in JobStatus:
                 jobs.add_metric([status.value], float(counts.get(status.value, 0)))
-            tokens.add_metric([], float(session.scalar(select(func.sum(Job.progress_done))) or 0))
+            steps = select(func.sum(Job.progress_done)).where(
+                Job.method != JobMethod.PROMPTPATE.value
+            )
+            tokens.add_metric([], float(session.scalar(steps) or 0))
             for budget, tenant_id, last_entry in self._budgets(session):
                 labels_of = [tenant_id, budget.dataset_id, budget.accounting]
                 epsilon = self._spent(session, budget, last_entry)

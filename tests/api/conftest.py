@@ -40,6 +40,9 @@ TOY_TASK: dict[str, Any] = {
     "labels": ["w5", "w7"],
 }
 FAST_PARAMS = {"M": 2, "N": 1, "tmax": 4, "K": 8}
+PUBLIC = "PUBLICTEXT"  # in every public text: dataset responses must never show it
+# A PromptPATE job that runs in a fraction of a second with the fake backend.
+PATE_PARAMS = {"teachers": 4, "queries": 20, "candidates": 2, "group_size": 8}
 
 
 def toy_rows(n_per_label: int = 12, labels: tuple[str, ...] = ("w5", "w7")) -> list[dict]:
@@ -47,6 +50,20 @@ def toy_rows(n_per_label: int = 12, labels: tuple[str, ...] = ("w5", "w7")) -> l
         {"text": f"{MARKER}-{label}-{i} what is it", "label": label}
         for label in labels
         for i in range(n_per_label)
+    ]
+
+
+def public_rows(n: int = 40) -> list[dict]:
+    """IMDB-like rows (a label and a rating the upload ignores). Three-word texts make the
+    fake backend's teachers answer w5, five-word texts w7."""
+    return [
+        {
+            "id": f"{i}_1",
+            "text": f"{PUBLIC}{i} one two" if i % 2 else f"{PUBLIC}{i} one two three four",
+            "label": i % 2,
+            "rating": 7,
+        }
+        for i in range(n)
     ]
 
 
@@ -131,6 +148,37 @@ class Api:
             **kw,
         }
         return self.client.post("/v1/jobs", json=body, headers=auth(key or self.admin))
+
+    def upload_public(self, rows: list[dict] | None = None, *, key: str | None = None) -> dict:
+        body = {"public": True, "records": rows if rows is not None else public_rows()}
+        response = self.client.post("/v1/datasets", json=body, headers=auth(key or self.admin))
+        assert response.status_code == 201, response.text
+        return response.json()
+
+    def submit_pate(
+        self, dataset_id: str, public_id: str | None = None, *, key: str | None = None, **kw
+    ):
+        body = {
+            "dataset_id": dataset_id,
+            "method": "promptpate",
+            "public_dataset_id": public_id,
+            "epsilon": 3.0,
+            "shots": 2,
+            "params": PATE_PARAMS,
+            **kw,
+        }
+        return self.client.post("/v1/jobs", json=body, headers=auth(key or self.admin))
+
+    def run_worker(self, job_id: str, backend: FakeBackend | None = None) -> None:
+        """The real runner (any method), with the fake backend."""
+        from workers.runner import run_job
+
+        run_job(
+            job_id,
+            database_url=self.url,
+            provider=StaticProvider(backend or FakeBackend(stop_after=None)),
+            progress_interval_s=0.0,
+        )
 
     def run_job(self, job_id: str, marker: str = "Question:") -> None:
         """What a worker does, with the fake backend: load, synthesise, store the result."""

@@ -22,7 +22,16 @@ from tests.api.conftest import (
     toy_rows,
 )
 
-METADATA = {"id", "name", "task", "label_counts", "record_count", "created_at", "deleted_at"}
+METADATA = {
+    "id",
+    "name",
+    "kind",
+    "task",
+    "label_counts",
+    "record_count",
+    "created_at",
+    "deleted_at",
+}
 
 
 def test_upload_csv_file_with_a_builtin_task(api: Api) -> None:

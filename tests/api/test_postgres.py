@@ -85,3 +85,42 @@ def test_budget_rules_on_postgres(pg_api: Api) -> None:
         api.client.get(f"/v1/datasets/{dataset['id']}/budget", headers=auth(api.other)).status_code
         == 404
     )
+
+
+def test_promptpate_admission_and_run_on_postgres(pg_api: Api) -> None:
+    api = pg_api
+    dataset = api.upload()
+    public = api.upload_public()
+    assert public["kind"] == "public"
+    assert api.budget(public["id"], 1.0).status_code == 409  # never charged
+    assert api.budget(dataset["id"], 5.0).status_code == 200
+    private_as_public = api.submit_pate(dataset["id"], dataset["id"])
+    assert private_as_public.status_code == 422
+    assert error_of(private_as_public)["code"] == "not_public"
+    theirs = api.upload_public(key=api.other)
+    assert api.submit_pate(dataset["id"], theirs["id"]).status_code == 404
+    assert _stored(api.url, dataset["id"]) == (0, 0, 24)
+
+    first = api.submit_pate(dataset["id"], public["id"])
+    assert first.status_code == 201, first.text
+    job = first.json()
+    assert api.queue.enqueued[-1] == job["id"]
+    assert job["progress"] == {"done": 0, "total": 40}
+    refused = api.submit_pate(dataset["id"], public["id"])  # 3 + 3 > 5
+    assert refused.status_code == 409
+    error = error_of(refused)
+    assert error["code"] == "budget_exceeded"
+    assert error["remaining"] == pytest.approx(5.0 - error["spent"])
+    assert error["spent"] == pytest.approx(job["epsilon"], rel=1e-3)
+    assert _stored(api.url, dataset["id"]) == (1, 1, 24)
+
+    api.run_worker(job["id"])
+    done = api.client.get(f"/v1/jobs/{job['id']}", headers=auth(api.admin)).json()
+    assert done["status"] == "succeeded" and done["stats"]["answered"] >= 3, done
+    prompt = api.client.get(f"/v1/prompts/{done['prompt_id']}", headers=auth(api.reader))
+    assert prompt.status_code == 200 and prompt.json()["method"] == "promptpate"
+    budget = api.client.get(f"/v1/datasets/{dataset['id']}/budget", headers=auth(api.admin))
+    assert [(e["kind"], e["event"]["type"]) for e in budget.json()["history"]] == [
+        ("reserve", "pate"),
+        ("commit", "pate"),
+    ]

@@ -30,6 +30,7 @@ from tests.synthesis.fake_backend import FakeBackend
 from workers.inprocess import InProcessQueue
 
 ROOT = Path(__file__).resolve().parents[2]
+DATA = Path(os.environ.get("DATA_DIR", ROOT.parent / "shared" / "data"))
 KEY = "test-admin-key-for-the-client-cli-0123456789"
 SECRET = "SECRETWORD"
 CODES = {"ABBR", "ENTY", "DESC", "HUM", "LOC", "NUM"}
@@ -45,9 +46,15 @@ def free_port() -> int:
 
 
 @pytest.fixture
-def server(sqlite_url) -> Iterator[str]:
+def fake_backend() -> FakeBackend:
+    """The server's model (a test parametrizes ``fake_backend`` to use another one)."""
+    return FakeBackend()
+
+
+@pytest.fixture
+def server(sqlite_url, fake_backend) -> Iterator[str]:
     """A live API on a free port, jobs in its in-process worker; yields its URL."""
-    provider = StaticProvider(FakeBackend())
+    provider = StaticProvider(fake_backend)
     queue = InProcessQueue(database_url=sqlite_url, provider=provider, progress_interval_s=0)
     app = create_app(
         Settings(database_url=sqlite_url, bootstrap_api_key=KEY),
@@ -182,6 +189,60 @@ def test_server_errors_are_one_line_and_exit_non_zero(dpsyn, trec_file):
     bad_labels.write_text(f"XYZ:x {SECRET} ?\n")
     local = dpsyn("datasets", "upload", str(bad_labels), "--task", "trec")
     assert local.exit_code == 2 and SECRET not in local.output
+
+
+@pytest.mark.parametrize("fake_backend", [FakeBackend(marker="Review:")])
+def test_promptpate_on_sst2_with_the_imdb_sample_as_public_data(dpsyn):
+    sst2, imdb = DATA / "sst2" / "stsa.binary.dev", DATA / "imdb" / "test_sample2000.jsonl"
+    if not (sst2.is_file() and imdb.is_file()):
+        pytest.skip(f"the shared SST-2 and IMDB files are not in {DATA} (DATA_DIR)")
+    private = dpsyn("datasets", "upload", str(sst2), "--task", "sst2", "-q")
+    assert private.exit_code == 0, private.output
+    dataset = private.output.strip()
+    uploaded = dpsyn("datasets", "upload", str(imdb), "--public", "--text-column", "text")
+    assert uploaded.exit_code == 0, uploaded.output
+    assert "(public, never charged): 2000 texts" in uploaded.output
+    public = uploaded.output.split()[1]
+    listed = dpsyn("datasets", "list")
+    assert f"{public}  test_sample2000  public" in listed.output
+    assert dpsyn("budget", "set", public, "--epsilon", "1").exit_code == 1  # never charged
+    assert dpsyn("budget", "set", dataset, "--epsilon", "5").exit_code == 0
+
+    missing = dpsyn("jobs", "submit", "--dataset", dataset, "--method", "promptpate",
+                    "--epsilon", "3")  # fmt: skip
+    assert missing.exit_code == 1 and "public_dataset_id: required" in missing.output
+    bad = dpsyn("jobs", "submit", "--dataset", dataset, "--epsilon", "3", "--param", "teachers")
+    assert bad.exit_code == 2 and "KEY=VALUE" in bad.output
+    submitted = dpsyn(
+        "jobs", "submit", "--dataset", dataset, "--method", "promptpate",
+        "--public-dataset", public, "--epsilon", "3", "--shots", "2",
+        "--param", "teachers=4", "--param", "queries=20", "--param", "max_public=40",
+        "--param", "candidates=2", "--param", "group_size=8", "--wait", "--poll", "0.1",
+    )  # fmt: skip
+    assert submitted.exit_code == 0, submitted.output
+    final = submitted.output.strip().splitlines()[-2]
+    assert " succeeded: promptpate, 2 shots" in final and f"public dataset {public}" in final
+    assert "/40 public inputs" in final and "queries answered; prompt " in final
+    prompt_id = final.split("; prompt ")[1]
+    shown = dpsyn("prompts", "get", prompt_id)
+    assert shown.exit_code == 0 and "[1] Sentiment:" in shown.output
+    history = dpsyn("budget", "show", dataset)
+    assert "reserve" in history.output and "commit" in history.output
+
+
+def test_upload_options_that_do_not_fit_are_refused_locally(dpsyn, tmp_path):
+    path = tmp_path / "texts.jsonl"
+    path.write_text('{"text": "a b c"}\n')
+    no_task = dpsyn("datasets", "upload", str(path))
+    assert no_task.exit_code == 2 and "--task is required" in no_task.output
+    labels = dpsyn("datasets", "upload", str(path), "--public", "--label-col", "y")
+    assert labels.exit_code == 2 and "no labels" in labels.output
+    plain = tmp_path / "texts.txt"
+    plain.write_text("first text\n\nsecond text\n")
+    uploaded = dpsyn("datasets", "upload", str(plain), "--public", "--json")
+    assert uploaded.exit_code == 0, uploaded.output
+    body = httpx.Response(200, content=uploaded.output).json()
+    assert body["kind"] == "public" and body["record_count"] == 2
 
 
 def test_bad_key_and_no_key(dpsyn, monkeypatch):

@@ -99,3 +99,76 @@ def test_a_label_with_no_records_is_named(tmp_path):
     )
     assert result.exit_code == 2
     assert "network" in result.stderr
+
+
+# --- --method promptpate ----------------------------------------------------------------------
+
+
+@pytest.fixture
+def pate_files(tmp_path, monkeypatch):
+    from tests.pate.fake_backend import PateFakeBackend
+
+    backend = PateFakeBackend()
+    monkeypatch.setattr(
+        "app.cli.synthesize.make_backend", lambda kind, *, model, url, dtype: backend
+    )
+    private = tmp_path / "private.txt"
+    private.write_text("".join(f"{i % 2} secretreview{i} plot\n" for i in range(100)))
+    public = tmp_path / "public.jsonl"
+    rows = [{"text": f"a {'good' if i % 2 else 'bad'} film {i}", "label": 9} for i in range(30)]
+    public.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    return private, public, backend
+
+
+PATE = ["--task", "sst2", "--method", "promptpate", "--teachers", "10", "--queries", "20"]
+
+
+def test_promptpate_runs_and_writes_json(pate_files, tmp_path):
+    private, public, backend = pate_files
+    out = tmp_path / "pate.json"
+    args = ["synthesize", "--data", str(private), *PATE, "--public", str(public)]
+    args += ["--max-public", "24", "--student-shots", "2", "--epsilon", "50", "--seed", "1"]
+    result = runner.invoke(app, [*args, "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    assert "(promptpate, tight accounting, model fake-pate)" in result.stdout
+    assert "labelled 20 of 20 public inputs (0 rejected)" in result.stdout
+    data = json.loads(out.read_text())
+    assert data["method"] == "promptpate" and len(data["demonstrations"]) == 2
+    assert data["epsilon"] <= 50.0 and data["event"]["type"] == "pate"
+    assert data["plan"]["config"]["teachers"] == 10 and data["plan"]["n_public"] == 24
+    for demo in data["demonstrations"]:
+        assert demo["label"] == ("positive" if "good" in demo["text"] else "negative")
+    assert "secretreview" not in result.stdout + json.dumps(data)
+    assert any("secretreview" in prompt for call in backend.calls for prompt in call)
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        ([], "--method promptpate needs --public FILE"),
+        (["--public", "PUBLIC", "--shots", "3"], "--shots is for tang/adadpsyn"),
+        (["--public", "PUBLIC", "--M", "3"], "--M are for tang/adadpsyn"),
+        (["--public", "PUBLIC", "--instruction-only"], "--instruction-only"),
+        (["--public", "PUBLIC", "--epsilon", "inf"], "epsilon"),
+        (["--public", "PUBLIC", "--teachers", "0"], "teachers"),
+        (["--public", "PUBLIC", "--public-field", "review"], "no field 'review'"),
+        (["--public", "PUBLIC", "--max-public", "3"], "at most 3 public inputs"),
+        (["--public", "nothere.jsonl"], "nothere.jsonl: data file not found"),
+    ],
+)
+def test_promptpate_bad_input_is_a_one_line_error(pate_files, extra, message):
+    private, public, _ = pate_files
+    extra = [str(public) if arg == "PUBLIC" else arg for arg in extra]
+    result = runner.invoke(app, ["synthesize", "--data", str(private), *PATE, *extra])
+    assert result.exit_code == 2, result.output
+    assert message in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+    assert "secretreview" not in result.stderr
+
+
+def test_public_is_refused_with_the_token_loop_methods(pate_files):
+    private, public, _ = pate_files
+    args = ["synthesize", "--data", str(private), "--task", "sst2", "--public", str(public)]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 2
+    assert "--public is only used with --method promptpate" in result.stderr

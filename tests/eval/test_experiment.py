@@ -69,24 +69,32 @@ def test_settings_grid_has_baselines_methods_and_both_infinities():
     grid = settings_grid([8, 1, 2], ["adadpsyn", "tang"])
     keys = [s.key for s in grid]
     assert keys == [
+        "zero-shot",
         "instruction-only",
         "adadpsyn@1", "adadpsyn@2", "adadpsyn@8",
         "tang@1", "tang@2", "tang@8",
         "noise-free", "real",
     ]  # fmt: skip
-    assert grid[0].epsilon == 0.0
+    assert grid[0].epsilon == 0.0 and grid[1].epsilon == 0.0
     assert math.isinf(grid[-2].epsilon) and grid[-2].method == "adadpsyn"
     assert math.isinf(grid[-1].epsilon) and grid[-1].method is None
     with pytest.raises(ValueError):
         settings_grid([1], ["nope"])
     with pytest.raises(ValueError):
         settings_grid([0], ["tang"])
+    # PromptPATE alone: the generating baselines fall back to AdaDPSyn
+    only = settings_grid([1], ["promptpate"])
+    assert [s.key for s in only] == [
+        "zero-shot", "instruction-only", "promptpate@1", "noise-free", "real"
+    ]  # fmt: skip
+    assert only[1].method == "adadpsyn" and only[3].method == "adadpsyn"
 
 
 def test_quick_profile():
     quick = ExperimentConfig.quick()
     assert quick.seeds == (0, 1) and quick.test_size == 100
     assert quick.overrides == {"tmax": 8, "K": 50}
+    assert quick.pate["teachers"] == 30 and quick.pate["max_public"] == 100
 
 
 def test_real_demonstrations_follow_the_label_schedule():
@@ -150,13 +158,14 @@ def test_run_experiment_with_a_fake_backend_and_all_outputs(tmp_path):
     backend = EvalFake(marker="Question:")
     runs = run_experiment(TREC, train, test, backend, config, log=lines.append)
     grid = settings_grid(config.epsilons, config.methods)
-    assert len(runs) == len(grid) * 2 and len(lines) == len(runs)
+    assert len(runs) == (len(grid) - 1) * 2 + 1 and len(lines) == len(runs)  # zero-shot once
     assert {r.setting for r in runs} == {s.key for s in grid}
     for run in runs:
         assert run.accuracy == 0.75 and run.n_test == 4  # the label word decides
         assert run.calibrated_accuracy == 0.75
     by_key = {r.setting: r for r in runs if r.seed == 0}
     assert by_key["instruction-only"].epsilon_charged == 0.0
+    assert by_key["zero-shot"].demonstrations == [] and by_key["zero-shot"].epsilon_charged == 0
     assert 0 < by_key["adadpsyn@2"].epsilon_charged <= 2.0 + 1e-9
     assert 0 < by_key["tang@8"].epsilon_charged <= 8.0 + 1e-9
     assert math.isinf(by_key["real"].epsilon_charged)
@@ -205,12 +214,43 @@ def test_real_model_smoke_run_on_trec(tmp_path):
     runs = run_experiment(TREC, train, test, backend, config)
     grid = settings_grid(config.epsilons, config.methods)
     assert [r.setting for r in runs] == [s.key for s in grid]
+    assert runs[0].setting == "zero-shot"
     for run in runs:
         assert 0.0 <= run.accuracy <= 1.0 and run.n_test == 10
         assert run.calibrated_accuracy is not None
-    assert runs[1].epsilon_charged <= 8.0 + 1e-9
+    assert runs[2].epsilon_charged <= 8.0 + 1e-9
     _check_outputs(tmp_path, runs, grid)
     elapsed = time.perf_counter() - started
     if os.environ.get("DPSYN_EVAL_TIMING"):
         each = ", ".join(f"{r.setting} {r.seconds:.1f}s" for r in runs)
         print(f"smoke: {elapsed:.1f} s; {each}")
+
+
+def test_promptpate_setting_runs_a_student_prompt_and_reuses_teacher_votes():
+    from app.eval.experiment import MemoBackend, run_one
+    from tests.pate.fake_backend import PateFakeBackend
+    from tests.pate.helpers import SST2, private_records, public_inputs
+
+    train = private_records(200)
+    public = public_inputs(good=15, bad=15, mixed=0)
+    test = [Record("a good film", "positive"), Record("a bad film", "negative")]
+    config = ExperimentConfig(
+        seeds=(0,),
+        epsilons=(50.0,),
+        methods=("promptpate",),
+        pate={"teachers": 20, "queries": 30, "student_shots": 2, "candidates": 2},
+    )
+    inner = PateFakeBackend()
+    backend = MemoBackend(inner)
+    setting = Setting("promptpate", 50.0, "promptpate")
+    first = run_one(SST2, train, test, setting, 0, backend, config, public)
+    assert 0 < first.epsilon_charged <= 50.0
+    assert first.accuracy == 1.0  # the fake's teachers label "good"/"bad" correctly
+    assert len(first.demonstrations) == 2
+    assert all("secretword" not in str(d["text"]) for d in first.demonstrations)
+    hits = backend.hits
+    again = run_one(SST2, train, test, setting, 0, backend, config, public)
+    assert backend.hits > hits  # the same seed's teacher votes come from memory
+    assert again.demonstrations == first.demonstrations
+    with pytest.raises(ValueError, match="public inputs"):
+        run_one(SST2, train, test, setting, 0, backend, config, None)

@@ -1,4 +1,5 @@
-"""Database rows for worker tests: a tenant, a TREC-like dataset, a budget and admitted jobs.
+"""Database rows for worker tests: a tenant, a TREC-like dataset, a budget and admitted jobs
+(token-loop jobs, and PromptPATE jobs on a public dataset of the same tenant).
 
 Records are unique words (``secret_<label>_<i>``) so a test can check that none of them
 reaches a log, an error or anything else but the model's prompts.
@@ -11,11 +12,23 @@ from functools import lru_cache
 import numpy as np
 from sqlalchemy import select
 
-from app.db.models import Budget, Dataset, DatasetRecord, Job, LedgerEntry, PromptSet, Tenant
+from app.db.models import (
+    Budget,
+    Dataset,
+    DatasetKind,
+    DatasetRecord,
+    Job,
+    LedgerEntry,
+    PromptSet,
+    Tenant,
+)
 from app.db.session import session_scope
 from app.ledger import ledger
+from app.pate.config import PateConfig
+from app.pate.plan import plan_pate
 from app.privacy.accounting import Accounting
 from app.privacy.events import to_dict
+from app.services.jobs import pate_job_record
 from app.synthesis.config import SynthesisConfig
 from app.synthesis.generator import JobPlan, plan_job
 from app.synthesis.tasks import BUILTIN_TASKS
@@ -23,6 +36,9 @@ from app.synthesis.tasks import BUILTIN_TASKS
 TREC = BUILTIN_TASKS["trec"]
 PER_LABEL = 30
 SECRET = "secret_"
+PUBLIC_TEXTS = 40
+# A PromptPATE job small enough for the fake backend: 6 teachers, groups of 8 public inputs.
+PATE = {"teachers": 6, "queries": 20, "candidates": 2, "group_size": 8, "student_shots": 2}
 
 
 @lru_cache
@@ -101,6 +117,51 @@ def make_job(url: str, dataset_id: str) -> str:
             epsilon=epsilon,
             delta=plan.delta,
             accounting=plan.config.accounting,
+        )
+        return job.id
+
+
+def make_public_dataset(url: str, dataset_id: str, n: int = PUBLIC_TEXTS) -> str:
+    """A public dataset of ``n`` texts for the tenant of ``dataset_id``; returns its ID."""
+    with session_scope(url) as session:
+        private = session.get(Dataset, dataset_id)
+        assert private is not None
+        public = Dataset(
+            tenant_id=private.tenant_id,
+            name="public",
+            kind=DatasetKind.PUBLIC.value,
+            task={},
+            label_counts={},
+            record_count=n,
+        )
+        session.add(public)
+        session.flush()
+        session.add_all(
+            DatasetRecord(dataset_id=public.id, text=f"public_{i} what is it", label="")
+            for i in range(n)
+        )
+        return public.id
+
+
+def make_pate_job(url: str, dataset_id: str, public_id: str, **overrides: object) -> str:
+    """Admit a PromptPATE job as the API does (the service's job row, the ledger's admit)."""
+    config = PateConfig(epsilon=4.0, delta=0.01, **{**PATE, **overrides})
+    n_private = PER_LABEL * len(TREC.labels)
+    plan = plan_pate(TREC, n_private, PUBLIC_TEXTS, config)
+    with session_scope(url) as session:
+        dataset = session.get(Dataset, dataset_id)
+        assert dataset is not None
+        job = pate_job_record(dataset.tenant_id, dataset_id, public_id, plan, PUBLIC_TEXTS)
+        session.add(job)
+        session.flush()
+        ledger.admit(
+            session,
+            dataset_id=dataset_id,
+            job_id=job.id,
+            event=plan.event(),
+            epsilon=job.epsilon,
+            delta=job.delta,
+            accounting=config.accounting,
         )
         return job.id
 

@@ -1,4 +1,4 @@
-"""Upload, list, read and delete private datasets (metadata only ever leaves)."""
+"""Upload, list, read and delete datasets, private or public (metadata only ever leaves)."""
 
 from __future__ import annotations
 
@@ -109,24 +109,20 @@ async def upload_dataset(
 def _from_file(
     session: Session, settings: Settings, tenant_id: str, meta: DatasetUploadForm, upload: Any
 ) -> DatasetPublic:
-    task = service.parse_task(meta.task)
     suffix = service.upload_suffix(upload.filename, meta.format)
     display = Path(upload.filename or f"upload{suffix}").name
     upload.file.seek(0)
-    records = service.read_upload(
-        task,
-        lambda handle: service.copy_limited(upload.file, handle, settings.max_upload_bytes),
+    dataset = service.store_upload(
+        session,
+        tenant_id=tenant_id,
+        name=meta.name or Path(display).stem or None,
+        task=meta.task,
+        public=meta.public,
+        write=lambda handle: service.copy_limited(upload.file, handle, settings.max_upload_bytes),
         suffix=suffix,
         text_column=meta.text_column,
         label_column=meta.label_column,
         display_name=display,
-    )
-    dataset = service.create_dataset(
-        session,
-        tenant_id=tenant_id,
-        name=meta.name or Path(display).stem or task.name,
-        task=task,
-        records=records,
         max_records=settings.max_records,
     )
     return DatasetPublic.from_row(dataset)
@@ -135,21 +131,17 @@ def _from_file(
 def _from_json(
     session: Session, settings: Settings, tenant_id: str, meta: DatasetCreate
 ) -> DatasetPublic:
-    task = service.parse_task(meta.task)
-    records = service.read_upload(
-        task,
-        service.jsonl_writer(meta.records),
+    dataset = service.store_upload(
+        session,
+        tenant_id=tenant_id,
+        name=meta.name,
+        task=meta.task,
+        public=meta.public,
+        write=service.jsonl_writer(meta.records),
         suffix=".jsonl",
         text_column=meta.text_column,
         label_column=meta.label_column,
         display_name="records",
-    )
-    dataset = service.create_dataset(
-        session,
-        tenant_id=tenant_id,
-        name=meta.name or task.name,
-        task=task,
-        records=records,
         max_records=settings.max_records,
     )
     return DatasetPublic.from_row(dataset)

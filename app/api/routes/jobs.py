@@ -1,4 +1,4 @@
-"""Submit, watch and cancel synthesis jobs."""
+"""Submit, watch and cancel synthesis jobs (token loop or PromptPATE)."""
 
 from __future__ import annotations
 
@@ -29,6 +29,7 @@ def submit_job(
         tenant_id=principal.tenant_id,
         dataset_id=body.dataset_id,
         method=body.method,
+        public_dataset_id=body.public_dataset_id,
         epsilon=body.epsilon,
         delta=body.delta,
         shots=body.shots,

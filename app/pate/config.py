@@ -1,0 +1,122 @@
+"""Validated settings of one PromptPATE job (Duan et al. 2023), and its error type.
+
+Defaults follow the paper where it states them (one private example per teacher prompt, a
+student prompt of a few labelled public examples) and are otherwise sized for the packaged
+CPU model: 100 teachers and 100 answered queries keep a job to minutes. Every field is public:
+nothing here is derived from the private data.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from app.privacy.accounting import Accounting
+from app.synthesis.generator import SynthesisError
+
+
+class PateError(SynthesisError):
+    """A PromptPATE job cannot run as asked; the message names counts and settings only.
+
+    A :class:`SynthesisError`, so the CLI and the job runner report it as the user's problem.
+    """
+
+
+class PateConfig(BaseModel):
+    """What a PromptPATE job does and under which budget.
+
+    The noise of Confident-GNMax is calibrated to ``epsilon`` unless both
+    ``sigma_threshold`` and ``sigma_gnmax`` are given, in which case the filter budget alone
+    is calibrated and the noise is what the user chose.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    epsilon: float = Field(
+        gt=0.0,
+        allow_inf_nan=False,
+        description="Target epsilon of the whole job (> 0, finite: PATE has no no-noise mode).",
+    )
+    delta: float | None = Field(
+        None, gt=0.0, lt=1.0, description="Target delta; default 1/n_private at planning."
+    )
+    accounting: Accounting = Field(
+        Accounting.TIGHT,
+        description="tight: add/remove neighbours; paper: replace-one (sensitivities double).",
+    )
+    teachers: int = Field(
+        100, ge=1, le=10_000, description="Ensemble size E: disjoint teacher prompts."
+    )
+    shots: int = Field(
+        1,
+        ge=1,
+        le=32,
+        description="Private examples per teacher prompt; a teacher with fewer abstains.",
+    )
+    queries: int = Field(
+        100,
+        ge=1,
+        le=1_000_000,
+        description="Answered queries the noise is sized for (when sigmas are calibrated).",
+    )
+    max_public: int = Field(
+        1000, ge=1, le=1_000_000, description="Public inputs processed at most."
+    )
+    threshold_fraction: float = Field(
+        0.6,
+        ge=0.0,
+        le=1.0,
+        description="Confident-GNMax threshold as a fraction of the teachers (in votes).",
+    )
+    sigma_ratio: float = Field(
+        2.0,
+        gt=0.0,
+        allow_inf_nan=False,
+        description="sigma_threshold / sigma_gnmax when the noise is calibrated.",
+    )
+    sigma_threshold: float | None = Field(
+        None,
+        gt=0.0,
+        allow_inf_nan=False,
+        description="Explicit noise std (votes) of the threshold check; with sigma_gnmax.",
+    )
+    sigma_gnmax: float | None = Field(
+        None,
+        gt=0.0,
+        allow_inf_nan=False,
+        description="Explicit noise std (votes) of the GNMax release; with sigma_threshold.",
+    )
+    student_shots: int = Field(
+        4, ge=1, le=64, description="Labelled public examples in the student prompt."
+    )
+    candidates: int = Field(
+        16, ge=1, le=1000, description="Random student prompts scored on the holdout."
+    )
+    holdout_fraction: float = Field(
+        0.3,
+        gt=0.0,
+        lt=1.0,
+        description="Share of the labelled public examples kept to score the candidates.",
+    )
+    max_chars: int = Field(
+        600,
+        ge=16,
+        le=100_000,
+        description="Public inputs are cut at a word boundary to this many characters.",
+    )
+    group_size: int = Field(
+        32,
+        ge=1,
+        le=4096,
+        description="Public inputs per group of backend calls; the unit of progress.",
+    )
+    seed: int | None = Field(None, description="Tests and studies only: voids the guarantee.")
+
+    @model_validator(mode="after")
+    def _sigmas_together(self) -> PateConfig:
+        # One explicit sigma and one calibrated would make the ratio ambiguous.
+        if (self.sigma_threshold is None) != (self.sigma_gnmax is None):
+            raise ValueError(
+                "sigma_threshold and sigma_gnmax must be given together (or neither, to "
+                "calibrate both to epsilon)"
+            )
+        return self

@@ -1,0 +1,102 @@
+"""Readers of the public unlabelled inputs the teachers label.
+
+Public inputs are not private, but they are still user files, so errors follow the private
+readers' rule (``app.synthesis.data``): one line naming the file, the line and the problem,
+never the text. A label column in the file (IMDB's ``label``) is ignored: PromptPATE labels
+the inputs with the teachers, and a public label would not be a DP one anyway.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+from app.synthesis.data import DataError, _read_lines
+
+TABLE_SUFFIXES = (".csv", ".tsv")
+JSONL_SUFFIXES = (".jsonl", ".ndjson")
+TEXT_SUFFIXES = (".txt", ".text", "")
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+def _jsonl(path: Path, lines: list[str], field: str) -> list[str]:
+    texts = []
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            raise DataError(f"{path}: line {number} is not valid JSON") from None
+        if not isinstance(row, dict):
+            raise DataError(f"{path}: line {number} is not a JSON object")
+        if field not in row:
+            raise DataError(f"{path}: line {number} has no field {field!r}")
+        value = row[field]
+        if not isinstance(value, str):
+            kind = "null" if value is None else type(value).__name__
+            raise DataError(f"{path}: line {number}: field {field!r} is {kind}, not a string")
+        if not value.strip():
+            raise DataError(f"{path}: line {number}: field {field!r} is empty")
+        texts.append(_one_line(value))
+    return texts
+
+
+def _table(path: Path, lines: list[str], field: str) -> list[str]:
+    reader = csv.DictReader(lines, delimiter="\t" if path.suffix.lower() == ".tsv" else ",")
+    texts = []
+    try:
+        header = reader.fieldnames or []
+        if field not in header:
+            listed = ", ".join(repr(name) for name in header) or "none"
+            raise DataError(f"{path}: no column {field!r} (available: {listed})")
+        for row in reader:
+            value = row.get(field)
+            if value is None or not value.strip():
+                raise DataError(f"{path}: line {reader.line_num}: column {field!r} is empty")
+            texts.append(_one_line(value))
+    except csv.Error:
+        raise DataError(f"{path}: line {reader.line_num} is not valid CSV") from None
+    return texts
+
+
+def read_public(path: str | Path, field: str = "text") -> list[str]:
+    """Public inputs from ``path``, each on one line, in file order.
+
+    By extension: JSON lines (``.jsonl``/``.ndjson``: the string field ``field`` of each
+    object), CSV/TSV with a header (the column ``field``), or plain text (``.txt`` or no
+    extension: one input per non-blank line). Any problem is a :class:`DataError`.
+    """
+    path = Path(path)
+    suffix = path.suffix.lower()
+    if suffix not in (*JSONL_SUFFIXES, *TABLE_SUFFIXES, *TEXT_SUFFIXES):
+        raise DataError(
+            f"{path}: unsupported public data file type {suffix!r} (use .jsonl, .csv, .tsv or .txt)"
+        )
+    lines = _read_lines(path)
+    if suffix in JSONL_SUFFIXES:
+        texts = _jsonl(path, lines, field)
+    elif suffix in TABLE_SUFFIXES:
+        texts = _table(path, lines, field)
+    else:
+        texts = [_one_line(line) for line in lines if line.strip()]
+    if not texts:
+        raise DataError(f"{path}: no public inputs")
+    return texts
+
+
+def cut(text: str, max_chars: int) -> str:
+    """``text`` on one line, cut at a word boundary to at most ``max_chars`` characters.
+
+    A first word longer than ``max_chars`` is cut inside the word (an input is never empty).
+    """
+    text = _one_line(text)
+    if len(text) <= max_chars:
+        return text
+    head = text[: max_chars + 1]
+    space = head.rfind(" ")
+    return head[:space] if space > 0 else text[:max_chars]

@@ -1,0 +1,133 @@
+"""Running a PromptPATE job (Duan et al. 2023) end to end.
+
+1. **Teachers.** The private records are split into ``teachers`` disjoint few-shot prompts by
+   a secret keyed hash (:mod:`app.pate.teachers`).
+2. **Labelling.** Public inputs, shuffled and cut to ``max_chars``, go to the teachers in
+   groups; each group's vote histograms are computed (nothing is released), then each input
+   in turn passes through a Gaussian DP filter and Confident-GNMax: stop when the filter
+   cannot afford a whole query (check and release, the worst case), spend the threshold
+   check, and if the noisy maximum clears the threshold spend the GNMax release and keep the
+   input with its noisy label. The job is charged the filter's budget (``PatePlan.event``).
+3. **Student.** Random prompts of labelled public examples are scored on a holdout of the
+   noisy labels (:mod:`app.pate.student`); the best one is the result.
+
+The result holds public inputs with DP labels only. No private text is logged, put into an
+error message or returned; the private records reach the backend inside teacher prompts only.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from app.llm.base import LLMBackend
+from app.pate.config import PateError
+from app.pate.plan import PatePlan, public_count
+from app.pate.public import cut
+from app.pate.student import select_student
+from app.pate.teachers import draw_key, teacher_prompts, teacher_votes
+from app.privacy.events import to_dict
+from app.privacy.pate import GdpFilter
+from app.privacy.rng import make_rng
+from app.synthesis.data import Record
+from app.synthesis.generator import Demonstration, SynthesisResult
+from app.synthesis.prompts import demonstration_prompt
+from app.synthesis.tasks import TaskSpec
+
+METHOD = "promptpate"
+Progress = Callable[[int, int], None]  # (public inputs processed, public inputs planned)
+
+
+def run_pate(
+    task: TaskSpec,
+    private: Sequence[Record],
+    public: Sequence[str],
+    plan: PatePlan,
+    backend: LLMBackend,
+    *,
+    rng: np.random.Generator | None = None,
+    progress: Progress | None = None,
+) -> SynthesisResult:
+    """Label public inputs with the private teachers and return the best student prompt.
+
+    ``plan`` must come from :func:`app.pate.plan.plan_pate` with these sizes. ``rng`` is the
+    job's noise generator (default: OS-seeded, or ``config.seed`` for tests). ``progress`` is
+    called after every group of public inputs; an exception it raises (a cancellation) stops
+    the job there and propagates.
+    """
+    started = time.perf_counter()
+    config = plan.config
+    if len(private) != plan.n_private or public_count(len(public), config) != plan.n_public:
+        raise PateError("the private or public data changed since the job was planned")
+    if rng is None:
+        rng = make_rng(config.seed)
+
+    # The key lives only in this frame: it is never stored, logged or returned.
+    prompts = teacher_prompts(task, private, config.teachers, config.shots, draw_key(rng))
+    order = rng.permutation(len(public))[: plan.n_public]
+    inputs = [cut(public[i], config.max_chars) for i in order]
+
+    agg = plan.privacy.aggregator
+    gdp = GdpFilter(plan.privacy.budget_mu)
+    labelled: list[Demonstration] = []
+    processed = rejected = 0
+    exhausted = False
+    for start in range(0, len(inputs), config.group_size):
+        if not gdp.affords(agg.mu_threshold, agg.mu_gnmax):
+            exhausted = True
+            break
+        group = inputs[start : start + config.group_size]
+        votes = teacher_votes(backend, task, prompts, group)
+        for text, counts in zip(group, votes, strict=True):
+            if not gdp.affords(agg.mu_threshold, agg.mu_gnmax):
+                exhausted = True
+                break
+            gdp.spend(agg.mu_threshold)
+            processed += 1
+            if agg.passes(counts, rng):
+                gdp.spend(agg.mu_gnmax)
+                labelled.append(Demonstration(task.labels[agg.label(counts, rng)], text))
+            else:
+                rejected += 1
+        if progress is not None:
+            progress(processed, plan.n_public)
+        if exhausted:
+            break
+
+    student = select_student(
+        task,
+        labelled,
+        backend,
+        shots=config.student_shots,
+        candidates=config.candidates,
+        holdout_fraction=config.holdout_fraction,
+        rng=rng,
+    )
+    demos = list(student.demonstrations)
+    return SynthesisResult(
+        task=task.name,
+        method=METHOD,
+        model=backend.name,
+        demonstrations=demos,
+        prompt=demonstration_prompt(task, [(d.label, d.text) for d in demos]),
+        epsilon=plan.epsilon(),
+        delta=plan.delta,
+        plan=plan.to_dict(),
+        event=to_dict(plan.event()),
+        stats={
+            "processed": processed,
+            "answered": len(labelled),
+            "rejected": rejected,
+            "budget_exhausted": exhausted,
+            "teachers": config.teachers,
+            "spent_mu": gdp.spent_mu,
+            "budget_mu": gdp.budget_mu,
+            "pool": student.pool,
+            "holdout": student.holdout,
+            "candidates": student.candidates,
+            "holdout_accuracy": student.holdout_accuracy,
+            "seconds": time.perf_counter() - started,
+        },
+    )

@@ -1,0 +1,76 @@
+"""Migration 0002 on a database that already holds 0001 rows, on SQLite and PostgreSQL:
+existing datasets become private, the schema then matches the models, and it downgrades."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+
+import pytest
+from alembic import command
+from alembic.autogenerate import compare_metadata
+from alembic.config import Config
+from alembic.migration import MigrationContext
+from sqlalchemy import create_engine, text
+
+from app.db.migrate import ROOT
+from app.db.models import Base
+from tests.conftest import PG_HOST, PG_PORT, _admin_url, require_service
+
+
+def _config(url: str) -> Config:
+    config = Config(str(ROOT / "alembic.ini"))
+    config.set_main_option("script_location", str(ROOT / "migrations"))
+    config.set_main_option("sqlalchemy.url", url.replace("%", "%%"))
+    return config
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def empty_url(request, tmp_path) -> Iterator[str]:
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'old.db'}"
+        return
+    require_service("PostgreSQL", PG_HOST, PG_PORT)
+    name = f"dpsyn_mig_{uuid.uuid4().hex[:12]}"
+    admin = create_engine(_admin_url(), isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(text(f'CREATE DATABASE "{name}"'))
+    try:
+        yield _admin_url(name)
+    finally:
+        from app.db.session import get_engine
+
+        get_engine(_admin_url(name)).dispose()
+        with admin.connect() as conn:
+            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        admin.dispose()
+
+
+def test_0002_upgrades_existing_rows_and_downgrades(empty_url: str) -> None:
+    config = _config(empty_url)
+    command.upgrade(config, "0001")
+    engine = create_engine(empty_url)
+    try:
+        with engine.begin() as conn:
+            conn.execute(
+                text("INSERT INTO tenants (id, name, created_at) VALUES ('t', 't', :now)"),
+                {"now": "2026-01-01 00:00:00"},
+            )
+            conn.execute(
+                text(
+                    "INSERT INTO datasets (id, tenant_id, name, task, label_counts, "
+                    "record_count, created_at) VALUES ('d', 't', 'old', '{}', '{}', 0, :now)"
+                ),
+                {"now": "2026-01-01 00:00:00"},
+            )
+        command.upgrade(config, "head")
+        with engine.connect() as conn:
+            assert conn.execute(text("SELECT kind FROM datasets")).scalar_one() == "private"
+            assert compare_metadata(MigrationContext.configure(conn), Base.metadata) == []
+        command.downgrade(config, "0001")
+        with engine.connect() as conn:
+            columns = conn.execute(text("SELECT * FROM jobs")).keys()
+            assert "public_dataset_id" not in columns and "stats" not in columns
+        command.upgrade(config, "head")
+    finally:
+        engine.dispose()
