@@ -4,29 +4,7 @@
 # run a PromptPATE job at epsilon = 8 (30 teachers of 1 demonstration, at most 100 public
 # reviews cut to 300 characters), show its stats and prompt, and classify one sentence.
 # About five minutes on two cores. Run scripts/quickstart.sh first for the AdaDPSyn path.
-set -euo pipefail
-cd "$(dirname "$0")/.."
-scripts/setup.sh
-DATA_DIR=${DATA_DIR:-../shared/data}
-PORT=${DPSYN_PORT:-8000}
-export DPSYN_URL="http://127.0.0.1:$PORT"
-dpsyn=.venv/bin/dpsyn
-mkdir -p .dpsyn out
-
-echo "== starting dpsyn serve on $DPSYN_URL (log: .dpsyn/serve.log)"
-"$dpsyn" serve --port "$PORT" >.dpsyn/serve.log 2>&1 &
-server=$!
-trap 'kill "$server" 2>/dev/null && wait "$server" 2>/dev/null; true' EXIT
-for _ in $(seq 240); do
-  if ! kill -0 "$server" 2>/dev/null; then
-    cat .dpsyn/serve.log >&2
-    echo "dpsyn serve exited (is port $PORT in use? set DPSYN_PORT)" >&2
-    exit 1
-  fi
-  curl -fsS "$DPSYN_URL/healthz" >/dev/null 2>&1 && break
-  sleep 0.5
-done
-curl -fsS "$DPSYN_URL/healthz" >/dev/null
+source "$(dirname "$0")/serve_lib.sh"
 
 echo "== uploading SST-2 (private) and the IMDB sample (public)"
 private=$("$dpsyn" datasets upload "$DATA_DIR/sst2/stsa.binary.train" --task sst2 --name sst2 -q)

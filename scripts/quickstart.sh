@@ -4,29 +4,7 @@
 # upload TREC, give it a budget of epsilon = 10, run an AdaDPSyn job of four demonstrations at
 # epsilon = 8, read the prompt, classify one question with it, and show the budget's ledger.
 # A few minutes on two cores (the first run also converts the model once, about a minute).
-set -euo pipefail
-cd "$(dirname "$0")/.."
-scripts/setup.sh
-DATA_DIR=${DATA_DIR:-../shared/data}
-PORT=${DPSYN_PORT:-8000}
-export DPSYN_URL="http://127.0.0.1:$PORT"
-dpsyn=.venv/bin/dpsyn
-mkdir -p .dpsyn out
-
-echo "== starting dpsyn serve on $DPSYN_URL (log: .dpsyn/serve.log)"
-"$dpsyn" serve --port "$PORT" >.dpsyn/serve.log 2>&1 &
-server=$!
-trap 'kill "$server" 2>/dev/null && wait "$server" 2>/dev/null; true' EXIT
-for _ in $(seq 240); do
-  if ! kill -0 "$server" 2>/dev/null; then
-    cat .dpsyn/serve.log >&2
-    echo "dpsyn serve exited (is port $PORT in use? set DPSYN_PORT)" >&2
-    exit 1
-  fi
-  curl -fsS "$DPSYN_URL/healthz" >/dev/null 2>&1 && break
-  sleep 0.5
-done
-curl -fsS "$DPSYN_URL/healthz" >/dev/null
+source "$(dirname "$0")/serve_lib.sh"
 cat .dpsyn/serve.log
 
 echo "== uploading $DATA_DIR/trec/train.txt"
