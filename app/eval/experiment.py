@@ -104,13 +104,20 @@ class ExperimentConfig:
 
     @classmethod
     def quick(cls, **changes: object) -> ExperimentConfig:
-        """100 test queries, 2 seeds, T_max 8, K 50; PromptPATE with 30 teachers, at most
-        100 public inputs of 300 characters, 8 student candidates (the CPU profile)."""
+        """100 test queries, 2 seeds, T_max 8, K 50; PromptPATE with 30 teachers, noise sized
+        for 40 answers, at most 100 public inputs of 300 characters, 8 student candidates
+        (the CPU profile)."""
         base: dict[str, object] = {
             "seeds": (0, 1),
             "test_size": 100,
             "overrides": {"tmax": 8, "K": 50},
-            "pate": {"teachers": 30, "max_public": 100, "max_chars": 300, "candidates": 8},
+            "pate": {
+                "teachers": 30,
+                "queries": 40,
+                "max_public": 100,
+                "max_chars": 300,
+                "candidates": 8,
+            },
         }
         base.update(changes)
         return cls(**base)  # type: ignore[arg-type]
