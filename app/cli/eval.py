@@ -39,7 +39,10 @@ def eval_command(
     dataset: Annotated[str, typer.Option("--dataset", help="trec|sst2|agnews|mitg|mitd")],
     quick: Annotated[
         bool,
-        typer.Option("--quick", help="100 test queries, 2 seeds, T_max 8, K 50 (CPU profile)."),
+        typer.Option(
+            "--quick",
+            help="100 test queries, 2 seeds, T_max 8, K 50 (AG News: M 6) (CPU profile).",
+        ),
     ] = False,
     model: Annotated[
         str | None, typer.Option("--model", help="gemma-3-270m, smollm2-135m, or a path.")
@@ -86,7 +89,7 @@ def eval_command(
     if dataset not in DATASETS:
         raise fail(f"--dataset must be one of {', '.join(DATASETS)}, got {dataset!r}")
     method_list = tuple(m.strip() for m in methods.split(",") if m.strip())
-    base = ExperimentConfig.quick() if quick else ExperimentConfig()
+    base = ExperimentConfig.quick(dataset) if quick else ExperimentConfig()
     overrides = dict(base.overrides)
     overrides.update({k: v for k, v in {"M": M, "N": N, "tmax": tmax, "K": K}.items() if v})
     if seeds is not None and seeds < 1:

@@ -95,6 +95,8 @@ def test_quick_profile():
     assert quick.seeds == (0, 1) and quick.test_size == 100
     assert quick.overrides == {"tmax": 8, "K": 50}
     assert quick.pate["teachers"] == 30 and quick.pate["max_public"] == 100
+    assert ExperimentConfig.quick("agnews").overrides == {"tmax": 8, "K": 50, "M": 6}
+    assert ExperimentConfig.quick("trec").overrides == quick.overrides
 
 
 def test_real_demonstrations_follow_the_label_schedule():
