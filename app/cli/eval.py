@@ -41,7 +41,7 @@ def eval_command(
         bool,
         typer.Option(
             "--quick",
-            help="100 test queries, 2 seeds, T_max 8, K 50 (AG News: M 6) (CPU profile).",
+            help="100 test queries, 2 seeds, T_max 8, K 50; AG News M 6, MIT M 20 (CPU profile).",
         ),
     ] = False,
     model: Annotated[
