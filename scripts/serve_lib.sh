@@ -14,7 +14,7 @@ mkdir -p .dpsyn out
 echo "== starting dpsyn serve on $DPSYN_URL (log: .dpsyn/serve.log)"
 "$dpsyn" serve --port "$PORT" >.dpsyn/serve.log 2>&1 &
 server=$!
-trap 'kill "$server" 2>/dev/null && wait "$server" 2>/dev/null; true' EXIT
+trap 'kill "$server" 2>/dev/null; wait "$server" 2>/dev/null || true' EXIT
 for _ in $(seq 240); do
   if ! kill -0 "$server" 2>/dev/null; then
     cat .dpsyn/serve.log >&2
