@@ -131,6 +131,9 @@ def synthesize_command(
     student_shots: Annotated[
         int, typer.Option("--student-shots", help="promptpate: examples in the result prompt.")
     ] = 4,
+    max_chars: Annotated[
+        int, typer.Option("--max-chars", help="promptpate: public inputs cut to this length.")
+    ] = 600,
 ) -> None:
     """Generate DP demonstrations from a private dataset.
 
@@ -165,6 +168,7 @@ def synthesize_command(
                 queries=queries,
                 max_public=max_public,
                 student_shots=student_shots,
+                max_chars=max_chars,
                 seed=seed,
             )
             inputs = read_public(public, public_field)

@@ -128,7 +128,7 @@ def test_promptpate_runs_and_writes_json(pate_files, tmp_path):
     out = tmp_path / "pate.json"
     args = ["synthesize", "--data", str(private), *PATE, "--public", str(public)]
     args += ["--max-public", "24", "--student-shots", "2", "--epsilon", "50", "--seed", "1"]
-    result = runner.invoke(app, [*args, "--out", str(out)])
+    result = runner.invoke(app, [*args, "--max-chars", "500", "--out", str(out)])
     assert result.exit_code == 0, result.output
     assert "(promptpate, tight accounting, model fake-pate)" in result.stdout
     assert "labelled 20 of 20 public inputs (0 rejected)" in result.stdout
@@ -136,6 +136,7 @@ def test_promptpate_runs_and_writes_json(pate_files, tmp_path):
     assert data["method"] == "promptpate" and len(data["demonstrations"]) == 2
     assert data["epsilon"] <= 50.0 and data["event"]["type"] == "pate"
     assert data["plan"]["config"]["teachers"] == 10 and data["plan"]["n_public"] == 24
+    assert data["plan"]["config"]["max_chars"] == 500
     for demo in data["demonstrations"]:
         assert demo["label"] == ("positive" if "good" in demo["text"] else "negative")
     assert "secretreview" not in result.stdout + json.dumps(data)
