@@ -192,8 +192,8 @@ class TransformersBackend:
             order.sort(key=lambda i: len(seqs[i]))
         prefix = self._cached_prefix(seqs) if self.prefix_cache else None
         out = []
-        for start in range(0, len(order), self.batch_size):
-            chunk = [seqs[i] for i in order[start : start + self.batch_size]]
+        for indices in self._chunks(order, seqs):
+            chunk = [seqs[i] for i in indices]
             if prefix is None:
                 out.append(self._plain_logits(chunk))
             else:
@@ -205,6 +205,30 @@ class TransformersBackend:
             inverse[torch.as_tensor(order)] = torch.arange(len(order))
             logits = logits[inverse]
         return logits
+
+    def _chunks(self, order: list[int], seqs: list[list[int]]) -> list[list[int]]:
+        """Split ``order`` into chunks of at most ``batch_size`` prompts.
+
+        With length sorting, a chunk also closes before padding would exceed a quarter of
+        its real tokens: a few long prompts (AG News items run from 20 to 400 tokens) would
+        otherwise make every short prompt of their chunk pay their length. Measured on an
+        AG News step of 24 prompts: 3,083 real tokens, padded to 24 x 371 = 8,904 in one chunk.
+        """
+        if not self.sort_by_length:
+            return [order[i : i + self.batch_size] for i in range(0, len(order), self.batch_size)]
+        chunks: list[list[int]] = []
+        current: list[int] = []
+        real = 0
+        for i in order:  # ascending length: the newest prompt is the chunk's longest
+            size = len(seqs[i])
+            full = len(current) >= self.batch_size
+            if current and (full or (len(current) + 1) * size > 1.25 * (real + size)):
+                chunks.append(current)
+                current, real = [], 0
+            current.append(i)
+            real += size
+        chunks.append(current)
+        return chunks
 
     def _plain_logits(self, chunk: list[list[int]]) -> torch.Tensor:
         """One left-padded forward pass over whole prompts."""

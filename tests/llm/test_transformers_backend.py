@@ -180,7 +180,10 @@ def test_dtype_names_resolve_and_bad_names_are_refused():
 
 
 def test_bfloat16_backend_agrees_with_float32(backend):
-    """The auto precision on bf16-capable CPUs: same ranking, probabilities within 0.05."""
+    """The auto precision on bf16-capable CPUs: same ranking, probabilities within 0.1.
+
+    bfloat16 keeps 8 bits of mantissa: a logit near 20 moves by up to about 0.08, and over
+    five renormalised candidates that moves a probability by a few hundredths (0.05 seen)."""
     from app.llm.transformers_backend import TransformersBackend
 
     half = TransformersBackend(device="cpu", dtype="bfloat16")
@@ -190,5 +193,22 @@ def test_bfloat16_backend_agrees_with_float32(backend):
     sets = np.asarray(backend.top_k(prompts, 5))
     full = backend.next_token_probs(prompts, sets)
     low = half.next_token_probs(prompts, sets)
-    assert np.abs(full - low).max() < 0.05
+    assert np.abs(full - low).max() < 0.1
     assert (half.top_k(prompts, 1) == top).mean() >= 0.8
+
+
+def test_chunks_keep_order_batch_size_and_bounded_padding(backend):
+    seqs = [[1] * n for n in [10] * 20 + [12, 400, 11]]
+    order = sorted(range(len(seqs)), key=lambda i: len(seqs[i]))
+    with settings(backend, batch_size=8):
+        chunks = backend._chunks(order, seqs)
+    assert [i for chunk in chunks for i in chunk] == order
+    assert all(1 <= len(chunk) <= 8 for chunk in chunks)
+    assert chunks[-1] == [21]  # the 400-token prompt does not pad the short ones
+    for chunk in chunks:
+        real = sum(len(seqs[i]) for i in chunk)
+        assert len(chunk) * max(len(seqs[i]) for i in chunk) <= 1.25 * real
+    with settings(backend, sort_by_length=False, batch_size=8):
+        assert backend._chunks(list(range(23)), seqs) == [
+            list(range(0, 8)), list(range(8, 16)), list(range(16, 23))
+        ]  # fmt: skip
