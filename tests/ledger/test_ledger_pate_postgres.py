@@ -3,9 +3,6 @@ and a budget shared with token-loop jobs, priced by composition."""
 
 from __future__ import annotations
 
-import threading
-from concurrent.futures import ThreadPoolExecutor
-
 import pytest
 
 from app.db.models import Budget
@@ -13,7 +10,12 @@ from app.db.session import session_scope
 from app.ledger import ledger
 from app.privacy.accounting import Accounting, accountant_for
 from app.privacy.events import PateEvent, from_dict
-from tests.ledger.test_ledger_postgres import DELTA, job_event, make_dataset
+from tests.ledger.test_ledger_postgres import (
+    DELTA,
+    concurrent_admissions,
+    job_event,
+    make_dataset,
+)
 
 PATE = PateEvent(noise_multiplier=2.0, relation="add_or_remove")  # a 0.5-GDP job
 
@@ -25,27 +27,7 @@ def test_concurrent_promptpate_admissions_stop_at_the_budget(postgres_url):
     six = accountant.synthesis_epsilon([PATE] * 6, DELTA)
     assert five < six
     dataset_id = make_dataset(postgres_url, budget_epsilon=(five + six) / 2)
-    barrier = threading.Barrier(20)
-
-    def submit(i: int) -> bool:
-        barrier.wait()
-        try:
-            with session_scope(postgres_url) as session:
-                ledger.admit(
-                    session,
-                    dataset_id=dataset_id,
-                    job_id=f"pate{i:02d}",
-                    event=PATE,
-                    epsilon=epsilon,
-                    delta=DELTA,
-                    accounting=Accounting.TIGHT,
-                )
-            return True
-        except ledger.BudgetExceededError:
-            return False
-
-    with ThreadPoolExecutor(max_workers=20) as pool:
-        admitted = list(pool.map(submit, range(20)))
+    admitted = concurrent_admissions(postgres_url, dataset_id, PATE, epsilon, 20, "pate")
     assert sum(admitted) == 5
     with session_scope(postgres_url) as session:
         spent = ledger.spend(session, session.get(Budget, dataset_id))

@@ -48,23 +48,20 @@ def make_dataset(url: str, budget_epsilon: float | None) -> str:
         return dataset.id
 
 
-def test_fifty_concurrent_submissions_admit_exactly_ten(postgres_url):
-    event, epsilon = job_event()
-    accountant = accountant_for(Accounting.TIGHT)
-    ten = accountant.synthesis_epsilon([event] * 10, DELTA)
-    eleven = accountant.synthesis_epsilon([event] * 11, DELTA)
-    assert ten < eleven
-    dataset_id = make_dataset(postgres_url, budget_epsilon=(ten + eleven) / 2)
-    barrier = threading.Barrier(50)
+def concurrent_admissions(
+    url: str, dataset_id: str, event, epsilon: float, n: int, prefix: str = "job"
+) -> list[bool]:
+    """``n`` threads admit one job each at the same moment; which of them were admitted."""
+    barrier = threading.Barrier(n)
 
     def submit(i: int) -> bool:
         barrier.wait()
         try:
-            with session_scope(postgres_url) as session:
+            with session_scope(url) as session:
                 ledger.admit(
                     session,
                     dataset_id=dataset_id,
-                    job_id=f"job{i:02d}",
+                    job_id=f"{prefix}{i:02d}",
                     event=event,
                     epsilon=epsilon,
                     delta=DELTA,
@@ -74,8 +71,18 @@ def test_fifty_concurrent_submissions_admit_exactly_ten(postgres_url):
         except ledger.BudgetExceededError:
             return False
 
-    with ThreadPoolExecutor(max_workers=50) as pool:
-        admitted = list(pool.map(submit, range(50)))
+    with ThreadPoolExecutor(max_workers=n) as pool:
+        return list(pool.map(submit, range(n)))
+
+
+def test_fifty_concurrent_submissions_admit_exactly_ten(postgres_url):
+    event, epsilon = job_event()
+    accountant = accountant_for(Accounting.TIGHT)
+    ten = accountant.synthesis_epsilon([event] * 10, DELTA)
+    eleven = accountant.synthesis_epsilon([event] * 11, DELTA)
+    assert ten < eleven
+    dataset_id = make_dataset(postgres_url, budget_epsilon=(ten + eleven) / 2)
+    admitted = concurrent_admissions(postgres_url, dataset_id, event, epsilon, 50)
     assert sum(admitted) == 10
 
     with session_scope(postgres_url) as session:
