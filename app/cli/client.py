@@ -561,6 +561,14 @@ def jobs_submit(
         raise typer.Exit(code=1)
 
 
+def _print_job(job: dict[str, Any], as_json: bool) -> None:
+    """The server's JSON, or the one-line description of a job."""
+    if as_json:
+        _print_json(job)
+    else:
+        out.print(_describe_job(job), markup=False)
+
+
 @jobs_app.command("show")
 def jobs_show(
     job_id: Annotated[str, typer.Argument(help="Job ID.")],
@@ -569,11 +577,7 @@ def jobs_show(
     as_json: JsonOpt = False,
 ) -> None:
     """A job's status, progress, cost and result."""
-    job = _request(url, key, "GET", f"/v1/jobs/{job_id}")
-    if as_json:
-        _print_json(job)
-    else:
-        out.print(_describe_job(job), markup=False)
+    _print_job(_request(url, key, "GET", f"/v1/jobs/{job_id}"), as_json)
 
 
 @jobs_app.command("cancel")
@@ -584,11 +588,7 @@ def jobs_cancel(
     as_json: JsonOpt = False,
 ) -> None:
     """Cancel a job (a running one stops at its next token and stays charged)."""
-    job = _request(url, key, "POST", f"/v1/jobs/{job_id}/cancel")
-    if as_json:
-        _print_json(job)
-    else:
-        out.print(_describe_job(job), markup=False)
+    _print_job(_request(url, key, "POST", f"/v1/jobs/{job_id}/cancel"), as_json)
 
 
 # --- prompts --------------------------------------------------------------------------------
