@@ -20,6 +20,7 @@ from app.db.models import (
     PromptSet,
 )
 from app.privacy.accounting import Accounting
+from app.privacy.params import AdaDPSynVariant
 from app.services.budgets import BudgetView
 
 
@@ -248,6 +249,11 @@ class JobParams(_Request):
     N: int | None = Field(None, description="Records per teacher subset.")
     tmax: int | None = Field(None, description="Maximum tokens per demonstration.")
     K: int | None = Field(None, description="Public vocabulary size per token.")
+    variant: AdaDPSynVariant | None = Field(
+        None,
+        description="AdaDPSyn: 'pooled' (default: every charged mean is used) or 'paper' "
+        "(Algorithm 1 as published).",
+    )
     sigma0: float | None = Field(None, description="AdaDPSyn GoodRadius noise multiplier.")
     sigma2: float | None = Field(None, description="AdaDPSyn coverage-check noise multiplier.")
     T: int | None = Field(None, description="AdaDPSyn rounds of radius reduction.")

@@ -13,6 +13,7 @@ import typer
 from app.cli.errors import err, fail, reported_errors
 from app.eval.datasets import DATASETS, load_split, public_path
 from app.eval.experiment import (
+    PROFILES,
     ExperimentConfig,
     aggregate,
     plot,
@@ -44,6 +45,14 @@ def eval_command(
             help="100 test queries, 2 seeds, T_max 8, K 50; AG News M 6, MIT M 20 (CPU profile).",
         ),
     ] = False,
+    profile: Annotated[
+        str | None,
+        typer.Option(
+            "--profile",
+            help="quick (= --quick), compare (quick with 5 seeds, 300 test queries: about 90 "
+            "min for SST-2 on 2 cores) or paper (every test query, the papers' T_max and K).",
+        ),
+    ] = None,
     model: Annotated[
         str | None, typer.Option("--model", help="gemma-3-270m, smollm2-135m, or a path.")
     ] = None,
@@ -89,7 +98,11 @@ def eval_command(
     if dataset not in DATASETS:
         raise fail(f"--dataset must be one of {', '.join(DATASETS)}, got {dataset!r}")
     method_list = tuple(m.strip() for m in methods.split(",") if m.strip())
-    base = ExperimentConfig.quick(dataset) if quick else ExperimentConfig()
+    if quick and profile not in (None, "quick"):
+        raise fail(f"--quick is --profile quick; it cannot be combined with --profile {profile}")
+    if profile is not None and profile not in PROFILES:
+        raise fail(f"--profile must be one of {', '.join(PROFILES)}, got {profile!r}")
+    base = ExperimentConfig.profile(profile or ("quick" if quick else "paper"), dataset)
     overrides = dict(base.overrides)
     overrides.update({k: v for k, v in {"M": M, "N": N, "tmax": tmax, "K": K}.items() if v})
     if seeds is not None and seeds < 1:
@@ -145,6 +158,7 @@ def eval_command(
         "dataset": dataset,
         "model": backend.name,
         "quick": quick,
+        "profile": profile or ("quick" if quick else "paper"),
         "config": asdict(config),
         "seconds": time.perf_counter() - started,
     }

@@ -11,7 +11,7 @@ from pydantic import ValidationError
 from app.cli.errors import fail
 from app.privacy.accounting import Accounting
 from app.privacy.calibration import CalibrationError, calibrate
-from app.privacy.params import AdaDPSynParams, Method, TangParams
+from app.privacy.params import AdaDPSynParams, AdaDPSynVariant, Method, TangParams
 from app.privacy.plan import PrivacyPlan
 
 privacy_app = typer.Typer(help="Privacy accounting: epsilon of a configuration, calibration.")
@@ -30,6 +30,14 @@ Sigma0Opt = Annotated[float, typer.Option("--sigma0", help="AdaDPSyn GoodRadius 
 Sigma1Opt = Annotated[float | None, typer.Option("--sigma1", help="AdaDPSyn mean multiplier.")]
 Sigma2Opt = Annotated[float, typer.Option("--sigma2", help="AdaDPSyn coverage multiplier.")]
 TOpt = Annotated[int, typer.Option("--T", help="AdaDPSyn rounds of radius reduction.")]
+GoodRadiusOpt = Annotated[
+    bool,
+    typer.Option(
+        "--good-radius/--no-good-radius",
+        help="AdaDPSyn: charge GoodRadius (as published). The service's default variant, "
+        "pooled, does not run it (docs/privacy.md).",
+    ),
+]
 MOpt = Annotated[int, typer.Option("--M", help="Teacher subsets per token.")]
 NOpt = Annotated[int, typer.Option("--N", help="Records per subset.")]
 TmaxOpt = Annotated[int, typer.Option("--tmax", help="Maximum tokens per demonstration.")]
@@ -62,6 +70,7 @@ def _plan(
     M: int,
     N: int,
     tmax: int,
+    good_radius: bool = True,
     free: float | None = None,
 ) -> PrivacyPlan:
     """Build and validate the plan; ``free`` stands in for a missing free multiplier."""
@@ -74,7 +83,15 @@ def _plan(
         value = sigma1 if sigma1 is not None else free
         if value is None:
             raise fail("--sigma1 is required for --method adadpsyn")
-        params = AdaDPSynParams(sigma0=sigma0, sigma1=value, sigma2=sigma2, T=T)
+        variant = AdaDPSynVariant.PAPER if good_radius else AdaDPSynVariant.POOLED
+        params = AdaDPSynParams(
+            variant=variant,
+            good_radius=good_radius,
+            sigma0=sigma0,
+            sigma1=value,
+            sigma2=sigma2,
+            T=T,
+        )
     return PrivacyPlan(params=params, accounting=accounting, M=M, N=N, tmax=tmax)
 
 
@@ -111,6 +128,7 @@ def epsilon_command(
     sigma1: Sigma1Opt = None,
     sigma2: Sigma2Opt = 5.0,
     T: TOpt = 2,
+    good_radius: GoodRadiusOpt = True,
     M: MOpt = 20,
     N: NOpt = 2,
     tmax: TmaxOpt = 15,
@@ -134,6 +152,7 @@ def epsilon_command(
             M=M,
             N=N,
             tmax=tmax,
+            good_radius=good_radius,
         )
         sizes, shots, delta = _dataset(n_label, n_total, n_labels, shots_per_label, delta)
         eps = plan.epsilon(sizes, shots, delta)
@@ -158,6 +177,7 @@ def calibrate_command(
     sigma0: Sigma0Opt = 15.0,
     sigma2: Sigma2Opt = 5.0,
     T: TOpt = 2,
+    good_radius: GoodRadiusOpt = True,
     M: MOpt = 20,
     N: NOpt = 2,
     tmax: TmaxOpt = 15,
@@ -181,6 +201,7 @@ def calibrate_command(
             M=M,
             N=N,
             tmax=tmax,
+            good_radius=good_radius,
             free=1.0,
         )
         sizes, shots, delta = _dataset(n_label, n_total, n_labels, shots_per_label, delta)

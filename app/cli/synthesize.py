@@ -24,7 +24,7 @@ from app.pate.plan import plan_pate
 from app.pate.public import read_public
 from app.pate.run import run_pate
 from app.privacy.accounting import Accounting
-from app.privacy.params import Method
+from app.privacy.params import AdaDPSynVariant, Method
 from app.synthesis.config import SynthesisConfig
 from app.synthesis.data import Record, load_dataset
 from app.synthesis.generator import SynthesisResult, synthesize
@@ -87,6 +87,10 @@ def synthesize_command(
     N: Annotated[int | None, typer.Option("--N")] = None,
     tmax: Annotated[int | None, typer.Option("--tmax")] = None,
     K: Annotated[int, typer.Option("--K", help="Public vocabulary size.")] = 100,
+    variant: Annotated[
+        AdaDPSynVariant,
+        typer.Option("--variant", help="adadpsyn: pooled (default) or paper (as published)."),
+    ] = AdaDPSynVariant.POOLED,
     backend: Annotated[BackendKind, typer.Option("--backend")] = BackendKind.TRANSFORMERS,
     model: Annotated[
         str | None, typer.Option("--model", help="gemma-3-270m, smollm2-135m, or a path.")
@@ -192,6 +196,7 @@ def synthesize_command(
                 N=N,
                 tmax=tmax,
                 K=K,
+                variant=variant,
                 seed=seed,
             )
             llm = make_backend(backend, model=model, url=url, dtype=dtype)

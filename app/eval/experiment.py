@@ -132,6 +132,23 @@ class ExperimentConfig:
         base.update(changes)
         return cls(**base)  # type: ignore[arg-type]
 
+    @classmethod
+    def profile(cls, name: str, task: str | None = None) -> ExperimentConfig:
+        """A named profile (:data:`PROFILES`): ``quick`` (above), ``compare`` (the quick
+        shape with 5 seeds and 300 test queries, about 90 minutes for SST-2 on two cores:
+        enough runs to separate methods by a few points), or ``paper`` (every test query,
+        5 seeds, the papers' T_max and K: GPU-sized)."""
+        if name == "quick":
+            return cls.quick(task)
+        if name == "compare":
+            return cls.quick(task, seeds=(0, 1, 2, 3, 4), test_size=300)
+        if name == "paper":
+            return cls()
+        raise ValueError(f"unknown profile {name!r}: one of {', '.join(PROFILES)}")
+
+
+PROFILES = ("quick", "compare", "paper")
+
 
 @dataclass
 class Run:

@@ -5,6 +5,10 @@ enough of the M distributions sit near the current estimate, shrink the radius t
 private GoodRadius target, clip every distribution into that smaller ball, and take a new
 noisy mean whose noise scales with the smaller radius. When the M teachers agree, the noise
 shrinks with them.
+
+Two variants (:class:`~app.privacy.params.AdaDPSynVariant`) share these mechanisms and are
+charged alike: ``paper`` as published, and ``pooled``, which spends every projected mean the
+accountant charges and combines them (docs/privacy.md, "AdaDPSyn variants").
 """
 
 from __future__ import annotations
@@ -13,10 +17,16 @@ import math
 
 import numpy as np
 
-from app.privacy.geometry import SIMPLEX_RADIUS, count_within, project_onto_ball, to_simplex
+from app.privacy.geometry import (
+    SIMPLEX_RADIUS,
+    count_within,
+    project_onto_ball,
+    project_onto_simplex,
+    to_simplex,
+)
 from app.privacy.good_radius import good_radius
 from app.privacy.mechanisms import GaussianMechanism
-from app.privacy.params import AdaDPSynParams
+from app.privacy.params import AdaDPSynParams, AdaDPSynVariant
 from app.privacy.tang import AggregationResult
 
 
@@ -47,6 +57,15 @@ def adadpsyn_aggregate(
     probs = np.asarray(probs, dtype=float)
     if probs.ndim != 2:
         raise ValueError(f"expected an M x K array, got shape {probs.shape}")
+    if params.variant is AdaDPSynVariant.PAPER:
+        return _aggregate_paper(probs, params, rng)
+    return _aggregate_pooled(probs, params, rng)
+
+
+def _aggregate_paper(
+    probs: np.ndarray, params: AdaDPSynParams, rng: np.random.Generator
+) -> AggregationResult:
+    """Algorithm 1, lines 5-23, as published: the last projected mean is the output."""
     M, K = probs.shape
     released: list[GaussianMechanism] = []
 
@@ -85,6 +104,114 @@ def adadpsyn_aggregate(
         released.append(mean)
         radii.append(radius)
         rounds += 1
+
+    diagnostics: dict[str, object] = {
+        "good_radius": target,
+        "radii": radii,
+        "rounds": rounds,
+        "stopped_by": stopped_by,
+    }
+    return AggregationResult(centre, int(np.argmax(centre)), released, diagnostics)
+
+
+class _Pool:
+    """Inverse-variance combination of unbiasedly-noised means released so far.
+
+    Release j has per-coordinate noise variance proportional to its radius R_j squared
+    (std 2 * R_j * sigma1 / M), so weights 1 / R_j^2 minimise the combined variance. The
+    combination is post-processing of DP releases; its noise std is public.
+    """
+
+    def __init__(self) -> None:
+        self.weighted = 0.0
+        self.weight = 0.0
+
+    def add(self, release: np.ndarray, radius: float) -> None:
+        self.weighted = self.weighted + release / radius**2
+        self.weight += 1.0 / radius**2
+
+    @property
+    def estimate(self) -> np.ndarray:
+        return self.weighted / self.weight
+
+    def std(self, sigma1: float, M: int) -> float:
+        """Per-coordinate noise std of :attr:`estimate`."""
+        return 2.0 * sigma1 / (M * math.sqrt(self.weight))
+
+
+def _aggregate_pooled(
+    probs: np.ndarray, params: AdaDPSynParams, rng: np.random.Generator
+) -> AggregationResult:
+    """Spend every charged mean and combine them (the default variant).
+
+    Runs the same mechanisms as the paper, each with the sensitivity stated on its maker,
+    and never more of them than :meth:`AdaDPSynParams.round_events` charges: at most
+    ``2 * binary_search_steps`` GoodRadius comparisons (none when GoodRadius is off), at most
+    T coverage checks, and exactly T + 1 projected means. What differs is post-processing
+    and which public quantities pick the next radius and centre:
+
+    * the centre of each check and projection is the Euclidean projection onto the simplex
+      of the inverse-variance combination of all means so far (a function of DP outputs);
+    * a check passes only at a noisy count of at least ``mu * M + coverage_margin * sigma2``,
+      so that a ball holding fewer than ``mu * M`` teachers rarely passes;
+    * the candidate radius is GoodRadius's target plus ``lam`` times the centre's expected
+      noise norm, or ``shrink`` times the current radius when GoodRadius does not run;
+    * when the loop stops early, the means it did not run run at the final radius, and the
+      output is the combination of all T + 1.
+    """
+    M, K = probs.shape
+    released: list[GaussianMechanism] = []
+    target: float | None = None
+    if params.good_radius:
+        target = good_radius(
+            probs,
+            t=params.coverage_target(M),
+            sigma0=params.sigma0,
+            theta=params.theta,
+            rng=rng,
+            released=released,
+            slack=params.slack,
+        )
+
+    pool = _Pool()
+    radius = SIMPLEX_RADIUS
+    mean = projected_mean_mechanism(M, radius, params.sigma1)
+    pool.add(mean.release(probs.mean(axis=0), rng), radius)
+    released.append(mean)
+    centre = project_onto_simplex(pool.estimate)
+    coverage = coverage_mechanism(params.sigma2)
+    threshold = params.mu * M + params.coverage_margin * params.sigma2
+    radii = [radius]
+    stopped_by = "rounds"
+    rounds = 0
+
+    for _ in range(params.T):
+        if target is None:
+            candidate = params.shrink * radius
+        else:
+            candidate = target + params.lam * pool.std(params.sigma1, M) * math.sqrt(K)
+        if candidate >= radius:
+            stopped_by = "radius"
+            break
+        noisy_count = coverage.release(count_within(probs, centre, candidate), rng)
+        released.append(coverage)
+        if noisy_count < threshold:
+            stopped_by = "coverage"
+            break
+        radius = candidate
+        mean = projected_mean_mechanism(M, radius, params.sigma1)
+        pool.add(mean.release(project_onto_ball(probs, centre, radius).mean(axis=0), rng), radius)
+        released.append(mean)
+        centre = project_onto_simplex(pool.estimate)
+        radii.append(radius)
+        rounds += 1
+
+    while len(radii) < params.T + 1:  # charged means the loop did not run
+        mean = projected_mean_mechanism(M, radius, params.sigma1)
+        pool.add(mean.release(project_onto_ball(probs, centre, radius).mean(axis=0), rng), radius)
+        released.append(mean)
+        centre = project_onto_simplex(pool.estimate)
+        radii.append(radius)
 
     diagnostics: dict[str, object] = {
         "good_radius": target,

@@ -45,3 +45,25 @@ def to_simplex(vector: np.ndarray) -> np.ndarray:
 def count_within(points: np.ndarray, centre: np.ndarray, radius: float) -> int:
     """Number of rows of ``points`` within L2 distance ``radius`` of ``centre`` (inclusive)."""
     return int(np.count_nonzero(np.linalg.norm(points - centre, axis=-1) <= radius))
+
+
+def project_onto_simplex(vector: np.ndarray) -> np.ndarray:
+    """The Euclidean projection of ``vector`` onto the probability simplex.
+
+    The nearest distribution in L2: subtract the one threshold ``theta`` that makes the
+    positive parts sum to 1, then clip at 0 (found by sorting, as in Held, Wolfe and Crowder
+    1974). Because the simplex is convex, the projection is never farther than ``vector``
+    from any distribution, the true mean included; clipping-and-renormalising
+    (:func:`to_simplex`) has no such property and, under noise spread over K coordinates,
+    shrinks the large coordinates. Subtracting one threshold keeps the order of the
+    coordinates, so the argmax is unchanged. Post-processing of a DP output.
+    """
+    vector = np.asarray(vector, dtype=float)
+    if not np.all(np.isfinite(vector)):
+        return np.full(vector.shape[-1], 1.0 / vector.shape[-1])
+    ordered = np.sort(vector)[::-1]
+    excess = np.cumsum(ordered) - 1.0
+    ranks = np.arange(1, vector.shape[-1] + 1)
+    support = np.nonzero(ordered - excess / ranks > 0)[0][-1]
+    theta = excess[support] / (support + 1)
+    return np.maximum(vector - theta, 0.0)

@@ -42,6 +42,7 @@ def good_radius(
     theta: float,
     rng: np.random.Generator,
     released: list[GaussianMechanism] | None = None,
+    slack: float = 0.0,
 ) -> float:
     """DP binary search on [0, sqrt(2)/2] for r with L(r) >= t and L(r/2) < t.
 
@@ -50,13 +51,19 @@ def good_radius(
     otherwise the lower end does. The interval halves every iteration whatever the data, so
     the number of noisy comparisons is fixed. Returns the midpoint of the final interval,
     always in [0, sqrt(2)/2]. Each release is appended to ``released`` when given.
+
+    L is capped at t, so with ``slack = 0`` a radius whose true L is exactly t passes a noisy
+    comparison only half the time. ``slack`` lowers the bar to t - slack * std (std the
+    comparison noise, 2 * sigma0), as Nissim, Stemmer and Vadhan compare with a threshold
+    below t; the bar is public, so the privacy of each comparison is unchanged.
     """
     mechanism = comparison_mechanism(sigma0)
+    bar = t - slack * mechanism.std
     low, high = 0.0, SIMPLEX_RADIUS
     for _ in range(binary_search_steps(theta)):
         mid = (low + high) / 2
-        half_ok = mechanism.release(coverage_score(points, mid / 2, t), rng) >= t
-        full_ok = mechanism.release(coverage_score(points, mid, t), rng) >= t
+        half_ok = mechanism.release(coverage_score(points, mid / 2, t), rng) >= bar
+        full_ok = mechanism.release(coverage_score(points, mid, t), rng) >= bar
         if released is not None:
             released.extend([mechanism, mechanism])
         if half_ok or full_ok:

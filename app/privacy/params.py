@@ -59,9 +59,28 @@ def binary_search_steps(theta: float) -> int:
     return max(0, math.ceil(math.log2(SIMPLEX_RADIUS / theta) - 1e-12))
 
 
+class AdaDPSynVariant(StrEnum):
+    """Which AdaDPSyn aggregation runs (``docs/privacy.md``, "AdaDPSyn variants").
+
+    ``paper``: Algorithm 1 as published: GoodRadius, coverage checks centred on the last
+    noisy mean, the last projected mean is the output. ``pooled`` (default): every charged
+    projected mean runs and all are combined by inverse-variance weighting; the coverage
+    check is centred on that combined estimate and has a false-positive margin; GoodRadius
+    runs only where its noise lets it see the data (else radii shrink by a fixed factor).
+    """
+
+    PAPER = "paper"
+    POOLED = "pooled"
+
+
 class AdaDPSynParams(_Params):
     """AdaDPSyn (Gao et al.): GoodRadius, then precision-focused iterative radius reduction."""
 
+    variant: AdaDPSynVariant = Field(
+        AdaDPSynVariant.PAPER,
+        description="'paper' (as published) or 'pooled'. The service's default is 'pooled' "
+        "(app.synthesis.config); a bare parameter object is the published algorithm.",
+    )
     sigma0: NoiseMultiplier = Field(15.0, description="GoodRadius comparisons (std 2*sigma0).")
     sigma1: NoiseMultiplier = Field(description="Projected means (std 2*R*sigma1/M).")
     sigma2: NoiseMultiplier = Field(5.0, description="Coverage checks (std sigma2).")
@@ -72,6 +91,27 @@ class AdaDPSynParams(_Params):
     theta: float = Field(
         0.1, gt=0.0, lt=SIMPLEX_RADIUS, description="GoodRadius binary-search tolerance."
     )
+    good_radius: bool = Field(
+        True, description="pooled: run GoodRadius for the radius target ('paper' always does)."
+    )
+    slack: float = Field(
+        0.0,
+        ge=0.0,
+        le=10.0,
+        description="pooled: GoodRadius accepts noisy L >= t - slack * 2*sigma0 (Nissim et al.).",
+    )
+    coverage_margin: float = Field(
+        0.0,
+        ge=0.0,
+        le=10.0,
+        description="pooled: a coverage check passes at noisy count >= mu*M + margin*sigma2.",
+    )
+    shrink: float = Field(
+        0.5,
+        gt=0.0,
+        lt=1.0,
+        description="pooled without GoodRadius: each round tries radius * shrink.",
+    )
 
     @property
     def free_multiplier(self) -> float:
@@ -80,19 +120,50 @@ class AdaDPSynParams(_Params):
     def with_free_multiplier(self, value: float) -> AdaDPSynParams:
         return self.model_copy(update={"sigma1": value})
 
+    @property
+    def runs_good_radius(self) -> bool:
+        return self.variant is AdaDPSynVariant.PAPER or self.good_radius
+
     def coverage_target(self, M: int) -> int:
         """t = ceil(tau * M): how many of the M points GoodRadius's ball must hold."""
         return math.ceil(self.tau * M - 1e-9)
 
     def round_events(self) -> tuple[GaussianEvent, ...]:
-        """Worst case of one token step: every round of radius reduction runs."""
-        events = [
-            GaussianEvent(self.sigma0, 2 * binary_search_steps(self.theta)),
-            GaussianEvent(self.sigma1, self.T + 1),
-        ]
+        """Worst case of one token step: every round of radius reduction runs.
+
+        Both variants are charged the same way; ``pooled`` only spends what ``paper`` leaves
+        unused, and drops GoodRadius's comparisons when it does not run them.
+        """
+        events = [GaussianEvent(self.sigma1, self.T + 1)]
+        if self.runs_good_radius:
+            events.insert(0, GaussianEvent(self.sigma0, 2 * binary_search_steps(self.theta)))
         if self.T > 0:
             events.append(GaussianEvent(self.sigma2, self.T))
         return tuple(events)
 
 
 MethodParams = TangParams | AdaDPSynParams
+
+
+# The AdaDPSyn paper's constants by M (Tables 13-17): M = 10 for AG News, DBPedia and SST-2,
+# M = 20 for TREC, M = 40 for MIT-G/D.
+_PAPER_BY_M: tuple[tuple[int, dict[str, object]], ...] = (
+    (10, {"T": 1, "sigma0": 10.0, "sigma2": 3.0, "lam": 0.2}),
+    (20, {"T": 2, "sigma0": 15.0, "sigma2": 5.0, "lam": 0.2}),
+)
+# The pooled variant's constants by M, chosen with bench/aggregation_fidelity.py
+# (docs/privacy.md, "AdaDPSyn variants", argues each).
+_POOLED_BY_M: tuple[tuple[int, dict[str, object]], ...] = (
+    (10, {"T": 1, "sigma2": 5.0, "mu": 0.3, "shrink": 0.55, "good_radius": False}),
+)
+
+
+def adadpsyn_defaults(M: int, variant: AdaDPSynVariant) -> dict[str, object]:
+    """AdaDPSyn's constants for M teachers: the row of the largest tabulated M <= M (the
+    first row below the smallest). Returns fields of :class:`AdaDPSynParams`."""
+    table = _PAPER_BY_M if variant is AdaDPSynVariant.PAPER else _POOLED_BY_M
+    row = table[0][1]
+    for bound, values in table:
+        if bound <= M:
+            row = values
+    return {"variant": variant, **row}

@@ -62,7 +62,7 @@ TERMINAL = (JobStatus.SUCCEEDED.value, JobStatus.FAILED.value, JobStatus.CANCELL
 # Parameters of the token loop, and the PromptPATE settings a client may choose (epsilon,
 # delta and accounting are the job's own fields, the student's shots its ``shots``; a seed is
 # never accepted from a client).
-TOKEN_PARAMS = frozenset({"M", "N", "tmax", "K", "sigma0", "sigma2", "T", "lam"})
+TOKEN_PARAMS = frozenset({"M", "N", "tmax", "K", "variant", "sigma0", "sigma2", "T", "lam"})
 PATE_PARAMS = frozenset(PateConfig.model_fields) - {
     "epsilon",
     "delta",

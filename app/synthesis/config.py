@@ -7,7 +7,7 @@ import math
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from app.privacy.accounting import Accounting
-from app.privacy.params import Method
+from app.privacy.params import AdaDPSynVariant, Method
 
 # M, N, T_max from the AdaDPSyn paper's Tables 12-17 (K = 100, 4 shots everywhere).
 TASK_DEFAULTS: dict[str, dict[str, int]] = {
@@ -40,10 +40,15 @@ class SynthesisConfig(BaseModel):
     N: int = Field(ge=1, le=50)
     tmax: int = Field(ge=1, le=512)
     K: int = Field(100, ge=2, le=1000, description="Public vocabulary size per step.")
-    sigma0: float = Field(15.0, gt=0.0)
-    sigma2: float = Field(5.0, gt=0.0)
-    T: int = Field(2, ge=0, le=20)
-    lam: float = Field(0.2, ge=0.0, le=10.0)
+    variant: AdaDPSynVariant = Field(
+        AdaDPSynVariant.POOLED,
+        description="AdaDPSyn only: 'pooled' (default) or 'paper' (Algorithm 1 as published).",
+    )
+    # AdaDPSyn constants; None takes the variant's row for M (app.privacy.params).
+    sigma0: float | None = Field(None, gt=0.0)
+    sigma2: float | None = Field(None, gt=0.0)
+    T: int | None = Field(None, ge=0, le=20)
+    lam: float | None = Field(None, ge=0.0, le=10.0)
     seed: int | None = Field(None, description="Tests and studies only: voids the guarantee.")
 
     @field_validator("epsilon")

@@ -23,7 +23,7 @@ from app.llm.base import LLMBackend
 from app.privacy.adadpsyn import adadpsyn_aggregate
 from app.privacy.calibration import calibrate
 from app.privacy.events import SynthesisEvent, to_dict
-from app.privacy.params import AdaDPSynParams, Method, TangParams
+from app.privacy.params import AdaDPSynParams, Method, TangParams, adadpsyn_defaults
 from app.privacy.plan import PrivacyPlan, label_schedule, shots_per_label
 from app.privacy.rng import make_rng
 from app.privacy.tang import AggregationResult, gaussian_aggregate
@@ -91,13 +91,15 @@ def _base_plan(config: SynthesisConfig) -> PrivacyPlan:
     if config.method is Method.TANG:
         params: TangParams | AdaDPSynParams = TangParams(sigma=free)
     else:
-        params = AdaDPSynParams(
-            sigma0=0.0 if no_noise else config.sigma0,
-            sigma1=free,
-            sigma2=0.0 if no_noise else config.sigma2,
-            T=config.T,
-            lam=config.lam,
-        )
+        chosen = {
+            name: value
+            for name in ("sigma0", "sigma2", "T", "lam")
+            if (value := getattr(config, name)) is not None
+        }
+        constants = {**adadpsyn_defaults(config.M, config.variant), **chosen}
+        if no_noise:
+            constants.update(sigma0=0.0, sigma2=0.0)
+        params = AdaDPSynParams(sigma1=free, **constants)
     return PrivacyPlan(
         params=params, accounting=config.accounting, M=config.M, N=config.N, tmax=config.tmax
     )

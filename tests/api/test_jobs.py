@@ -114,6 +114,7 @@ def test_refused_submissions(api: Api) -> None:
         ({"shots": 0}, 422, "shots"),
         ({"params": {"M": 0}}, 422, "M"),
         ({"params": {"seed": 1}}, 422, "seed"),
+        ({"params": {"variant": "bogus"}}, 422, "variant"),
         ({"accounting": "paper"}, 422, "accounting"),
         ({"delta": 0.5}, 422, "delta"),
         ({"dataset_id": "nope"}, 404, "nope"),

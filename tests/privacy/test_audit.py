@@ -1,4 +1,5 @@
-"""Empirical privacy audit of the Gaussian aggregation (Tang et al.).
+"""Empirical privacy audit of the Gaussian aggregation (Tang et al.) and of a whole AdaDPSyn
+token step.
 
 Worst-case neighbours: M one-hot distributions on token 0, and the same with one teacher
 moved to token 1, so the two means are exactly the sensitivity sqrt(2)/M apart. We run the
@@ -18,9 +19,10 @@ import pytest
 from scipy import stats
 
 from app.privacy.accounting import TightPldAccountant
+from app.privacy.adadpsyn import adadpsyn_aggregate
 from app.privacy.events import GaussianEvent, SampledEvent
 from app.privacy.mechanisms import GaussianMechanism
-from app.privacy.params import TangParams
+from app.privacy.params import AdaDPSynParams, AdaDPSynVariant, TangParams, adadpsyn_defaults
 from app.privacy.rng import make_rng
 from app.privacy.sampling import PoissonSampling
 from app.privacy.tang import gaussian_aggregate, mean_mechanism
@@ -97,3 +99,48 @@ def test_audit_catches_a_mechanism_that_adds_too_little_noise():
 
     lower = epsilon_lower_bound(run(base, aggregate, 3), run(neighbour, aggregate, 4))
     assert lower > accounted_epsilon(sigma)
+
+
+# --- one whole AdaDPSyn token step ------------------------------------------------------------
+
+
+def adadpsyn_step_epsilon(params: AdaDPSynParams) -> float:
+    """What the tight accountant charges for one whole token step (no subsampling)."""
+    event = SampledEvent(PoissonSampling(rate=1.0, groups=M), params.round_events(), 1)
+    return TightPldAccountant().epsilon(event, DELTA)
+
+
+def adadpsyn_variants(sigma1: float) -> list[AdaDPSynParams]:
+    """The default (pooled) step and the paper's, with their constants for M."""
+    return [
+        AdaDPSynParams(sigma1=sigma1, **adadpsyn_defaults(M, variant))
+        for variant in AdaDPSynVariant
+    ]
+
+
+@pytest.mark.parametrize("params", adadpsyn_variants(2.0), ids=lambda p: p.variant.value)
+def test_audit_of_a_whole_adadpsyn_step_stays_below_its_charge(params):
+    """GoodRadius (paper), coverage checks and every projected mean run on worst-case
+    neighbours; only the released distribution is observed (as a client would see it)."""
+    base, neighbour = neighbouring_inputs()
+
+    def aggregate(x, rng):
+        return adadpsyn_aggregate(x, params, rng).distribution
+
+    lower = epsilon_lower_bound(run(base, aggregate, 5), run(neighbour, aggregate, 6))
+    accounted = adadpsyn_step_epsilon(params)
+    assert lower <= accounted
+    assert lower > 0.15 * accounted  # the audit has power on the whole step too
+
+
+def test_audit_flags_an_adadpsyn_step_whose_means_carry_too_little_noise():
+    """Negative control: the step charged at sigma1 = 3 but run with 0.75 is flagged."""
+    base, neighbour = neighbouring_inputs()
+    charged = AdaDPSynParams(sigma1=3.0, **adadpsyn_defaults(M, AdaDPSynVariant.POOLED))
+    weak = charged.with_free_multiplier(0.75)
+
+    def aggregate(x, rng):
+        return adadpsyn_aggregate(x, weak, rng).distribution
+
+    lower = epsilon_lower_bound(run(base, aggregate, 7), run(neighbour, aggregate, 8))
+    assert lower > adadpsyn_step_epsilon(charged)

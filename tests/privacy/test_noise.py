@@ -37,10 +37,12 @@ class RecordingGenerator:
     def __init__(self, seed: int) -> None:
         self._rng = np.random.default_rng(seed)
         self.scales: list[float] = []
+        self.draws: list[np.ndarray] = []
 
     def normal(self, loc=0.0, scale=1.0, size=None):
         self.scales.append(float(scale))
-        return self._rng.normal(loc, scale, size)
+        self.draws.append(np.asarray(self._rng.normal(loc, scale, size)))
+        return self.draws[-1]
 
     def __getattr__(self, name):
         return getattr(self._rng, name)

@@ -10,7 +10,7 @@ import pytest
 
 from app.privacy.accounting import Accounting
 from app.privacy.events import FixedSizeSampling, PoissonSampling, from_dict
-from app.privacy.params import Method
+from app.privacy.params import AdaDPSynVariant, Method, adadpsyn_defaults
 from app.synthesis.config import SynthesisConfig
 from app.synthesis.data import Record
 from app.synthesis.generator import SynthesisError, synthesize
@@ -184,3 +184,20 @@ def test_seeded_runs_repeat_and_results_carry_the_plan():
     assert a.to_dict()["demonstrations"] == b.to_dict()["demonstrations"]
     assert a.plan["M"] == 5 and a.method == "adadpsyn" and a.model == "fake"
     assert "Answer Type:" in a.prompt and a.prompt.startswith(TREC.icl_instruction)
+
+
+@pytest.mark.parametrize("variant", list(AdaDPSynVariant))
+def test_adadpsyn_runs_the_variant_and_constants_it_is_charged_for(variant):
+    """The job's plan carries the variant's constants for M, explicit ones win, and the
+    event charged is priced from exactly those (GoodRadius only where it runs)."""
+    backend = FakeBackend(stop_after=2)
+    cfg = config(method=Method.ADADPSYN, variant=variant, M=10, N=2, sigma2=4.0, epsilon=8.0)
+    result = synthesize(TREC, trec_records(), cfg, backend)
+    plan = result.plan["params"]
+    expected = adadpsyn_defaults(10, variant)
+    assert plan["variant"] == variant.value and plan["T"] == expected["T"]
+    assert plan["sigma2"] == 4.0  # explicit beats the table
+    mechanisms = from_dict(result.event).labels[0].event.mechanisms
+    sigmas = {m.noise_multiplier for m in mechanisms}
+    assert (plan["sigma0"] in sigmas) is (variant is AdaDPSynVariant.PAPER)
+    assert SynthesisConfig.for_task("trec", epsilon=1.0).variant is AdaDPSynVariant.POOLED
