@@ -8,8 +8,10 @@ Redis visibility timeout is longer than the longest job, so a job still running 
 delivered a second time.
 
 Test hook: ``DPSYN_TEST_FAKE_BACKEND=1`` makes the worker use the deterministic fake backend
-of the test suite (``tests.synthesis.fake_backend``) instead of a model. It is read only here,
-only by the test suite's end-to-end test, and is refused in production.
+of the test suite (``tests.synthesis.fake_backend``) instead of a model, slowed down by
+``DPSYN_TEST_FAKE_BACKEND_DELAY_S`` seconds per model call if set (so that a fault test can
+kill the worker mid-job). Both are read only here, only by the test suite's end-to-end tests,
+and refused in production.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from workers.runner import run_job
 TASK_NAME = "dpsyn.run_job"
 DEFAULT_QUEUE = "dpsyn"
 TEST_FAKE_BACKEND_ENV = "DPSYN_TEST_FAKE_BACKEND"
+TEST_FAKE_DELAY_ENV = "DPSYN_TEST_FAKE_BACKEND_DELAY_S"
 
 
 def make_celery(settings: Settings) -> Celery:
@@ -52,6 +55,11 @@ def make_provider(settings: Settings) -> BackendProvider:
     if os.environ.get(TEST_FAKE_BACKEND_ENV) == "1":
         if settings.environment == "production":
             raise RuntimeError(f"{TEST_FAKE_BACKEND_ENV} is a test hook; unset it in production")
+        delay_s = float(os.environ.get(TEST_FAKE_DELAY_ENV) or 0)
+        if delay_s > 0:
+            from tests.workers.slow_backend import SlowBackend
+
+            return StaticProvider(SlowBackend(delay_s))
         from tests.synthesis.fake_backend import FakeBackend
 
         return StaticProvider(FakeBackend())
