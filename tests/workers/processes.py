@@ -8,6 +8,7 @@ owns. A missing binary skips the test, naming it, unless ``REQUIRE_SERVICES=1``.
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import os
 import shutil
@@ -89,10 +90,8 @@ class OwnPostgres:
         self._run("pg_ctl", "-D", str(self.dir / "data"), "-m", "fast", "-w", "stop")
 
     def close(self) -> None:
-        try:
+        with contextlib.suppress(RuntimeError):  # not running
             self.stop()
-        except RuntimeError:
-            pass  # not running
         shutil.rmtree(self.dir, ignore_errors=True)
 
 

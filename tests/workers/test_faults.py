@@ -99,7 +99,8 @@ def wait_until_reading(url: str, job_id: str, worker: Worker) -> None:
 
 def submit(client: TestClient) -> tuple[str, str]:
     """A dataset with a budget and one job on it; returns (dataset ID, job ID)."""
-    created = client.post("/v1/datasets", json={"task": "trec", "records": TREC_ROWS}, headers=HEADERS)
+    records = {"task": "trec", "records": TREC_ROWS}
+    created = client.post("/v1/datasets", json=records, headers=HEADERS)
     assert created.status_code == 201, created.text
     dataset = created.json()["id"]
     budget = client.put(f"/v1/datasets/{dataset}/budget", json={"epsilon": 10}, headers=HEADERS)
@@ -189,7 +190,9 @@ def test_the_final_store_retries_through_a_database_outage(
 ):
     url = own_postgres.url
     job_id = make_job(url, make_dataset(url))
-    env = worker_env(url, own_redis.url, DPSYN_LEASE_DURATION_S="30", DPSYN_FINAL_STORE_RETRY_S="30")
+    env = worker_env(
+        url, own_redis.url, DPSYN_LEASE_DURATION_S="30", DPSYN_FINAL_STORE_RETRY_S="30"
+    )
     worker = Worker(tmp_path / "worker.log", queue_name, env)
     try:
         CeleryQueue(make_celery(Settings(broker_url=own_redis.url)), queue=queue_name).enqueue(
