@@ -44,7 +44,8 @@ class InProcessQueue:
         self.database_url, self.provider = database_url, provider
         self.timeout_s, self.progress_interval_s, self.retry = timeout_s, progress_interval_s, retry
         self.lease = lease or LeaseConfig()
-        self.reaper = Reaper(database_url, self.lease)
+        self._recovered: set[str] = set()  # re-enqueued at start, not run yet
+        self.reaper = Reaper(database_url, self.lease, spare=lambda: frozenset(self._recovered))
         self._queue: queue.Queue[object] = queue.Queue()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -59,6 +60,7 @@ class InProcessQueue:
             if recover:
                 for job_id in self.unfinished_jobs():
                     log.info("job %s: left unfinished by a previous process; re-enqueued", job_id)
+                    self._recovered.add(job_id)
                     self._queue.put(job_id)
             self._thread = threading.Thread(target=self._work, name="dpsyn-worker", daemon=True)
             self._thread.start()
@@ -135,6 +137,7 @@ class InProcessQueue:
             except Exception as err:  # keep the worker alive; run_job already logged safely
                 log.error("in-process worker: job %s raised %s", item, type(err).__name__)
             finally:
+                self._recovered.discard(item)  # its attempt has claimed (and decided) it
                 self._queue.task_done()
 
     def _drain(self) -> None:

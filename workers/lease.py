@@ -28,6 +28,7 @@ import os
 import socket
 import threading
 import uuid
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
@@ -144,10 +145,20 @@ class Heartbeat:
 
 
 class Reaper:
-    """A daemon thread ending running jobs whose lease expired (see the module docstring)."""
+    """A daemon thread ending running jobs whose lease expired (see the module docstring).
 
-    def __init__(self, database_url: str, config: LeaseConfig) -> None:
-        self.database_url, self.config = database_url, config
+    ``spare`` names jobs this process is about to run again itself (the embedded server's
+    recovered jobs): their next attempt decides, as it always did, so that one that never
+    read the data runs again rather than failing."""
+
+    def __init__(
+        self,
+        database_url: str,
+        config: LeaseConfig,
+        *,
+        spare: Callable[[], Collection[str]] | None = None,
+    ) -> None:
+        self.database_url, self.config, self.spare = database_url, config, spare
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
@@ -171,8 +182,11 @@ class Reaper:
         at = now()
         with session_scope(self.database_url) as session:
             due = expired_job_ids(session, at, exclude_owners=live_owners())
+        spared = set(self.spare()) if self.spare is not None else set()
         reaped = []
         for job_id in due:
+            if job_id in spared:
+                continue
             with session_scope(self.database_url) as session:
                 job = reap_job(session, job_id, at)
                 if job is None:

@@ -234,7 +234,7 @@ def run_job(
     owner = new_owner()
     fence = _Fence(database_url, job_id, 0, owner, lease, sleep)
     try:
-        claim = fence.durably(lambda: _claim(database_url, job_id, owner, lease))
+        claim = fence.durably(lambda: _claim(database_url, job_id, owner, lease), "claiming it")
     except OutcomeNotStoredError:
         raise DatabaseUnavailableError(
             f"job {job_id}: the database was unreachable for {lease.store_retry_s:g} s"
@@ -485,7 +485,7 @@ class _Fence:
         self.database_url, self.job_id, self.attempt = database_url, job_id, attempt
         self.owner, self.lease, self.sleep = owner, lease, sleep
 
-    def durably(self, write: Callable[[], T]) -> T:
+    def durably(self, write: Callable[[], T], what: str = "storing its outcome") -> T:
         """Run ``write`` (one transaction), retried with backoff while the database is
         unreachable, for at most ``lease.store_retry_s``; then :class:`OutcomeNotStoredError`.
         Errors of any other kind are raised at once."""
@@ -502,8 +502,9 @@ class _Fence:
                     raise OutcomeNotStoredError from None
                 wait = min(delay, left, 5.0)
                 log.warning(
-                    "job %s: storing its outcome failed (%s); retry in %.2f s",
+                    "job %s: %s failed (%s); retry in %.2f s",
                     self.job_id,
+                    what,
                     type(err).__name__,
                     wait,
                 )
