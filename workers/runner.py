@@ -304,6 +304,8 @@ def _attempt(
         log.info("job %s: succeeded in %.1f s", job_id, time.monotonic() - started)
     except JobSupersededError:
         log.info("job %s: superseded by another attempt; stopping without writing", job_id)
+    except OutcomeNotStoredError:
+        raise  # the outcome is known but the database is not there: left to the lease
     except JobCancelled:
         try:
             fence.finish(JobStatus.CANCELLED, None)

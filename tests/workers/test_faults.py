@@ -254,6 +254,7 @@ def test_an_outage_longer_than_the_retry_budget_is_settled_by_the_lease(
         worker.close()
     job = get_job(url, job_id)
     assert "lease expired" in job.error and job.attempts == 1
+    assert "failed with" not in worker.text()  # the attempt gave up once, as it was
     assert prompt_sets(url, job_id) == []
     assert ledger_kinds(url, job_id) == ["reserve", "commit"]  # it had read the data
     assert "secret_" not in worker.text()

@@ -233,7 +233,10 @@ def test_the_final_store_is_retried_and_stored_once_even_when_a_commit_reply_is_
     assert ledger_kinds(sqlite_url, job_id) == ["reserve", "commit"]
 
 
-def test_a_store_that_outlasts_its_budget_leaves_the_job_to_the_lease(sqlite_url, monkeypatch):
+def test_a_store_that_outlasts_its_budget_leaves_the_job_to_the_lease(
+    sqlite_url, monkeypatch, caplog
+):
+    caplog.set_level(logging.INFO, logger="workers.runner")
     last = store_session_number(sqlite_url)
     job_id = make_job(sqlite_url, make_dataset(sqlite_url))
     flaky_sessions(monkeypatch, fail=set(range(last, last + 100)), after_commit=set())
@@ -241,6 +244,8 @@ def test_a_store_that_outlasts_its_budget_leaves_the_job_to_the_lease(sqlite_url
     run(sqlite_url, job_id, lease=lease)
     job = get_job(sqlite_url, job_id)
     assert job.status == JobStatus.RUNNING and job.touched_data  # nothing could be written
+    assert caplog.text.count("could not store its outcome") == 1
+    assert "failed with" not in caplog.text  # the result was not turned into a failure
     assert live_owners() == frozenset()  # the heartbeat stopped: the lease runs out
     time.sleep(0.4)
     assert Reaper(sqlite_url, lease).reap_once() == [job_id]
