@@ -11,6 +11,7 @@ from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import pytest
 from sqlalchemy import text
 from sqlalchemy.exc import OperationalError
 
@@ -30,7 +31,7 @@ from tests.workers.factory import (
 )
 from workers.inprocess import InProcessQueue
 from workers.lease import Heartbeat, LeaseConfig, Reaper, live_owners
-from workers.runner import RetryPolicy, run_job
+from workers.runner import DatabaseUnavailableError, RetryPolicy, run_job
 
 FAST = LeaseConfig(duration_s=1.0, heartbeat_s=0.1, reaper_interval_s=0.05, store_retry_s=2.0)
 PAST = datetime(2026, 1, 1, tzinfo=UTC)
@@ -321,3 +322,14 @@ def test_migration_0003_gives_jobs_running_before_it_an_expired_lease(tmp_path: 
         assert [old_running.id] == [
             job.id for job in session.query(Job).filter(Job.lease_expires_at.is_not(None))
         ]
+
+
+def test_a_job_that_cannot_be_claimed_stays_queued_for_a_later_delivery(sqlite_url, monkeypatch):
+    job_id = make_job(sqlite_url, make_dataset(sqlite_url))
+    flaky_sessions(monkeypatch, fail=set(range(1, 100)), after_commit=set())
+    lease = LeaseConfig(duration_s=1.0, heartbeat_s=0.1, store_retry_s=0.3)
+    with pytest.raises(DatabaseUnavailableError):  # the Celery task retries it later
+        run(sqlite_url, job_id, lease=lease)
+    job = get_job(sqlite_url, job_id)
+    assert job.status == JobStatus.QUEUED and job.attempts == 0
+    assert ledger_kinds(sqlite_url, job_id) == ["reserve"]
