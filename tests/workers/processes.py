@@ -70,7 +70,7 @@ class OwnPostgres:
             shutil.chown(self.dir, user="postgres")
         self.port = free_port()
         self.url = f"postgresql+psycopg://postgres@127.0.0.1:{self.port}/postgres"
-        self._run("initdb", "-D", str(self.dir / "data"), "-A", "trust", "-U", "postgres")
+        self._run("initdb", "-D", str(self.dir / "data"), "-A", "trust", "-U", "postgres", "--no-sync")
         self._run("initdb", "--version")  # fail early with the output if the binaries are odd
 
     def _run(self, tool: str, *args: str) -> None:

@@ -80,7 +80,7 @@ def worker_env(database_url: str, broker_url: str, **settings: str) -> dict[str,
         "DPSYN_DATABASE_URL": database_url,
         "DPSYN_BROKER_URL": broker_url,
         "DPSYN_TEST_FAKE_BACKEND": "1",
-        "DPSYN_TEST_FAKE_BACKEND_DELAY_S": "0.3",  # about 5 s per job
+        "DPSYN_TEST_FAKE_BACKEND_DELAY_S": "0.2",  # about 3 s per job
         **SHORT_LEASE,
         **settings,
     }
