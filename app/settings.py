@@ -42,6 +42,38 @@ class Settings(BaseSettings):
     host: str = "127.0.0.1"
     port: int = 8000
 
+    # --- Job leases and recovery (docs/service.md, "Job leases and recovery") ---------------
+    lease_duration_s: float = Field(
+        60.0,
+        gt=0,
+        description="A running job whose worker has not renewed its lease for this "
+        "long is failed by a reaper (charged if it read data). Keep worker clocks in sync well "
+        "within it.",
+    )
+    heartbeat_interval_s: float = Field(
+        10.0, gt=0, description="How often a worker renews the lease of the job it runs."
+    )
+    reaper_interval_s: float = Field(
+        15.0,
+        gt=0,
+        description="How often each worker (and the embedded server) looks for expired leases.",
+    )
+    final_store_retry_s: float = Field(
+        120.0,
+        ge=0,
+        description="How long a worker retries storing a job's outcome through a "
+        "database outage before it leaves the job to its lease.",
+    )
+
+    @model_validator(mode="after")
+    def _heartbeat_within_lease(self) -> Settings:
+        if self.heartbeat_interval_s * 2 > self.lease_duration_s:
+            raise ValueError(
+                "DPSYN_HEARTBEAT_INTERVAL_S must be at most half of DPSYN_LEASE_DURATION_S "
+                "(a live worker must renew its lease before it expires)"
+            )
+        return self
+
     @model_validator(mode="after")
     def _safe_in_production(self) -> Settings:
         if self.environment == "production":

@@ -5,27 +5,37 @@ come from ``DPSYN_*`` variables, the broker from ``DPSYN_BROKER_URL``. Tasks car
 ID and :func:`workers.runner.run_job` is idempotent, so late acknowledgement is safe: a task
 whose worker died is delivered again, and the runner decides from the job row what to do. The
 Redis visibility timeout is longer than the longest job, so a job still running is never
-delivered a second time.
+delivered a second time. A worker that dies mid-job is not waited for: its job's lease
+expires and the reaper thread every worker process runs (started when the worker is ready)
+fails it within ``DPSYN_LEASE_DURATION_S`` + ``DPSYN_REAPER_INTERVAL_S``; the task delivered
+again hours later finds the job finished and does nothing.
 
 Test hook: ``DPSYN_TEST_FAKE_BACKEND=1`` makes the worker use the deterministic fake backend
-of the test suite (``tests.synthesis.fake_backend``) instead of a model. It is read only here,
-only by the test suite's end-to-end test, and is refused in production.
+of the test suite (``tests.synthesis.fake_backend``) instead of a model, slowed down by
+``DPSYN_TEST_FAKE_BACKEND_DELAY_S`` seconds per model call if set (so that a fault test can
+kill the worker mid-job). Both are read only here, only by the test suite's end-to-end tests,
+and refused in production.
 """
 
 from __future__ import annotations
 
 import os
 import threading
+from typing import Any
 
-from celery import Celery
+from celery import Celery, Task
+from celery.signals import worker_process_init, worker_ready, worker_shutdown
 
+from app.db.session import get_engine
 from app.llm.provider import BackendProvider, StaticProvider
 from app.settings import Settings, get_settings
-from workers.runner import run_job
+from workers.lease import LeaseConfig, Reaper
+from workers.runner import DatabaseUnavailableError, run_job
 
 TASK_NAME = "dpsyn.run_job"
 DEFAULT_QUEUE = "dpsyn"
 TEST_FAKE_BACKEND_ENV = "DPSYN_TEST_FAKE_BACKEND"
+TEST_FAKE_DELAY_ENV = "DPSYN_TEST_FAKE_BACKEND_DELAY_S"
 
 
 def make_celery(settings: Settings) -> Celery:
@@ -52,6 +62,11 @@ def make_provider(settings: Settings) -> BackendProvider:
     if os.environ.get(TEST_FAKE_BACKEND_ENV) == "1":
         if settings.environment == "production":
             raise RuntimeError(f"{TEST_FAKE_BACKEND_ENV} is a test hook; unset it in production")
+        delay_s = float(os.environ.get(TEST_FAKE_DELAY_ENV) or 0)
+        if delay_s > 0:
+            from tests.workers.slow_backend import SlowBackend
+
+            return StaticProvider(SlowBackend(delay_s))
         from tests.synthesis.fake_backend import FakeBackend
 
         return StaticProvider(FakeBackend())
@@ -74,8 +89,27 @@ class CeleryQueue:
 
 settings = get_settings()
 app = make_celery(settings) if settings.broker_url else Celery("dpsyn", set_as_current=False)
+lease = LeaseConfig.from_settings(settings)
+reaper = Reaper(settings.database_url, lease)
 _provider: BackendProvider | None = None
 _provider_lock = threading.Lock()
+CLAIM_RETRY_S = 60  # a task whose job could not be claimed (database down) is sent again
+
+
+@worker_ready.connect
+def _start_reaper(**_: Any) -> None:
+    reaper.start()
+
+
+@worker_shutdown.connect
+def _stop_reaper(**_: Any) -> None:
+    reaper.close()
+
+
+@worker_process_init.connect
+def _forget_parent_connections(**_: Any) -> None:
+    """A prefork child must not use the pooled connections it inherited from its parent."""
+    get_engine(settings.database_url).dispose(close=False)
 
 
 def provider() -> BackendProvider:
@@ -87,12 +121,17 @@ def provider() -> BackendProvider:
         return _provider
 
 
-@app.task(name=TASK_NAME, acks_late=True, reject_on_worker_lost=True, ignore_result=True)
-def run_job_task(job_id: str) -> None:
-    """Run one job by ID (idempotent: a redelivered task finds the job finished)."""
-    run_job(
-        job_id,
-        database_url=settings.database_url,
-        provider=provider(),
-        timeout_s=settings.job_timeout_s,
-    )
+@app.task(name=TASK_NAME, bind=True, acks_late=True, reject_on_worker_lost=True, ignore_result=True)
+def run_job_task(self: Task, job_id: str) -> None:
+    """Run one job by ID (idempotent: a redelivered task finds the job finished). A job that
+    could not be claimed because the database is down is still queued: try again later."""
+    try:
+        run_job(
+            job_id,
+            database_url=settings.database_url,
+            provider=provider(),
+            timeout_s=settings.job_timeout_s,
+            lease=lease,
+        )
+    except DatabaseUnavailableError as err:
+        raise self.retry(countdown=CLAIM_RETRY_S, max_retries=None, exc=err) from None

@@ -3,7 +3,9 @@
 One thread, because there is one local model and its forward passes are serialised anyway.
 On start it picks up the jobs a previous process left ``queued`` or ``running`` (an embedded
 server that was stopped or crashed); :func:`workers.runner.run_job` decides what each needs:
-a queued job runs, a running one that had read the data fails, charged.
+a queued job runs, a running one that had read the data fails, charged. Beside it runs the
+lease reaper (``workers.lease``), which settles a job whose attempt gave up storing its outcome
+through a database outage, once the lease expired.
 """
 
 from __future__ import annotations
@@ -18,7 +20,8 @@ from sqlalchemy.exc import OperationalError, ProgrammingError
 from app.db.models import Job, JobStatus
 from app.db.session import session_scope
 from app.llm.provider import BackendProvider
-from workers.runner import RetryPolicy, run_job
+from workers.lease import LeaseConfig, Reaper
+from workers.runner import DatabaseUnavailableError, RetryPolicy, run_job
 
 log = logging.getLogger(__name__)
 
@@ -36,25 +39,32 @@ class InProcessQueue:
         timeout_s: float | None = None,
         progress_interval_s: float = 0.5,
         retry: RetryPolicy | None = None,
+        lease: LeaseConfig | None = None,
     ) -> None:
         self.database_url, self.provider = database_url, provider
         self.timeout_s, self.progress_interval_s, self.retry = timeout_s, progress_interval_s, retry
+        self.lease = lease or LeaseConfig()
+        self._recovered: set[str] = set()  # re-enqueued at start, not run yet
+        self.reaper = Reaper(database_url, self.lease, spare=lambda: frozenset(self._recovered))
         self._queue: queue.Queue[object] = queue.Queue()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
 
     def start(self, *, recover: bool = True) -> InProcessQueue:
-        """Start the worker thread (idempotent), first enqueueing unfinished jobs."""
+        """Start the worker thread and the reaper (idempotent), first enqueueing unfinished
+        jobs."""
         with self._lock:
             if self._thread is not None:
                 return self
             if recover:
                 for job_id in self.unfinished_jobs():
                     log.info("job %s: left unfinished by a previous process; re-enqueued", job_id)
+                    self._recovered.add(job_id)
                     self._queue.put(job_id)
             self._thread = threading.Thread(target=self._work, name="dpsyn-worker", daemon=True)
             self._thread.start()
+            self.reaper.start()
         return self
 
     def unfinished_jobs(self) -> list[str]:
@@ -98,6 +108,7 @@ class InProcessQueue:
         the data, else queued again for the next start); waiting jobs stay queued."""
         self._stop.set()
         self._queue.put(_STOP)
+        self.reaper.close()
         thread = self._thread
         if thread is not None and thread is not threading.current_thread():
             thread.join(timeout)
@@ -119,10 +130,14 @@ class InProcessQueue:
                     progress_interval_s=self.progress_interval_s,
                     timeout_s=self.timeout_s,
                     stop=self._stop,
+                    lease=self.lease,
                 )
+            except DatabaseUnavailableError:  # still queued; the next start picks it up
+                log.error("in-process worker: job %s could not be claimed (database down)", item)
             except Exception as err:  # keep the worker alive; run_job already logged safely
                 log.error("in-process worker: job %s raised %s", item, type(err).__name__)
             finally:
+                self._recovered.discard(item)  # its attempt has claimed (and decided) it
                 self._queue.task_done()
 
     def _drain(self) -> None:

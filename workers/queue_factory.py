@@ -22,9 +22,11 @@ def make_queue(settings: Settings, provider: BackendProvider | None = None) -> J
 
         return CeleryQueue(make_celery(settings))
     from workers.inprocess import InProcessQueue
+    from workers.lease import LeaseConfig
 
     return InProcessQueue(
         database_url=settings.database_url,
         provider=provider or default_provider(settings),
         timeout_s=settings.job_timeout_s,
+        lease=LeaseConfig.from_settings(settings),
     ).start()

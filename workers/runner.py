@@ -7,9 +7,11 @@ public dataset (read in step 2: public texts are never charged).
 A job runs in fenced steps, each its own transaction:
 
 1. **Claim.** Lock the job row; return if it is already finished (a redelivered task must not
-   charge twice or store a second prompt set). Otherwise mark it running and count the
-   attempt. The attempt number is a fencing token: every later write checks it, so a stale
-   delivery that lost the job to a newer one stops without writing anything.
+   charge twice or store a second prompt set; a job a reaper ended is finished). Otherwise
+   mark it running, count the attempt and take the job's lease (``workers.lease``), which a
+   heartbeat thread renews until the attempt ends. The attempt number is a fencing token:
+   every later write checks it, so a stale delivery that lost the job to a newer one (or to
+   a reaper) stops without writing anything.
 2. **Prepare** without private data: rebuild the :class:`~app.synthesis.generator.JobPlan`
    (PromptPATE: the :class:`~app.pate.plan.PatePlan`) from what admission stored (it must
    describe exactly the reserved event), check the dataset, load a PromptPATE job's public
@@ -19,6 +21,12 @@ A job runs in fenced steps, each its own transaction:
 4. **Synthesise**, writing progress and checking for cancellation between tokens
    (PromptPATE: between groups of public inputs).
 5. **Store** the prompt set, mark the job succeeded and commit its charge, in one transaction.
+
+The final write (step 5, or recording a failure or cancellation) is retried through a
+database outage, with backoff, for ``LeaseConfig.store_retry_s``; if the database stays
+away longer the attempt gives up and ends, its heartbeat stops, and once the lease expires
+a reaper settles the job (charged if it read the data). A progress write that meets an
+outage is skipped: progress is advisory, and the mechanism keeps running.
 
 A job found ``running`` with ``touched_data`` set belongs to a worker that died after reading
 the data (its task was redelivered, or the embedded server restarted). Running it again would
@@ -60,6 +68,7 @@ from app.services.jobs import close_job, job_plan, pate_plan, store_result
 from app.synthesis.data import Record
 from app.synthesis.generator import JobPlan, SynthesisError, SynthesisResult, synthesize
 from app.synthesis.tasks import TaskError, TaskSpec
+from workers.lease import Heartbeat, LeaseConfig, is_connection_error, new_owner
 
 log = logging.getLogger(__name__)
 
@@ -88,6 +97,15 @@ class JobTimeoutError(Exception):
 
 class NotRunnableError(Exception):
     """The job cannot start; raised before it touches the data. One safe line."""
+
+
+class OutcomeNotStoredError(Exception):
+    """The database stayed unreachable for the whole retry budget: the outcome is lost and
+    the job is left to its lease (a reaper settles it once the database is back)."""
+
+
+class DatabaseUnavailableError(Exception):
+    """The job could not even be claimed (it stays queued): the caller may try again later."""
 
 
 # Failures whose message is safe and whose stack trace is of no interest.
@@ -200,19 +218,65 @@ def run_job(
     progress_interval_s: float = 0.5,
     timeout_s: float | None = None,
     stop: threading.Event | None = None,
+    lease: LeaseConfig | None = None,
+    sleep: Callable[[float], None] = time.sleep,
 ) -> None:
     """Run job ``job_id`` to a final state; safe to call again with the same ID.
 
     ``progress_interval_s`` throttles progress writes and cancellation checks (both are one
     small transaction); ``timeout_s`` fails a job that runs longer; ``stop`` interrupts it
-    between tokens (failed, charged, if it had read the data; else queued again).
+    between tokens (failed, charged, if it had read the data; else queued again); ``lease``
+    times the attempt's lease and how long its final write is retried (``sleep`` waits
+    between those retries). Raises :class:`DatabaseUnavailableError` if the job could not be
+    claimed within that time (it is still queued).
     """
-    retry = retry or RetryPolicy()
-    started = time.monotonic()
-    claim = _claim(database_url, job_id)
+    lease = lease or LeaseConfig()
+    owner = new_owner()
+    fence = _Fence(database_url, job_id, 0, owner, lease, sleep)
+    try:
+        claim = fence.durably(lambda: _claim(database_url, job_id, owner, lease), "claiming it")
+    except OutcomeNotStoredError:
+        raise DatabaseUnavailableError(
+            f"job {job_id}: the database was unreachable for {lease.store_retry_s:g} s"
+        ) from None
     if claim is None:
         return
-    fence = _Fence(database_url, job_id, claim.attempt)
+    fence.attempt = claim.attempt
+    with Heartbeat(database_url, job_id, owner, lease) as heartbeat:
+        try:
+            _attempt(
+                claim,
+                fence,
+                provider=provider,
+                retry=retry or RetryPolicy(),
+                progress_interval_s=progress_interval_s,
+                timeout_s=timeout_s,
+                stop=stop,
+                lost=heartbeat.lost,
+            )
+        except OutcomeNotStoredError:
+            log.error(
+                "job %s: could not store its outcome within %g s (database unreachable); its "
+                "lease will expire and a reaper will settle it",
+                job_id,
+                lease.store_retry_s,
+            )
+
+
+def _attempt(
+    claim: _Claim,
+    fence: _Fence,
+    *,
+    provider: BackendProvider,
+    retry: RetryPolicy,
+    progress_interval_s: float,
+    timeout_s: float | None,
+    stop: threading.Event | None,
+    lost: threading.Event,
+) -> None:
+    """Steps 2 to 5 of a claimed job, and recording how it ended."""
+    job_id, database_url = claim.job.id, fence.database_url
+    started = time.monotonic()
     try:
         if claim.job.cancel_requested:
             raise JobCancelled
@@ -232,6 +296,7 @@ def run_job(
             interval_s=progress_interval_s,
             deadline=None if timeout_s is None else started + timeout_s,
             stop=stop,
+            lost=lost,
         )
         result = work.run(records, backend, progress)
         del records
@@ -239,6 +304,8 @@ def run_job(
         log.info("job %s: succeeded in %.1f s", job_id, time.monotonic() - started)
     except JobSupersededError:
         log.info("job %s: superseded by another attempt; stopping without writing", job_id)
+    except OutcomeNotStoredError:
+        raise  # the outcome is known but the database is not there: left to the lease
     except JobCancelled:
         try:
             fence.finish(JobStatus.CANCELLED, None)
@@ -288,8 +355,9 @@ def _describe(err: Exception, job_id: str, timeout_s: float | None) -> str:
     return f"internal error ({type(err).__name__}) in job {job_id}; see the worker log"
 
 
-def _claim(database_url: str, job_id: str) -> _Claim | None:
-    """Lock the job and mark it running, or return None if there is nothing to do."""
+def _claim(database_url: str, job_id: str, owner: str, lease: LeaseConfig) -> _Claim | None:
+    """Lock the job, mark it running under ``owner``'s lease, or return None if there is
+    nothing to do."""
     with session_scope(database_url) as session:
         job = _locked_job(session, job_id)
         if job is None:
@@ -320,6 +388,7 @@ def _claim(database_url: str, job_id: str) -> _Claim | None:
         job.status = JobStatus.RUNNING.value
         job.started_at = now()
         job.attempts += 1
+        job.lease_owner, job.lease_expires_at = owner, lease.expiry()
         session.flush()
         dataset = session.get(Dataset, job.dataset_id)
         live = dataset is not None and dataset.deleted_at is None
@@ -406,22 +475,68 @@ def _locked_job(session: Session, job_id: str) -> Job | None:
 class _Fence:
     """Writes of one attempt, each under the job's row lock and only while it owns the job."""
 
-    def __init__(self, database_url: str, job_id: str, attempt: int) -> None:
+    def __init__(
+        self,
+        database_url: str,
+        job_id: str,
+        attempt: int,
+        owner: str,
+        lease: LeaseConfig,
+        sleep: Callable[[float], None],
+    ) -> None:
         self.database_url, self.job_id, self.attempt = database_url, job_id, attempt
+        self.owner, self.lease, self.sleep = owner, lease, sleep
 
-    def _owned(self, session: Session, *, lock: bool) -> Job:
+    def durably(self, write: Callable[[], T], what: str = "storing its outcome") -> T:
+        """Run ``write`` (one transaction), retried with backoff while the database is
+        unreachable, for at most ``lease.store_retry_s``; then :class:`OutcomeNotStoredError`.
+        Errors of any other kind are raised at once."""
+        deadline = time.monotonic() + self.lease.store_retry_s
+        delay = 0.25
+        while True:
+            try:
+                return write()
+            except Exception as err:
+                if not is_connection_error(err):
+                    raise
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise OutcomeNotStoredError from None
+                wait = min(delay, left, 5.0)
+                log.warning(
+                    "job %s: %s failed (%s); retry in %.2f s",
+                    self.job_id,
+                    what,
+                    type(err).__name__,
+                    wait,
+                )
+                self.sleep(wait)
+                delay *= 2
+
+    def _owned(self, session: Session, *, lock: bool, done: JobStatus | None = None) -> Job | None:
+        """The job if this attempt still runs it; None if this attempt already left it
+        ``done`` (a commit whose reply was lost in an outage, then retried)."""
         if lock:
             job = _locked_job(session, self.job_id)
         else:
             job = session.get(Job, self.job_id, populate_existing=True)
-        if job is None or job.attempts != self.attempt or job.status != JobStatus.RUNNING:
+        if job is None or job.attempts != self.attempt:
             raise JobSupersededError
+        if done is not None and job.status == done and job.lease_owner == self.owner:
+            return None
+        if job.status != JobStatus.RUNNING:
+            raise JobSupersededError
+        return job
+
+    def _running(self, session: Session, *, lock: bool) -> Job:
+        job = self._owned(session, lock=lock)
+        assert job is not None
         return job
 
     def touch(self, *, expected_records: int, planned: int) -> None:
         """Mark the job as having read the data, committed before the first record is read."""
         with session_scope(self.database_url) as session:
-            job = self._owned(session, lock=True)
+            job = self._running(session, lock=True)
             if job.cancel_requested:
                 raise JobCancelled
             count = session.scalar(
@@ -440,34 +555,54 @@ class _Fence:
     def progress(self, done: int, total: int) -> None:
         """Record progress; raises :class:`JobCancelled` if a cancellation was requested."""
         with session_scope(self.database_url) as session:
-            job = self._owned(session, lock=False)
+            job = self._running(session, lock=False)
             if job.cancel_requested:
                 raise JobCancelled
             job.progress_done, job.progress_total = done, total
 
     def succeed(self, result: SynthesisResult) -> None:
-        with session_scope(self.database_url) as session:
-            job = self._owned(session, lock=True)
-            store_result(session, job, result)
+        """Step 5, retried through a database outage (see :meth:`durably`)."""
+
+        def store() -> None:
+            with session_scope(self.database_url) as session:
+                job = self._owned(session, lock=True, done=JobStatus.SUCCEEDED)
+                if job is not None:
+                    store_result(session, job, result)
+
+        self.durably(store)
 
     def interrupt(self, error: str) -> None:
         """The worker is stopping: back to the queue if the data was not read, else failed."""
-        with session_scope(self.database_url) as session:
-            job = self._owned(session, lock=True)
-            if job.touched_data:
-                close_job(session, job, status=JobStatus.FAILED, error=error)
-            else:
-                job.status, job.started_at = JobStatus.QUEUED.value, None
+
+        def write() -> None:
+            with session_scope(self.database_url) as session:
+                job = self._running(session, lock=True)
+                if job.touched_data:
+                    close_job(session, job, status=JobStatus.FAILED, error=error)
+                else:
+                    job.status, job.started_at = JobStatus.QUEUED.value, None
+                    job.lease_owner, job.lease_expires_at = None, None
+
+        self.durably(write)
         log.info("job %s: interrupted by the worker stopping", self.job_id)
 
     def finish(self, status: JobStatus, error: str | None) -> None:
-        with session_scope(self.database_url) as session:
-            job = self._owned(session, lock=True)
-            close_job(session, job, status=status, error=error)
+        """Record a failure or cancellation, retried through a database outage."""
+
+        def write() -> None:
+            with session_scope(self.database_url) as session:
+                job = self._owned(session, lock=True, done=status)
+                if job is not None:
+                    close_job(session, job, status=status, error=error)
+
+        self.durably(write)
 
 
 class _ProgressWriter:
-    """The progress callback: throttled writes, cancellation, deadline and stop checks."""
+    """The progress callback: throttled writes, cancellation, deadline, stop and lease checks.
+
+    A write that cannot reach the database is skipped (progress is advisory; cancellation is
+    seen at the next write that gets through)."""
 
     def __init__(
         self,
@@ -476,11 +611,16 @@ class _ProgressWriter:
         interval_s: float,
         deadline: float | None,
         stop: threading.Event | None,
+        lost: threading.Event,
     ) -> None:
         self.fence, self.interval_s, self.deadline, self.stop = fence, interval_s, deadline, stop
+        self.lost = lost
         self.last = time.monotonic()
+        self.failing = False
 
     def __call__(self, done: int, total: int) -> None:
+        if self.lost.is_set():
+            raise JobSupersededError
         if self.stop is not None and self.stop.is_set():
             raise WorkerStoppingError
         clock = time.monotonic()
@@ -489,4 +629,17 @@ class _ProgressWriter:
         if clock - self.last < self.interval_s and done < total:
             return
         self.last = clock
-        self.fence.progress(done, total)
+        try:
+            self.fence.progress(done, total)
+        except Exception as err:
+            if not is_connection_error(err):
+                raise
+            if not self.failing:
+                log.warning(
+                    "job %s: recording progress failed (%s); the job goes on",
+                    self.fence.job_id,
+                    type(err).__name__,
+                )
+            self.failing = True
+            return
+        self.failing = False

@@ -161,6 +161,10 @@ def worker_command(
         "solo"
     ),
     loglevel: Annotated[str, typer.Option("--loglevel")] = "INFO",
+    hostname: Annotated[
+        str | None,
+        typer.Option("--hostname", "-n", help="Node name (Celery's default: celery@HOST)."),
+    ] = None,
 ) -> None:
     """Run a Celery worker of the distributed deployment (needs DPSYN_BROKER_URL)."""
     settings = Settings()
@@ -175,5 +179,6 @@ def worker_command(
             f"--concurrency={concurrency}",
             f"--queues={queue}",
             f"--loglevel={loglevel}",
+            *([f"--hostname={hostname}"] if hostname else []),
         ]
     )

@@ -132,6 +132,12 @@ class Job(Base):
     touched_data: Mapped[bool] = mapped_column(Boolean, default=False)
     cancel_requested: Mapped[bool] = mapped_column(Boolean, default=False)
     attempts: Mapped[int] = mapped_column(Integer, default=0)
+    # The running attempt's lease: who runs it (host:pid:token) and until when, renewed by
+    # its heartbeat. A running job whose lease expired has no live worker (reapers fail it).
+    lease_owner: Mapped[str | None] = mapped_column(String(200), nullable=True)
+    lease_expires_at: Mapped[datetime | None] = mapped_column(
+        DateTime(timezone=True), nullable=True
+    )
     error: Mapped[str | None] = mapped_column(Text, nullable=True)
     prompt_set_id: Mapped[str | None] = mapped_column(String(32), nullable=True)
     # Counts of the finished run that are DP outputs themselves (PromptPATE: queries answered)

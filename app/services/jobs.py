@@ -14,16 +14,23 @@ released student prompt. Its plan needs only the two record counts.
 
 The outcome functions (:func:`store_result`, :func:`close_job`) are shared with the
 workers. Like the ledger they add rows and flush; the caller commits.
+
+A running job's attempt holds a *lease* (owner and expiry) that its worker's heartbeat renews.
+A lease that expired means no live worker is running the job (it was killed, or lost the
+database for longer than the lease): :func:`reap_job` (called by every worker's reaper) and
+:func:`cancel_job` end such a job at once instead of waiting for a worker that is gone. The
+charge follows the one rule of :func:`close_job`: charged if it read the data, else released.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
-from sqlalchemy import select
+from sqlalchemy import or_, select, update
 from sqlalchemy.orm import Session
 
 from app.db.models import (
@@ -425,8 +432,10 @@ def cancel_job(session: Session, tenant_id: str, job_id: str) -> Job:
     """Request cancellation; commits.
 
     A queued job is cancelled at once and its reservation released (it never read a
-    record). A running job gets ``cancel_requested``; the worker stops it between tokens.
-    Cancelling a cancelled job changes nothing; a finished one is a 409.
+    record). A running job gets ``cancel_requested``; the worker stops it between tokens. A
+    running job whose lease expired has no worker left to stop it: it is cancelled at once
+    (charged if it read the data). Cancelling a cancelled job changes nothing; a finished one
+    is a 409.
     """
     job = get_job(session, tenant_id, job_id, lock=True)
     if job.status == JobStatus.CANCELLED:
@@ -436,6 +445,8 @@ def cancel_job(session: Session, tenant_id: str, job_id: str) -> Job:
     job.cancel_requested = True
     if job.status == JobStatus.QUEUED:
         close_job(session, job, status=JobStatus.CANCELLED, error=None)
+    elif lease_expired(job, now()):
+        close_job(session, job, status=JobStatus.CANCELLED, error=lease_error(job))
     session.commit()
     return job
 
@@ -501,6 +512,88 @@ def close_job(session: Session, job: Job, *, status: JobStatus, error: str | Non
     else:
         ledger.release(session, job.id)
     session.flush()
+
+
+# --- leases, shared with the workers -------------------------------------------------------
+
+
+def lease_expired(job: Job, at: datetime) -> bool:
+    """Whether ``job`` is running under a lease that ran out by ``at``.
+
+    A running job without a lease was claimed by code older than leases; migration 0003 gives
+    those an expired one, so None only occurs for rows written by hand (tests).
+    """
+    expiry = job.lease_expires_at
+    if job.status != JobStatus.RUNNING or expiry is None:
+        return False
+    if expiry.tzinfo is None:  # SQLite keeps no zone; every timestamp here is UTC
+        expiry = expiry.replace(tzinfo=UTC)
+    return expiry <= at
+
+
+def lease_error(job: Job) -> str:
+    """The client-facing error of a job ended because its lease expired (no record text)."""
+    charge = (
+        "it had read the private data, so it stays charged"
+        if job.touched_data
+        else "it had not read any private record, so its reservation was released"
+    )
+    return (
+        "lease expired: the worker running this job stopped renewing it (the worker died or "
+        f"lost the database); {charge}"
+    )
+
+
+def renew_lease(session: Session, job_id: str, owner: str, until: datetime) -> bool:
+    """Extend ``owner``'s lease on a running job to ``until``; False if the job is no longer
+    running under that lease (finished, reaped, or taken over by another attempt). One
+    UPDATE by primary key: the heartbeat is cheap."""
+    result = session.execute(
+        update(Job)
+        .where(
+            Job.id == job_id,
+            Job.lease_owner == owner,
+            Job.status == JobStatus.RUNNING.value,
+        )
+        .values(lease_expires_at=until)
+        .execution_options(synchronize_session=False)
+    )
+    return result.rowcount == 1  # type: ignore[attr-defined]
+
+
+def expired_job_ids(
+    session: Session, at: datetime, *, exclude_owners: Collection[str] = (), limit: int = 100
+) -> list[str]:
+    """Running jobs whose lease expired by ``at``, oldest first; ``exclude_owners`` are the
+    leases of attempts the caller is running itself (they renew as soon as they can)."""
+    query = select(Job.id).where(
+        Job.status == JobStatus.RUNNING.value,
+        Job.lease_expires_at.is_not(None),
+        Job.lease_expires_at <= at,
+    )
+    if exclude_owners:
+        query = query.where(
+            or_(Job.lease_owner.is_(None), Job.lease_owner.not_in(list(exclude_owners)))
+        )
+    return list(session.scalars(query.order_by(Job.lease_expires_at).limit(limit)))
+
+
+def reap_job(session: Session, job_id: str, at: datetime) -> Job | None:
+    """End a running job whose lease expired by ``at``: failed (cancelled if a cancellation
+    was requested), charged if it read the data, else released. Returns None if it is no
+    longer due: renewed, finished or taken over since it was listed, or locked by another
+    reaper (skipped, it will be done there). Flushes; the caller commits."""
+    job = session.scalars(
+        select(Job)
+        .where(Job.id == job_id)
+        .with_for_update(skip_locked=True)
+        .execution_options(populate_existing=True)
+    ).one_or_none()
+    if job is None or not lease_expired(job, at):
+        return None
+    status = JobStatus.CANCELLED if job.cancel_requested else JobStatus.FAILED
+    close_job(session, job, status=status, error=lease_error(job))
+    return job
 
 
 def job_plan(job: Job, task: TaskSpec) -> JobPlan:

@@ -1,0 +1,45 @@
+"""job leases
+
+A running job's attempt holds a lease (its owner and expiry), renewed by the worker's
+heartbeat; reapers fail running jobs whose lease expired. Jobs that are running when this
+migration runs were started by workers without leases: they get a lease that has already
+expired, so that the first reaper settles them (the old workers must be stopped before the
+upgrade; see docs/service.md).
+
+Revision ID: 0003
+Revises: 0002
+Create Date: 2026-12-01 11:00:00.000000
+"""
+
+from collections.abc import Sequence
+from datetime import UTC, datetime
+
+import sqlalchemy as sa
+from alembic import op
+
+revision: str = "0003"
+down_revision: str | None = "0002"
+branch_labels: str | Sequence[str] | None = None
+depends_on: str | Sequence[str] | None = None
+
+
+def upgrade() -> None:
+    with op.batch_alter_table("jobs", schema=None) as batch_op:
+        batch_op.add_column(sa.Column("lease_owner", sa.String(length=200), nullable=True))
+        batch_op.add_column(
+            sa.Column("lease_expires_at", sa.DateTime(timezone=True), nullable=True)
+        )
+    jobs = sa.table(
+        "jobs",
+        sa.column("status", sa.String),
+        sa.column("lease_expires_at", sa.DateTime(timezone=True)),
+    )
+    op.execute(
+        jobs.update().where(jobs.c.status == "running").values(lease_expires_at=datetime.now(UTC))
+    )
+
+
+def downgrade() -> None:
+    with op.batch_alter_table("jobs", schema=None) as batch_op:
+        batch_op.drop_column("lease_expires_at")
+        batch_op.drop_column("lease_owner")
