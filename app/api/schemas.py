@@ -7,7 +7,8 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from fastapi import Query
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
 from app.db.models import (
     ApiKey,
@@ -21,6 +22,7 @@ from app.db.models import (
 )
 from app.privacy.accounting import Accounting
 from app.services.budgets import BudgetView
+from app.services.storable import find_problem
 
 
 def _utc(value: datetime) -> datetime:
@@ -32,11 +34,28 @@ Timestamp = Annotated[datetime, AfterValidator(_utc)]
 Epsilon = Annotated[float, Field(gt=0, allow_inf_nan=False)]
 Delta = Annotated[float, Field(gt=0, lt=1, allow_inf_nan=False)]
 Name = Annotated[str, Field(min_length=1, max_length=200)]
+ResourceId = Annotated[str, Field(min_length=1, max_length=128)]  # IDs are 32 hex digits
+# Paging: a page of at most 500; an offset the databases' 64-bit integers can hold.
+MAX_OFFSET = 2**63 - 1
+Limit = Annotated[int, Query(ge=1, le=500)]
+Offset = Annotated[int, Query(ge=0, le=MAX_OFFSET)]
+IdFilter = Annotated[str | None, Query(max_length=128)]
 Column = Annotated[str, Field(min_length=1, max_length=200)]
 
 
 class _Request(BaseModel):
+    """A request body: unknown fields are refused, and so is any string the stores cannot
+    hold (NUL, unpaired surrogates), wherever it sits, before a route sees it."""
+
     model_config = ConfigDict(extra="forbid")
+
+    @model_validator(mode="after")
+    def _storable(self) -> Any:
+        for name in type(self).model_fields:
+            problem = find_problem(getattr(self, name), name)
+            if problem:
+                raise ValueError(problem)
+        return self
 
 
 class ErrorDetail(BaseModel):
@@ -71,7 +90,18 @@ class DatasetCreate(_Request):
     public: bool = Field(False, description=PUBLIC_DESCRIPTION)
     text_column: Column = "text"
     label_column: Column = Field("label", description="Ignored for a public dataset.")
-    records: list[dict[str, Any]] = Field(min_length=1)
+    records: list[dict[str, Any]] = Field(
+        min_length=1,
+        description="Objects holding the text column (a string) and the label column.",
+    )
+
+    @model_validator(mode="after")
+    def _texts_are_strings(self) -> DatasetCreate:
+        for i, record in enumerate(self.records):
+            if self.text_column in record and not isinstance(record[self.text_column], str):
+                column = self.text_column[:64]
+                raise ValueError(f"records[{i}].{column}: the text must be a string")
+        return self
 
 
 class DatasetUploadForm(_Request):
@@ -138,7 +168,17 @@ UPLOAD_OPENAPI: dict[str, Any] = {
                         "name": {"type": "string"},
                         "text_column": {"type": "string", "default": "text"},
                         "label_column": {"type": "string", "default": "label"},
-                        "records": {"type": "array", "items": {"type": "object"}},
+                        "records": {
+                            "type": "array",
+                            "minItems": 1,
+                            "items": {
+                                "type": "object",
+                                "description": "A record: the text column (default 'text') "
+                                "is a string; the label column (default 'label') a string "
+                                "or a number.",
+                                "properties": {"text": {"type": "string"}},
+                            },
+                        },
                     },
                 }
             },
@@ -289,9 +329,11 @@ class JobParams(_Request):
 
 
 class JobCreate(_Request):
-    dataset_id: str = Field(description="The private dataset the job reads and is charged to.")
+    dataset_id: ResourceId = Field(
+        description="The private dataset the job reads and is charged to."
+    )
     method: JobMethod = JobMethod.ADADPSYN
-    public_dataset_id: str | None = Field(
+    public_dataset_id: ResourceId | None = Field(
         None,
         description="promptpate only (required): a public dataset of unlabelled texts that "
         "the teachers label; never charged.",
