@@ -17,6 +17,7 @@ from fastapi.responses import JSONResponse
 from sqlalchemy import exc as sa_exc
 from starlette.exceptions import HTTPException
 
+from app.llm.base import BackendError
 from app.log_redaction import describe_exception
 from app.services.errors import ServiceError
 
@@ -109,6 +110,17 @@ async def _database_unavailable(_request: Request, exc: Exception) -> JSONRespon
     )
 
 
+async def _backend_unavailable(_request: Request, exc: Exception) -> JSONResponse:
+    # The model server is down or refused the call; its message may quote the prompt.
+    log.warning("model backend unavailable: %s", describe_exception(exc))
+    return error_response(
+        503,
+        "backend_unavailable",
+        "the model backend is unavailable; retry later",
+        {"Retry-After": str(DATABASE_RETRY_AFTER_S)},
+    )
+
+
 async def _unexpected(_request: Request, exc: Exception) -> JSONResponse:
     # The type and the stack, not the message: a message may quote data.
     log.error("unhandled exception in a request: %s", describe_exception(exc))
@@ -121,4 +133,5 @@ def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(RequestValidationError, _validation_error)
     for kind in DATABASE_UNAVAILABLE:
         app.add_exception_handler(kind, _database_unavailable)
+    app.add_exception_handler(BackendError, _backend_unavailable)
     app.add_exception_handler(Exception, _unexpected)

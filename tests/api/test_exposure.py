@@ -114,3 +114,25 @@ def test_limits_and_outages_are_declared(
     assert error["content"]["application/json"]["schema"] == {
         "$ref": "#/components/schemas/ErrorBody"
     }
+
+
+def test_405_lists_every_method_of_the_path(api: Api) -> None:
+    for path, allowed in (
+        ("/v1/datasets", "GET, POST"),
+        ("/v1/datasets/abc", "DELETE, GET"),
+        ("/v1/datasets/abc/budget", "GET, PUT"),
+        ("/v1/keys", "GET, POST"),
+    ):
+        response = api.client.request("PATCH", path, headers=auth(api.admin))
+        assert response.status_code == 405
+        assert response.headers["allow"] == allowed
+
+
+def test_links_lead_from_created_ids_to_their_operations(api: Api) -> None:
+    schema = api.client.get("/openapi.json").json()
+    created = schema["paths"]["/v1/datasets"]["post"]["responses"]["201"]["links"]
+    targets = {link["operationId"]: link for link in created.values()}
+    get_dataset = schema["paths"]["/v1/datasets/{dataset_id}"]["get"]["operationId"]
+    assert targets[get_dataset]["parameters"] == {"dataset_id": "$response.body#/id"}
+    submit = schema["paths"]["/v1/jobs"]["post"]["operationId"]
+    assert targets[submit]["requestBody"]["dataset_id"] == "$response.body#/id"
