@@ -46,6 +46,27 @@ for _ in $(seq 120); do
   sleep 0.5
 done
 
+echo "== seeding: a private dataset with a budget, a job on it, a public dataset, a key"
+"$PY" - "$URL" "$KEY" <<'PY'
+"""Objects for the ID-taking operations to find (through the list operations' links)."""
+import sys, httpx
+
+url, key = sys.argv[1:]
+client = httpx.Client(base_url=url, headers={"Authorization": f"Bearer {key}"}, timeout=30)
+task = {"name": "toy", "kind": "classification", "instruction": "Write a question.",
+        "icl_instruction": "Classify the questions.", "text_field": "Question",
+        "label_field": "Type", "labels": ["a", "b"]}
+records = [{"text": f"seeded question {i}", "label": "ab"[i % 2]} for i in range(20)]
+dataset = client.post("/v1/datasets", json={"task": task, "records": records}).json()
+assert client.put(f"/v1/datasets/{dataset['id']}/budget", json={"epsilon": 2.0}).status_code == 200
+job = client.post("/v1/jobs", json={"dataset_id": dataset["id"], "method": "tang", "epsilon": 0.5,
+                                    "shots": 2, "params": {"M": 2, "N": 1, "tmax": 4, "K": 8}})
+assert job.status_code == 201, job.text
+public = client.post("/v1/datasets", json={"public": True, "records": records})
+assert public.status_code == 201, public.text
+assert client.post("/v1/keys", json={"scope": "prompts:read"}).status_code == 201
+PY
+
 echo "== schemathesis run ($EXAMPLES examples per operation, all checks, seed $SEED)"
 set +e
 "$ST" run "$URL/openapi.json" \

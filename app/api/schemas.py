@@ -121,6 +121,7 @@ class DatasetUploadForm(_Request):
     )
 
 
+_BOUNDED: dict[str, Any] = {"type": "string", "minLength": 1, "maxLength": 200}
 UPLOAD_OPENAPI: dict[str, Any] = {
     "requestBody": {
         "required": True,
@@ -137,6 +138,7 @@ UPLOAD_OPENAPI: dict[str, Any] = {
                         },
                         "task": {
                             "type": "string",
+                            "minLength": 1,
                             "description": "Task name or spec JSON; required unless public.",
                         },
                         "public": {
@@ -144,9 +146,9 @@ UPLOAD_OPENAPI: dict[str, Any] = {
                             "default": False,
                             "description": PUBLIC_DESCRIPTION,
                         },
-                        "name": {"type": "string"},
-                        "text_column": {"type": "string", "default": "text"},
-                        "label_column": {"type": "string", "default": "label"},
+                        "name": _BOUNDED,
+                        "text_column": {**_BOUNDED, "default": "text"},
+                        "label_column": {**_BOUNDED, "default": "label"},
                         "format": {"type": "string", "enum": ["csv", "tsv", "jsonl"]},
                     },
                 }
@@ -158,16 +160,16 @@ UPLOAD_OPENAPI: dict[str, Any] = {
                     "properties": {
                         "task": {
                             "description": "Task name or spec object; required unless public.",
-                            "anyOf": [{"type": "string"}, {"type": "object"}],
+                            "anyOf": [{"type": "string", "minLength": 1}, {"type": "object"}],
                         },
                         "public": {
                             "type": "boolean",
                             "default": False,
                             "description": PUBLIC_DESCRIPTION,
                         },
-                        "name": {"type": "string"},
-                        "text_column": {"type": "string", "default": "text"},
-                        "label_column": {"type": "string", "default": "label"},
+                        "name": _BOUNDED,
+                        "text_column": {**_BOUNDED, "default": "text"},
+                        "label_column": {**_BOUNDED, "default": "label"},
                         "records": {
                             "type": "array",
                             "minItems": 1,
