@@ -30,6 +30,8 @@ URL="http://127.0.0.1:$PORT"
 
 export PYTHONPATH=$ROOT DPSYN_BOOTSTRAP_API_KEY=$KEY
 unset DPSYN_DATABASE_URL DPSYN_BROKER_URL
+# SCHEMATHESIS_DATABASE_URL=postgresql+psycopg://...: the same run on an (empty) PostgreSQL.
+[[ -n ${SCHEMATHESIS_DATABASE_URL:-} ]] && export DPSYN_DATABASE_URL=$SCHEMATHESIS_DATABASE_URL
 if [[ ${SCHEMATHESIS_REAL_MODEL:-0} != 1 ]]; then
   export DPSYN_BACKEND=vllm DPSYN_VLLM_URL=http://127.0.0.1:9/v1 DPSYN_MODEL=unreachable
 fi
