@@ -31,8 +31,9 @@ def _utc(value: datetime) -> datetime:
 
 
 Timestamp = Annotated[datetime, AfterValidator(_utc)]
-Epsilon = Annotated[float, Field(gt=0, allow_inf_nan=False)]
-Delta = Annotated[float, Field(gt=0, lt=1, allow_inf_nan=False)]
+# Numbers are strict: JSON true is not an epsilon of 1, nor "2" a count of 2.
+Epsilon = Annotated[float, Field(gt=0, allow_inf_nan=False, strict=True)]
+Delta = Annotated[float, Field(gt=0, lt=1, allow_inf_nan=False, strict=True)]
 Name = Annotated[str, Field(min_length=1, max_length=200)]
 ResourceId = Annotated[str, Field(min_length=1, max_length=128)]  # IDs are 32 hex digits
 # Paging: a page of at most 500; an offset the databases' 64-bit integers can hold.
@@ -286,6 +287,8 @@ class JobParams(_Request):
     loop (tang, adadpsyn) takes M..lam; promptpate takes teachers..group_size (see
     app.pate.config.PateConfig). A parameter of the other family is refused."""
 
+    model_config = ConfigDict(extra="forbid", strict=True)  # numbers only, see Epsilon
+
     M: int | None = Field(None, description="Teacher subsets per token.")
     N: int | None = Field(None, description="Records per teacher subset.")
     tmax: int | None = Field(None, description="Maximum tokens per demonstration.")
@@ -344,6 +347,7 @@ class JobCreate(_Request):
     delta: Delta | None = Field(None, description="Default: the budget's delta.")
     shots: int = Field(
         4,
+        strict=True,
         ge=1,
         le=64,
         description="Demonstrations to generate (promptpate: in the student prompt).",

@@ -199,3 +199,15 @@ def dumps_task() -> str:
     import json
 
     return json.dumps(TOY_TASK)
+
+
+def test_numbers_are_not_booleans_or_strings(api: Api) -> None:
+    dataset = api.upload()
+    for body in ({"epsilon": True}, {"epsilon": "2"}, {"epsilon": 1.0, "delta": False}):
+        response = api.budget(dataset["id"], **{"epsilon": 1.0} | body)
+        assert response.status_code == 422, (body, response.text)
+    assert api.budget(dataset["id"], 2).status_code == 200  # an integer is a number
+    for extra in ({"shots": True}, {"params": {"M": True}}, {"params": {"M": "2"}}):
+        response = api.submit(dataset["id"], **extra)
+        assert response.status_code == 422, (extra, response.text)
+    assert api.submit(dataset["id"], 1).status_code == 201
