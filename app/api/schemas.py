@@ -5,7 +5,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from fastapi import Query
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
@@ -49,11 +49,12 @@ class _Request(BaseModel):
     hold (NUL, unpaired surrogates), wherever it sits, before a route sees it."""
 
     model_config = ConfigDict(extra="forbid")
+    stored: ClassVar[bool] = True  # False: never stored, so NUL is harmless (still UTF-8)
 
     @model_validator(mode="after")
     def _storable(self) -> Any:
         for name in type(self).model_fields:
-            problem = find_problem(getattr(self, name), name)
+            problem = find_problem(getattr(self, name), name, nul=self.stored)
             if problem:
                 raise ValueError(problem)
         return self
@@ -467,6 +468,7 @@ class PromptPublic(PromptSummary):
 
 
 class CompletionRequest(_Request):
+    stored: ClassVar[bool] = False
     query: str = Field(min_length=1, max_length=20_000, description="Never stored or logged.")
 
 

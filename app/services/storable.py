@@ -13,9 +13,9 @@ from __future__ import annotations
 from typing import Any
 
 
-def text_problem(text: str) -> str | None:
-    """Why ``text`` cannot be stored, or None."""
-    if "\x00" in text:
+def text_problem(text: str, *, nul: bool = True) -> str | None:
+    """Why ``text`` cannot be stored (``nul=False``: cannot be encoded), or None."""
+    if nul and "\x00" in text:
         return "contains a NUL character (U+0000), which the database cannot store"
     if not text.isascii():
         try:
@@ -25,19 +25,19 @@ def text_problem(text: str) -> str | None:
     return None
 
 
-def find_problem(value: Any, where: str) -> str | None:
+def find_problem(value: Any, where: str, *, nul: bool = True) -> str | None:
     """The first string inside ``value`` (dict keys included) that cannot be stored, as
     ``"<where>[i].key: <problem>"``, or None. Iterative: bodies may nest deeply."""
     stack: list[tuple[Any, str]] = [(value, where)]
     while stack:
         item, path = stack.pop()
         if isinstance(item, str):
-            problem = text_problem(item)
+            problem = text_problem(item, nul=nul)
             if problem:
                 return f"{path}: {problem}"
         elif isinstance(item, dict):
             for key, child in reversed(list(item.items())):
-                if isinstance(key, str) and (problem := text_problem(key)):
+                if isinstance(key, str) and (problem := text_problem(key, nul=nul)):
                     return f"{path}: a key {problem}"
                 name = str(key) if len(str(key)) <= 64 else f"{str(key)[:64]}..."
                 stack.append((child, f"{path}.{name}" if path else name))

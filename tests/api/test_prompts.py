@@ -270,3 +270,17 @@ def test_health_metrics_and_docs(world: World) -> None:
 def test_no_response_contained_record_text(world: World) -> None:
     world.api.client.assert_no_private_text()
     assert len(world.api.client.bodies) > 20
+
+
+def test_a_query_may_hold_nul_but_not_a_lone_surrogate(world: World) -> None:
+    """A query is never stored: NUL is just a character; an unpaired surrogate cannot be
+    encoded for the model, so it is a 422 rather than a failure inside the backend."""
+    client, path = world.api.client, f"/v1/prompts/{world.prompt_id}/complete"
+    answered = client.post(path, json={"query": "what\x00 is it"}, headers=auth(world.api.reader))
+    assert answered.status_code == 200, answered.text
+    refused = client.post(
+        path,
+        content=b'{"query": "what \\ud800 is it"}',
+        headers={**auth(world.api.reader), "Content-Type": "application/json"},
+    )
+    assert refused.status_code == 422 and "query" in error_of(refused)["message"]
