@@ -78,6 +78,7 @@ set +e
   --phases examples,coverage,fuzzing,stateful \
   --seed "$SEED" \
   --workers 1 \
+  --generation-database none \
   --request-timeout 30 \
   --no-color \
   --report junit,ndjson --report-dir "$OUT" 2>&1 | tee "$OUT/run.txt"
