@@ -16,10 +16,13 @@ from fastapi.concurrency import run_in_threadpool
 from sqlalchemy.orm import sessionmaker
 
 from app.api.errors import install_error_handlers
+from app.api.limits import install_limits
+from app.api.openapi import declare_errors, install_openapi
 from app.api.routes import budgets, datasets, health, jobs, keys, prompts
 from app.db.migrate import upgrade
 from app.db.session import get_engine
 from app.llm.provider import BackendProvider
+from app.log_redaction import install_log_redaction
 from app.services.metrics import make_registry
 from app.services.tenants import ensure_bootstrap_key
 from app.settings import Settings, get_settings
@@ -78,8 +81,12 @@ def create_app(
     )
     app.state.queue = queue
     app.state.backend_provider = provider
-    app.state.metrics = make_registry(sessions)
+    app.state.metrics = make_registry(sessions, per_dataset=settings.metrics_token is not None)
+    install_log_redaction()
     install_error_handlers(app)
+    install_limits(app, settings)
     for module in (datasets, budgets, jobs, prompts, keys, health):
+        declare_errors(module.router)
         app.include_router(module.router)
+    install_openapi(app)
     return app

@@ -38,6 +38,26 @@ class Settings(BaseSettings):
     )
     max_upload_bytes: int = Field(50 * 1024 * 1024, gt=0)
     max_records: int = Field(500_000, gt=0)
+    max_record_chars: int = Field(
+        100_000, gt=0, description="Longest text or label of one record, in characters."
+    )
+    max_body_bytes: int = Field(
+        1024 * 1024, gt=0, description="Largest request body on every route but uploads."
+    )
+    rate_limit_per_minute: int | None = Field(
+        None,
+        gt=0,
+        description="Requests per minute per API key (per server process); None: no limit.",
+    )
+    rate_limit_burst: int | None = Field(
+        None, gt=0, description="Requests a key may make at once; default: the per-minute rate."
+    )
+    metrics_token: str | None = Field(
+        None,
+        min_length=16,
+        description="Bearer token of /metrics. Unset: /metrics is open but has no per-tenant "
+        "or per-dataset series; set: it needs the token and adds them.",
+    )
     job_timeout_s: int = Field(6 * 3600, gt=0, description="Longest job; sizes visibility_timeout.")
     host: str = "127.0.0.1"
     port: int = 8000

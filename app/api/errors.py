@@ -8,18 +8,31 @@ record text or a query).
 from __future__ import annotations
 
 import logging
-import traceback
 from http import HTTPStatus
 from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from sqlalchemy import exc as sa_exc
 from starlette.exceptions import HTTPException
 
+from app.llm.base import BackendError
+from app.log_redaction import describe_exception
 from app.services.errors import ServiceError
 
 log = logging.getLogger(__name__)
+
+# Errors that mean "the database cannot be reached or cannot serve now" (a refused or lost
+# connection, a locked SQLite file, a pool that gave up waiting), as opposed to a bad
+# statement: the request may succeed later, so they answer 503, not 500.
+DATABASE_UNAVAILABLE: tuple[type[Exception], ...] = (
+    sa_exc.OperationalError,
+    sa_exc.InterfaceError,
+    sa_exc.DisconnectionError,
+    sa_exc.TimeoutError,
+)
+DATABASE_RETRY_AFTER_S = 5
 
 
 def error_response(
@@ -58,12 +71,22 @@ def describe_request_errors(errors: list[Any]) -> tuple[str, list[dict[str, str]
 async def _service_error(_request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, ServiceError)
     headers = {"WWW-Authenticate": "Bearer"} if exc.status == 401 else None
+    if exc.status == 503:
+        headers = {"Retry-After": str(DATABASE_RETRY_AFTER_S)}
     return error_response(exc.status, exc.error_code, exc.message, headers, **exc.extra)
+
+
+# What FastAPI says when a JSON body cannot be decoded other than by a syntax error (a
+# RecursionError on deep nesting, a bad encoding): said with the field and the likely cause.
+_FASTAPI_BODY_ERROR = "There was an error parsing the body"
 
 
 async def _http_error(_request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, HTTPException)
     message = exc.detail if isinstance(exc.detail, str) else _status_code_name(exc.status_code)
+    if exc.status_code == 400 and message == _FASTAPI_BODY_ERROR:
+        message = "body: cannot be parsed as JSON (bad encoding, or nested too deeply)"
+        return error_response(400, "invalid_json", message)
     return error_response(
         exc.status_code, _status_code_name(exc.status_code), message, exc.headers or None
     )
@@ -75,10 +98,32 @@ async def _validation_error(_request: Request, exc: Exception) -> JSONResponse:
     return error_response(422, "invalid", message, fields=fields)
 
 
+async def _database_unavailable(_request: Request, exc: Exception) -> JSONResponse:
+    # The driver's message names hosts, files and statements: the client gets none of it,
+    # the log only the type and where it was raised.
+    log.warning("database unavailable: %s", describe_exception(exc))
+    return error_response(
+        503,
+        "database_unavailable",
+        "the database is unavailable; retry later",
+        {"Retry-After": str(DATABASE_RETRY_AFTER_S)},
+    )
+
+
+async def _backend_unavailable(_request: Request, exc: Exception) -> JSONResponse:
+    # The model server is down or refused the call; its message may quote the prompt.
+    log.warning("model backend unavailable: %s", describe_exception(exc))
+    return error_response(
+        503,
+        "backend_unavailable",
+        "the model backend is unavailable; retry later",
+        {"Retry-After": str(DATABASE_RETRY_AFTER_S)},
+    )
+
+
 async def _unexpected(_request: Request, exc: Exception) -> JSONResponse:
     # The type and the stack, not the message: a message may quote data.
-    stack = "".join(traceback.format_tb(exc.__traceback__))
-    log.error("unhandled %s in a request\n%s", type(exc).__name__, stack)
+    log.error("unhandled exception in a request: %s", describe_exception(exc))
     return error_response(500, "internal", "internal error")
 
 
@@ -86,4 +131,7 @@ def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(ServiceError, _service_error)
     app.add_exception_handler(HTTPException, _http_error)
     app.add_exception_handler(RequestValidationError, _validation_error)
+    for kind in DATABASE_UNAVAILABLE:
+        app.add_exception_handler(kind, _database_unavailable)
+    app.add_exception_handler(BackendError, _backend_unavailable)
     app.add_exception_handler(Exception, _unexpected)

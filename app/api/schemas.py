@@ -5,9 +5,10 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from fastapi import Query
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
 from app.db.models import (
     ApiKey,
@@ -22,6 +23,7 @@ from app.db.models import (
 from app.privacy.accounting import Accounting
 from app.privacy.params import AdaDPSynVariant
 from app.services.budgets import BudgetView
+from app.services.storable import find_problem
 
 
 def _utc(value: datetime) -> datetime:
@@ -30,14 +32,33 @@ def _utc(value: datetime) -> datetime:
 
 
 Timestamp = Annotated[datetime, AfterValidator(_utc)]
-Epsilon = Annotated[float, Field(gt=0, allow_inf_nan=False)]
-Delta = Annotated[float, Field(gt=0, lt=1, allow_inf_nan=False)]
+# Numbers are strict: JSON true is not an epsilon of 1, nor "2" a count of 2.
+Epsilon = Annotated[float, Field(gt=0, allow_inf_nan=False, strict=True)]
+Delta = Annotated[float, Field(gt=0, lt=1, allow_inf_nan=False, strict=True)]
 Name = Annotated[str, Field(min_length=1, max_length=200)]
+ResourceId = Annotated[str, Field(min_length=1, max_length=128)]  # IDs are 32 hex digits
+# Paging: a page of at most 500; an offset the databases' 64-bit integers can hold.
+MAX_OFFSET = 2**63 - 1
+Limit = Annotated[int, Query(ge=1, le=500)]
+Offset = Annotated[int, Query(ge=0, le=MAX_OFFSET)]
+IdFilter = Annotated[str | None, Query(max_length=128)]
 Column = Annotated[str, Field(min_length=1, max_length=200)]
 
 
 class _Request(BaseModel):
+    """A request body: unknown fields are refused, and so is any string the stores cannot
+    hold (NUL, unpaired surrogates), wherever it sits, before a route sees it."""
+
     model_config = ConfigDict(extra="forbid")
+    stored: ClassVar[bool] = True  # False: never stored, so NUL is harmless (still UTF-8)
+
+    @model_validator(mode="after")
+    def _storable(self) -> Any:
+        for name in type(self).model_fields:
+            problem = find_problem(getattr(self, name), name, nul=self.stored)
+            if problem:
+                raise ValueError(problem)
+        return self
 
 
 class ErrorDetail(BaseModel):
@@ -72,7 +93,18 @@ class DatasetCreate(_Request):
     public: bool = Field(False, description=PUBLIC_DESCRIPTION)
     text_column: Column = "text"
     label_column: Column = Field("label", description="Ignored for a public dataset.")
-    records: list[dict[str, Any]] = Field(min_length=1)
+    records: list[dict[str, Any]] = Field(
+        min_length=1,
+        description="Objects holding the text column (a string) and the label column.",
+    )
+
+    @model_validator(mode="after")
+    def _texts_are_strings(self) -> DatasetCreate:
+        for i, record in enumerate(self.records):
+            if self.text_column in record and not isinstance(record[self.text_column], str):
+                column = self.text_column[:64]
+                raise ValueError(f"records[{i}].{column}: the text must be a string")
+        return self
 
 
 class DatasetUploadForm(_Request):
@@ -92,6 +124,7 @@ class DatasetUploadForm(_Request):
     )
 
 
+_BOUNDED: dict[str, Any] = {"type": "string", "minLength": 1, "maxLength": 200}
 UPLOAD_OPENAPI: dict[str, Any] = {
     "requestBody": {
         "required": True,
@@ -108,6 +141,7 @@ UPLOAD_OPENAPI: dict[str, Any] = {
                         },
                         "task": {
                             "type": "string",
+                            "minLength": 1,
                             "description": "Task name or spec JSON; required unless public.",
                         },
                         "public": {
@@ -115,9 +149,9 @@ UPLOAD_OPENAPI: dict[str, Any] = {
                             "default": False,
                             "description": PUBLIC_DESCRIPTION,
                         },
-                        "name": {"type": "string"},
-                        "text_column": {"type": "string", "default": "text"},
-                        "label_column": {"type": "string", "default": "label"},
+                        "name": _BOUNDED,
+                        "text_column": {**_BOUNDED, "default": "text"},
+                        "label_column": {**_BOUNDED, "default": "label"},
                         "format": {"type": "string", "enum": ["csv", "tsv", "jsonl"]},
                     },
                 }
@@ -129,17 +163,27 @@ UPLOAD_OPENAPI: dict[str, Any] = {
                     "properties": {
                         "task": {
                             "description": "Task name or spec object; required unless public.",
-                            "anyOf": [{"type": "string"}, {"type": "object"}],
+                            "anyOf": [{"type": "string", "minLength": 1}, {"type": "object"}],
                         },
                         "public": {
                             "type": "boolean",
                             "default": False,
                             "description": PUBLIC_DESCRIPTION,
                         },
-                        "name": {"type": "string"},
-                        "text_column": {"type": "string", "default": "text"},
-                        "label_column": {"type": "string", "default": "label"},
-                        "records": {"type": "array", "items": {"type": "object"}},
+                        "name": _BOUNDED,
+                        "text_column": {**_BOUNDED, "default": "text"},
+                        "label_column": {**_BOUNDED, "default": "label"},
+                        "records": {
+                            "type": "array",
+                            "minItems": 1,
+                            "items": {
+                                "type": "object",
+                                "description": "A record: the text column (default 'text') "
+                                "is a string; the label column (default 'label') a string "
+                                "or a number.",
+                                "properties": {"text": {"type": "string"}},
+                            },
+                        },
                     },
                 }
             },
@@ -245,6 +289,8 @@ class JobParams(_Request):
     loop (tang, adadpsyn) takes M..lam; promptpate takes teachers..group_size (see
     app.pate.config.PateConfig). A parameter of the other family is refused."""
 
+    model_config = ConfigDict(extra="forbid", strict=True)  # numbers only, see Epsilon
+
     M: int | None = Field(None, description="Teacher subsets per token.")
     N: int | None = Field(None, description="Records per teacher subset.")
     tmax: int | None = Field(None, description="Maximum tokens per demonstration.")
@@ -295,9 +341,11 @@ class JobParams(_Request):
 
 
 class JobCreate(_Request):
-    dataset_id: str = Field(description="The private dataset the job reads and is charged to.")
+    dataset_id: ResourceId = Field(
+        description="The private dataset the job reads and is charged to."
+    )
     method: JobMethod = JobMethod.ADADPSYN
-    public_dataset_id: str | None = Field(
+    public_dataset_id: ResourceId | None = Field(
         None,
         description="promptpate only (required): a public dataset of unlabelled texts that "
         "the teachers label; never charged.",
@@ -306,6 +354,7 @@ class JobCreate(_Request):
     delta: Delta | None = Field(None, description="Default: the budget's delta.")
     shots: int = Field(
         4,
+        strict=True,
         ge=1,
         le=64,
         description="Demonstrations to generate (promptpate: in the student prompt).",
@@ -425,6 +474,7 @@ class PromptPublic(PromptSummary):
 
 
 class CompletionRequest(_Request):
+    stored: ClassVar[bool] = False
     query: str = Field(min_length=1, max_length=20_000, description="Never stored or logged.")
 
 

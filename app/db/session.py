@@ -9,6 +9,8 @@ from functools import lru_cache
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.orm import Session, sessionmaker
 
+from app.db.files import create_private_sqlite_file
+
 
 @lru_cache
 def get_engine(url: str, *, readonly: bool = False) -> Engine:
@@ -17,6 +19,7 @@ def get_engine(url: str, *, readonly: bool = False) -> Engine:
     them run beside a writer), for requests that never write."""
     if not url.startswith("sqlite"):
         return _server_engine(url)
+    create_private_sqlite_file(url)  # the records are in it: mode 0600
     engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30})
 
     @event.listens_for(engine, "connect")

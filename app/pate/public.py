@@ -32,6 +32,8 @@ def _jsonl(path: Path, lines: list[str], field: str) -> list[str]:
             row = json.loads(line)
         except json.JSONDecodeError:
             raise DataError(f"{path}: line {number} is not valid JSON") from None
+        except RecursionError:
+            raise DataError(f"{path}: line {number} is JSON nested too deeply") from None
         if not isinstance(row, dict):
             raise DataError(f"{path}: line {number} is not a JSON object")
         if field not in row:

@@ -34,6 +34,7 @@ from app.synthesis.generator import partition_sizes
 from app.synthesis.tasks import BUILTIN_TASKS, TaskSpec, describe_validation_error
 
 from .errors import ConflictError, InvalidError, NotFoundError, TooLargeError
+from .storable import text_problem
 
 FORMATS = {".csv": ".csv", ".tsv": ".tsv", ".jsonl": ".jsonl", ".ndjson": ".jsonl"}
 _CHUNK = 1 << 20
@@ -59,6 +60,8 @@ def parse_task(value: str | Mapping[str, Any]) -> TaskSpec:
             value = json.loads(text)
         except json.JSONDecodeError as err:
             raise InvalidError(f"task: invalid JSON at position {err.pos}: {err.msg}") from None
+        except RecursionError:
+            raise InvalidError("task: invalid JSON: nested too deeply") from None
         if not isinstance(value, dict):
             raise InvalidError("task: a custom task spec must be a JSON object")
     try:
@@ -158,11 +161,13 @@ def store_upload(
     label_column: str,
     display_name: str,
     max_records: int,
+    max_record_chars: int,
 ) -> Dataset:
     """Parse an upload (``write(file)`` fills a temporary file) and store it; commits.
 
     A private dataset needs a task and reads both columns; a public one reads the text column
-    only, its task (optional) is metadata. ``name`` defaults to the task's name.
+    only, its task (optional) is metadata. ``name`` defaults to the task's name. Every record
+    is checked (storable text, at most ``max_record_chars``) before anything is inserted.
     """
     if task is None and not public:
         raise InvalidError(
@@ -171,10 +176,14 @@ def store_upload(
         )
     spec = parse_task(task) if task is not None else None
     name = name or (spec.name if spec is not None else "public")
+    if problem := text_problem(name):
+        raise InvalidError(f"name: {problem}")  # it may come from the uploaded file's name
+    name = name[:200]
     if public:
         texts = read_public_upload(
             write, suffix=suffix, text_column=text_column, display_name=display_name
         )
+        check_records([Record(text, "") for text in texts], max_record_chars)
         return create_public_dataset(
             session,
             tenant_id=tenant_id,
@@ -192,6 +201,7 @@ def store_upload(
         label_column=label_column,
         display_name=display_name,
     )
+    check_records(records, max_record_chars)
     return create_dataset(
         session, tenant_id=tenant_id, name=name, task=spec, records=records, max_records=max_records
     )
@@ -243,6 +253,21 @@ def create_public_dataset(
         record_count=len(texts),
     )
     return _store(session, dataset, [Record(text, "") for text in texts])
+
+
+def check_records(records: list[Record], max_chars: int) -> None:
+    """Refuse a record the database cannot store (422) or longer than ``max_chars`` (413),
+    naming its number and field, never its content."""
+    for number, record in enumerate(records, start=1):
+        for field, value in (("text", record.text), ("label", record.label)):
+            if len(value) > max_chars:
+                raise TooLargeError(
+                    f"record {number}: the {field} has {len(value)} characters, more than the "
+                    f"limit of {max_chars} per record (DPSYN_MAX_RECORD_CHARS)",
+                    limit=max_chars,
+                )
+            if problem := text_problem(value):
+                raise InvalidError(f"record {number}: the {field} {problem}")
 
 
 def _check_size(count: int, max_records: int) -> None:

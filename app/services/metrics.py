@@ -9,6 +9,10 @@ queries it on every scrape instead of counting in this process:
 * ``dpsyn_ledger_epsilon_spent{tenant_id,dataset_id,accounting}`` -- composed epsilon of each
   budgeted dataset (``ledger.spend``), and ``dpsyn_budget_epsilon`` its total.
 
+The last two carry tenant and dataset IDs and spend, so they are only collected when
+``per_dataset`` is true: the API does that only when a metrics token is configured and the
+scraper sent it (``DPSYN_METRICS_TOKEN``); an open ``/metrics`` has the aggregates only.
+
 Composing a dataset's events takes time, so each dataset's spend is cached until its ledger
 or budget changes.
 """
@@ -29,8 +33,9 @@ from app.ledger import ledger
 
 
 class DpsynCollector(Collector):
-    def __init__(self, sessions: sessionmaker[Session]) -> None:
+    def __init__(self, sessions: sessionmaker[Session], *, per_dataset: bool = True) -> None:
         self._sessions = sessions
+        self._per_dataset = per_dataset
         self._lock = threading.Lock()
         self._spend: dict[str, tuple[tuple[object, ...], float]] = {}
 
@@ -58,13 +63,14 @@ class DpsynCollector(Collector):
                 Job.method != JobMethod.PROMPTPATE.value
             )
             tokens.add_metric([], float(session.scalar(steps) or 0))
-            for budget, tenant_id, last_entry in self._budgets(session):
+            budgets = self._budgets(session) if self._per_dataset else []
+            for budget, tenant_id, last_entry in budgets:
                 labels_of = [tenant_id, budget.dataset_id, budget.accounting]
                 epsilon = self._spent(session, budget, last_entry)
                 spent.add_metric(labels_of, epsilon)
                 total.add_metric(labels_of, budget.epsilon)
             session.rollback()
-        yield from (jobs, tokens, spent, total)
+        yield from (jobs, tokens, spent, total) if self._per_dataset else (jobs, tokens)
 
     @staticmethod
     def _budgets(session: Session) -> list[tuple[Budget, str, int | None]]:
@@ -93,7 +99,9 @@ class DpsynCollector(Collector):
         return value
 
 
-def make_registry(sessions: sessionmaker[Session]) -> CollectorRegistry:
+def make_registry(
+    sessions: sessionmaker[Session], *, per_dataset: bool = True
+) -> CollectorRegistry:
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(DpsynCollector(sessions))
+    registry.register(DpsynCollector(sessions, per_dataset=per_dataset))
     return registry

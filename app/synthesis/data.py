@@ -96,6 +96,11 @@ def read_sst2(path: str | Path) -> list[Record]:
 
 # AG News escapes some characters as HTML entities without the '&' ("#39;", "quot;"), marks
 # line breaks with a backslash and keeps a few formatting tags ("<strong>Opinion</strong>").
+# csv refuses fields over 128 KB by default, which a reader can only report as "not valid
+# CSV". A field is bounded by the file's size instead (uploads have a size limit); the service
+# caps one record's length itself, with a message that names the limit.
+csv.field_size_limit(max(csv.field_size_limit(), 1 << 30))
+
 _BARE_ENTITY = re.compile(r"(?<!&)(#\d+;|quot;|amp;|lt;|gt;)")
 _FORMAT_TAG = re.compile(r"</?(?:a|b|br|em|font|i|p|span|strong|u)\b[^>]*>", re.IGNORECASE)
 
@@ -198,6 +203,8 @@ def _read_jsonl(path: Path, lines: list[str], text_col: str, label_col: str) -> 
             row = json.loads(line)
         except json.JSONDecodeError:
             raise DataError(f"{path}: line {number} is not valid JSON") from None
+        except RecursionError:
+            raise DataError(f"{path}: line {number} is JSON nested too deeply") from None
         if not isinstance(row, dict):
             raise DataError(f"{path}: line {number} is not a JSON object")
         _check_columns(path, row, text_col, label_col)

@@ -19,6 +19,8 @@ from app.synthesis.tasks import TaskSpec
 from tests.api.conftest import BOOTSTRAP_KEY, MARKER, TOY_TASK, Api, auth, error_of, make_api
 from tests.synthesis.fake_backend import FakeBackend
 
+METRICS_TOKEN = "metrics-token-of-the-prompt-tests-0123456789"
+
 
 @dataclass
 class World:
@@ -34,7 +36,7 @@ class World:
 def world_api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Api]:
     url = f"sqlite:///{tmp_path_factory.mktemp('world') / 'dpsyn.db'}"
     upgrade(url)
-    yield from make_api(url)
+    yield from make_api(url, metrics_token=METRICS_TOKEN)
 
 
 @pytest.fixture(scope="module")
@@ -247,7 +249,7 @@ def test_authentication(world: World) -> None:
 def test_health_metrics_and_docs(world: World) -> None:
     client = world.api.client
     assert client.get("/healthz").json() == {"status": "ok", "database": "reachable"}
-    response = client.get("/metrics")
+    response = client.get("/metrics", headers=auth(METRICS_TOKEN))  # per-dataset series
     assert response.status_code == 200
     assert response.headers["content-type"].startswith("text/plain")
     families = {f.name: f for f in text_string_to_metric_families(response.text)}
@@ -259,7 +261,8 @@ def test_health_metrics_and_docs(world: World) -> None:
         s.labels["dataset_id"]: s.value for s in families["dpsyn_ledger_epsilon_spent"].samples
     }
     assert spent[world.dataset["id"]] == pytest.approx(world.job["epsilon"], rel=1e-3)
-    assert client.get("/metrics").text == response.text  # cached spend, same answer
+    again = client.get("/metrics", headers=auth(METRICS_TOKEN))
+    assert again.text == response.text  # cached spend, same answer
     assert "/v1/datasets" in client.get("/openapi.json").json()["paths"]
     assert client.get("/docs").status_code == 200
 
@@ -267,3 +270,17 @@ def test_health_metrics_and_docs(world: World) -> None:
 def test_no_response_contained_record_text(world: World) -> None:
     world.api.client.assert_no_private_text()
     assert len(world.api.client.bodies) > 20
+
+
+def test_a_query_may_hold_nul_but_not_a_lone_surrogate(world: World) -> None:
+    """A query is never stored: NUL is just a character; an unpaired surrogate cannot be
+    encoded for the model, so it is a 422 rather than a failure inside the backend."""
+    client, path = world.api.client, f"/v1/prompts/{world.prompt_id}/complete"
+    answered = client.post(path, json={"query": "what\x00 is it"}, headers=auth(world.api.reader))
+    assert answered.status_code == 200, answered.text
+    refused = client.post(
+        path,
+        content=b'{"query": "what \\ud800 is it"}',
+        headers={**auth(world.api.reader), "Content-Type": "application/json"},
+    )
+    assert refused.status_code == 422 and "query" in error_of(refused)["message"]

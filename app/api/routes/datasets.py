@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Any
 
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
 from pydantic import ValidationError
@@ -15,9 +15,16 @@ from starlette.datastructures import UploadFile
 from starlette.formparsers import MultiPartException
 
 from app.api.deps import AdminKey, SessionDep, SettingsDep
-from app.api.schemas import UPLOAD_OPENAPI, DatasetCreate, DatasetPublic, DatasetUploadForm
+from app.api.schemas import (
+    UPLOAD_OPENAPI,
+    DatasetCreate,
+    DatasetPublic,
+    DatasetUploadForm,
+    Limit,
+    Offset,
+)
 from app.services import datasets as service
-from app.services.errors import InvalidError, UnsupportedMediaTypeError
+from app.services.errors import InvalidError, ServiceError, UnsupportedMediaTypeError
 from app.settings import Settings
 
 router = APIRouter(prefix="/v1/datasets", tags=["datasets"])
@@ -94,6 +101,8 @@ async def upload_dataset(
             payload = json.loads(body)
         except (json.JSONDecodeError, UnicodeDecodeError):
             raise InvalidError("body: not valid JSON") from None
+        except RecursionError:
+            raise ServiceError("body: JSON nested too deeply", code="invalid_json") from None
         try:
             meta_json = DatasetCreate.model_validate(payload)
         except ValidationError as err:
@@ -124,6 +133,7 @@ def _from_file(
         label_column=meta.label_column,
         display_name=display,
         max_records=settings.max_records,
+        max_record_chars=settings.max_record_chars,
     )
     return DatasetPublic.from_row(dataset)
 
@@ -143,6 +153,7 @@ def _from_json(
         label_column=meta.label_column,
         display_name="records",
         max_records=settings.max_records,
+        max_record_chars=settings.max_record_chars,
     )
     return DatasetPublic.from_row(dataset)
 
@@ -152,8 +163,8 @@ def list_datasets(
     principal: AdminKey,
     session: SessionDep,
     include_deleted: bool = False,
-    limit: Annotated[int, Query(ge=1, le=500)] = 100,
-    offset: Annotated[int, Query(ge=0)] = 0,
+    limit: Limit = 100,
+    offset: Offset = 0,
 ) -> list[DatasetPublic]:
     rows = service.list_datasets(
         session, principal.tenant_id, include_deleted=include_deleted, limit=limit, offset=offset

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Annotated
-
-from fastapi import APIRouter, Query
+from fastapi import APIRouter
 
 from app.api.deps import AdminKey, QueueDep, SessionDep
-from app.api.schemas import JobCreate, JobPublic
+from app.api.schemas import IdFilter, JobCreate, JobPublic, Limit, Offset
 from app.db.models import JobStatus
 from app.services import jobs as service
 
@@ -44,9 +42,9 @@ def list_jobs(
     principal: AdminKey,
     session: SessionDep,
     status: JobStatus | None = None,
-    dataset_id: str | None = None,
-    limit: Annotated[int, Query(ge=1, le=500)] = 100,
-    offset: Annotated[int, Query(ge=0)] = 0,
+    dataset_id: IdFilter = None,
+    limit: Limit = 100,
+    offset: Offset = 0,
 ) -> list[JobPublic]:
     rows = service.list_jobs(
         session,

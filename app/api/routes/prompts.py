@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
-from typing import Annotated
-
-from fastapi import APIRouter, Query
+from fastapi import APIRouter
 
 from app.api.deps import AnyKey, ProviderDep, SessionDep
-from app.api.schemas import CompletionPublic, CompletionRequest, PromptPublic, PromptSummary
+from app.api.schemas import (
+    CompletionPublic,
+    CompletionRequest,
+    IdFilter,
+    Limit,
+    Offset,
+    PromptPublic,
+    PromptSummary,
+)
 from app.services import prompts as service
 
 router = APIRouter(prefix="/v1/prompts", tags=["prompts"])
@@ -17,9 +23,9 @@ router = APIRouter(prefix="/v1/prompts", tags=["prompts"])
 def list_prompts(
     principal: AnyKey,
     session: SessionDep,
-    dataset_id: str | None = None,
-    limit: Annotated[int, Query(ge=1, le=500)] = 100,
-    offset: Annotated[int, Query(ge=0)] = 0,
+    dataset_id: IdFilter = None,
+    limit: Limit = 100,
+    offset: Offset = 0,
 ) -> list[PromptSummary]:
     rows = service.list_prompt_sets(
         session, principal.tenant_id, dataset_id=dataset_id, limit=limit, offset=offset

@@ -1,0 +1,188 @@
+"""Checks every request passes before a route sees it: its path and query, the caller's rate,
+and the size of its body.
+
+They run as one ASGI middleware, ahead of routing and of any database work, because each
+guards something a route cannot: a NUL character in a path or query would reach the database
+(PostgreSQL refuses it with an error, not a miss); an ID of megabytes would be echoed in a 404
+message; a body is parsed whole by FastAPI before a route can look at its size; and a key
+that floods the service should be turned away before it takes a database connection.
+
+* Path: a NUL character, or a segment longer than ``MAX_SEGMENT`` (IDs are 32 characters),
+  answers 404 ``not_found`` without echoing it.
+* Query: a NUL character in a parameter answers 422 ``invalid`` naming the parameter.
+* Rate: with ``DPSYN_RATE_LIMIT_PER_MINUTE`` set, each API key (told apart by a hash of the
+  bearer token, so before any database lookup) has a token bucket of that many requests per
+  minute and a burst of ``DPSYN_RATE_LIMIT_BURST`` (default: the per-minute count); past it,
+  429 ``rate_limited`` with ``Retry-After``. Off by default. Per server process: behind
+  several processes a key gets that many per process. ``/healthz``, ``/metrics`` and the docs
+  are not limited.
+* Body: ``DPSYN_MAX_BODY_BYTES`` on every route but the dataset upload, which has
+  ``DPSYN_MAX_UPLOAD_BYTES`` (plus room for the multipart framing). A declared
+  ``Content-Length`` over the limit answers 413 at once; a body sent without one is counted
+  as it streams, and reading past the limit answers 413 (``too_large``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import threading
+import time
+from collections import OrderedDict
+from typing import Any
+from urllib.parse import parse_qsl
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from app.api.errors import error_response
+from app.settings import Settings
+
+MAX_SEGMENT = 128
+UPLOAD_OVERHEAD = 64 * 1024  # multipart boundaries and the small form fields around the file
+UNLIMITED_PATHS = frozenset({"/healthz", "/metrics", "/docs", "/redoc", "/openapi.json"})
+_MAX_BUCKETS = 10_000
+
+
+class BodyTooLarge(HTTPException):
+    """Raised from the request's body stream once it passes its limit. An HTTPException,
+    because FastAPI turns any other error while reading a body into a 400."""
+
+    def __init__(self, limit: int, setting: str) -> None:
+        super().__init__(413, too_large_message(limit, setting))
+        self.limit = limit
+
+
+def too_large_message(limit: int, setting: str) -> str:
+    return f"the request body exceeds the limit of {limit} bytes ({setting})"
+
+
+class RateLimiter:
+    """Token buckets per key: ``rate`` requests per second, up to ``burst`` at once."""
+
+    def __init__(self, per_minute: int, burst: int) -> None:
+        self.rate, self.burst = per_minute / 60.0, float(burst)
+        self._buckets: OrderedDict[str, tuple[float, float]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def acquire(self, key: str, now: float | None = None) -> float:
+        """0 if the request may go ahead (and it is counted), else seconds to wait."""
+        now = time.monotonic() if now is None else now
+        with self._lock:
+            tokens, last = self._buckets.pop(key, (self.burst, now))
+            tokens = min(self.burst, tokens + (now - last) * self.rate)
+            wait = 0.0 if tokens >= 1 else (1 - tokens) / self.rate
+            self._buckets[key] = (tokens - 1 if wait == 0 else tokens, now)
+            while len(self._buckets) > _MAX_BUCKETS:  # forget the longest-idle keys
+                self._buckets.popitem(last=False)
+            return wait
+
+
+class RequestLimits:
+    def __init__(self, app: ASGIApp, settings: Settings) -> None:
+        self.app = app
+        self.settings = settings
+        per_minute = settings.rate_limit_per_minute
+        self.limiter = (
+            RateLimiter(per_minute, settings.rate_limit_burst or per_minute) if per_minute else None
+        )
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        refusal = self._refusal(scope)
+        if refusal is not None:
+            await refusal(scope, receive, send)
+            return
+        limit, stated, setting = self._body_limit(scope)
+        length = _header(scope, b"content-length")
+        if length is not None and length.isdigit() and int(length) > limit:
+            response = error_response(
+                413, "too_large", too_large_message(stated, setting), limit=stated
+            )
+            await response(scope, receive, send)
+            return
+        seen = 0
+
+        async def limited() -> Message:
+            nonlocal seen
+            message = await receive()
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > limit:
+                    raise BodyTooLarge(stated, setting)
+            return message
+
+        await self.app(scope, limited, send)
+
+    def _refusal(self, scope: Scope) -> Any:
+        path: str = scope["path"]
+        if "\x00" in path or any(len(part) > MAX_SEGMENT for part in path.split("/")):
+            return error_response(
+                404,
+                "not_found",
+                f"not found: no resource has such a path (IDs are at most {MAX_SEGMENT} "
+                "characters and contain no NUL)",
+            )
+        query = scope.get("query_string", b"")
+        if b"%00" in query.lower() or b"\x00" in query:
+            for name, value in parse_qsl(query.decode("latin-1"), keep_blank_values=True):
+                if "\x00" in name or "\x00" in value:
+                    shown = name.replace("\x00", "?")[:MAX_SEGMENT]
+                    return error_response(
+                        422,
+                        "invalid",
+                        f"{shown} (query): contains a NUL character (U+0000)",
+                        fields=[{"field": f"{shown} (query)", "message": "contains NUL"}],
+                    )
+        if self.limiter is not None and path not in UNLIMITED_PATHS:
+            token = _bearer(scope)
+            if token:
+                wait = self.limiter.acquire(hashlib.sha256(token).hexdigest())
+                if wait > 0:
+                    retry = max(1, math.ceil(wait))
+                    return error_response(
+                        429,
+                        "rate_limited",
+                        f"too many requests for this API key: at most "
+                        f"{self.settings.rate_limit_per_minute} per minute "
+                        f"(DPSYN_RATE_LIMIT_PER_MINUTE); retry in {retry} s",
+                        {"Retry-After": str(retry)},
+                        retry_after=retry,
+                    )
+        return None
+
+    def _body_limit(self, scope: Scope) -> tuple[int, int, str]:
+        """The bytes allowed, the limit to state, and its setting."""
+        if scope["method"] == "POST" and scope["path"].rstrip("/") == "/v1/datasets":
+            upload = self.settings.max_upload_bytes
+            return upload + UPLOAD_OVERHEAD, upload, "DPSYN_MAX_UPLOAD_BYTES"
+        return self.settings.max_body_bytes, self.settings.max_body_bytes, "DPSYN_MAX_BODY_BYTES"
+
+
+def _header(scope: Scope, name: bytes) -> str | None:
+    for key, value in scope.get("headers", []):
+        if key.lower() == name:
+            return value.decode("latin-1")
+    return None
+
+
+def _bearer(scope: Scope) -> bytes | None:
+    value = _header(scope, b"authorization")
+    if value is None:
+        return None
+    scheme, _, token = value.partition(" ")
+    return token.strip().encode("latin-1") if scheme.lower() == "bearer" and token else None
+
+
+async def _body_too_large(_request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, BodyTooLarge)
+    return error_response(413, "too_large", str(exc.detail), limit=exc.limit)
+
+
+def install_limits(app: FastAPI, settings: Settings) -> None:
+    app.add_middleware(RequestLimits, settings=settings)  # type: ignore[arg-type]
+    app.add_exception_handler(BodyTooLarge, _body_too_large)
