@@ -19,6 +19,7 @@ and refused in production.
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 from typing import Any
@@ -28,6 +29,7 @@ from celery.signals import worker_process_init, worker_ready, worker_shutdown
 
 from app.db.session import get_engine
 from app.llm.provider import BackendProvider, StaticProvider
+from app.log_redaction import describe_exception, install_log_redaction
 from app.settings import Settings, get_settings
 from workers.lease import LeaseConfig, Reaper
 from workers.runner import DatabaseUnavailableError, run_job
@@ -87,6 +89,8 @@ class CeleryQueue:
 
 # --- the worker process ---------------------------------------------------------------------
 
+install_log_redaction()  # exception messages can quote private records: types and places only
+logger = logging.getLogger(__name__)
 settings = get_settings()
 app = make_celery(settings) if settings.broker_url else Celery("dpsyn", set_as_current=False)
 lease = LeaseConfig.from_settings(settings)
@@ -133,5 +137,11 @@ def run_job_task(self: Task, job_id: str) -> None:
             timeout_s=settings.job_timeout_s,
             lease=lease,
         )
-    except DatabaseUnavailableError as err:
-        raise self.retry(countdown=CLAIM_RETRY_S, max_retries=None, exc=err) from None
+    except DatabaseUnavailableError:
+        raise self.retry(
+            countdown=CLAIM_RETRY_S, max_retries=None, exc=DatabaseUnavailableError()
+        ) from None
+    except Exception as err:
+        # Celery would log the exception's text as a plain string (out of reach of the log
+        # redaction). The runner has recorded what it could; the job's lease settles the rest.
+        logger.error("job %s: task failed: %s", job_id, describe_exception(err))
