@@ -55,7 +55,7 @@ class Settings(BaseSettings):
         "None: request_threads. 0: no limit.",
     )
     max_waiting_requests: int = Field(
-        100, ge=0, description="Requests that may wait for a slot; past it, 503 at once."
+        1000, ge=0, description="Requests that may wait for a slot; past it, 503 at once."
     )
     admission_wait_s: float = Field(
         0.5, ge=0, description="Longest wait for a slot before 503 (keeps latency bounded)."

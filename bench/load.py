@@ -123,6 +123,7 @@ class Level:
     cut_off: int = 0  # requests still in flight when the level ended (after the drain)
     health: list[tuple[object, float]] = field(default_factory=list)
     recovery_s: float | None = None
+    server_cpu_s: float = 0.0  # the server process's CPU time during the load
 
     @property
     def answers(self) -> int:
@@ -158,11 +159,22 @@ class Level:
             "health_ok": sum(1 for s, _ in self.health if s == 200),
             "health_max_ms": max((t for _, t in self.health), default=0) * 1000,
             "recovery_s": self.recovery_s,
+            "server_cpu_ms_per_answer": (
+                round(self.server_cpu_s * 1000 / self.answers, 2) if self.answers else None
+            ),
         }
 
 
-async def run_level(port: int, path: str, key: str, args, clients: int) -> Level:
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process (Linux): a cost per request that, unlike the
+    throughput, hardly depends on what else the machine is running."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+async def run_level(port: int, path: str, key: str, args, clients: int, pid: int) -> Level:
     level = Level(clients)
+    cpu_before = cpu_seconds(pid)
     headers = {"Authorization": f"Bearer {key}"}
     budget = {"left": args.max_requests}
     stop = asyncio.Event()
@@ -203,6 +215,7 @@ async def run_level(port: int, path: str, key: str, args, clients: int) -> Level
     stop.set()  # no new requests; those in flight may finish during the drain
     _, pending = await asyncio.wait(tasks, timeout=args.drain)
     level.seconds = time.perf_counter() - started
+    level.server_cpu_s = cpu_seconds(pid) - cpu_before
     level.cut_off = len(pending)
     for task in pending:
         task.cancel()
@@ -228,9 +241,12 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_server(data_dir: Path, database_url: str | None, port: int, log) -> subprocess.Popen:
+def start_server(
+    data_dir: Path, database_url: str | None, port: int, log, extra_env: dict[str, str]
+) -> subprocess.Popen:
     env = {k: v for k, v in os.environ.items() if not k.startswith("DPSYN_")}
     env.update({"PYTHONPATH": str(ROOT), "DPSYN_HOST": HOST, "DPSYN_PORT": str(port)})
+    env.update(extra_env)
     if database_url:
         env["DPSYN_DATABASE_URL"] = database_url
     command = [sys.executable, "-c", "from app.cli import main; main()", "serve",
@@ -281,7 +297,8 @@ def report(levels: list[Level], store: str) -> None:
         print(f"{level.clients:>7} {level.answers:>8} {d['throughput']:>7.1f} "
               f"{d['throughput_2xx']:>7.1f} {fmt(d['p50_ms']):>8} {fmt(d['p99_ms']):>8} "
               f"{health:>9} {recover:>8}  {statuses} {errors}{extra}")  # fmt: skip
-        print(f"{'':>7} healthz max latency {d['health_max_ms']:.0f} ms")
+        cpu = fmt(d["server_cpu_ms_per_answer"], ".2f")
+        print(f"{'':>7} healthz max {d['health_max_ms']:.0f} ms, server CPU {cpu} ms/answer")
 
 
 def verdict(levels: list[Level], min_throughput: float) -> list[str]:
@@ -332,6 +349,13 @@ def main() -> int:
     parser.add_argument("--min-throughput", type=float, default=260.0)
     parser.add_argument("--honor-retry-after", action="store_true")
     parser.add_argument("--json", type=Path, help="also write the figures here")
+    parser.add_argument(
+        "--server-env",
+        action="append",
+        default=[],
+        metavar="DPSYN_X=V",
+        help="a setting for the server (e.g. DPSYN_REQUEST_THREADS=16); repeatable",
+    )
     args = parser.parse_args()
 
     with tempfile.TemporaryDirectory(prefix="dpsyn-load-") as tmp:
@@ -344,15 +368,17 @@ def main() -> int:
             get_engine(url).dispose()
             port = free_port()
             with open(data_dir / "server.log", "w+b") as log:
-                server = start_server(data_dir, url if created else None, port, log)
+                extra = dict(item.split("=", 1) for item in args.server_env)
+                server = start_server(data_dir, url if created else None, port, log, extra)
                 path = f"/v1/prompts/{prompt_id}"
                 levels: list[Level] = []
                 try:
                     warm = argparse.Namespace(**{**vars(args), "duration": 2.0})
-                    asyncio.run(run_level(port, path, key, warm, 4))
+                    asyncio.run(run_level(port, path, key, warm, 4, server.pid))
                     for clients in (int(x) for x in args.levels.split(",")):
                         print(f"... {clients} clients", file=sys.stderr, flush=True)
-                        levels.append(asyncio.run(run_level(port, path, key, args, clients)))
+                        level = asyncio.run(run_level(port, path, key, args, clients, server.pid))
+                        levels.append(level)
                 finally:
                     stop_server(server)
                 log.seek(0)
@@ -361,7 +387,7 @@ def main() -> int:
             if created:
                 drop_database(args.database_url, *created)
     store = "postgresql" if created else "sqlite"
-    report(levels, store)
+    report(levels, store + "".join(f" {item}" for item in args.server_env))
     print(f"server log: {tracebacks} tracebacks")
     if args.json:
         args.json.write_text(json.dumps([x.as_dict() for x in levels], indent=1))
