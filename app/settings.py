@@ -45,8 +45,13 @@ class Settings(BaseSettings):
     # most one connection of each pool at a time, so with ``max_concurrent_requests`` no larger
     # than ``db_pool_size`` no request ever queues for a connection; past the limit the
     # server answers 503 with Retry-After at once instead of letting requests pile up.
+    # 16, not anyio's 40: one Python process serves a few hundred requests a second at
+    # most, so more handlers at once only add lock and CPU contention (bench/load.py: on 2
+    # cores, 40 at once cost 30% more CPU per answer than 8); 16 still covers database
+    # waits and a few slow backend calls. Raise it for many concurrent /complete calls to
+    # a remote vLLM server.
     request_threads: int = Field(
-        40, gt=0, description="Threads running the API's blocking handlers (anyio's pool)."
+        16, gt=0, description="Threads running the API's blocking handlers (anyio's pool)."
     )
     max_concurrent_requests: int | None = Field(
         None,
