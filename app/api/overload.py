@@ -77,7 +77,6 @@ class AdmissionGate:
         self.ungated = frozenset(ungated)
         self.active = 0
         self.waiters: deque[anyio.Event] = deque()
-        self.rejected = 0
         body = overloaded_response(retry_after_s, "too many requests in progress")
         self._reject_start = {
             "type": "http.response.start",
@@ -95,7 +94,6 @@ class AdmissionGate:
             await self.app(scope, receive, send)
             return
         if not await self._admit():
-            self.rejected += 1
             await send(self._reject_start)
             await send(self._reject_body)
             return
