@@ -93,6 +93,17 @@ def test_a_saturated_pool_answers_503_with_retry_after_fast_and_healthz_answers(
     assert api.client.get("/v1/prompts", headers=auth(api.reader)).status_code == 200
 
 
+def test_a_request_needs_one_connection_at_a_time(store_url: str) -> None:
+    """With one connection per pool and no waiting for it, reads and writes still work: the
+    key check returns its connection before the handler takes one."""
+    for api in make_api(store_url, request_threads=1, db_pool_timeout_s=0.2):
+        assert api.client.get("/v1/prompts", headers=auth(api.reader)).status_code == 200
+        created = api.client.post("/v1/keys", json={}, headers=auth(api.admin))
+        assert created.status_code == 201, created.text
+        listed = api.client.get("/v1/keys", headers=auth(api.admin))
+        assert created.json()["id"] in {key["id"] for key in listed.json()}
+
+
 def test_more_clients_than_threads_get_answers_not_500s(store_url: str) -> None:
     """The collapse of issue 10 in miniature: 120 concurrent requests, more than the request
     threads (anyio's 40 before the fix), with the default settings. Before the fix the
