@@ -55,7 +55,8 @@ def _close(session: Session) -> None:
     session.close()
 
 
-SessionDep = Annotated[Session, Depends(get_session)]
+# scope="function": closed when the handler's response is built, not after it is sent.
+SessionDep = Annotated[Session, Depends(get_session, scope="function")]
 
 
 # Dependencies that do no I/O are ``async def``: FastAPI runs a plain ``def`` dependency in
