@@ -18,9 +18,10 @@ from sqlalchemy.orm import sessionmaker
 from app.api.errors import install_error_handlers
 from app.api.limits import install_limits
 from app.api.openapi import declare_errors, install_openapi
+from app.api.overload import install_overload_protection
 from app.api.routes import budgets, datasets, health, jobs, keys, prompts
 from app.db.migrate import upgrade
-from app.db.session import get_engine
+from app.db.session import PoolLimits, get_engine
 from app.llm.provider import BackendProvider
 from app.log_redaction import install_log_redaction
 from app.services.metrics import make_registry
@@ -66,7 +67,14 @@ def create_app(
 
         upgrade(settings.database_url)  # an in-process queue reads unfinished jobs at once
         queue = make_queue(settings, provider)
-    sessions = sessionmaker(bind=get_engine(settings.database_url), expire_on_commit=False)
+    # The API's pools are sized by the settings (one connection per request thread, a short
+    # checkout timeout); scripts and workers keep the default engines.
+    pool = PoolLimits(
+        size=settings.db_pool_size or 1, overflow=0, timeout_s=settings.db_pool_timeout_s
+    )
+    sessions = sessionmaker(
+        bind=get_engine(settings.database_url, pool=pool), expire_on_commit=False
+    )
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
@@ -77,13 +85,16 @@ def create_app(
     app.state.settings = settings
     app.state.sessions = sessions
     app.state.read_sessions = sessionmaker(
-        bind=get_engine(settings.database_url, readonly=True), expire_on_commit=False
+        bind=get_engine(settings.database_url, readonly=True, pool=pool), expire_on_commit=False
     )
     app.state.queue = queue
     app.state.backend_provider = provider
     app.state.metrics = make_registry(sessions, per_dataset=settings.metrics_token is not None)
     install_log_redaction()
     install_error_handlers(app)
+    # The last middleware added runs first: a request is checked (path, rate, body size)
+    # before it may take one of the admission slots.
+    install_overload_protection(app, settings)
     install_limits(app, settings)
     for module in (datasets, budgets, jobs, prompts, keys, health):
         declare_errors(module.router)

@@ -61,6 +61,53 @@ class Settings(BaseSettings):
     job_timeout_s: int = Field(6 * 3600, gt=0, description="Longest job; sizes visibility_timeout.")
     host: str = "127.0.0.1"
     port: int = 8000
+    # Capacity (see docs/service.md, "Capacity and overload"). One admitted request holds at
+    # most one connection of each pool at a time, so with ``max_concurrent_requests`` no larger
+    # than ``db_pool_size`` no request ever queues for a connection; past the limit the
+    # server answers 503 with Retry-After at once instead of letting requests pile up.
+    # 16, not anyio's 40: one Python process serves a few hundred requests a second at
+    # most, so more handlers at once only add lock and CPU contention (bench/load.py: on 2
+    # cores, 40 at once cost 30% more CPU per answer than 8); 16 still covers database
+    # waits and a few slow backend calls. Raise it for many concurrent /complete calls to
+    # a remote vLLM server.
+    request_threads: int = Field(
+        16, gt=0, description="Threads running the API's blocking handlers (anyio's pool)."
+    )
+    max_concurrent_requests: int | None = Field(
+        None,
+        ge=0,
+        description="Requests handled at once (not /healthz); more wait, then get 503. "
+        "None: request_threads. 0: no limit.",
+    )
+    max_waiting_requests: int = Field(
+        1000, ge=0, description="Requests that may wait for a slot; past it, 503 at once."
+    )
+    admission_wait_s: float = Field(
+        0.5, ge=0, description="Longest wait for a slot before 503 (keeps latency bounded)."
+    )
+    db_pool_size: int | None = Field(
+        None, gt=0, description="Connections per pool of the API. None: request_threads."
+    )
+    db_pool_timeout_s: float = Field(
+        2.0, gt=0, description="Longest wait for a pooled connection before 503."
+    )
+    retry_after_s: int = Field(1, ge=1, description="Retry-After of a 503 'overloaded'.")
+
+    @model_validator(mode="after")
+    def _capacity(self) -> Settings:
+        # Sized from the thread pool unless set: every thread can hold a connection, so
+        # none blocks on the pool while a finished request waits for a thread to release
+        # its own (the deadlock of issue 10).
+        if self.max_concurrent_requests is None:
+            self.max_concurrent_requests = self.request_threads
+        if self.db_pool_size is None:
+            self.db_pool_size = max(self.request_threads, self.max_concurrent_requests)
+        if self.max_concurrent_requests > self.db_pool_size:
+            raise ValueError(
+                "DPSYN_MAX_CONCURRENT_REQUESTS must not exceed DPSYN_DB_POOL_SIZE: admitted "
+                "requests would queue for a connection"
+            )
+        return self
 
     # --- Job leases and recovery (docs/service.md, "Job leases and recovery") ---------------
     lease_duration_s: float = Field(

@@ -4,17 +4,26 @@
 committed is rolled back when the request ends. ``AdminKey`` admits only ``admin`` keys;
 ``AnyKey`` also ``prompts:read`` keys (for the prompt routes). Both carry the tenant, which
 every service call is scoped to.
+
+Connections are held as briefly as the handlers allow (issue 10: under load every request
+thread waited for a connection that finished requests could not give back, because giving it
+back needed a thread too). The session is made on the event loop (that takes no connection;
+the first query does) and closed there unless it holds one; authentication runs on a session
+of its own that returns its connection before the route starts.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Annotated
 
+import anyio.to_thread
+from anyio import CapacityLimiter
 from fastapi import Depends, Request
+from fastapi.concurrency import run_in_threadpool
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, sessionmaker
 
 from app.db.models import KeyScope
 from app.llm.provider import BackendProvider
@@ -24,7 +33,7 @@ from app.settings import Settings
 from workers.queue import JobQueue
 
 
-def get_session(request: Request) -> Iterator[Session]:
+async def get_session(request: Request) -> AsyncIterator[Session]:
     # GET requests never write: on SQLite they use an engine whose transactions do not take
     # the write lock, so reads do not queue behind jobs and admissions.
     factory = request.app.state.read_sessions if request.method == "GET" else None
@@ -32,22 +41,37 @@ def get_session(request: Request) -> Iterator[Session]:
     try:
         yield session
     finally:
-        session.rollback()
-        session.close()
+        if session.in_transaction():
+            # Closing it does I/O (the rollback), so in a thread, but never one of the request
+            # threads: they may all be busy with requests that need this very connection
+            # (a limiter of its own per call, as FastAPI exits sync dependencies).
+            await anyio.to_thread.run_sync(_close, session, limiter=CapacityLimiter(1))
+        else:
+            session.close()  # no connection held: nothing to roll back, no I/O
 
 
-SessionDep = Annotated[Session, Depends(get_session)]
+def _close(session: Session) -> None:
+    session.rollback()
+    session.close()
 
 
-def get_settings(request: Request) -> Settings:
+# scope="function": closed when the handler's response is built, not after it is sent.
+SessionDep = Annotated[Session, Depends(get_session, scope="function")]
+
+
+# Dependencies that do no I/O are ``async def``: FastAPI runs a plain ``def`` dependency in
+# a request thread, a hop that costs time and, under load, a wait for a free thread.
+
+
+async def get_settings(request: Request) -> Settings:
     return request.app.state.settings
 
 
-def get_queue(request: Request) -> JobQueue:
+async def get_queue(request: Request) -> JobQueue:
     return request.app.state.queue
 
 
-def get_provider(request: Request) -> BackendProvider:
+async def get_provider(request: Request) -> BackendProvider:
     return request.app.state.backend_provider
 
 
@@ -71,21 +95,32 @@ class Principal:
     scope: KeyScope
 
 
-def get_principal(
-    session: SessionDep,
+def _authenticate(sessions: sessionmaker[Session], raw_key: str) -> Principal | None:
+    """Look the key up on a session of its own, closed (its connection returned) at once."""
+    with sessions() as session:
+        key = authenticate(session, raw_key)
+        if key is None:
+            return None
+        return Principal(tenant_id=key.tenant_id, key_id=key.id, scope=KeyScope(key.scope))
+
+
+async def get_principal(
+    request: Request,
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
 ) -> Principal:
     if credentials is None or not credentials.credentials:
         raise UnauthorizedError("missing API key: send 'Authorization: Bearer <key>'")
-    key = authenticate(session, credentials.credentials)
-    if key is None:
+    # The read-only sessions: on SQLite a key lookup never takes the write lock, whatever
+    # the request's method.
+    principal = await run_in_threadpool(
+        _authenticate, request.app.state.read_sessions, credentials.credentials
+    )
+    if principal is None:
         raise UnauthorizedError("invalid or revoked API key")
-    principal = Principal(tenant_id=key.tenant_id, key_id=key.id, scope=KeyScope(key.scope))
-    session.rollback()  # end the read (SQLite would otherwise hold its write lock)
     return principal
 
 
-def require_admin(principal: Annotated[Principal, Depends(get_principal)]) -> Principal:
+async def require_admin(principal: Annotated[Principal, Depends(get_principal)]) -> Principal:
     if principal.scope is not KeyScope.ADMIN:
         raise ForbiddenError(
             f"this API key has scope {principal.scope.value!r}: it can only read prompts "

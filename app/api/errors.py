@@ -24,13 +24,13 @@ from app.services.errors import ServiceError
 log = logging.getLogger(__name__)
 
 # Errors that mean "the database cannot be reached or cannot serve now" (a refused or lost
-# connection, a locked SQLite file, a pool that gave up waiting), as opposed to a bad
-# statement: the request may succeed later, so they answer 503, not 500.
+# connection, a locked SQLite file), as opposed to a bad statement: the request may succeed
+# later, so they answer 503, not 500. A pool that gave up waiting means the server is
+# overloaded, not the database: ``app.api.overload`` answers it (503 ``overloaded``).
 DATABASE_UNAVAILABLE: tuple[type[Exception], ...] = (
     sa_exc.OperationalError,
     sa_exc.InterfaceError,
     sa_exc.DisconnectionError,
-    sa_exc.TimeoutError,
 )
 DATABASE_RETRY_AFTER_S = 5
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from functools import lru_cache
 
 from sqlalchemy import Engine, create_engine, event
@@ -12,15 +13,37 @@ from sqlalchemy.orm import Session, sessionmaker
 from app.db.files import create_private_sqlite_file
 
 
+@dataclass(frozen=True)
+class PoolLimits:
+    """How many connections an engine keeps and how long a checkout may wait for one.
+
+    The defaults suit scripts and workers. The API sizes its pools from its settings
+    (``Settings.db_pool_size``, ``db_pool_timeout_s``) so that every request thread can hold
+    a connection and a request that still cannot get one fails fast (503) instead of
+    waiting 30 s. ``overflow`` connections beyond ``size`` are closed when returned."""
+
+    size: int = 5
+    overflow: int = 10
+    timeout_s: float = 30.0
+
+
 @lru_cache
-def get_engine(url: str, *, readonly: bool = False) -> Engine:
+def get_engine(url: str, *, readonly: bool = False, pool: PoolLimits | None = None) -> Engine:
     """The engine for ``url``. On SQLite, transactions of the default engine take the write
     lock at BEGIN; ``readonly=True`` gives an engine whose transactions only read (WAL lets
-    them run beside a writer), for requests that never write."""
+    them run beside a writer), for requests that never write. Engines with different
+    ``pool`` limits are distinct engines with pools of their own."""
     if not url.startswith("sqlite"):
-        return _server_engine(url)
+        return _server_engine(url, pool or PoolLimits(size=10, overflow=20))
     create_private_sqlite_file(url)  # the records are in it: mode 0600
-    engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30})
+    pool = pool or PoolLimits()
+    engine = create_engine(
+        url,
+        connect_args={"check_same_thread": False, "timeout": 30},
+        pool_size=pool.size,
+        max_overflow=pool.overflow,
+        pool_timeout=pool.timeout_s,
+    )
 
     @event.listens_for(engine, "connect")
     def _on_connect(dbapi_conn, _record) -> None:
@@ -40,8 +63,14 @@ def get_engine(url: str, *, readonly: bool = False) -> Engine:
 
 
 @lru_cache
-def _server_engine(url: str) -> Engine:
-    return create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=20)
+def _server_engine(url: str, pool: PoolLimits) -> Engine:
+    return create_engine(
+        url,
+        pool_pre_ping=True,
+        pool_size=pool.size,
+        max_overflow=pool.overflow,
+        pool_timeout=pool.timeout_s,
+    )
 
 
 @lru_cache

@@ -1,26 +1,52 @@
 """Liveness with a database check, and Prometheus metrics (no API key; a metrics token
-when per-dataset series are wanted)."""
+when per-dataset series are wanted).
+
+``/healthz`` must answer while the API is at capacity (issue 10: it queued behind the
+requests it was meant to report on). It is not gated (``app.api.overload``), and its check
+runs on a connection of its own, in a thread of its own, so neither the request threads nor
+the request pools being busy can delay it; it fails 503 after ``HEALTH_TIMEOUT_S``.
+"""
 
 from __future__ import annotations
 
 import hmac
 
+import anyio
+import anyio.to_thread
 from fastapi import APIRouter, Request, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
-from sqlalchemy import text
+from sqlalchemy import Engine, text
 from sqlalchemy.exc import SQLAlchemyError
 
-from app.api.deps import SessionDep
 from app.api.schemas import Health
+from app.db.session import PoolLimits, get_engine
 from app.services.errors import UnauthorizedError, UnavailableError
 
 router = APIRouter(tags=["health"])
 
+HEALTH_TIMEOUT_S = 5.0
+# One connection, kept: probes come one at a time; concurrent ones wait for it briefly.
+_HEALTH_POOL = PoolLimits(size=1, overflow=1, timeout_s=HEALTH_TIMEOUT_S)
+
+
+def _ping(engine: Engine) -> None:
+    with engine.connect() as conn:
+        conn.execute(text("SELECT 1"))
+
 
 @router.get("/healthz", response_model=Health)
-def healthz(session: SessionDep) -> Health:
+async def healthz(request: Request) -> Health:
+    engine = get_engine(request.app.state.settings.database_url, readonly=True, pool=_HEALTH_POOL)
     try:
-        session.execute(text("SELECT 1"))
+        with anyio.fail_after(HEALTH_TIMEOUT_S):
+            # A limiter per call: never one of the (possibly all busy) request threads.
+            await anyio.to_thread.run_sync(
+                _ping, engine, abandon_on_cancel=True, limiter=anyio.CapacityLimiter(1)
+            )
+    except TimeoutError:
+        raise UnavailableError(
+            f"database check took over {HEALTH_TIMEOUT_S:.0f} s", code="database_unavailable"
+        ) from None
     except SQLAlchemyError as err:
         raise UnavailableError(
             f"the database is unavailable ({type(err).__name__}); retry later",
