@@ -297,6 +297,7 @@ class JobParams(_Request):
     K: int | None = Field(None, description="Public vocabulary size per token.")
     variant: AdaDPSynVariant | None = Field(
         None,
+        strict=False,  # a name, given as a JSON string (strictness is for the numbers)
         description="AdaDPSyn: 'pooled' (default: every charged mean is used) or 'paper' "
         "(Algorithm 1 as published).",
     )

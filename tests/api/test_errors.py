@@ -59,9 +59,12 @@ def test_deeply_nested_json_is_a_400(api: Api) -> None:
 
 
 def test_unreachable_database_is_a_503(api: Api, tmp_path) -> None:
-    gone = create_engine(f"sqlite:///{tmp_path / 'missing' / 'dir' / 'dpsyn.db'}")
+    gone_url = f"sqlite:///{tmp_path / 'missing' / 'dir' / 'dpsyn.db'}"
+    gone = create_engine(gone_url)
     app = api.client.app
     app.state.sessions = app.state.read_sessions = sessionmaker(bind=gone)
+    # /healthz checks on an engine of its own, built from the settings' URL
+    app.state.settings = app.state.settings.model_copy(update={"database_url": gone_url})
     for method, route in (("GET", "/v1/datasets"), ("POST", "/v1/jobs"), ("GET", "/healthz")):
         response = api.client.request(method, route, headers=auth(api.admin), json={})
         assert response.status_code == 503, (route, response.text)

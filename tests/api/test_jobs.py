@@ -153,7 +153,7 @@ def test_calibration_failure_is_422_naming_what_to_change(api: Api) -> None:
         dataset["id"],
         0.05,
         method="adadpsyn",
-        params={"M": 2, "N": 1, "tmax": 1, "K": 8, "sigma0": 2, "sigma2": 2},
+        params={"M": 2, "N": 1, "tmax": 1, "K": 8, "variant": "paper", "sigma0": 2, "sigma2": 2},
     )
     assert response.status_code == 422, response.text
     error = error_of(response)
