@@ -18,6 +18,7 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 ROOT=$PWD
 PY=${PYTHON:-$ROOT/.venv/bin/python}
+[[ $PY == /* ]] || PY=$ROOT/$PY  # the server starts in another folder
 ST=${SCHEMATHESIS:-$(dirname "$PY")/schemathesis}
 EXAMPLES=${EXAMPLES:-30}
 SEED=${SEED:-20261201}
