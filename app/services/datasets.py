@@ -332,8 +332,12 @@ def delete_dataset(session: Session, tenant_id: str, dataset_id: str) -> Dataset
 
     Queued jobs on it, or using it as their public dataset, are cancelled (their reservations
     released: they never read a record). A running job blocks deletion (409): cancel it and
-    wait for it to stop. Deleting a deleted dataset changes nothing.
+    wait for it to stop. A running job whose lease expired has no worker left: it is
+    cancelled here as :func:`app.services.jobs.cancel_job` would (charged if it read the
+    data). Deleting a deleted dataset changes nothing.
     """
+    from .jobs import lease_expired  # jobs imports this module
+
     dataset = get_dataset(session, tenant_id, dataset_id, lock=True)
     if dataset.deleted_at is not None:
         return dataset
@@ -347,7 +351,10 @@ def delete_dataset(session: Session, tenant_id: str, dataset_id: str) -> Dataset
             .with_for_update()
         )
     )
-    running = [job.id for job in active if job.status == JobStatus.RUNNING]
+    at = now()
+    running = [
+        job.id for job in active if job.status == JobStatus.RUNNING and not lease_expired(job, at)
+    ]
     if running:
         raise ConflictError(
             f"dataset {dataset_id!r} has running job(s) {', '.join(running)}: cancel them "

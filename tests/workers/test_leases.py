@@ -333,3 +333,24 @@ def test_a_job_that_cannot_be_claimed_stays_queued_for_a_later_delivery(sqlite_u
     job = get_job(sqlite_url, job_id)
     assert job.status == JobStatus.QUEUED and job.attempts == 0
     assert ledger_kinds(sqlite_url, job_id) == ["reserve"]
+
+
+def test_deleting_a_dataset_settles_a_running_job_whose_lease_expired(sqlite_url):
+    """The killed worker's job no longer blocks deletion; a live one still does."""
+    from app.services.datasets import delete_dataset
+    from app.services.errors import ConflictError
+
+    dataset = make_dataset(sqlite_url)
+    alive = running(sqlite_url, dataset, expires=now() + timedelta(minutes=5), touched_data=True)
+    tenant = get_job(sqlite_url, alive).tenant_id
+    with session_scope(sqlite_url) as session, pytest.raises(ConflictError) as refused:
+        delete_dataset(session, tenant, dataset)
+    assert refused.value.extra["jobs"] == [alive]
+
+    other = make_dataset(sqlite_url)
+    dead = running(sqlite_url, other, expires=PAST, touched_data=True)
+    with session_scope(sqlite_url) as session:
+        deleted = delete_dataset(session, get_job(sqlite_url, dead).tenant_id, other)
+        assert deleted.deleted_at is not None
+    assert get_job(sqlite_url, dead).status == JobStatus.CANCELLED
+    assert ledger_kinds(sqlite_url, dead) == ["reserve", "commit"]  # it had read the data
