@@ -2,7 +2,8 @@
 
 Singletons are built once here and kept on ``app.state``: settings, the session factory, the
 job queue, the backend provider (the model loads on first use) and the metrics registry.
-At start-up the database is migrated (Alembic is the only way the schema changes) and, if
+At start-up the database is migrated (Alembic is the only way the schema changes; not when
+``DPSYN_MIGRATE_ON_START=false``, for replicas behind a one-shot ``dpsyn migrate``) and, if
 ``DPSYN_BOOTSTRAP_API_KEY`` is set, it becomes an admin key of the tenant "default".
 """
 
@@ -33,7 +34,8 @@ the synthesised prompts. Authenticate with `Authorization: Bearer <key>`.
 
 
 def _startup(settings: Settings, sessions: sessionmaker) -> None:
-    upgrade(settings.database_url)
+    if settings.migrate_on_start:  # off on replicas behind a one-shot `dpsyn migrate`
+        upgrade(settings.database_url)
     if settings.bootstrap_api_key:
         with sessions() as session:
             ensure_bootstrap_key(session, settings.bootstrap_api_key)
@@ -61,7 +63,8 @@ def create_app(
     if queue is None:
         from workers.queue_factory import make_queue
 
-        upgrade(settings.database_url)  # an in-process queue reads unfinished jobs at once
+        if settings.migrate_on_start:  # an in-process queue reads unfinished jobs at once
+            upgrade(settings.database_url)
         queue = make_queue(settings, provider)
     sessions = sessionmaker(bind=get_engine(settings.database_url), expire_on_commit=False)
 
