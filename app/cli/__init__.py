@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import typer
 
+from app.cli.admin import admin_app
 from app.cli.audit import audit_command
 from app.cli.client import budget_app, datasets_app, jobs_app, prompts_app
 from app.cli.eval import eval_command
@@ -28,6 +29,7 @@ app.add_typer(jobs_app, name="jobs")
 app.add_typer(prompts_app, name="prompts")
 app.command("eval")(eval_command)
 app.command("audit")(audit_command)
+app.add_typer(admin_app, name="admin")
 
 
 def main() -> None:
