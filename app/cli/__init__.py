@@ -7,6 +7,7 @@ import typer
 from app.cli.admin import admin_app
 from app.cli.audit import audit_command
 from app.cli.client import budget_app, datasets_app, jobs_app, prompts_app
+from app.cli.config import config_app
 from app.cli.eval import eval_command
 from app.cli.privacy import privacy_app
 from app.cli.serve import migrate_command, serve_command, worker_command
@@ -30,6 +31,7 @@ app.add_typer(prompts_app, name="prompts")
 app.command("eval")(eval_command)
 app.command("audit")(audit_command)
 app.add_typer(admin_app, name="admin")
+app.add_typer(config_app, name="config")
 
 
 def main() -> None:

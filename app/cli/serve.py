@@ -24,6 +24,7 @@ from app.settings import Settings
 err = Console(stderr=True)
 DATA_DIR = Path(".dpsyn")
 KEY_FILE = "admin_key"
+CLIENT_URL_FILE = "url"  # read by the client commands (app/cli/config.py)
 
 
 def _say(message: str) -> None:
@@ -67,6 +68,19 @@ def load_or_create_admin_key(data_dir: Path) -> tuple[str, bool]:
         handle.write(key + "\n")
     os.chmod(path, 0o600)  # also when the file existed (empty) with another mode
     return key, True
+
+
+def write_client_url(data_dir: Path, host: str, port: int) -> Path:
+    """Save the URL the client commands reach this server at, beside the admin key, so that
+    ``dpsyn serve --port N`` needs no ``--url`` in the same folder (a wildcard bind is
+    reached on loopback)."""
+    shown = {"0.0.0.0": "127.0.0.1", "::": "[::1]", "": "127.0.0.1"}.get(host, host)
+    if ":" in shown and not shown.startswith("["):
+        shown = f"[{shown}]"  # an IPv6 address in a URL
+    make_data_dir(data_dir)
+    path = data_dir / CLIENT_URL_FILE
+    path.write_text(f"http://{shown}:{port}\n")
+    return path
 
 
 def prepare(settings: Settings, *, data_dir: Path, migrate: bool) -> tuple[Settings, str | None]:
@@ -138,6 +152,8 @@ def serve_command(
     )
     database = make_url(settings.database_url).render_as_string(hide_password=True)
     _say(f"dpsyn: API on http://{settings.host}:{settings.port}, {mode}, database {database}")
+    if admin_key_path(data_dir).exists() and "DPSYN_BOOTSTRAP_API_KEY" not in os.environ:
+        write_client_url(data_dir, settings.host, settings.port)  # pairs with the saved key
     if created:
         _say(f"dpsyn: admin API key (shown once; saved to {admin_key_path(data_dir)}):")
         typer.echo(created)
