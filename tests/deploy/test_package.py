@@ -150,3 +150,49 @@ def test_installed_dpsyn_serve_migrates_a_fresh_database_and_answers_healthz(ser
         (revision,) = conn.execute("SELECT version_num FROM alembic_version").fetchone()
     assert revision == head_revision()
     assert (work / ".dpsyn" / "admin_key").read_text().startswith("dpsyn_")
+
+
+def test_installed_dpsyn_migrate_and_worker_run_outside_the_checkout(installed: Path, tmp_path):
+    """``dpsyn migrate`` builds the schema and ``dpsyn worker`` connects to its broker and
+    reports ready, both from the venv, in a folder that holds nothing of the checkout."""
+    from tests.workers.processes import OwnRedis
+
+    redis = OwnRedis()
+    work = tmp_path / "work"
+    work.mkdir()
+    env = _clean_env(
+        HOME=str(tmp_path / "home"),
+        DPSYN_DATABASE_URL=f"sqlite:///{work / 'dpsyn.db'}",
+        DPSYN_BROKER_URL=redis.url,
+    )
+    dpsyn = installed / "bin" / "dpsyn"
+    log = tmp_path / "worker.log"
+    process = None
+    try:
+        migrated = subprocess.run(
+            [dpsyn, "migrate"], cwd=work, env=env, capture_output=True, text=True, timeout=120
+        )
+        assert migrated.returncode == 0, migrated.stderr
+        assert f"at revision {head_revision()}" in migrated.stderr
+        with log.open("w") as out:
+            process = subprocess.Popen(
+                [dpsyn, "worker", "--hostname", "wheel@%h"],
+                cwd=work, env=env, stdout=out, stderr=subprocess.STDOUT,
+            )  # fmt: skip
+
+        def ready() -> bool:
+            if process.poll() is not None:
+                pytest.fail(f"dpsyn worker exited ({process.returncode}):\n{log.read_text()}")
+            return "ready." in log.read_text()
+
+        wait_for(ready, 60, "the installed dpsyn worker to be ready", log)
+        assert "wheel@" in log.read_text()
+    finally:
+        if process is not None:
+            process.terminate()
+            try:
+                process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait(timeout=10)
+        redis.close()
