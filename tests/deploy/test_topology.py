@@ -1,9 +1,14 @@
-"""The docker-compose topology as local processes: PostgreSQL (a database of its own on the
-test server), Redis (a throwaway one, so that no other test's worker takes our tasks), the
-one-shot ``dpsyn migrate``, two API replicas started with ``DPSYN_MIGRATE_ON_START=false`` and
-two ``dpsyn worker`` processes, all started with the environment docker-compose.yml gives
-them (less the model: the workers use the test suite's fake backend). One job submitted
-through the first API runs once, on one of the workers, and is read back through the second.
+"""The docker-compose topology as local processes, started from docker-compose.yml itself.
+
+Each dpsyn service's ``command`` and ``environment`` are read from the compose file (after the
+same interpolation as ``tests/deploy/test_compose.py``); only what a container network gives
+differs: the host names ``postgres`` and ``redis`` become a database of its own on the test
+PostgreSQL and a throwaway Redis (so that no other test's worker takes our tasks), and each
+API replica gets a loopback port (the image's ``DPSYN_HOST``/``DPSYN_PORT``). Workers use the
+test suite's fake backend instead of a model (a test hook refused in production, so workers
+alone run as development). Order as compose has it: ``migrate`` once, then two ``api``
+replicas (``DPSYN_MIGRATE_ON_START=false``) and two ``worker`` processes. One job submitted
+through the first API runs once, on one worker, and is read back through the second.
 """
 
 from __future__ import annotations
@@ -21,10 +26,11 @@ from sqlalchemy import create_engine, text
 
 from app.db.migrate import current_revision, head_revision
 from tests.conftest import PG_HOST, PG_PORT, _admin_url, require_service
-from tests.workers.processes import OwnRedis, Worker, free_port, wait_for
+from tests.deploy.test_compose import ENV_EXAMPLE, FILLED, load, read_env_file
+from tests.workers.processes import OwnRedis, free_port, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
-KEY = "topology-test-bootstrap-key-0123456789abcdef"
+KEY = FILLED["DPSYN_BOOTSTRAP_API_KEY"]
 TREC_ROWS = [
     {"text": f"secret_{code}_{i} what is it ?", "label": code}
     for code in ("ABBR", "ENTY", "DESC", "HUM", "LOC", "NUM")
@@ -60,32 +66,27 @@ def redis() -> Iterator[str]:
         own.close()
 
 
-def _dpsyn(*args: str) -> list[str]:
-    return [sys.executable, "-c", "from app.cli import main; main()", *args]
+class Service:
+    """One dpsyn process of the topology: the compose service's command and environment."""
 
-
-class Api:
-    """``dpsyn serve`` as an API replica, logging to ``log``."""
-
-    def __init__(self, log: Path, env: dict[str, str], cwd: Path) -> None:
-        self.log, self.port = log, free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
+    def __init__(self, spec: dict, extra_args: list[str], env: dict[str, str], log: Path) -> None:
+        self.log = log
+        command = [sys.executable, "-c", "from app.cli import main; main()"]
         with log.open("w") as out:
             self.process = subprocess.Popen(
-                _dpsyn("serve", "--port", str(self.port)),
-                cwd=cwd,
+                [*command, *spec["command"], *extra_args],
+                cwd=log.parent,
                 env=env,
                 stdout=out,
                 stderr=subprocess.STDOUT,
             )
 
-    def ready(self) -> bool:
+    def text(self) -> str:
+        return self.log.read_text()
+
+    def alive(self) -> None:
         if self.process.poll() is not None:
-            pytest.fail(f"{self.log.stem} exited:\n{self.log.read_text()[-4000:]}")
-        try:
-            return httpx.get(f"{self.url}/healthz", timeout=2).status_code == 200
-        except httpx.TransportError:
-            return False
+            pytest.fail(f"{self.log.stem} exited ({self.process.returncode}):\n{self.text()}")
 
     def close(self) -> None:
         if self.process.poll() is None:
@@ -97,42 +98,72 @@ class Api:
                 self.process.wait(timeout=10)
 
 
+def _answers(service: Service, url: str) -> bool:
+    service.alive()
+    try:
+        return httpx.get(f"{url}/healthz", timeout=2).status_code == 200
+    except httpx.TransportError:
+        return False
+
+
 def test_compose_topology_as_processes_runs_one_job(empty_database, redis, tmp_path):
-    # What docker-compose.yml gives every dpsyn service (x-dpsyn-env), with test values.
-    base = {
-        name: value
-        for name, value in os.environ.items()
-        if not name.startswith(("DPSYN_", "PYTHONPATH"))
-    }
-    env = {
-        **base,
-        "PYTHONPATH": str(ROOT),
-        "DPSYN_DATABASE_URL": empty_database,
-        "DPSYN_BROKER_URL": redis,
-        "DPSYN_BOOTSTRAP_API_KEY": KEY,
-    }
-    migrate = subprocess.run(
-        _dpsyn("migrate"), cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120
-    )
-    assert migrate.returncode == 0, migrate.stderr
-    assert f"at revision {head_revision()}" in migrate.stderr
+    services = load({**read_env_file(ENV_EXAMPLE), **FILLED})["services"]
+
+    def environment(name: str, **extra: str) -> dict[str, str]:
+        """The compose service's environment (env_file, then its own), on local hosts."""
+        env = {**read_env_file(ENV_EXAMPLE), **FILLED, **services[name]["environment"]}
+        database, broker = env["DPSYN_DATABASE_URL"], env["DPSYN_BROKER_URL"]
+        assert database.endswith("@postgres:5432/dpsyn") and broker == "redis://redis:6379/0"
+        env["DPSYN_DATABASE_URL"] = empty_database  # the service's database, here
+        env["DPSYN_BROKER_URL"] = redis
+        outside = {
+            k: v for k, v in os.environ.items() if not k.startswith(("DPSYN_", "PYTHONPATH"))
+        }
+        return {**outside, **env, "PYTHONPATH": str(ROOT), **extra}
+
+    migrate_env = environment("migrate")
+    assert migrate_env["DPSYN_ENVIRONMENT"] == "production"
+    migrate = Service(services["migrate"], [], migrate_env, tmp_path / "migrate.log")
+    assert migrate.process.wait(timeout=120) == 0, migrate.text()  # service_completed_successfully
+    assert f"at revision {head_revision()}" in migrate.text()
     assert current_revision(empty_database) == head_revision()
 
-    replica_env = {**env, "DPSYN_MIGRATE_ON_START": "false"}
-    worker_env = {
-        "DPSYN_TEST_FAKE_BACKEND": "1",
-        **{k: v for k, v in env.items() if k.startswith("DPSYN_")},
-    }
-    apis: list[Api] = []
-    workers: list[Worker] = []
+    running: list[Service] = []
     try:
-        apis = [Api(tmp_path / f"api{i}.log", replica_env, tmp_path) for i in (1, 2)]
-        workers = [Worker(tmp_path / f"worker{i}.log", "dpsyn", worker_env) for i in (1, 2)]
-        for api in apis:
-            wait_for(api.ready, 60, f"{api.log.stem} to answer /healthz", api.log)
+        urls = []
+        for i in (1, 2):
+            port = free_port()
+            env = environment("api", DPSYN_HOST="127.0.0.1", DPSYN_PORT=str(port))
+            assert env["DPSYN_MIGRATE_ON_START"] == "false"
+            running.append(Service(services["api"], [], env, tmp_path / f"api{i}.log"))
+            urls.append(f"http://127.0.0.1:{port}")
+        workers = []
+        for i in (1, 2):
+            env = environment(
+                "worker", DPSYN_ENVIRONMENT="development", DPSYN_TEST_FAKE_BACKEND="1"
+            )
+            workers.append(
+                Service(
+                    services["worker"],
+                    ["--hostname", f"worker{i}@%h"],
+                    env,
+                    tmp_path / f"worker{i}.log",
+                )
+            )
+        running.extend(workers)
+        for api, url in zip(running[:2], urls, strict=True):
+            wait_for(lambda api=api, url=url: _answers(api, url), 60, api.log.stem, api.log)
+        for worker in workers:
+
+            def ready(worker: Service = worker) -> bool:
+                worker.alive()
+                return "ready." in worker.text()
+
+            wait_for(ready, 60, worker.log.stem, worker.log)
+
         headers = {"Authorization": f"Bearer {KEY}"}
-        first = httpx.Client(base_url=apis[0].url, headers=headers, timeout=30)
-        second = httpx.Client(base_url=apis[1].url, headers=headers, timeout=30)
+        first = httpx.Client(base_url=urls[0], headers=headers, timeout=30)
+        second = httpx.Client(base_url=urls[1], headers=headers, timeout=30)
         created = first.post("/v1/datasets", json={"task": "trec", "records": TREC_ROWS})
         assert created.status_code == 201, created.text
         dataset = created.json()["id"]
@@ -154,8 +185,7 @@ def test_compose_topology_as_processes_runs_one_job(empty_database, redis, tmp_p
             status = second.get(f"/v1/jobs/{job_id}").json()["status"]
             return status in {"succeeded", "failed", "cancelled"}
 
-        logs = tmp_path / "worker1.log"
-        wait_for(finished, 60, "the job to finish", logs)
+        wait_for(finished, 60, "the job to finish", workers[0].log)
         job = second.get(f"/v1/jobs/{job_id}").json()
         assert job["status"] == "succeeded", job
         prompt = second.get(f"/v1/prompts/{job['prompt_id']}")
@@ -165,18 +195,12 @@ def test_compose_topology_as_processes_runs_one_job(empty_database, redis, tmp_p
             ("reserve", job_id),
             ("commit", job_id),
         ]
-        ran = [
-            w.log.stem
-            for w in workers
-            if "Task dpsyn.run_job[" in w.text() and "succeeded in" in w.text()
-        ]
+        ran = [w.log.stem for w in workers if "succeeded in" in w.text()]
         assert len(ran) == 1, [w.text()[-2000:] for w in workers]
         first.close()
         second.close()
     finally:
-        for api in apis:
-            api.close()
-        for worker in workers:
-            worker.close()
+        for service in running:
+            service.close()
     for log in tmp_path.glob("*.log"):
         assert "secret_" not in log.read_text(), log.name
