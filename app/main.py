@@ -2,7 +2,8 @@
 
 Singletons are built once here and kept on ``app.state``: settings, the session factory, the
 job queue, the backend provider (the model loads on first use) and the metrics registry.
-At start-up the database is migrated (Alembic is the only way the schema changes) and, if
+At start-up the database is migrated (Alembic is the only way the schema changes; not when
+``DPSYN_MIGRATE_ON_START=false``, for replicas behind a one-shot ``dpsyn migrate``) and, if
 ``DPSYN_BOOTSTRAP_API_KEY`` is set, it becomes an admin key of the tenant "default".
 """
 
@@ -37,7 +38,8 @@ the synthesised prompts. Authenticate with `Authorization: Bearer <key>`.
 
 
 def _startup(settings: Settings, sessions: sessionmaker) -> None:
-    upgrade(settings.database_url)
+    if settings.migrate_on_start:  # off on replicas behind a one-shot `dpsyn migrate`
+        upgrade(settings.database_url)
     if settings.bootstrap_api_key:
         with sessions() as session:
             ensure_bootstrap_key(session, settings.bootstrap_api_key)
@@ -65,7 +67,8 @@ def create_app(
     if queue is None:
         from workers.queue_factory import make_queue
 
-        upgrade(settings.database_url)  # an in-process queue reads unfinished jobs at once
+        if settings.migrate_on_start:  # an in-process queue reads unfinished jobs at once
+            upgrade(settings.database_url)
         queue = make_queue(settings, provider)
     # The API's pools are sized by the settings (one connection per request thread, a short
     # checkout timeout); scripts and workers keep the default engines.

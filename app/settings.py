@@ -132,6 +132,13 @@ class Settings(BaseSettings):
         "database outage before it leaves the job to its lease.",
     )
 
+    # --- Deployment (docs/deploy.md) ----------------------------------------------------------
+    migrate_on_start: bool = Field(
+        True,
+        description="dpsyn serve applies the migrations at start. Set false on API replicas "
+        "that start after a one-shot 'dpsyn migrate', so that replicas never race on the schema.",
+    )
+
     @model_validator(mode="after")
     def _heartbeat_within_lease(self) -> Settings:
         if self.heartbeat_interval_s * 2 > self.lease_duration_s:

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import typer
 
+from app.cli.admin import admin_app
 from app.cli.audit import audit_command
 from app.cli.client import budget_app, datasets_app, jobs_app, prompts_app
+from app.cli.config import config_app
 from app.cli.eval import eval_command
 from app.cli.privacy import privacy_app
-from app.cli.serve import serve_command, worker_command
+from app.cli.serve import migrate_command, serve_command, worker_command
 from app.cli.synthesize import synthesize_command
 
 app = typer.Typer(
@@ -21,12 +23,15 @@ app.add_typer(privacy_app, name="privacy")
 app.command("synthesize")(synthesize_command)
 app.command("serve")(serve_command)
 app.command("worker")(worker_command)
+app.command("migrate")(migrate_command)
 app.add_typer(datasets_app, name="datasets")
 app.add_typer(budget_app, name="budget")
 app.add_typer(jobs_app, name="jobs")
 app.add_typer(prompts_app, name="prompts")
 app.command("eval")(eval_command)
 app.command("audit")(audit_command)
+app.add_typer(admin_app, name="admin")
+app.add_typer(config_app, name="config")
 
 
 def main() -> None:

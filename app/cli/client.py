@@ -1,7 +1,9 @@
 """Client commands of a running dpsyn server: ``dpsyn datasets|budget|jobs|prompts ...``.
 
-Every command takes ``--url`` (``DPSYN_URL``, default http://127.0.0.1:8000) and ``--key``
-(``DPSYN_API_KEY``, default: the admin key ``dpsyn serve`` saved in ``./.dpsyn/admin_key``).
+Every command takes ``--url`` (``DPSYN_URL``) and ``--key`` (``DPSYN_API_KEY``); without them
+the URL and key ``dpsyn serve`` saved in ``./.dpsyn/`` are used, else the user's config
+(``~/.config/dpsyn/config.toml``, ``dpsyn config set``), else http://127.0.0.1:8000
+(:mod:`app.cli.config`).
 A server error is printed as its JSON error message on one line, and the command exits with
 status 1 (2 for a usage or local file problem). ``--json`` prints the server's JSON instead
 of text; ``-q`` prints only the ID of what was created.
@@ -20,11 +22,10 @@ import typer
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
+from app.cli.config import ConfigError, resolve, user_config_path
 from app.db.models import JobMethod
 from app.privacy.accounting import Accounting
 
-DEFAULT_URL = "http://127.0.0.1:8000"
-KEY_FILE = Path(".dpsyn") / "admin_key"
 TABLE_SUFFIXES = {".csv", ".tsv", ".jsonl", ".ndjson"}
 FINISHED = {"succeeded", "failed", "cancelled"}
 
@@ -45,7 +46,7 @@ def _exit(error: ClientError) -> NoReturn:
     raise typer.Exit(code=error.code)
 
 
-def _request(url: str, key: str | None, method: str, path: str, **kwargs: Any) -> Any:
+def _request(url: str | None, key: str | None, method: str, path: str, **kwargs: Any) -> Any:
     """One API call; a server or connection error ends the command with its message."""
     try:
         with Api(url, key) as api:
@@ -58,28 +59,31 @@ def _one_line(text: str) -> str:
     return " ".join(str(text).split())
 
 
-def resolve_key(key: str | None) -> str:
-    if key:
-        return key
-    if KEY_FILE.exists():
-        saved = KEY_FILE.read_text().strip()
-        if saved:
-            return saved
-    raise ClientError(
-        "no API key: pass --key, set DPSYN_API_KEY, or run 'dpsyn serve' in this directory "
-        f"(it saves the admin key to {KEY_FILE})",
-        code=2,
-    )
+def resolve_target(url: str | None, key: str | None) -> tuple[str, str]:
+    """The server URL and API key (see :mod:`app.cli.config` for the order)."""
+    try:
+        resolved_url, resolved_key, _ = resolve(url, key)
+    except ConfigError as error:
+        raise ClientError(str(error), code=2) from None
+    if not resolved_key:
+        raise ClientError(
+            "no API key: pass --key, set DPSYN_API_KEY, run 'dpsyn serve' in this directory "
+            "(it saves the admin key to ./.dpsyn/admin_key), or save one with 'dpsyn config "
+            f"set --url URL --key-file FILE' ({user_config_path()})",
+            code=2,
+        )
+    return resolved_url, resolved_key
 
 
 class Api:
     """A thin JSON client; raises :class:`ClientError` with the server's message."""
 
-    def __init__(self, url: str, key: str | None, *, timeout: float = 300.0) -> None:
-        self.url = url.rstrip("/")
+    def __init__(self, url: str | None, key: str | None, *, timeout: float = 300.0) -> None:
+        resolved_url, resolved_key = resolve_target(url, key)
+        self.url = resolved_url.rstrip("/")
         self.http = httpx.Client(
             base_url=self.url,
-            headers={"Authorization": f"Bearer {resolve_key(key)}"},
+            headers={"Authorization": f"Bearer {resolved_key}"},
             timeout=timeout,
         )
 
@@ -117,14 +121,21 @@ def _server_message(response: httpx.Response) -> str:
 
 
 UrlOpt = Annotated[
-    str, typer.Option("--url", envvar="DPSYN_URL", help="Server URL.", show_default=True)
+    str | None,
+    typer.Option(
+        "--url",
+        envvar="DPSYN_URL",
+        help="Server URL (default: ./.dpsyn/url, saved by 'dpsyn serve'; else the user config, "
+        "'dpsyn config set'; else http://127.0.0.1:8000).",
+        show_default=False,
+    ),
 ]
 KeyOpt = Annotated[
     str | None,
     typer.Option(
         "--key",
         envvar="DPSYN_API_KEY",
-        help="API key (default: ./.dpsyn/admin_key, saved by 'dpsyn serve').",
+        help="API key (default: ./.dpsyn/admin_key, saved by 'dpsyn serve'; else the user config).",
         show_default=False,
     ),
 ]
@@ -271,7 +282,7 @@ def datasets_upload(
         str | None, typer.Option("--label-col", "--label-column", help="Label column.")
     ] = None,
     name: Annotated[str | None, typer.Option("--name", help="Default: the file name.")] = None,
-    url: UrlOpt = DEFAULT_URL,
+    url: UrlOpt = None,
     key: KeyOpt = None,
     as_json: JsonOpt = False,
     quiet: QuietOpt = False,
@@ -303,7 +314,7 @@ def datasets_upload(
 
 
 @datasets_app.command("list")
-def datasets_list(url: UrlOpt = DEFAULT_URL, key: KeyOpt = None, as_json: JsonOpt = False) -> None:
+def datasets_list(url: UrlOpt = None, key: KeyOpt = None, as_json: JsonOpt = False) -> None:
     """List your datasets."""
     rows = _request(url, key, "GET", "/v1/datasets")
     if as_json:
@@ -361,7 +372,7 @@ def budget_set(
     epsilon: Annotated[float, typer.Option("--epsilon", help="Total epsilon (> 0).")],
     delta: Annotated[float | None, typer.Option("--delta", help="Default: 1/|D|.")] = None,
     accounting: Annotated[Accounting, typer.Option("--accounting")] = Accounting.TIGHT,
-    url: UrlOpt = DEFAULT_URL,
+    url: UrlOpt = None,
     key: KeyOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
@@ -379,7 +390,7 @@ def budget_set(
 @budget_app.command("show")
 def budget_show(
     dataset: Annotated[str, typer.Argument(help="Dataset ID.")],
-    url: UrlOpt = DEFAULT_URL,
+    url: UrlOpt = None,
     key: KeyOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
@@ -506,7 +517,7 @@ def jobs_submit(
     timeout: Annotated[
         float | None, typer.Option("--timeout", help="Give up waiting after this many seconds.")
     ] = None,
-    url: UrlOpt = DEFAULT_URL,
+    url: UrlOpt = None,
     key: KeyOpt = None,
     as_json: JsonOpt = False,
     quiet: Annotated[
@@ -572,7 +583,7 @@ def _print_job(job: dict[str, Any], as_json: bool) -> None:
 @jobs_app.command("show")
 def jobs_show(
     job_id: Annotated[str, typer.Argument(help="Job ID.")],
-    url: UrlOpt = DEFAULT_URL,
+    url: UrlOpt = None,
     key: KeyOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
@@ -583,7 +594,7 @@ def jobs_show(
 @jobs_app.command("cancel")
 def jobs_cancel(
     job_id: Annotated[str, typer.Argument(help="Job ID.")],
-    url: UrlOpt = DEFAULT_URL,
+    url: UrlOpt = None,
     key: KeyOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
@@ -599,7 +610,7 @@ prompts_app = typer.Typer(help="Synthesised prompts (DP outputs).", no_args_is_h
 @prompts_app.command("get")
 def prompts_get(
     prompt_id: Annotated[str, typer.Argument(help="Prompt ID (a job's prompt_id).")],
-    url: UrlOpt = DEFAULT_URL,
+    url: UrlOpt = None,
     key: KeyOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
@@ -624,7 +635,7 @@ def prompts_get(
 def prompts_complete(
     prompt_id: Annotated[str, typer.Argument(help="Prompt ID.")],
     query: Annotated[str, typer.Option("--query", help="The input to classify or extract from.")],
-    url: UrlOpt = DEFAULT_URL,
+    url: UrlOpt = None,
     key: KeyOpt = None,
     as_json: JsonOpt = False,
 ) -> None:

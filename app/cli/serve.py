@@ -24,6 +24,7 @@ from app.settings import Settings
 err = Console(stderr=True)
 DATA_DIR = Path(".dpsyn")
 KEY_FILE = "admin_key"
+CLIENT_URL_FILE = "url"  # read by the client commands (app/cli/config.py)
 
 
 def _say(message: str) -> None:
@@ -69,6 +70,19 @@ def load_or_create_admin_key(data_dir: Path) -> tuple[str, bool]:
     return key, True
 
 
+def write_client_url(data_dir: Path, host: str, port: int) -> Path:
+    """Save the URL the client commands reach this server at, beside the admin key, so that
+    ``dpsyn serve --port N`` needs no ``--url`` in the same folder (a wildcard bind is
+    reached on loopback)."""
+    shown = {"0.0.0.0": "127.0.0.1", "::": "[::1]", "": "127.0.0.1"}.get(host, host)
+    if ":" in shown and not shown.startswith("["):
+        shown = f"[{shown}]"  # an IPv6 address in a URL
+    make_data_dir(data_dir)
+    path = data_dir / CLIENT_URL_FILE
+    path.write_text(f"http://{shown}:{port}\n")
+    return path
+
+
 def prepare(settings: Settings, *, data_dir: Path, migrate: bool) -> tuple[Settings, str | None]:
     """Migrate the database and make sure an admin key exists; returns the settings to serve
     with and the raw key if it was created now (to print once)."""
@@ -105,8 +119,14 @@ def serve_command(
         ),
     ] = DATA_DIR,
     migrate: Annotated[
-        bool, typer.Option("--migrate/--no-migrate", help="Apply database migrations first.")
-    ] = True,
+        bool | None,
+        typer.Option(
+            "--migrate/--no-migrate",
+            help="Apply database migrations first (default: DPSYN_MIGRATE_ON_START, true). "
+            "API replicas behind a one-shot 'dpsyn migrate' use --no-migrate.",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
     """Run the API; jobs run in this process unless DPSYN_BROKER_URL names a broker."""
     import uvicorn
@@ -114,16 +134,14 @@ def serve_command(
     from app.main import create_app
 
     try:
-        overrides: dict[str, object] = {}
-        if "DPSYN_DATABASE_URL" not in os.environ:
-            make_data_dir(data_dir)
-            overrides["database_url"] = embedded_database_url(data_dir)
-        settings = Settings(**overrides)  # type: ignore[arg-type]
+        settings = Settings(**_embedded_overrides(data_dir))  # type: ignore[arg-type]
         if host is not None or port is not None:
             settings = settings.model_copy(
                 update={"host": host or settings.host, "port": port or settings.port}
             )
-        settings, created = prepare(settings, data_dir=data_dir, migrate=migrate)
+        if migrate is not None:
+            settings = settings.model_copy(update={"migrate_on_start": migrate})
+        settings, created = prepare(settings, data_dir=data_dir, migrate=settings.migrate_on_start)
     except ValueError as error:  # settings validation, e.g. production with SQLite
         raise fail(str(error).replace("\n", " ")) from None
 
@@ -134,6 +152,8 @@ def serve_command(
     )
     database = make_url(settings.database_url).render_as_string(hide_password=True)
     _say(f"dpsyn: API on http://{settings.host}:{settings.port}, {mode}, database {database}")
+    if admin_key_path(data_dir).exists() and "DPSYN_BOOTSTRAP_API_KEY" not in os.environ:
+        write_client_url(data_dir, settings.host, settings.port)  # pairs with the saved key
     if created:
         _say(f"dpsyn: admin API key (shown once; saved to {admin_key_path(data_dir)}):")
         typer.echo(created)
@@ -150,6 +170,47 @@ def serve_command(
         close = getattr(getattr(app.state, "queue", None), "close", None)
         if callable(close):
             close()
+
+
+def migrate_command(
+    data_dir: Annotated[
+        Path,
+        typer.Option(
+            "--data-dir", help="Embedded state (the SQLite database unless DPSYN_DATABASE_URL)."
+        ),
+    ] = DATA_DIR,
+) -> None:
+    """Bring the database to the latest schema, add DPSYN_BOOTSTRAP_API_KEY if set, and exit.
+
+    The one-shot step of a deployment with several API replicas: run it once before (or while
+    stopping) the replicas, which then start with DPSYN_MIGRATE_ON_START=false.
+    """
+    from app.db.migrate import current_revision, upgrade
+    from app.db.session import session_scope
+    from app.services.tenants import ensure_bootstrap_key
+
+    try:
+        settings = Settings(**_embedded_overrides(data_dir))  # type: ignore[arg-type]
+    except ValueError as error:
+        raise fail(str(error).replace("\n", " ")) from None
+    database = make_url(settings.database_url).render_as_string(hide_password=True)
+    before = current_revision(settings.database_url)
+    upgrade(settings.database_url)
+    after = current_revision(settings.database_url)
+    change = "already" if before == after else f"migrated from {before or 'empty'}, now"
+    _say(f"dpsyn: database {database} {change} at revision {after}")
+    if settings.bootstrap_api_key:  # here, once, so that replicas only find it
+        with session_scope(settings.database_url) as session:
+            ensure_bootstrap_key(session, settings.bootstrap_api_key)
+        _say("dpsyn: DPSYN_BOOTSTRAP_API_KEY is an admin key of the tenant 'default'")
+
+
+def _embedded_overrides(data_dir: Path) -> dict[str, object]:
+    """The embedded SQLite database in ``data_dir`` unless DPSYN_DATABASE_URL names one."""
+    if "DPSYN_DATABASE_URL" in os.environ:
+        return {}
+    make_data_dir(data_dir)
+    return {"database_url": embedded_database_url(data_dir)}
 
 
 def worker_command(

@@ -12,10 +12,10 @@ from __future__ import annotations
 import hashlib
 import secrets
 
-from sqlalchemy import select
+from sqlalchemy import func, or_, select
 from sqlalchemy.orm import Session
 
-from app.db.models import ApiKey, KeyScope, Tenant
+from app.db.models import ApiKey, KeyScope, Tenant, now
 from app.services.errors import ConflictError, NotFoundError
 
 KEY_PREFIX = "dpsyn_"
@@ -57,11 +57,17 @@ def create_tenant(session: Session, name: str) -> tuple[Tenant, str]:
 
 
 def authenticate(session: Session, raw_key: str) -> ApiKey | None:
-    """The live key whose hash matches ``raw_key``, or None."""
-    key = session.scalars(select(ApiKey).where(ApiKey.key_hash == hash_key(raw_key))).first()
-    if key is None or key.revoked:
-        return None
-    return key
+    """The live key whose hash matches ``raw_key``, or None (also when its tenant is
+    disabled: one query, so that disabling a tenant locks out every key at once)."""
+    return session.scalars(
+        select(ApiKey)
+        .join(Tenant, Tenant.id == ApiKey.tenant_id)
+        .where(
+            ApiKey.key_hash == hash_key(raw_key),
+            ApiKey.revoked.is_(False),
+            Tenant.disabled_at.is_(None),
+        )
+    ).first()
 
 
 def ensure_bootstrap_key(session: Session, raw_key: str) -> ApiKey:
@@ -100,4 +106,64 @@ def revoke_key(session: Session, tenant_id: str, key_id: str) -> ApiKey:
     if key is None:
         raise NotFoundError(f"API key {key_id!r} not found")
     key.revoked = True
+    return key
+
+
+# --- Operator administration (``dpsyn admin``; no HTTP route crosses tenants) ---------------
+
+
+def find_tenant(session: Session, name_or_id: str) -> Tenant:
+    """The tenant named ``name_or_id``, or else with that ID."""
+    tenant = session.scalars(
+        select(Tenant)
+        .where(or_(Tenant.name == name_or_id, Tenant.id == name_or_id))
+        .order_by(Tenant.name != name_or_id)  # a name wins over an ID that looks the same
+    ).first()
+    if tenant is None:
+        raise NotFoundError(f"no tenant named or with ID {name_or_id!r}", code="tenant_not_found")
+    return tenant
+
+
+def list_tenants(session: Session) -> list[tuple[Tenant, int]]:
+    """Every tenant with its number of live (unrevoked) keys, by name."""
+    live = (
+        select(ApiKey.tenant_id, func.count().label("live"))
+        .where(ApiKey.revoked.is_(False))
+        .group_by(ApiKey.tenant_id)
+        .subquery()
+    )
+    rows = session.execute(
+        select(Tenant, func.coalesce(live.c.live, 0))
+        .outerjoin(live, live.c.tenant_id == Tenant.id)
+        .order_by(Tenant.name)
+    )
+    return [(tenant, int(count)) for tenant, count in rows]
+
+
+def set_disabled(session: Session, tenant: Tenant, disabled: bool) -> Tenant:
+    """Disable (every key refused) or enable a tenant; nothing else of it changes."""
+    if disabled and tenant.disabled_at is None:
+        tenant.disabled_at = now()
+    elif not disabled:
+        tenant.disabled_at = None
+    session.flush()
+    return tenant
+
+
+def create_key_for(session: Session, tenant: Tenant, scope: KeyScope) -> tuple[ApiKey, str]:
+    """A new key for an enabled tenant (a key of a disabled one would not work)."""
+    if tenant.disabled_at is not None:
+        raise ConflictError(
+            f"tenant {tenant.name!r} is disabled; enable it first", code="tenant_disabled"
+        )
+    return create_api_key(session, tenant.id, scope)
+
+
+def revoke_key_by_id(session: Session, key_id: str) -> ApiKey:
+    """Revoke a key of any tenant, by its ID (idempotent)."""
+    key = session.get(ApiKey, key_id)
+    if key is None:
+        raise NotFoundError(f"no API key with ID {key_id!r}", code="key_not_found")
+    key.revoked = True
+    session.flush()
     return key

@@ -13,16 +13,13 @@ from alembic.config import Config
 from alembic.migration import MigrationContext
 from sqlalchemy import create_engine, text
 
-from app.db.migrate import ROOT
+from app.db.migrate import alembic_config
 from app.db.models import Base
 from tests.conftest import PG_HOST, PG_PORT, _admin_url, require_service
 
 
 def _config(url: str) -> Config:
-    config = Config(str(ROOT / "alembic.ini"))
-    config.set_main_option("script_location", str(ROOT / "migrations"))
-    config.set_main_option("sqlalchemy.url", url.replace("%", "%%"))
-    return config
+    return alembic_config(url)
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])

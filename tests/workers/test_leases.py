@@ -280,15 +280,12 @@ def test_the_embedded_server_reaps_and_spares_the_jobs_it_recovers(sqlite_url):
 
 def test_migration_0003_gives_jobs_running_before_it_an_expired_lease(tmp_path: Path):
     from alembic import command
-    from alembic.config import Config
 
-    from app.db.migrate import ROOT, upgrade
+    from app.db.migrate import alembic_config, upgrade
     from app.db.session import get_engine
 
     url = f"sqlite:///{tmp_path / 'old.db'}"
-    config = Config(str(ROOT / "alembic.ini"))
-    config.set_main_option("script_location", str(ROOT / "migrations"))
-    config.set_main_option("sqlalchemy.url", url)
+    config = alembic_config(url)
     command.upgrade(config, "0002")
     with get_engine(url).begin() as conn:
         conn.execute(

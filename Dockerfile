@@ -1,0 +1,56 @@
+# dpsyn: one image for the API, the workers and the one-shot migration; the command selects
+# (ENTRYPOINT is the dpsyn CLI: "serve" by default, or "worker", "migrate", "admin ...").
+# Build: docker build -t dpsyn .   Run: see docs/deploy.md. No secret is baked in: settings
+# (DPSYN_*) come from the environment at run time.
+
+ARG PYTHON_IMAGE=python:3.11-slim-bookworm
+
+# --- build: a virtual environment with dpsyn, its dependencies and the packaged CPU models ----
+FROM ${PYTHON_IMAGE} AS build
+# torch's CPU-only wheels: the default ones pull gigabytes of CUDA libraries a CPU image never
+# uses (a GPU deployment runs the model in the vllm service instead).
+ARG TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu
+# Convert this packaged model once at build time (empty: convert on first use instead).
+ARG PRELOAD_MODEL=gemma-3-270m
+ENV PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    PATH=/opt/dpsyn/bin:$PATH \
+    DPSYN_CACHE_DIR=/opt/dpsyn-cache
+RUN python -m venv /opt/dpsyn \
+    && pip install --index-url "${TORCH_INDEX_URL}" torch==2.13.0
+WORKDIR /src
+COPY pyproject.toml README.md NOTICE ./
+COPY app ./app
+COPY workers ./workers
+RUN pip install ./ \
+    && mkdir -p "${DPSYN_CACHE_DIR}" \
+    && if [ -n "${PRELOAD_MODEL}" ]; then \
+        python -c "import sys; from app.llm.transformers_backend import TransformersBackend; TransformersBackend(sys.argv[1], dtype='float32')" "${PRELOAD_MODEL}"; \
+    fi
+
+# --- runtime: the same Python, the venv and the converted model, a non-root user -------------
+FROM ${PYTHON_IMAGE} AS runtime
+LABEL org.opencontainers.image.title="dpsyn" \
+      org.opencontainers.image.description="Differentially private prompt synthesis: API, workers, migrations" \
+      org.opencontainers.image.licenses="Apache-2.0"
+RUN groupadd --system --gid 10001 dpsyn \
+    && useradd --system --uid 10001 --gid dpsyn --home-dir /var/lib/dpsyn --create-home \
+        --shell /usr/sbin/nologin dpsyn
+COPY --from=build /opt/dpsyn /opt/dpsyn
+COPY --from=build --chown=dpsyn:dpsyn /opt/dpsyn-cache /var/cache/dpsyn
+ENV PATH=/opt/dpsyn/bin:$PATH \
+    PYTHONUNBUFFERED=1 \
+    PYTHONDONTWRITEBYTECODE=1 \
+    HOME=/var/lib/dpsyn \
+    DPSYN_CACHE_DIR=/var/cache/dpsyn \
+    DPSYN_HOST=0.0.0.0 \
+    DPSYN_PORT=8000
+# Embedded mode (no DPSYN_DATABASE_URL) keeps its SQLite database and key in ./.dpsyn here.
+WORKDIR /var/lib/dpsyn
+USER 10001:10001
+EXPOSE 8000
+# The API's own check (database reachable); docker-compose.yml gives workers a Celery ping.
+HEALTHCHECK --interval=30s --timeout=5s --start-period=60s --retries=3 \
+    CMD ["python", "-c", "import os, urllib.request; urllib.request.urlopen('http://127.0.0.1:%s/healthz' % os.environ.get('DPSYN_PORT', '8000'), timeout=4)"]
+ENTRYPOINT ["dpsyn"]
+CMD ["serve"]

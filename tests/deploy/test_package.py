@@ -1,0 +1,198 @@
+"""The installable package: build a wheel, install it into a fresh virtual environment that
+cannot see this checkout, and run ``dpsyn serve`` from an empty folder: it must migrate a new
+SQLite database (the migrations ship inside the package) and answer ``GET /healthz``.
+
+To stay fast the wheel is built without build isolation and installed with ``--no-deps``
+into a venv whose only extra path is the site-packages of the interpreter running the tests
+(through a ``.pth`` line, which, unlike a site directory, runs none of that folder's own
+``.pth`` files, so the editable install of the checkout stays invisible). The test checks
+that ``app`` really comes from the wheel.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sqlite3
+import subprocess
+import sys
+import sysconfig
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from app.db.migrate import head_revision
+from tests.workers.processes import free_port, wait_for
+
+ROOT = Path(__file__).resolve().parents[2]
+SOURCES = ("pyproject.toml", "README.md", "NOTICE", "app", "workers")
+
+
+def _clean_env(**extra: str) -> dict[str, str]:
+    """The environment of a process that must not see the checkout or the test settings."""
+    env = {
+        name: value
+        for name, value in os.environ.items()
+        if not name.startswith(("DPSYN_", "PYTHON", "VIRTUAL_ENV"))
+    }
+    return {**env, **extra}
+
+
+def _run(*command: str | Path, cwd: Path, env: dict[str, str] | None = None) -> str:
+    done = subprocess.run(
+        [str(part) for part in command],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, f"{command} failed:\n{done.stdout}\n{done.stderr}"
+    return done.stdout
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory) -> Path:
+    """A venv with the wheel of this checkout installed; returns the venv folder."""
+    base = tmp_path_factory.mktemp("package")
+    source = base / "src"  # a copy: a stale build/ of the checkout cannot leak into the wheel
+    source.mkdir()
+    for name in SOURCES:
+        path = ROOT / name
+        if path.is_dir():
+            shutil.copytree(path, source / name, ignore=shutil.ignore_patterns("__pycache__"))
+        else:
+            shutil.copy2(path, source / name)
+    dist = base / "dist"
+    _run(
+        sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
+        "-w", dist, source, cwd=base,
+    )  # fmt: skip
+    wheels = list(dist.glob("dpsyn-*.whl"))
+    assert len(wheels) == 1, wheels
+    venv = base / "venv"
+    _run(sys.executable, "-m", "venv", "--without-pip", venv, cwd=base)
+    python = venv / "bin" / "python"
+    target = Path(
+        _run(
+            python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])", cwd=base
+        ).strip()
+    )
+    (target / "_dpsyn_test_deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    _run(
+        sys.executable, "-m", "pip", "--python", python, "install", "--no-deps", "-q",
+        wheels[0], cwd=base, env=_clean_env(),
+    )  # fmt: skip
+    return venv
+
+
+def test_the_installed_package_is_the_wheel_with_its_migrations(installed: Path, tmp_path):
+    python = installed / "bin" / "python"
+    where = _run(
+        python, "-c",
+        "import app, app.db.migrate as m; print(app.__file__); print(m.MIGRATIONS)",
+        cwd=tmp_path, env=_clean_env(),
+    ).split()  # fmt: skip
+    assert Path(where[0]).is_relative_to(installed), where
+    versions = sorted(p.name for p in (Path(where[1]) / "versions").glob("0*.py"))
+    shipped = sorted(p.name for p in (ROOT / "app/db/migrations/versions").glob("0*.py"))
+    assert versions == shipped and versions
+    assert (installed / "bin" / "dpsyn").exists()
+
+
+@pytest.fixture
+def served(installed: Path, tmp_path) -> Iterator[tuple[str, Path]]:
+    """``dpsyn serve`` of the venv, started in an empty folder; yields (URL, that folder)."""
+    work = tmp_path / "work"
+    work.mkdir()
+    port = free_port()
+    log = tmp_path / "serve.log"
+    with log.open("w") as out:
+        process = subprocess.Popen(
+            [str(installed / "bin" / "dpsyn"), "serve", "--port", str(port)],
+            cwd=work,
+            env=_clean_env(HOME=str(tmp_path / "home")),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    url = f"http://127.0.0.1:{port}"
+
+    def answers() -> bool:
+        if process.poll() is not None:
+            pytest.fail(f"dpsyn serve exited ({process.returncode}):\n{log.read_text()[-4000:]}")
+        try:
+            return httpx.get(f"{url}/healthz", timeout=2).status_code == 200
+        except httpx.TransportError:
+            return False
+
+    try:
+        wait_for(answers, 90, "the installed dpsyn serve to answer /healthz", log)
+        yield url, work
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=10)
+
+
+def test_installed_dpsyn_serve_migrates_a_fresh_database_and_answers_healthz(served):
+    url, work = served
+    health = httpx.get(f"{url}/healthz", timeout=5)
+    assert health.status_code == 200
+    assert health.json()["status"] == "ok"
+    database = work / ".dpsyn" / "dpsyn.db"
+    with sqlite3.connect(database) as conn:
+        (revision,) = conn.execute("SELECT version_num FROM alembic_version").fetchone()
+    assert revision == head_revision()
+    assert (work / ".dpsyn" / "admin_key").read_text().startswith("dpsyn_")
+
+
+def test_installed_dpsyn_migrate_and_worker_run_outside_the_checkout(installed: Path, tmp_path):
+    """``dpsyn migrate`` builds the schema and ``dpsyn worker`` connects to its broker and
+    reports ready, both from the venv, in a folder that holds nothing of the checkout."""
+    from tests.workers.processes import OwnRedis
+
+    redis = OwnRedis()
+    work = tmp_path / "work"
+    work.mkdir()
+    env = _clean_env(
+        HOME=str(tmp_path / "home"),
+        DPSYN_DATABASE_URL=f"sqlite:///{work / 'dpsyn.db'}",
+        DPSYN_BROKER_URL=redis.url,
+    )
+    dpsyn = installed / "bin" / "dpsyn"
+    log = tmp_path / "worker.log"
+    process = None
+    try:
+        migrated = subprocess.run(
+            [dpsyn, "migrate"], cwd=work, env=env, capture_output=True, text=True, timeout=120
+        )
+        assert migrated.returncode == 0, migrated.stderr
+        assert f"at revision {head_revision()}" in migrated.stderr
+        with log.open("w") as out:
+            process = subprocess.Popen(
+                [dpsyn, "worker", "--hostname", "wheel@%h"],
+                cwd=work, env=env, stdout=out, stderr=subprocess.STDOUT,
+            )  # fmt: skip
+
+        def ready() -> bool:
+            if process.poll() is not None:
+                pytest.fail(f"dpsyn worker exited ({process.returncode}):\n{log.read_text()}")
+            return "ready." in log.read_text()
+
+        wait_for(ready, 60, "the installed dpsyn worker to be ready", log)
+        assert "wheel@" in log.read_text()
+    finally:
+        if process is not None:
+            process.terminate()
+            try:
+                process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait(timeout=10)
+        redis.close()
