@@ -391,8 +391,8 @@ def _claim(database_url: str, job_id: str, owner: str, lease: LeaseConfig) -> _C
         job.lease_owner, job.lease_expires_at = owner, lease.expiry()
         session.flush()
         dataset = session.get(Dataset, job.dataset_id)
-        live = dataset is not None and dataset.deleted_at is None
-        claim = _Claim(job.attempts, job, dict(dataset.task) if live else None)
+        task = dict(dataset.task) if dataset is not None and dataset.deleted_at is None else None
+        claim = _Claim(job.attempts, job, task)
     log.info("job %s: started (attempt %d)", job_id, claim.attempt)
     return claim
 

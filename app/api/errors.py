@@ -8,6 +8,7 @@ record text or a query).
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from http import HTTPStatus
 from typing import Any
 
@@ -36,7 +37,7 @@ DATABASE_RETRY_AFTER_S = 5
 
 
 def error_response(
-    status: int, code: str, message: str, headers: dict[str, str] | None = None, **extra: Any
+    status: int, code: str, message: str, headers: Mapping[str, str] | None = None, **extra: Any
 ) -> JSONResponse:
     return JSONResponse(
         {"error": {"code": code, "message": message, **extra}}, status_code=status, headers=headers

@@ -184,5 +184,5 @@ async def _body_too_large(_request: Request, exc: Exception) -> JSONResponse:
 
 
 def install_limits(app: FastAPI, settings: Settings) -> None:
-    app.add_middleware(RequestLimits, settings=settings)  # type: ignore[arg-type]
+    app.add_middleware(RequestLimits, settings=settings)
     app.add_exception_handler(BodyTooLarge, _body_too_large)

@@ -93,7 +93,7 @@ def declare_errors(router: APIRouter) -> None:
         if not isinstance(route, APIRoute):
             continue
         statuses: set[int] = set()
-        for method in route.methods:
+        for method in route.methods or ():
             statuses |= error_statuses(route, method)
         for status in sorted(statuses):
             route.responses[status] = _error_response(status)
@@ -219,4 +219,4 @@ def install_openapi(app: FastAPI) -> None:
         return document
 
     app.openapi = openapi  # type: ignore[method-assign]
-    app.add_middleware(AllowHeader, document=openapi)  # type: ignore[arg-type]
+    app.add_middleware(AllowHeader, document=openapi)

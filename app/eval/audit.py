@@ -340,7 +340,7 @@ def run_synthetic(
         results.append(_result(task, backend, result.prompt, members, non, label_ids))
         if progress is not None:
             progress("synthetic", number, config.synthetic_trials)
-    extra = {
+    extra: dict[str, object] = {
         "epsilon": config.epsilon,
         "epsilon_spent_max": max(spent) if spent else None,
         "delta": delta,

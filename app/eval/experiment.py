@@ -265,7 +265,9 @@ def _promptpate(
     pate = PateConfig(epsilon=setting.epsilon, seed=seed, **config.pate)  # type: ignore[arg-type]
     plan = plan_pate(task, len(train), public_count(len(public), pate), pate)
     result = run_pate(task, train, public, plan, backend)
-    demos = [{"label": d.label, "text": d.text} for d in result.demonstrations]
+    demos: list[dict[str, object]] = [
+        {"label": d.label, "text": d.text} for d in result.demonstrations
+    ]
     return result.prompt, demos, result.epsilon
 
 
@@ -425,7 +427,11 @@ def plot(rows: Sequence[Row], path: Path, title: str = "") -> Path:
         s = np.array([100 * r.std for r in mine])
         (line,) = ax.plot(x, y, marker="o", label=name)
         ax.fill_between(x, y - s, y + s, alpha=0.2, color=line.get_color())
-    styles = {INSTRUCTION_ONLY: ("tab:gray", ":"), NOISE_FREE: ("tab:green", "--")}
+    # Colour and matplotlib line style: a named style or (offset, (on, off)) dashes.
+    styles: dict[str, tuple[str, str | tuple[int, tuple[int, int]]]] = {
+        INSTRUCTION_ONLY: ("tab:gray", ":"),
+        NOISE_FREE: ("tab:green", "--"),
+    }
     styles[REAL] = ("tab:red", "-.")
     styles[ZERO_SHOT] = ("tab:purple", (0, (1, 3)))
     for row in rows:

@@ -147,7 +147,8 @@ class PaperRdpAccountant(Accountant):
         return event.steps * per_step
 
     def _epsilon(self, events: Sequence[Priced], delta: float) -> float:
-        total = sum(self.rdp(e) for e in events)
+        # Start from an array (not sum's int 0) so the total is an RDP curve even when typed.
+        total = sum((self.rdp(e) for e in events), np.zeros(self.orders.shape))
         return rdp.rdp_to_epsilon(total, delta, self.orders)
 
 

@@ -123,7 +123,8 @@ class _Pool:
     """
 
     def __init__(self) -> None:
-        self.weighted = 0.0
+        # A 0-d zero broadcasts to the first release's shape on the first add.
+        self.weighted: np.ndarray = np.zeros(())
         self.weight = 0.0
 
     def add(self, release: np.ndarray, radius: float) -> None:

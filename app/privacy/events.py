@@ -159,8 +159,9 @@ def from_dict(data: dict[str, Any]) -> Event:
     if kind == "gaussian":
         return GaussianEvent(float(data["noise_multiplier"]), int(data["count"]))
     if kind == "sampled":
-        mechanisms = tuple(from_dict(m) for m in data["mechanisms"])
-        if not all(isinstance(m, GaussianEvent) for m in mechanisms):
+        rebuilt = [from_dict(m) for m in data["mechanisms"]]
+        mechanisms = tuple(m for m in rebuilt if isinstance(m, GaussianEvent))
+        if len(mechanisms) != len(rebuilt):
             raise ValueError("a sampled round may only contain Gaussian mechanisms")
         return SampledEvent(sampling_from_dict(data["sampling"]), mechanisms, int(data["steps"]))
     if kind == "synthesis":

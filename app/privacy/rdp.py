@@ -46,7 +46,7 @@ def _log_abs_expm1(x: np.ndarray) -> np.ndarray:
         return np.where(x > 0, x + np.log(-np.expm1(-x)), np.log(-np.expm1(x)))
 
 
-def _dlog_abs_expm1(x: np.ndarray) -> np.ndarray:
+def _dlog_abs_expm1(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """First and second derivative of log|e^x - 1| (e^x/(e^x-1) and -e^x/(e^x-1)^2)."""
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         first = np.where(x > 0, -1.0 / np.expm1(-x), np.exp(x) / np.expm1(x))

@@ -298,7 +298,11 @@ def submit_job(
             "synthesises from a private dataset",
             code="public_dataset",
         )
-    public = get_public_dataset(session, tenant_id, public_dataset_id) if pate else None
+    public = (
+        get_public_dataset(session, tenant_id, public_dataset_id)
+        if public_dataset_id is not None  # set exactly when pate (checked above)
+        else None
+    )
     budget = session.get(Budget, dataset.id)
     if budget is None:
         raise _no_budget(dataset_id)
@@ -384,7 +388,7 @@ def submit_job(
     try:
         queue.enqueue(job.id)
     except Exception as err:
-        job = session.get(Job, job.id)
+        session.refresh(job)
         close_job(
             session,
             job,

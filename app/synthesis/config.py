@@ -61,6 +61,6 @@ class SynthesisConfig(BaseModel):
     @classmethod
     def for_task(cls, task_name: str, **overrides: object) -> SynthesisConfig:
         """The config with the paper's M, N, T_max for ``task_name`` unless overridden."""
-        defaults = dict(TASK_DEFAULTS.get(task_name, GENERIC_DEFAULTS))
+        defaults: dict[str, object] = dict(TASK_DEFAULTS.get(task_name, GENERIC_DEFAULTS))
         defaults.update({k: v for k, v in overrides.items() if v is not None})
-        return cls(**defaults)
+        return cls.model_validate(defaults)

@@ -150,7 +150,9 @@ def read_mit(path: str | Path, slot: str) -> list[Record]:
     records = []
     for number, line in _numbered(_read_lines(path)):
         body = line.split(" <=> ", 1)[0]
-        words, span, done = [], [], False
+        words: list[str] = []
+        span: list[str] = []
+        done = False
         for token in body.split():
             word, colon, tag = token.rpartition(":")
             if not colon or not word or not (tag == "O" or tag[:2] in ("B-", "I-")):
