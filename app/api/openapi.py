@@ -218,5 +218,6 @@ def install_openapi(app: FastAPI) -> None:
         app.openapi_schema = document
         return document
 
+    # FastAPI's documented way to customise the schema; mypy forbids assigning a method.
     app.openapi = openapi  # type: ignore[method-assign]
     app.add_middleware(AllowHeader, document=openapi)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import os
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, TypedDict
 
 import typer
 from rich.console import Console
@@ -134,7 +134,7 @@ def serve_command(
     from app.main import create_app
 
     try:
-        settings = Settings(**_embedded_overrides(data_dir))  # type: ignore[arg-type]
+        settings = Settings(**_embedded_overrides(data_dir))
         if host is not None or port is not None:
             settings = settings.model_copy(
                 update={"host": host or settings.host, "port": port or settings.port}
@@ -190,7 +190,7 @@ def migrate_command(
     from app.services.tenants import ensure_bootstrap_key
 
     try:
-        settings = Settings(**_embedded_overrides(data_dir))  # type: ignore[arg-type]
+        settings = Settings(**_embedded_overrides(data_dir))
     except ValueError as error:
         raise fail(str(error).replace("\n", " ")) from None
     database = make_url(settings.database_url).render_as_string(hide_password=True)
@@ -205,7 +205,13 @@ def migrate_command(
         _say("dpsyn: DPSYN_BOOTSTRAP_API_KEY is an admin key of the tenant 'default'")
 
 
-def _embedded_overrides(data_dir: Path) -> dict[str, object]:
+class _Overrides(TypedDict, total=False):
+    """Settings given as arguments (they win over the environment); typed for Settings(...)."""
+
+    database_url: str
+
+
+def _embedded_overrides(data_dir: Path) -> _Overrides:
     """The embedded SQLite database in ``data_dir`` unless DPSYN_DATABASE_URL names one."""
     if "DPSYN_DATABASE_URL" in os.environ:
         return {}

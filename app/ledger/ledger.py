@@ -25,7 +25,7 @@ from sqlalchemy.orm import Session
 
 from app.db.models import Budget, LedgerEntry, LedgerKind
 from app.privacy.accounting import Accounting, accountant_for
-from app.privacy.events import DatasetEvent, from_dict, to_dict
+from app.privacy.events import DatasetEvent, PateEvent, SynthesisEvent, from_dict, to_dict
 
 
 class LedgerError(ValueError):
@@ -65,6 +65,15 @@ def _live_entries(session: Session, dataset_id: str) -> list[LedgerEntry]:
     return [e for e in entries if e.kind == LedgerKind.RESERVE and e.job_id not in released]
 
 
+def _stored_event(entry: LedgerEntry) -> DatasetEvent:
+    """The job-level event a ledger entry charged: only those are ever stored (:func:`admit`),
+    so anything else means a corrupt row, which must not be priced as something it is not."""
+    event = from_dict(entry.event)
+    if not isinstance(event, SynthesisEvent | PateEvent):
+        raise LedgerError(f"ledger entry {entry.id} holds a {type(event).__name__}, not a job")
+    return event
+
+
 def _compose(budget: Budget, events: Sequence[DatasetEvent]) -> float:
     accountant = accountant_for(Accounting(budget.accounting))
     return accountant.synthesis_epsilon(list(events), budget.delta) if events else 0.0
@@ -72,9 +81,9 @@ def _compose(budget: Budget, events: Sequence[DatasetEvent]) -> float:
 
 def spend(session: Session, budget: Budget) -> Spend:
     live = _live_entries(session, budget.dataset_id)
-    events = [from_dict(e.event) for e in live]
+    events = [_stored_event(e) for e in live]
     return Spend(
-        epsilon=_compose(budget, events),  # type: ignore[arg-type]
+        epsilon=_compose(budget, events),
         plain_sum=sum(e.epsilon for e in live),
         jobs=len(live),
     )
@@ -113,10 +122,10 @@ def admit(
     if delta > budget.delta:
         raise LedgerError(f"the job's delta {delta:g} exceeds the budget's delta {budget.delta:g}")
     live = _live_entries(session, dataset_id)
-    events = [from_dict(e.event) for e in live]
-    after = _compose(budget, [*events, event])  # type: ignore[list-item]
+    events = [_stored_event(e) for e in live]
+    after = _compose(budget, [*events, event])
     if after > budget.epsilon * (1 + 1e-9):
-        before = _compose(budget, events)  # type: ignore[arg-type]
+        before = _compose(budget, events)
         raise BudgetExceededError(requested=epsilon, spent=before, total=budget.epsilon)
     session.add(
         LedgerEntry(

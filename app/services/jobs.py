@@ -562,6 +562,7 @@ def renew_lease(session: Session, job_id: str, owner: str, until: datetime) -> b
         .values(lease_expires_at=until)
         .execution_options(synchronize_session=False)
     )
+    # SQLAlchemy types execute() as Result; an UPDATE's is a CursorResult, with rowcount.
     return result.rowcount == 1  # type: ignore[attr-defined]
 
 
