@@ -22,7 +22,7 @@ import typer
 from rich.console import Console
 
 from app.cli.config import ConfigError, resolve, user_config_path
-from app.cli.custom_task import custom_task, parse_column, parse_pairs
+from app.cli.custom_task import custom_task, parse_column, parse_pairs, settings_line
 from app.cli.options import (
     ANSWER_WORDS,
     ICL_INSTRUCTION,
@@ -549,6 +549,19 @@ def _parse_params(items: list[str]) -> dict[str, Any]:
     return params
 
 
+def _print_settings(
+    api: Api, dataset: str, method: str, shots: int, params: dict[str, Any]
+) -> None:
+    """The token-loop settings the job runs with, on stderr: the dataset's task decides the
+    defaults of whatever was not given."""
+    task = api.call("GET", f"/v1/datasets/{dataset}")["task"].get("name", "")
+    given = {name: params.get(name) for name in ("M", "N", "tmax", "K")}
+    line = settings_line(
+        task, method, shots, **{k: v for k, v in given.items() if isinstance(v, int)}
+    )
+    err.print(line, markup=False)
+
+
 @jobs_app.command("submit")
 def jobs_submit(
     dataset: Annotated[str, typer.Option("--dataset", help="Private dataset ID.")],
@@ -625,6 +638,8 @@ def jobs_submit(
             job = api.call("POST", "/v1/jobs", json=body)
             if not quiet and not as_json:
                 out.print(_describe_job(job), markup=False)
+                if method is not JobMethod.PROMPTPATE:
+                    _print_settings(api, dataset, method.value, shots, params)
             if wait:
                 job = _wait(api, job, interval=poll, timeout=timeout)
     except ClientError as error:

@@ -15,7 +15,7 @@ from typing import Annotated
 
 import typer
 
-from app.cli.custom_task import custom_task, parse_column, parse_pairs
+from app.cli.custom_task import custom_task, parse_column, parse_pairs, settings_line
 from app.cli.errors import err, fail, reported_errors
 from app.cli.options import (
     ANSWER_WORDS,
@@ -37,13 +37,7 @@ from app.pate.public import read_public
 from app.pate.run import run_pate
 from app.privacy.accounting import Accounting
 from app.privacy.params import AdaDPSynVariant, Method
-from app.synthesis.config import (
-    DEFAULT_K,
-    DEFAULT_SHOTS,
-    GENERIC_DEFAULTS,
-    TASK_DEFAULTS,
-    SynthesisConfig,
-)
+from app.synthesis.config import SynthesisConfig
 from app.synthesis.data import Record, load_dataset
 from app.synthesis.generator import SynthesisResult, synthesize
 from app.synthesis.tasks import TaskSpec, get_task
@@ -100,29 +94,6 @@ def _task_spec(
         custom["icl_instruction"],
         custom["text_field"] or "Text",
         custom["label_field"] or "Label",
-    )
-
-
-def _announce_settings(
-    task: TaskSpec, method: str, shots: int | None, overrides: dict[str, int | None]
-) -> None:
-    """Say on stderr which M, N, tmax, K a token-loop run uses, and which are defaults.
-
-    Custom tasks fall back to generic values that a new user cannot see anywhere else.
-    """
-    known = task.name in TASK_DEFAULTS
-    defaults = {**(TASK_DEFAULTS.get(task.name) or GENERIC_DEFAULTS), "K": DEFAULT_K}
-    values = {name: overrides.get(name) or default for name, default in defaults.items()}
-    defaulted = [name for name in defaults if overrides.get(name) is None]
-    source = f"the paper's defaults for {task.name}" if known else "defaults for custom tasks"
-    note = f" ({', '.join(defaulted)}: {source}; see docs/synthesis.md)" if defaulted else ""
-    err.print(
-        f"{method}: {shots or DEFAULT_SHOTS} shots, "
-        + ", ".join(f"{name} {value}" for name, value in values.items())
-        + note,
-        markup=False,
-        highlight=False,
-        soft_wrap=True,
     )
 
 
@@ -237,10 +208,6 @@ def synthesize_command(
             label_col=parse_column(label_col),
             label_map=pairs,
         )
-        if method is not CliMethod.PROMPTPATE and not instruction_only:
-            _announce_settings(
-                spec_task, method.value, shots, {"M": M, "N": N, "tmax": tmax, "K": K}
-            )
         if method is CliMethod.PROMPTPATE:
             assert public is not None
             pate_config = PateConfig(
@@ -323,18 +290,44 @@ def _check_promptpate_options(
 
 
 def _with_progress(
-    verb: str, unit: str, job: Callable[[Callable[[int, int], None]], SynthesisResult]
+    verb: str,
+    unit: str,
+    job: Callable[[Callable[[int, int], None]], SynthesisResult],
+    header: str | None = None,
 ) -> SynthesisResult:
-    """Run ``job`` with progress on stderr (a bar, or plain lines when not a terminal)."""
+    """Run ``job`` with progress on stderr (a bar, or plain lines when not a terminal).
+
+    ``header`` is printed at the first progress call: once planning has passed, so a
+    planning error stays the only line on stderr.
+    """
     with progress_reporter(err, verb, unit) as report:
-        return job(lambda done, total: report(done, total))
+        pending = [header] if header else []
+
+        def step(done: int, total: int) -> None:
+            while pending:
+                err.print(pending.pop(), markup=False, highlight=False, soft_wrap=True)
+            report(done, total)
+
+        return job(step)
 
 
 def _synthesise(
     task: TaskSpec, records: list[Record], config: SynthesisConfig, llm: LLMBackend
 ) -> SynthesisResult:
+    settings = None
+    if config.epsilon > 0:  # the instruction-only baseline reads no M, N or K
+        settings = settings_line(
+            task.name,
+            config.method.value,
+            config.shots,
+            M=config.M,
+            N=config.N,
+            tmax=config.tmax,
+            K=config.K,
+        )
     return _with_progress(
         "synthesising",
         "tokens",
         lambda progress: synthesize(task, records, config, llm, progress=progress),
+        settings,
     )

@@ -386,4 +386,6 @@ def classification_task(
     try:
         return TaskSpec.model_validate(data)
     except ValidationError as err:
-        raise TaskError(f"custom task: {describe_validation_error(err)}") from None
+        # Name things as the command line does ("answer words"), not as the spec file does.
+        message = describe_validation_error(err).replace("field 'verbalisers': ", "")
+        raise TaskError(f"custom task: {message.replace('verbaliser', 'answer word')}") from None
