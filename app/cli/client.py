@@ -554,7 +554,10 @@ def _print_settings(
 ) -> None:
     """The token-loop settings the job runs with, on stderr: the dataset's task decides the
     defaults of whatever was not given."""
-    task = api.call("GET", f"/v1/datasets/{dataset}")["task"].get("name", "")
+    try:
+        task = api.call("GET", f"/v1/datasets/{dataset}")["task"].get("name", "")
+    except ClientError:
+        return  # the job is submitted; a missing line of information must not fail it
     given = {name: params.get(name) for name in ("M", "N", "tmax", "K")}
     line = settings_line(
         task, method, shots, **{k: v for k, v in given.items() if isinstance(v, int)}
