@@ -370,6 +370,12 @@ def datasets_upload(
                 )
             if label_map is not None:
                 raise ClientError("--label-map: a public dataset has no labels", code=2)
+            if isinstance(parse_column(text_col), tuple):
+                raise ClientError(
+                    "--text-col: a public table needs a header and a column name "
+                    "(column numbers are for private datasets)",
+                    code=2,
+                )
             fields, part = _public_upload_parts(file, task, text_col, name)
         else:
             try:

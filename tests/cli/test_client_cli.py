@@ -395,6 +395,7 @@ def test_custom_task_upload_mistakes_are_refused_locally(dpsyn, dbpedia_file):
         (["--labels", "Company,Artist", "--text-col", "3", "--label-col", "1"], "--label-map 1="),
         (["--public", "--labels", "a,b"], "--labels: a public dataset has no task labels"),
         (["--public", "--label-map", "1=a"], "--label-map: a public dataset has no labels"),
+        (["--public", "--text-col", "3"], "--text-col: a public table needs a header"),
     ]
     for args, message in cases:
         result = dpsyn("datasets", "upload", str(dbpedia_file), *args)
