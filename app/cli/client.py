@@ -20,11 +20,24 @@ from typing import Annotated, Any, NoReturn
 import httpx
 import typer
 from rich.console import Console
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from app.cli.config import ConfigError, resolve, user_config_path
+from app.cli.custom_task import custom_task, parse_column, parse_pairs, settings_line
+from app.cli.options import (
+    ANSWER_WORDS,
+    ICL_INSTRUCTION,
+    INSTRUCTION,
+    LABEL_COL,
+    LABEL_FIELD,
+    LABEL_MAP,
+    LABELS,
+    TEXT_COL,
+    TEXT_FIELD,
+)
+from app.cli.progress import progress_reporter
 from app.db.models import JobMethod
 from app.privacy.accounting import Accounting
+from app.synthesis.data import Column
 
 TABLE_SUFFIXES = {".csv", ".tsv", ".jsonl", ".ndjson"}
 FINISHED = {"succeeded", "failed", "cancelled"}
@@ -177,29 +190,76 @@ def _task_field(task: str) -> tuple[str, Any]:
     return spec.model_dump_json(), spec
 
 
+def _private_task(
+    task: str | None, custom: dict[str, str | None], label_map: dict[str, str] | None
+) -> tuple[str, Any]:
+    """The ``task`` form field and spec: ``--task`` (built-in or spec file) or, as in
+    ``dpsyn synthesize``, a custom task from ``--labels``/``--label-map`` and friends."""
+    from app.synthesis.tasks import TaskError
+
+    given = [f"--{name.replace('_', '-')}" for name, value in custom.items() if value is not None]
+    if task not in (None, "custom"):
+        if given:
+            raise ClientError(
+                f"{', '.join(given)}: only for a custom task, not --task {task}", code=2
+            )
+        return _task_field(task)
+    if not (given or label_map):
+        raise ClientError(
+            "--task is required for a private dataset: trec|agnews|sst2|mitg|mitd, a spec "
+            "file, or a custom task with --labels a,b,... (or upload texts with --public)",
+            code=2,
+        )
+    try:
+        spec = custom_task(
+            custom["labels"],
+            label_map,
+            custom["answer_words"],
+            custom["instruction"],
+            custom["icl_instruction"],
+            custom["text_field"] or "Text",
+            custom["label_field"] or "Label",
+        )
+    except TaskError as error:
+        raise ClientError(str(error), code=2) from None
+    return spec.model_dump_json(), spec
+
+
 def _upload_parts(
-    path: Path, task: str, text_col: str | None, label_col: str | None, name: str | None
+    path: Path,
+    task: tuple[str, Any],
+    text_col: Column | None,
+    label_col: Column | None,
+    label_map: dict[str, str] | None,
+    name: str | None,
 ) -> tuple[dict[str, str], tuple[str, bytes, str]]:
-    """Form fields and the file part. A table (CSV/TSV/JSONL) goes as it is; a dataset in
-    its own format (TREC or SST-2 lines, AG News CSV without header, MIT BIO) is read here by
-    the same readers as ``dpsyn synthesize`` and sent as JSON lines."""
+    """Form fields and the file part. A table (CSV/TSV/JSONL) with named columns goes as it
+    is; a dataset in its own format (TREC or SST-2 lines, AG News CSV without header, MIT
+    BIO), a CSV without a header (column numbers) or one whose labels need ``--label-map`` is
+    read here by the same readers as ``dpsyn synthesize`` and sent as JSON lines."""
     from app.synthesis.data import DataError, load_dataset
 
     if not path.is_file():
         raise ClientError(f"{path}: no such file", code=2)
-    task_value, spec = _task_field(task)
+    task_value, spec = task
     fields = {"task": task_value, "name": name or path.stem}
-    native = path.suffix.lower() not in TABLE_SUFFIXES or (
-        spec.name == "agnews" and text_col is None and label_col is None
+    numbered = isinstance(text_col, tuple) or isinstance(label_col, tuple)
+    native = (
+        path.suffix.lower() not in TABLE_SUFFIXES
+        or (spec.name == "agnews" and text_col is None and label_col is None)
+        or numbered
+        or bool(label_map)
     )
     if not native:
-        if text_col:
+        if isinstance(text_col, str):
             fields["text_column"] = text_col
-        if label_col:
+        if isinstance(label_col, str):
             fields["label_column"] = label_col
         return fields, (path.name, path.read_bytes(), "application/octet-stream")
     try:
-        records = load_dataset(spec, path, text_col=text_col, label_col=label_col)
+        records = load_dataset(
+            spec, path, text_col=text_col, label_col=label_col, label_map=label_map
+        )
     except DataError as error:
         raise ClientError(str(error), code=2) from None
     lines = (json.dumps({"text": r.text, "label": r.label}, ensure_ascii=False) for r in records)
@@ -275,12 +335,15 @@ def datasets_upload(
             help="Public unlabelled texts for PromptPATE jobs (text column only; never charged).",
         ),
     ] = False,
-    text_col: Annotated[
-        str | None, typer.Option("--text-col", "--text-column", help="Text column.")
-    ] = None,
-    label_col: Annotated[
-        str | None, typer.Option("--label-col", "--label-column", help="Label column.")
-    ] = None,
+    text_col: Annotated[str | None, TEXT_COL] = None,
+    label_col: Annotated[str | None, LABEL_COL] = None,
+    label_map: Annotated[str | None, LABEL_MAP] = None,
+    labels: Annotated[str | None, LABELS] = None,
+    answer_words: Annotated[str | None, ANSWER_WORDS] = None,
+    instruction: Annotated[str | None, INSTRUCTION] = None,
+    icl_instruction: Annotated[str | None, ICL_INSTRUCTION] = None,
+    text_field: Annotated[str | None, TEXT_FIELD] = None,
+    label_field: Annotated[str | None, LABEL_FIELD] = None,
     name: Annotated[str | None, typer.Option("--name", help="Default: the file name.")] = None,
     url: UrlOpt = None,
     key: KeyOpt = None,
@@ -289,18 +352,44 @@ def datasets_upload(
 ) -> None:
     """Upload a private labelled dataset, or with --public unlabelled texts (its records never
     come back)."""
+    custom = {
+        "labels": labels,
+        "answer_words": answer_words,
+        "instruction": instruction,
+        "icl_instruction": icl_instruction,
+        "text_field": text_field,
+        "label_field": label_field,
+    }
     try:
         if public:
             if label_col is not None:
                 raise ClientError("--label-col: a public dataset has no labels", code=2)
+            if given := [opt for opt, value in custom.items() if value is not None]:
+                raise ClientError(
+                    f"--{given[0].replace('_', '-')}: a public dataset has no task labels", code=2
+                )
+            if label_map is not None:
+                raise ClientError("--label-map: a public dataset has no labels", code=2)
+            if isinstance(parse_column(text_col), tuple):
+                raise ClientError(
+                    "--text-col: a public table needs a header and a column name "
+                    "(column numbers are for private datasets)",
+                    code=2,
+                )
             fields, part = _public_upload_parts(file, task, text_col, name)
-        elif task is None:
-            raise ClientError(
-                "--task is required for a private dataset (or upload texts with --public)",
-                code=2,
-            )
         else:
-            fields, part = _upload_parts(file, task, text_col, label_col, name)
+            try:
+                pairs = parse_pairs(label_map, "--label-map") if label_map else None
+            except ValueError as error:
+                raise ClientError(str(error), code=2) from None
+            fields, part = _upload_parts(
+                file,
+                _private_task(task, custom, pairs),
+                parse_column(text_col),
+                parse_column(label_col),
+                pairs,
+                name,
+            )
         with Api(url, key) as api:
             dataset = api.call("POST", "/v1/datasets", data=fields, files={"file": part})
     except ClientError as error:
@@ -431,17 +520,10 @@ def _describe_job(job: dict[str, Any]) -> str:
 
 
 def _wait(api: Api, job: dict[str, Any], *, interval: float, timeout: float | None) -> dict:
-    """Poll the job until it finishes, with a progress bar on stderr."""
+    """Poll the job until it finishes, with progress on stderr (plain lines off a terminal)."""
     deadline = None if timeout is None else time.monotonic() + timeout
-    with Progress(
-        TextColumn("job {task.fields[status]}"),
-        BarColumn(),
-        TextColumn("{task.completed}/{task.total} " + _unit(job)),
-        TimeElapsedColumn(),
-        console=err,
-        transient=True,
-    ) as bar:
-        task = bar.add_task("job", total=job["progress"]["total"] or None, status=job["status"])
+    with progress_reporter(err, f"job {job['id']}", _unit(job)) as report:
+        report(job["progress"]["done"], job["progress"]["total"] or None, job["status"])
         while job["status"] not in FINISHED:
             if deadline is not None and time.monotonic() > deadline:
                 raise ClientError(
@@ -450,12 +532,7 @@ def _wait(api: Api, job: dict[str, Any], *, interval: float, timeout: float | No
                 )
             time.sleep(interval)
             job = api.call("GET", f"/v1/jobs/{job['id']}")
-            bar.update(
-                task,
-                completed=job["progress"]["done"],
-                total=job["progress"]["total"] or None,
-                status=job["status"],
-            )
+            report(job["progress"]["done"], job["progress"]["total"] or None, job["status"])
     return job
 
 
@@ -476,6 +553,22 @@ def _parse_params(items: list[str]) -> dict[str, Any]:
             raise ClientError(f"--param {item!r}: expected KEY=VALUE (e.g. teachers=50)", code=2)
         params[name.strip()] = _param_value(value.strip())
     return params
+
+
+def _print_settings(
+    api: Api, dataset: str, method: str, shots: int, params: dict[str, Any]
+) -> None:
+    """The token-loop settings the job runs with, on stderr: the dataset's task decides the
+    defaults of whatever was not given."""
+    try:
+        task = api.call("GET", f"/v1/datasets/{dataset}")["task"].get("name", "")
+    except ClientError:
+        return  # the job is submitted; a missing line of information must not fail it
+    given = {name: params.get(name) for name in ("M", "N", "tmax", "K")}
+    line = settings_line(
+        task, method, shots, **{k: v for k, v in given.items() if isinstance(v, int)}
+    )
+    err.print(line, markup=False)
 
 
 @jobs_app.command("submit")
@@ -554,6 +647,8 @@ def jobs_submit(
             job = api.call("POST", "/v1/jobs", json=body)
             if not quiet and not as_json:
                 out.print(_describe_job(job), markup=False)
+                if method is not JobMethod.PROMPTPATE:
+                    _print_settings(api, dataset, method.value, shots, params)
             if wait:
                 job = _wait(api, job, interval=poll, timeout=timeout)
     except ClientError as error:

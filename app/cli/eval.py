@@ -11,6 +11,7 @@ from typing import Annotated
 import typer
 
 from app.cli.errors import err, fail, reported_errors
+from app.cli.progress import progress_reporter
 from app.eval.datasets import DATASETS, load_split, public_path
 from app.eval.experiment import (
     PROFILES,
@@ -142,15 +143,17 @@ def eval_command(
             highlight=False,
         )
         backend = make_backend(BackendKind.TRANSFORMERS, model=model, url=None, dtype=dtype)
-        runs = run_experiment(
-            task,
-            train,
-            test,
-            backend,
-            config,
-            log=lambda line: err.print(line, markup=False, highlight=False),
-            public=public_texts,
-        )
+        with progress_reporter(err, "evaluating", "runs") as report:
+            runs = run_experiment(
+                task,
+                train,
+                test,
+                backend,
+                config,
+                log=lambda line: err.print(line, markup=False, highlight=False),
+                public=public_texts,
+                progress=lambda done, total: report(done, total),
+            )
 
     rows = aggregate(runs, grid)
     title = f"{dataset} ({backend.name})"

@@ -14,9 +14,21 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
+from app.cli.custom_task import custom_task, parse_column, parse_pairs, settings_line
 from app.cli.errors import err, fail, reported_errors
+from app.cli.options import (
+    ANSWER_WORDS,
+    ICL_INSTRUCTION,
+    INSTRUCTION,
+    LABEL_COL,
+    LABEL_FIELD,
+    LABEL_MAP,
+    LABELS,
+    TEXT_COL,
+    TEXT_FIELD,
+)
+from app.cli.progress import progress_reporter
 from app.llm.base import LLMBackend
 from app.llm.factory import BackendKind, Dtype, make_backend
 from app.pate.config import PateConfig
@@ -28,7 +40,7 @@ from app.privacy.params import AdaDPSynVariant, Method
 from app.synthesis.config import SynthesisConfig
 from app.synthesis.data import Record, load_dataset
 from app.synthesis.generator import SynthesisResult, synthesize
-from app.synthesis.tasks import TaskKind, TaskSpec, get_task
+from app.synthesis.tasks import TaskSpec, get_task
 
 
 class CliMethod(StrEnum):
@@ -40,7 +52,10 @@ class CliMethod(StrEnum):
 
 
 def _parse_epsilon(text: str) -> float:
-    value = float(text)  # accepts "inf"
+    try:
+        value = float(text)  # accepts "inf"
+    except ValueError:
+        raise fail(f"--epsilon must be a number > 0 (or inf), got {text!r}") from None
     if math.isnan(value) or value <= 0:
         raise fail(
             f"--epsilon must be > 0 (or inf for the no-noise baseline), got {text}; "
@@ -49,28 +64,49 @@ def _parse_epsilon(text: str) -> float:
     return value
 
 
-def _custom_task(
-    labels: str | None, instruction: str | None, text_field: str, label_field: str
+def _task_spec(
+    task: str | None,
+    spec: Path | None,
+    custom: dict[str, str | None],
+    label_map: dict[str, str] | None,
 ) -> TaskSpec:
-    if not labels:
-        raise fail("--task custom needs --spec FILE or --labels a,b,...")
-    names = [x.strip() for x in labels.split(",") if x.strip()]
-    return TaskSpec(
-        name="custom",
-        kind=TaskKind.CLASSIFICATION,
-        instruction=instruction or f"Given a {label_field.lower()}, write a text of that kind.",
-        icl_instruction=f"Classify each text by its {label_field.lower()}.",
-        text_field=text_field,
-        label_field=label_field,
-        labels=tuple(names),
+    """The task of ``--task``/``--spec``, or of the custom-task options (``--labels`` ...)."""
+    given = [f"--{name.replace('_', '-')}" for name, value in custom.items() if value is not None]
+    if task is None and spec is None and not (given or label_map):
+        raise fail(
+            "--task is required: trec|agnews|sst2|mitg|mitd, a spec file, or custom with "
+            "--labels a,b,... (or --spec FILE)"
+        )
+    if task not in (None, "custom"):
+        if given or spec is not None:
+            extra = ", ".join(given + (["--spec"] if spec is not None else []))
+            raise fail(f"{extra}: only for a custom task (--task custom), not --task {task}")
+        return get_task(task)
+    if spec is not None:
+        if given:
+            raise fail(f"{', '.join(given)}: the spec file describes the task, drop these")
+        return get_task(spec)
+    return custom_task(
+        custom["labels"],
+        label_map,
+        custom["answer_words"],
+        custom["instruction"],
+        custom["icl_instruction"],
+        custom["text_field"] or "Text",
+        custom["label_field"] or "Label",
     )
 
 
 def synthesize_command(
     data: Annotated[Path, typer.Option("--data", help="Private dataset file.")],
     task: Annotated[
-        str, typer.Option("--task", help="trec|agnews|sst2|mitg|mitd|custom, or a spec file.")
-    ],
+        str | None,
+        typer.Option(
+            "--task",
+            help="trec|agnews|sst2|mitg|mitd|custom, or a spec file (default: custom when "
+            "--labels or --label-map is given).",
+        ),
+    ] = None,
     epsilon: Annotated[
         str, typer.Option("--epsilon", help="Privacy budget (> 0, or inf: no noise).")
     ] = "4",
@@ -86,7 +122,7 @@ def synthesize_command(
     M: Annotated[int | None, typer.Option("--M")] = None,
     N: Annotated[int | None, typer.Option("--N")] = None,
     tmax: Annotated[int | None, typer.Option("--tmax")] = None,
-    K: Annotated[int, typer.Option("--K", help="Public vocabulary size.")] = 100,
+    K: Annotated[int | None, typer.Option("--K", help="Public vocabulary size (100).")] = None,
     variant: Annotated[
         AdaDPSynVariant,
         typer.Option("--variant", help="adadpsyn: pooled (default) or paper (as published)."),
@@ -103,13 +139,16 @@ def synthesize_command(
         int | None, typer.Option("--seed", help="Testing only: a known seed voids privacy.")
     ] = None,
     out: Annotated[Path | None, typer.Option("--out", help="Write the result as JSON.")] = None,
-    text_col: Annotated[str | None, typer.Option("--text-col")] = None,
-    label_col: Annotated[str | None, typer.Option("--label-col")] = None,
+    text_col: Annotated[str | None, TEXT_COL] = None,
+    label_col: Annotated[str | None, LABEL_COL] = None,
+    label_map: Annotated[str | None, LABEL_MAP] = None,
     spec: Annotated[Path | None, typer.Option("--spec", help="Custom task spec file.")] = None,
-    labels: Annotated[str | None, typer.Option("--labels", help="Custom task labels.")] = None,
-    instruction: Annotated[str | None, typer.Option("--instruction")] = None,
-    text_field: Annotated[str, typer.Option("--text-field")] = "Text",
-    label_field: Annotated[str, typer.Option("--label-field")] = "Label",
+    labels: Annotated[str | None, LABELS] = None,
+    answer_words: Annotated[str | None, ANSWER_WORDS] = None,
+    instruction: Annotated[str | None, INSTRUCTION] = None,
+    icl_instruction: Annotated[str | None, ICL_INSTRUCTION] = None,
+    text_field: Annotated[str | None, TEXT_FIELD] = None,
+    label_field: Annotated[str | None, LABEL_FIELD] = None,
     candidates: Annotated[
         str | None, typer.Option("--candidates", help="Extraction: public slot values, a,b,...")
     ] = None,
@@ -150,17 +189,25 @@ def synthesize_command(
         elif public is not None:
             raise fail("--public is only used with --method promptpate")
         target = 0.0 if instruction_only else _parse_epsilon(epsilon)
-        if task == "custom":
-            spec_task = (
-                get_task(spec)
-                if spec
-                else _custom_task(labels, instruction, text_field, label_field)
-            )
-        else:
-            spec_task = get_task(task)
+        custom = {
+            "labels": labels,
+            "answer_words": answer_words,
+            "instruction": instruction,
+            "icl_instruction": icl_instruction,
+            "text_field": text_field,
+            "label_field": label_field,
+        }
+        pairs = parse_pairs(label_map, "--label-map") if label_map else None
+        spec_task = _task_spec(task, spec, custom, pairs)
         if candidates:
             spec_task = spec_task.with_candidates([c.strip() for c in candidates.split(",")])
-        records = load_dataset(spec_task, data, text_col=text_col, label_col=label_col)
+        records = load_dataset(
+            spec_task,
+            data,
+            text_col=parse_column(text_col),
+            label_col=parse_column(label_col),
+            label_map=pairs,
+        )
         if method is CliMethod.PROMPTPATE:
             assert public is not None
             pate_config = PateConfig(
@@ -243,27 +290,44 @@ def _check_promptpate_options(
 
 
 def _with_progress(
-    verb: str, unit: str, job: Callable[[Callable[[int, int], None]], SynthesisResult]
+    verb: str,
+    unit: str,
+    job: Callable[[Callable[[int, int], None]], SynthesisResult],
+    header: str | None = None,
 ) -> SynthesisResult:
-    """Run ``job`` with a transient progress bar on stderr fed by its progress callback."""
-    with Progress(
-        TextColumn(verb),
-        BarColumn(),
-        TextColumn("{task.completed}/{task.total}"),
-        TextColumn(unit),
-        TimeElapsedColumn(),
-        console=err,
-        transient=True,
-    ) as bar:
-        bar_task = bar.add_task(unit, total=None)
-        return job(lambda done, total: bar.update(bar_task, completed=done, total=total))
+    """Run ``job`` with progress on stderr (a bar, or plain lines when not a terminal).
+
+    ``header`` is printed at the first progress call: once planning has passed, so a
+    planning error stays the only line on stderr.
+    """
+    with progress_reporter(err, verb, unit) as report:
+        pending = [header] if header else []
+
+        def step(done: int, total: int) -> None:
+            while pending:
+                err.print(pending.pop(), markup=False, highlight=False, soft_wrap=True)
+            report(done, total)
+
+        return job(step)
 
 
 def _synthesise(
     task: TaskSpec, records: list[Record], config: SynthesisConfig, llm: LLMBackend
 ) -> SynthesisResult:
+    settings = None
+    if config.epsilon > 0:  # the instruction-only baseline reads no M, N or K
+        settings = settings_line(
+            task.name,
+            config.method.value,
+            config.shots,
+            M=config.M,
+            N=config.N,
+            tmax=config.tmax,
+            K=config.K,
+        )
     return _with_progress(
         "synthesising",
         "tokens",
         lambda progress: synthesize(task, records, config, llm, progress=progress),
+        settings,
     )

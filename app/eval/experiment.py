@@ -281,8 +281,11 @@ def run_experiment(
     config: ExperimentConfig,
     log: Log | None = None,
     public: Sequence[str] | None = None,
+    progress: Callable[[int, int], None] | None = None,
 ) -> list[Run]:
     """Every setting of the grid with every seed (progress lines go to ``log``).
+
+    ``progress(done, total)`` is called before the first run and after each, in runs.
 
     ``public``: unlabelled inputs for PromptPATE. Its teachers' votes do not depend on epsilon,
     so the backend is wrapped in a memo and each seed's votes are computed once.
@@ -293,6 +296,8 @@ def run_experiment(
         backend = MemoBackend(backend)
     runs = []
     total = sum(1 if s.kind == ZERO_SHOT else len(config.seeds) for s in grid)
+    if progress is not None:
+        progress(0, total)
     for setting in grid:
         for seed in config.seeds[:1] if setting.kind == ZERO_SHOT else config.seeds:
             run = run_one(task, train, queries, setting, seed, backend, config, public)
@@ -304,6 +309,8 @@ def run_experiment(
                     f"[{len(runs)}/{total}] {setting.key} seed {seed}: "
                     f"acc {run.accuracy:.3f}{cal_text} ({run.seconds:.1f} s)"
                 )
+            if progress is not None:
+                progress(len(runs), total)
     return runs
 
 

@@ -17,7 +17,10 @@ TASK_DEFAULTS: dict[str, dict[str, int]] = {
     "mitg": {"M": 40, "N": 1, "tmax": 20},
     "mitd": {"M": 40, "N": 1, "tmax": 20},
 }
+# Any other task (a custom one): middle-of-the-road values, printed when a run starts.
 GENERIC_DEFAULTS = {"M": 10, "N": 2, "tmax": 30}
+DEFAULT_K = 100
+DEFAULT_SHOTS = 4
 
 
 class SynthesisConfig(BaseModel):
@@ -35,11 +38,11 @@ class SynthesisConfig(BaseModel):
     epsilon: float = Field(ge=0.0, description="Target epsilon; 0 and inf are baselines.")
     delta: float | None = Field(None, gt=0.0, lt=1.0, description="Default: 1/|D|.")
     accounting: Accounting = Accounting.TIGHT
-    shots: int = Field(4, ge=1, le=64)
+    shots: int = Field(DEFAULT_SHOTS, ge=1, le=64)
     M: int = Field(ge=1, le=200)
     N: int = Field(ge=1, le=50)
     tmax: int = Field(ge=1, le=512)
-    K: int = Field(100, ge=2, le=1000, description="Public vocabulary size per step.")
+    K: int = Field(DEFAULT_K, ge=2, le=1000, description="Public vocabulary size per step.")
     variant: AdaDPSynVariant = Field(
         AdaDPSynVariant.POOLED,
         description="AdaDPSyn only: 'pooled' (default) or 'paper' (Algorithm 1 as published).",

@@ -15,7 +15,7 @@ import html
 import io
 import json
 import re
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -214,10 +214,54 @@ def _read_jsonl(path: Path, lines: list[str], text_col: str, label_col: str) -> 
     return records
 
 
-def read_table(path: str | Path, text_col: str = "text", label_col: str = "label") -> list[Record]:
-    """A user's table: CSV/TSV with a header row, or JSON lines; chosen by extension."""
+# A column of a table: its header name, or 1-based column numbers of a CSV/TSV without a
+# header (several numbers: their cells joined by a space, e.g. a title and a body).
+Column = str | tuple[int, ...]
+
+
+def _read_headerless(
+    path: Path, lines: list[str], text_cols: tuple[int, ...], label_cols: tuple[int, ...]
+) -> list[Record]:
+    if min(text_cols + label_cols) < 1:
+        raise DataError(f"{path}: column numbers start at 1")
+    reader = csv.reader(lines, delimiter="\t" if path.suffix.lower() == ".tsv" else ",")
+    wanted = max(text_cols + label_cols)
+    records = []
+    try:
+        for row in reader:
+            if not any(cell.strip() for cell in row):
+                continue
+            if len(row) < wanted:
+                raise DataError(
+                    f"{path}: line {reader.line_num} has {len(row)} fields, "
+                    f"column {wanted} was asked for"
+                )
+            text = " ".join(row[i - 1] for i in text_cols)
+            label = " ".join(row[i - 1] for i in label_cols)
+            records.append(Record(_cell(text), _cell(label)))
+    except csv.Error:
+        raise DataError(f"{path}: line {reader.line_num} is not valid CSV") from None
+    return records
+
+
+def read_table(
+    path: str | Path, text_col: Column = "text", label_col: Column = "label"
+) -> list[Record]:
+    """A user's table: CSV/TSV with a header row (or, given column numbers, without one), or
+    JSON lines; chosen by extension."""
     path = Path(path)
     suffix = path.suffix.lower()
+    numbered = isinstance(text_col, tuple), isinstance(label_col, tuple)
+    if any(numbered) and suffix not in (".csv", ".tsv"):
+        raise DataError(f"{path}: column numbers are for CSV/TSV files without a header")
+    if any(numbered) and not all(numbered):
+        raise DataError(
+            f"{path}: give both the text and the label column as numbers "
+            "(a file without a header has no column names)"
+        )
+    if isinstance(text_col, tuple) and isinstance(label_col, tuple):
+        return _read_headerless(path, _read_lines(path), text_col, label_col)
+    assert isinstance(text_col, str) and isinstance(label_col, str)
     if suffix in (".csv", ".tsv"):
         return _read_csv(path, _read_lines(path), text_col, label_col)
     if suffix in (".jsonl", ".ndjson"):
@@ -282,6 +326,11 @@ def _check_labels(path: Path, task: TaskSpec, records: list[Record]) -> list[Rec
             f"{path}: {unknown} of {len(records)} records (first: record {first}) have "
             f"{len(distinct)} distinct label value(s) that are not labels of task "
             f"{task.name!r} ({', '.join(task.labels)})"
+            + (
+                "; numeric label ids need a map to label names, e.g. --label-map 1=NAME,2=NAME"
+                if all(value.isdigit() for value in distinct)
+                else ""
+            )
         )
     return result
 
@@ -289,8 +338,9 @@ def _check_labels(path: Path, task: TaskSpec, records: list[Record]) -> list[Rec
 def load_dataset(
     task: TaskSpec,
     path: str | Path,
-    text_col: str | None = None,
-    label_col: str | None = None,
+    text_col: Column | None = None,
+    label_col: Column | None = None,
+    label_map: Mapping[str, str] | None = None,
 ) -> list[Record]:
     """The task's validated private records from ``path``.
 
@@ -298,13 +348,23 @@ def load_dataset(
     own format unless columns are given; any other task, or one given ``text_col`` or
     ``label_col``, reads a table (:func:`read_table`, columns default to ``text``/``label``).
     Classification labels become the task's public label names; extraction records without
-    a slot value are skipped. Every text must be non-empty.
+    a slot value are skipped. Every text must be non-empty. ``label_map`` turns raw label
+    values (e.g. ids ``1``..``14``) into label names first; unmapped values stay as they are.
     """
     path = Path(path)
     if task.name in _READERS and text_col is None and label_col is None:
         records = _READERS[task.name](path, task)
     else:
         records = read_table(path, text_col or "text", label_col or "label")
+    if label_map:
+        if task.kind == TaskKind.CLASSIFICATION and (
+            unknown := [name for name in label_map.values() if name not in task.labels]
+        ):
+            raise DataError(
+                f"label map: {unknown[0]!r} is not a label of task {task.name!r} "
+                f"({', '.join(task.labels)})"
+            )
+        records = [Record(r.text, label_map.get(r.label, r.label)) for r in records]
     if task.kind == TaskKind.CLASSIFICATION:
         records = _check_labels(path, task, records)
     else:

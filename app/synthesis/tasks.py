@@ -341,3 +341,51 @@ def get_task(name_or_path: str | Path) -> TaskSpec:
         f"unknown task {key!r}: not a built-in task ({', '.join(sorted(BUILTIN_TASKS))}) "
         "nor a .json/.yaml spec file"
     )
+
+
+def _listed(words: list[str]) -> str:
+    return words[0] if len(words) == 1 else f"{', '.join(words[:-1])} or {words[-1]}"
+
+
+def classification_task(
+    labels: list[str] | tuple[str, ...],
+    *,
+    answer_words: dict[str, str] | None = None,
+    instruction: str | None = None,
+    icl_instruction: str | None = None,
+    text_field: str = "Text",
+    label_field: str = "Label",
+    name: str = "custom",
+) -> TaskSpec:
+    """A classification task from the command line (``--labels``), no spec file needed.
+
+    Unlike a spec file (whose verbalisers default to the lowercased label), the answer words
+    are the labels exactly as typed: lowercasing a compound name ("MeanOfTransportation")
+    makes a word the model has never seen, which garbles demonstrations and scoring.
+    ``answer_words`` overrides some of them. The default classification instruction lists
+    the answer words, since the downstream model cannot guess fourteen class names.
+    Raises :class:`TaskError` with a one-line message.
+    """
+    names = [label.strip() for label in labels if label.strip()]
+    given = dict(answer_words or {})
+    if unknown := [label for label in given if label not in names]:
+        raise TaskError(f"answer word for {unknown[0]!r}, which is not one of the labels")
+    words = {label: given.get(label, label) for label in names}
+    field = label_field.strip().lower() or "label"
+    data = {
+        "name": name,
+        "kind": TaskKind.CLASSIFICATION,
+        "instruction": instruction or f"Given a {field}, write a text of that kind.",
+        "icl_instruction": icl_instruction
+        or f"Classify each text by its {field}: {_listed(list(words.values()))}.",
+        "text_field": text_field,
+        "label_field": label_field,
+        "labels": tuple(names),
+        "verbalisers": words,
+    }
+    try:
+        return TaskSpec.model_validate(data)
+    except ValidationError as err:
+        # Name things as the command line does ("answer words"), not as the spec file does.
+        message = describe_validation_error(err).replace("field 'verbalisers': ", "")
+        raise TaskError(f"custom task: {message.replace('verbaliser', 'answer word')}") from None

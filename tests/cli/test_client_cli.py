@@ -334,3 +334,71 @@ def test_dpsyn_worker_needs_a_broker(monkeypatch):
     monkeypatch.delenv("DPSYN_BROKER_URL", raising=False)
     result = runner.invoke(cli, ["worker"])
     assert result.exit_code == 2 and "DPSYN_BROKER_URL" in result.output
+
+
+DBPEDIA = (
+    "Company", "EducationalInstitution", "Artist", "Athlete", "OfficeHolder",
+    "MeanOfTransportation", "Building", "NaturalPlace", "Village", "Animal", "Plant", "Album",
+    "Film", "WrittenWork",
+)  # fmt: skip
+LABEL_MAP = ",".join(f"{number}={name}" for number, name in enumerate(DBPEDIA, 1))
+
+
+@pytest.fixture
+def dbpedia_file(tmp_path) -> Path:
+    """DBPedia's layout: label id 1..14, title, abstract; no header row."""
+    path = tmp_path / "dbpedia.csv"
+    rows = [f'{n},T{n},"{SECRET}{i}, about {n}"' for n in range(1, 15) for i in range(8)]
+    path.write_text("\n".join(rows) + "\n")
+    return path
+
+
+def test_a_fourteen_class_task_needs_no_spec_file(dpsyn, dbpedia_file):
+    """Issue 12: --labels/--label-map on upload as on synthesize; label names as answer
+    words; the settings and plain progress lines of a waited job on stderr."""
+    uploaded = dpsyn(
+        "datasets", "upload", str(dbpedia_file), "--label-map", LABEL_MAP,
+        "--text-col", "2+3", "--label-col", "1", "--text-field", "Question", "--json",
+    )  # fmt: skip
+    assert uploaded.exit_code == 0, uploaded.output
+    dataset = httpx.Response(200, content=uploaded.output).json()
+    assert dataset["record_count"] == 14 * 8
+    assert dataset["label_counts"] == dict.fromkeys(DBPEDIA, 8)
+    task = dataset["task"]
+    assert task["labels"] == list(DBPEDIA)
+    assert task["verbalisers"]["MeanOfTransportation"] == "MeanOfTransportation"
+    assert task["icl_instruction"].startswith("Classify each text by its label: Company, ")
+    assert dpsyn("budget", "set", dataset["id"], "--epsilon", "10").exit_code == 0
+
+    submitted = dpsyn(
+        "jobs", "submit", "--dataset", dataset["id"], "--epsilon", "8", "--M", "4",
+        "--tmax", "3", "--shots", "14", "--wait", "--poll", "0.1",
+    )  # fmt: skip
+    assert submitted.exit_code == 0, submitted.output
+    assert (
+        "adadpsyn: 14 shots, M 4, N 2, tmax 3, K 100 (N, K: defaults for custom tasks; "
+        "see docs/synthesis.md)"
+    ) in submitted.stderr
+    job_id = submitted.stdout.split()[1]
+    assert f"job {job_id} [succeeded]: 42/42 tokens (100%)" in submitted.stderr
+    prompt_id = submitted.stdout.split("; prompt ")[1].split()[0]
+    shown = dpsyn("prompts", "get", prompt_id)
+    assert "\nLabel: MeanOfTransportation\n" in shown.output
+    assert SECRET not in uploaded.output + submitted.output + shown.output
+
+
+def test_custom_task_upload_mistakes_are_refused_locally(dpsyn, dbpedia_file):
+    cases = [
+        (["--task", "trec", "--labels", "a,b"], "--labels: only for a custom task, not --task"),
+        (["--labels", "Company,Artist", "--answer-words", "x"], "--answer-words: expected KEY"),
+        (["--label-map", "1=Company"], "at least 2 labels"),
+        (["--labels", "Company,Artist", "--text-col", "3", "--label-col", "1"], "--label-map 1="),
+        (["--public", "--labels", "a,b"], "--labels: a public dataset has no task labels"),
+        (["--public", "--label-map", "1=a"], "--label-map: a public dataset has no labels"),
+        (["--public", "--text-col", "3"], "--text-col: a public table needs a header"),
+    ]
+    for args, message in cases:
+        result = dpsyn("datasets", "upload", str(dbpedia_file), *args)
+        assert result.exit_code == 2, (args, result.output)
+        assert message in result.output and SECRET not in result.output, args
+    assert dpsyn("datasets", "list", "--json").output.strip() == "[]"  # nothing was stored

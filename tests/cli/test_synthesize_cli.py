@@ -173,3 +173,117 @@ def test_public_is_refused_with_the_token_loop_methods(pate_files):
     result = runner.invoke(app, args)
     assert result.exit_code == 2
     assert "--public is only used with --method promptpate" in result.stderr
+
+
+# --- a 14-class task as a new user types it (issue 12) -----------------------------------------
+
+DBPEDIA = (
+    "Company", "EducationalInstitution", "Artist", "Athlete", "OfficeHolder",
+    "MeanOfTransportation", "Building", "NaturalPlace", "Village", "Animal", "Plant", "Album",
+    "Film", "WrittenWork",
+)  # fmt: skip
+LABEL_MAP = ",".join(f"{number}={name}" for number, name in enumerate(DBPEDIA, 1))
+
+
+@pytest.fixture
+def dbpedia(tmp_path):
+    """DBPedia's layout: label id 1..14, title, abstract; no header row."""
+    rows = [
+        f'{number},Title {number}-{i},"secretabstract {i}, about {number}"'
+        for number in range(1, 15)
+        for i in range(12)
+    ]
+    path = tmp_path / "dbpedia_train.csv"
+    path.write_text("\n".join(rows) + "\n")
+    return path
+
+
+def test_fourteen_classes_from_a_headerless_csv_with_a_label_map(dbpedia, tmp_path):
+    out = tmp_path / "result.json"
+    result = runner.invoke(
+        app,
+        [
+            "synthesize", "--data", str(dbpedia), "--label-map", LABEL_MAP,
+            "--text-col", "2+3", "--label-col", "1", "--epsilon", "8", "--shots", "14",
+            "--M", "4", "--N", "2", "--tmax", "3", "--out", str(out),
+        ],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    data = json.loads(out.read_text())
+    assert {d["label"] for d in data["demonstrations"]} == set(DBPEDIA)
+    prompt = data["prompt"]
+    assert prompt.startswith("Classify each text by its label: Company, EducationalInstitution,")
+    assert "\nLabel: MeanOfTransportation\n" in prompt  # as given, not lowercased
+    assert "meanoftransportation" not in prompt
+    # The settings are printed, naming what was left at its default.
+    assert "adadpsyn: 14 shots, M 4, N 2, tmax 3, K 100 (N, K: defaults for custom tasks" in (
+        result.stderr
+    )
+    # Off a terminal, progress is plain lines, not silence.
+    assert "\nsynthesising: " in result.stderr and " tokens (100%), 0:00:" in result.stderr
+    assert "secretabstract" not in result.stdout + result.stderr + prompt
+
+
+def test_labels_answer_words_and_instruction_options(dbpedia, tmp_path):
+    out = tmp_path / "result.json"
+    result = runner.invoke(
+        app,
+        [
+            "synthesize", "--data", str(dbpedia), "--task", "custom",
+            "--labels", ",".join(DBPEDIA), "--label-map", LABEL_MAP,
+            "--answer-words", "MeanOfTransportation=vehicle,OfficeHolder=politician",
+            "--instruction", "Given a category, write a Wikipedia abstract.",
+            "--label-field", "Category",
+            "--text-col", "3", "--label-col", "1", "--shots", "14",
+            "--M", "4", "--N", "1", "--tmax", "3", "--K", "10", "--out", str(out),
+        ],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    prompt = json.loads(out.read_text())["prompt"]
+    assert "by its category: Company, EducationalInstitution, Artist, Athlete, politician," in (
+        prompt
+    )
+    assert "\nCategory: vehicle\n" in prompt and "\nCategory: Company\n" in prompt
+    assert "adadpsyn: 14 shots, M 4, N 1, tmax 3, K 10\n" in result.stderr  # nothing defaulted
+
+
+def test_the_default_settings_of_a_custom_task_are_printed(tickets):
+    result = runner.invoke(
+        app, ["synthesize", "--data", str(tickets), *CUSTOM, "--label-col", "category"]
+    )
+    assert result.exit_code == 0, result.output
+    assert (
+        "adadpsyn: 4 shots, M 10, N 2, tmax 30, K 100 "
+        "(M, N, tmax, K: defaults for custom tasks; see docs/synthesis.md)"
+    ) in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--epsilon", "abc"], "--epsilon must be a number > 0 (or inf), got 'abc'"),
+        (["--task", "trec", "--labels", "a,b"], "--labels: only for a custom task"),
+        (["--task", "sst2", "--answer-words", "a=b"], "--answer-words: only for a custom task"),
+        (["--answer-words", "Plant=p"], "answer word for 'Plant', which is not one of the labels"),
+        (["--label-map", "1=Company,2"], "--label-map: expected KEY=VALUE items"),
+        (["--label-map", "1=Company,2=Plant"], "label map: 'Plant' is not a label"),
+        (["--text-col", "3", "--label-col", "label"], "give both the text and the label column"),
+        (["--label-col", "1", "--text-col", "9"], "column 9 was asked for"),
+        (["--label-col", "1", "--text-col", "3"], "--label-map 1=NAME,2=NAME"),
+    ],
+)
+def test_custom_task_mistakes_are_one_line_errors(dbpedia, args, message):
+    base = ["synthesize", "--data", str(dbpedia), "--labels", "Company,Artist"]
+    if "--text-col" not in args:
+        base += ["--text-col", "3", "--label-col", "1"]
+    result = runner.invoke(app, [*base, *args])
+    assert result.exit_code == 2, result.output
+    assert message in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+    assert "secretabstract" not in result.stderr
+
+
+def test_without_task_or_labels_the_error_says_what_to_give(dbpedia):
+    result = runner.invoke(app, ["synthesize", "--data", str(dbpedia)])
+    assert result.exit_code == 2
+    assert "--task is required" in result.stderr and "--labels a,b,..." in result.stderr

@@ -285,3 +285,63 @@ def test_empty_texts_and_no_records(tmp_path):
     mit = tmp_path / "mit"
     mit.write_text(f"{SECRET}:O film:O <=> <NULL>\n")
     assert "no records with a genre" in data_error(load_dataset, BUILTIN_TASKS["mitg"], mit)
+
+
+# --- CSV without a header: column numbers and a label map (issue 12) --------------------------
+
+DBPEDIA_MAP = {"1": "Company", "2": "Artist", "3": "MeanOfTransportation"}
+
+
+def _dbpedia_csv(tmp_path: Path, suffix: str = ".csv") -> Path:
+    """DBPedia's own layout: label id, title, abstract; no header row."""
+    sep = "\t" if suffix == ".tsv" else ","
+    rows = [
+        sep.join([str(i), f"Title{i}{j}", f'"{SECRET} abstract, {i}{j}"' if sep == "," else
+                  f"{SECRET} abstract {i}{j}"])
+        for i in (1, 2, 3) for j in range(2)
+    ]  # fmt: skip
+    path = tmp_path / f"dbpedia{suffix}"
+    path.write_text("\n".join(rows) + "\n\n")
+    return path
+
+
+def test_headerless_csv_by_column_numbers_and_label_map(tmp_path):
+    from app.synthesis.tasks import classification_task
+
+    task = classification_task(list(DBPEDIA_MAP.values()))
+    path = _dbpedia_csv(tmp_path)
+    records = load_dataset(task, path, text_col=(2, 3), label_col=(1,), label_map=DBPEDIA_MAP)
+    assert [r.label for r in records] == ["Company"] * 2 + ["Artist"] * 2 + [
+        "MeanOfTransportation"
+    ] * 2
+    assert records[0].text == f"Title10 {SECRET} abstract, 10"  # title and body joined
+    only_body = load_dataset(task, path, text_col=(3,), label_col=(1,), label_map=DBPEDIA_MAP)
+    assert only_body[5].text == f"{SECRET} abstract, 31"
+    raw = read_table(_dbpedia_csv(tmp_path, ".tsv"), (3,), (1,))
+    assert [r.label for r in raw] == ["1", "1", "2", "2", "3", "3"]
+
+
+def test_headerless_csv_errors_name_the_problem(tmp_path):
+    from app.synthesis.tasks import classification_task
+
+    task = classification_task(list(DBPEDIA_MAP.values()))
+    path = _dbpedia_csv(tmp_path)
+    assert "line 1 has 3 fields, column 5 was asked for" in data_error(read_table, path, (5,), (1,))
+    assert "give both the text and the label column as numbers" in data_error(
+        read_table, path, (2,), "label"
+    )
+    assert "column numbers start at 1" in data_error(read_table, path, (0,), (1,))
+    jsonl = tmp_path / "t.jsonl"
+    jsonl.write_text(json.dumps({"text": SECRET, "label": "1"}) + "\n")
+    assert "column numbers are for CSV/TSV" in data_error(read_table, jsonl, (1,), (2,))
+    # Ids without a map: the message says how to map them (and shows no value).
+    message = data_error(load_dataset, task, path, (3,), (1,))
+    assert "6 of 6 records" in message and "--label-map 1=NAME,2=NAME" in message
+    bad_map = {"1": "Company", "2": "Plant"}
+    assert "label map: 'Plant' is not a label of task 'custom'" in data_error(
+        load_dataset, task, path, (3,), (1,), bad_map
+    )
+    # Partly mapped ids are counted like any unknown label.
+    assert "2 of 6 records (first: record 5)" in data_error(
+        load_dataset, task, path, (3,), (1,), {"1": "Company", "2": "Artist"}
+    )

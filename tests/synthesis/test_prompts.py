@@ -15,7 +15,7 @@ from app.synthesis.prompts import (
     render_example,
     teacher_prompt,
 )
-from app.synthesis.tasks import BUILTIN_TASKS, TaskSpec
+from app.synthesis.tasks import BUILTIN_TASKS, TaskSpec, classification_task
 
 SPEC = TaskSpec(
     name="toy",
@@ -110,4 +110,18 @@ def test_builtin_trec_teacher_prompt():
         "Given an answer type, generate a question whose answer is of that type.\n\n"
         "Answer Type: location\nQuestion: Where is Paris ?\n\n"
         "Answer Type: number\nQuestion: How"
+    )
+
+
+def test_a_command_line_task_writes_compound_labels_as_given():
+    """'MeanOfTransportation' was lowercased into 'meanoftransportation' in demonstrations."""
+    spec = classification_task(("Company", "MeanOfTransportation", "NaturalPlace"))
+    prompt = demonstration_prompt(spec, [Record("A ship.", "MeanOfTransportation")])
+    assert prompt == (
+        "Classify each text by its label: Company, MeanOfTransportation or NaturalPlace.\n\n"
+        "Text: A ship.\nLabel: MeanOfTransportation\n\n"
+    )
+    assert answer_text(spec, "NaturalPlace") == " NaturalPlace"
+    assert render_example(spec, "MeanOfTransportation", "A bus.").startswith(
+        "Label: MeanOfTransportation\n"
     )

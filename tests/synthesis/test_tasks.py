@@ -13,6 +13,7 @@ from app.synthesis.tasks import (
     TaskError,
     TaskKind,
     TaskSpec,
+    classification_task,
     get_task,
     load_task,
 )
@@ -181,3 +182,89 @@ def test_get_task_by_name_or_path(tmp_path):
         get_task("dbpedia")
     with pytest.raises(TaskError, match="not found"):
         get_task(tmp_path / "nope.yaml")
+
+
+# --- tasks from the command line (issue 12: a 14-class DBPedia-like task) --------------------
+
+DBPEDIA = (
+    "Company", "EducationalInstitution", "Artist", "Athlete", "OfficeHolder",
+    "MeanOfTransportation", "Building", "NaturalPlace", "Village", "Animal", "Plant", "Album",
+    "Film", "WrittenWork",
+)  # fmt: skip
+
+
+def test_command_line_task_answers_with_the_labels_as_given():
+    spec = classification_task(DBPEDIA)
+    assert spec.labels == DBPEDIA
+    # Lowercasing made "meanoftransportation", a word the model never saw.
+    assert spec.verbalise("MeanOfTransportation") == "MeanOfTransportation"
+    assert all(spec.verbalise(label) == label for label in DBPEDIA)
+    # The classification instruction lists every answer word; the spec survives a round trip.
+    assert spec.icl_instruction == (
+        "Classify each text by its label: " + ", ".join(DBPEDIA[:-1]) + " or WrittenWork."
+    )
+    assert TaskSpec.model_validate(spec.model_dump()) == spec
+
+
+def test_command_line_task_answer_words_and_instructions_can_be_set():
+    spec = classification_task(
+        DBPEDIA,
+        answer_words={"MeanOfTransportation": "vehicle", "OfficeHolder": "politician"},
+        instruction="Given a category, write a Wikipedia abstract.",
+        label_field="Category",
+        text_field="Abstract",
+    )
+    assert spec.verbalise("MeanOfTransportation") == "vehicle"
+    assert spec.verbalise("Company") == "Company"
+    assert spec.instruction == "Given a category, write a Wikipedia abstract."
+    assert "by its category: Company, EducationalInstitution, Artist, Athlete, politician" in (
+        spec.icl_instruction
+    )
+    own = classification_task(("a", "b"), icl_instruction="Pick a or b.")
+    assert own.icl_instruction == "Pick a or b."
+
+
+@pytest.mark.parametrize(
+    ("labels", "words", "message"),
+    [
+        (("Film", "Album"), {"Plant": "p"}, "answer word for 'Plant', which is not one"),
+        (("Film", "Album"), {"Film": "Album"}, "share the answer word 'Album'"),
+        (("Film", "Album"), {"Film": "album"}, "share the answer word 'Album'"),
+        (("Film", "Album", "Plant"), {"Film": "Plant", "Plant": "p"}, "is another label"),
+        (("Film", "film"), None, "duplicate label 'film'"),
+        (("Film",), None, "at least 2 labels"),
+    ],
+)
+def test_command_line_task_errors_are_one_line_task_errors(labels, words, message):
+    with pytest.raises(TaskError, match=message) as info:
+        classification_task(labels, answer_words=words)
+    assert "\n" not in str(info.value)
+
+
+def test_builtin_answer_words_and_instructions_are_unchanged():
+    """The evaluation tables were measured with exactly these; a new default must not move
+    them."""
+    words = {name: dict(spec.verbalisers) for name, spec in BUILTIN_TASKS.items()}
+    assert words == {
+        "agnews": {
+            "World": "world", "Sports": "sports", "Business": "business",
+            "Technology": "technology",
+        },
+        "trec": {
+            "Abbreviation": "abbreviation", "Entity": "entity", "Description": "description",
+            "Person": "person", "Location": "location", "Number": "number",
+        },
+        "sst2": {"negative": "negative", "positive": "positive"},
+        "mitg": {},
+        "mitd": {},
+    }  # fmt: skip
+    assert BUILTIN_TASKS["trec"].icl_instruction == (
+        "Classify the questions based on whether their answer type is an "
+        "abbreviation, entity, description, person, location or number."
+    )
+    assert BUILTIN_TASKS["agnews"].icl_instruction == (
+        "Classify the news articles into the topics world, sports, business and technology."
+    )
+    assert BUILTIN_TASKS["sst2"].icl_instruction == (
+        "Classify the sentiment of each movie review as negative or positive."
+    )

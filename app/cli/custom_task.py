@@ -1,0 +1,86 @@
+"""Command-line options of a custom classification task, shared by ``dpsyn synthesize`` and
+``dpsyn datasets upload`` so both read ``--labels``, ``--label-map``, ``--answer-words`` and
+column numbers the same way (a task described once works with both commands)."""
+
+from __future__ import annotations
+
+import re
+
+from app.synthesis.config import DEFAULT_K, DEFAULT_SHOTS, GENERIC_DEFAULTS, TASK_DEFAULTS
+from app.synthesis.data import Column
+from app.synthesis.tasks import TaskError, TaskSpec, classification_task
+
+_NUMBERS = re.compile(r"^\s*\d+(\s*\+\s*\d+)*\s*$")
+
+
+def parse_column(text: str | None) -> Column | None:
+    """``--text-col``/``--label-col``: a header name, or 1-based column numbers of a file
+    without a header (``3``, or ``2+3`` to join a title and a body with a space)."""
+    if text is None:
+        return None
+    if _NUMBERS.match(text):
+        return tuple(int(part) for part in text.split("+"))
+    return text
+
+
+def parse_pairs(text: str, option: str) -> dict[str, str]:
+    """``KEY=VALUE,KEY=VALUE``; a malformed item is a one-line error naming ``option``."""
+    pairs: dict[str, str] = {}
+    for item in text.split(","):
+        if not item.strip():
+            continue
+        key, sep, value = item.partition("=")
+        key, value = key.strip(), value.strip()
+        if not sep or not key or not value:
+            raise TaskError(f"{option}: expected KEY=VALUE items separated by commas, got {item!r}")
+        if key in pairs and pairs[key] != value:
+            raise TaskError(f"{option}: {key!r} is given twice")
+        pairs[key] = value
+    if not pairs:
+        raise TaskError(f"{option}: expected KEY=VALUE items separated by commas")
+    return pairs
+
+
+def custom_task(
+    labels: str | None,
+    label_map: dict[str, str] | None,
+    answer_words: str | None,
+    instruction: str | None,
+    icl_instruction: str | None,
+    text_field: str,
+    label_field: str,
+) -> TaskSpec:
+    """The task of ``--labels a,b,...`` (or, without it, the names of ``--label-map``)."""
+    if labels:
+        names = [name.strip() for name in labels.split(",") if name.strip()]
+    elif label_map:
+        names = list(dict.fromkeys(label_map.values()))  # in map order, once each
+    else:
+        raise TaskError(
+            "a custom task needs --labels a,b,... (or --label-map 1=a,2=b,...) or --spec FILE"
+        )
+    words = parse_pairs(answer_words, "--answer-words") if answer_words else None
+    return classification_task(
+        names,
+        answer_words=words,
+        instruction=instruction,
+        icl_instruction=icl_instruction,
+        text_field=text_field,
+        label_field=label_field,
+    )
+
+
+def settings_line(task_name: str, method: str, shots: int | None, **given: int | None) -> str:
+    """Which shots, M, N, tmax and K a token-loop run uses, naming those at their default.
+
+    Printed when a run or job starts: a custom task falls back to generic values that a new
+    user could otherwise only find in the source. ``given``: M, N, tmax, K (None: default).
+    """
+    known = task_name in TASK_DEFAULTS
+    defaults = {**(TASK_DEFAULTS.get(task_name) or GENERIC_DEFAULTS), "K": DEFAULT_K}
+    values = {name: given.get(name) or default for name, default in defaults.items()}
+    defaulted = [name for name, value in values.items() if value == defaults[name]]
+    source = f"the paper's defaults for {task_name}" if known else "defaults for custom tasks"
+    note = f" ({', '.join(defaulted)}: {source}; see docs/synthesis.md)" if defaulted else ""
+    listed = ", ".join(f"{name} {value}" for name, value in values.items())
+    return f"{method}: {shots or DEFAULT_SHOTS} shots, {listed}{note}"

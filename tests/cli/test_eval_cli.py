@@ -1,0 +1,34 @@
+"""``dpsyn eval`` end to end on a fake backend: its progress off a terminal (issue 12)."""
+
+from __future__ import annotations
+
+from typer.testing import CliRunner
+
+from app.cli import app
+from tests.eval.test_experiment import EvalFake, _records
+
+runner = CliRunner()
+
+
+def test_eval_logs_plain_progress_lines_when_stderr_is_not_a_terminal(tmp_path, monkeypatch):
+    monkeypatch.setattr("app.cli.eval.load_split", lambda dataset, data_dir: _records())
+    monkeypatch.setattr(
+        "app.cli.eval.make_backend",
+        lambda kind, model, url, dtype: EvalFake(marker="Question:"),
+    )
+    result = runner.invoke(
+        app,
+        [
+            "eval", "--dataset", "trec", "--seeds", "1", "--epsilons", "8", "--methods",
+            "tang", "--M", "2", "--N", "1", "--tmax", "4", "--K", "10", "--out-dir",
+            str(tmp_path), "--no-calibrate",
+        ],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    lines = result.stderr.splitlines()
+    runs = [line for line in lines if line.startswith("[")]  # one per finished run
+    assert len(runs) >= 4
+    assert f"evaluating: 0/{len(runs)} runs (0%), 0:00:00 elapsed" in lines
+    assert any(
+        line.startswith(f"evaluating: {len(runs)}/{len(runs)} runs (100%), ") for line in lines
+    )
