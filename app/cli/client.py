@@ -23,11 +23,11 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from app.cli.config import ConfigError, resolve, user_config_path
-from app.db.models import JobMethod
+from app.db.models import TERMINAL_STATUSES
+from app.methods.kinds import MethodKind
 from app.privacy.accounting import Accounting
 
 TABLE_SUFFIXES = {".csv", ".tsv", ".jsonl", ".ndjson"}
-FINISHED = {"succeeded", "failed", "cancelled"}
 
 out = Console(highlight=False, soft_wrap=True)
 err = Console(stderr=True, highlight=False, soft_wrap=True)
@@ -408,7 +408,7 @@ jobs_app = typer.Typer(help="Synthesis jobs.", no_args_is_help=True)
 
 
 def _unit(job: dict[str, Any]) -> str:
-    return "public inputs" if job["method"] == JobMethod.PROMPTPATE else "tokens"
+    return "public inputs" if job["method"] == MethodKind.PROMPTPATE else "tokens"
 
 
 def _describe_job(job: dict[str, Any]) -> str:
@@ -442,7 +442,7 @@ def _wait(api: Api, job: dict[str, Any], *, interval: float, timeout: float | No
         transient=True,
     ) as bar:
         task = bar.add_task("job", total=job["progress"]["total"] or None, status=job["status"])
-        while job["status"] not in FINISHED:
+        while job["status"] not in TERMINAL_STATUSES:
             if deadline is not None and time.monotonic() > deadline:
                 raise ClientError(
                     f"job {job['id']} is still {job['status']} after {timeout:g} s "
@@ -482,7 +482,7 @@ def _parse_params(items: list[str]) -> dict[str, Any]:
 def jobs_submit(
     dataset: Annotated[str, typer.Option("--dataset", help="Private dataset ID.")],
     epsilon: Annotated[float, typer.Option("--epsilon", help="This job's epsilon (> 0).")],
-    method: Annotated[JobMethod, typer.Option("--method")] = JobMethod.ADADPSYN,
+    method: Annotated[MethodKind, typer.Option("--method")] = MethodKind.ADADPSYN,
     public_dataset: Annotated[
         str | None,
         typer.Option(
