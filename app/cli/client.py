@@ -12,7 +12,6 @@ of text; ``-q`` prints only the ID of what was created.
 from __future__ import annotations
 
 import json
-import math
 import time
 from pathlib import Path
 from typing import Annotated, Any, NoReturn
@@ -26,6 +25,7 @@ from app.cli.config import ConfigError, resolve, user_config_path
 from app.db.models import TERMINAL_STATUSES
 from app.methods.kinds import MethodKind
 from app.privacy.accounting import Accounting
+from app.privacy.budget import is_epsilon
 
 TABLE_SUFFIXES = {".csv", ".tsv", ".jsonl", ".ndjson"}
 
@@ -528,7 +528,7 @@ def jobs_submit(
 
     A PromptPATE job (--method promptpate) also needs --public-dataset: public texts (uploaded
     with 'dpsyn datasets upload --public') that its teachers label; they are never charged."""
-    if not (epsilon > 0 and math.isfinite(epsilon)):
+    if not is_epsilon(epsilon):
         _exit(ClientError(f"--epsilon must be a positive number, got {epsilon:g}", code=2))
     body: dict[str, Any] = {
         "dataset_id": dataset,

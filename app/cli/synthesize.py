@@ -183,7 +183,6 @@ def synthesize_command(
             chosen.unit,
             lambda progress: plan.run(records, llm, progress, inputs),
         )
-        used_accounting = config.accounting
 
     for number, demo in enumerate(result.demonstrations, 1):
         typer.echo(f"[{number}] {spec_task.label_field}: {demo.label}")
@@ -192,7 +191,7 @@ def synthesize_command(
         typer.echo(line)
     typer.echo(
         f"epsilon = {result.epsilon:.4g} at delta = {result.delta:.3g} "
-        f"({result.method}, {used_accounting.value} accounting, model {result.model})"
+        f"({result.method}, {accounting.value} accounting, model {result.model})"
     )
     if out is not None:
         out.write_text(json.dumps(result.to_dict(), indent=2))
