@@ -4,6 +4,8 @@ the parameter rules the API and the service share; the budget helpers."""
 from __future__ import annotations
 
 import math
+import subprocess
+import sys
 
 import pytest
 
@@ -118,3 +120,15 @@ def test_epsilon_and_budget_fit_rules() -> None:
     assert not any(is_epsilon(v) for v in (0.0, -1.0, math.inf, math.nan))
     assert fits_budget(4.0, 4.0) and fits_budget(4.0 * (1 + FIT_TOLERANCE / 2), 4.0)
     assert not fits_budget(4.0 * (1 + 10 * FIT_TOLERANCE), 4.0)
+
+
+def test_the_methods_never_load_the_web_or_database_layers() -> None:
+    code = (
+        "import sys, app.methods.registry\n"
+        "layers = ('app.db', 'app.api', 'app.services', 'workers', 'sqlalchemy', 'fastapi')\n"
+        "print(sorted(m for m in sys.modules if m.startswith(layers)))"
+    )
+    loaded = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout.strip()
+    assert loaded == "[]"
