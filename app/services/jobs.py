@@ -180,8 +180,8 @@ def submit_job(
     readers = " or ".join(kinds_where(lambda m: m.reads_public))
     if spec.reads_public and public_dataset_id is None:
         raise InvalidError(
-            f"public_dataset_id: required for method {spec.kind.value} (the ID of a public "
-            "dataset of unlabelled texts for the teachers to label)"
+            f"public_dataset_id: required for method {spec.kind.value} (the ID of the public "
+            "dataset of unlabelled texts it reads)"
         )
     if not spec.reads_public and public_dataset_id is not None:
         raise InvalidError(
