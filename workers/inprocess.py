@@ -17,7 +17,7 @@ import threading
 from sqlalchemy import select
 from sqlalchemy.exc import OperationalError, ProgrammingError
 
-from app.db.models import Job, JobStatus
+from app.db.models import ACTIVE_STATUSES, Job
 from app.db.session import session_scope
 from app.llm.provider import BackendProvider
 from workers.lease import LeaseConfig, Reaper
@@ -74,7 +74,7 @@ class InProcessQueue:
                 return list(
                     session.scalars(
                         select(Job.id)
-                        .where(Job.status.in_([JobStatus.QUEUED.value, JobStatus.RUNNING.value]))
+                        .where(Job.status.in_(sorted(s.value for s in ACTIVE_STATUSES)))
                         .order_by(Job.created_at)
                     )
                 )

@@ -1,8 +1,8 @@
 """Run one job by its ID: the body of the Celery task and of the in-process worker.
 
-The steps are the same for both kinds of job; what runs in step 4 is chosen by the job's
-method: the token loop (tang, adadpsyn) or PromptPATE, whose teachers label the texts of a
-public dataset (read in step 2: public texts are never charged).
+The steps are the same for every method; what runs in step 4 is the plan of the job's method
+from the registry (``app.methods``): the token loop (tang, adadpsyn) or PromptPATE, whose
+teachers label the texts of a public dataset (read in step 2: public texts are never charged).
 
 A job runs in fenced steps, each its own transaction:
 
@@ -12,10 +12,10 @@ A job runs in fenced steps, each its own transaction:
    heartbeat thread renews until the attempt ends. The attempt number is a fencing token:
    every later write checks it, so a stale delivery that lost the job to a newer one (or to
    a reaper) stops without writing anything.
-2. **Prepare** without private data: rebuild the :class:`~app.synthesis.generator.JobPlan`
-   (PromptPATE: the :class:`~app.pate.plan.PatePlan`) from what admission stored (it must
-   describe exactly the reserved event), check the dataset, load a PromptPATE job's public
-   texts, and build the model backend. A failure here releases the reservation.
+2. **Prepare** without private data: rebuild the method's plan (``app.methods``) from what
+   admission stored (it must describe exactly the reserved event), check the dataset, load
+   the public texts of a method that reads some (PromptPATE), and build the model backend.
+   A failure here releases the reservation.
 3. **Touch.** Set ``touched_data`` and commit *before* the first private record is read. From
    here on the job stays charged whatever happens: a failure or cancellation commits it.
 4. **Synthesise**, writing progress and checking for cancellation between tokens
@@ -54,25 +54,23 @@ import numpy as np
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from app.db.models import Dataset, DatasetRecord, Job, JobMethod, JobStatus, now
+from app.db.models import TERMINAL_STATUSES, Dataset, DatasetRecord, Job, JobStatus, now
 from app.db.session import session_scope
 from app.eval.icl import EvalError
 from app.llm.base import BackendError, LLMBackend
 from app.llm.provider import BackendProvider
-from app.pate.plan import PatePlan
-from app.pate.run import run_pate
+from app.methods.registry import get_method
 from app.privacy.calibration import CalibrationError
 from app.privacy.events import to_dict
 from app.services.datasets import load_public_texts, load_records
-from app.services.jobs import close_job, job_plan, pate_plan, store_result
+from app.services.jobs import close_job, store_result, stored_plan
 from app.synthesis.data import Record
-from app.synthesis.generator import JobPlan, SynthesisError, SynthesisResult, synthesize
+from app.synthesis.generator import SynthesisError, SynthesisResult
 from app.synthesis.tasks import TaskError, TaskSpec
 from workers.lease import Heartbeat, LeaseConfig, is_connection_error, new_owner
 
 log = logging.getLogger(__name__)
 
-FINISHED = frozenset({JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.CANCELLED})
 MAX_ATTEMPTS = 3  # deliveries that may start a job before it is given up (before touching data)
 TRANSIENT = (BackendError, httpx.HTTPError)
 
@@ -363,7 +361,7 @@ def _claim(database_url: str, job_id: str, owner: str, lease: LeaseConfig) -> _C
         if job is None:
             log.warning("job %s: no such job; nothing to run", job_id)
             return None
-        if job.status in FINISHED:
+        if job.status in TERMINAL_STATUSES:
             log.info("job %s: already %s; nothing to do", job_id, job.status)
             return None
         if job.status == JobStatus.RUNNING and job.touched_data:
@@ -402,50 +400,30 @@ def _canonical(value: Any) -> Any:
 
 
 def _prepare(claim: _Claim, database_url: str) -> _Work:
-    """The job's plan as admission stored it, checked to still describe the reservation; for
-    PromptPATE also its public texts (never charged, so read before the job touches data)."""
+    """The job's plan as admission stored it, checked to still describe the reservation; and
+    the public texts of a method that reads some (never charged, so read before the job
+    touches data)."""
     if claim.task is None:
         raise NotRunnableError("the dataset was deleted before the job started")
     job = claim.job
-    pate = job.method == JobMethod.PROMPTPATE
     try:
         task = TaskSpec.model_validate(claim.task)
-        plan: JobPlan | PatePlan = pate_plan(job, task) if pate else job_plan(job, task)
+        plan = get_method(job.method).rebuild(task, stored_plan(job))
     except (KeyError, TypeError, AttributeError, ValueError):
         raise NotRunnableError("the job's stored configuration is invalid") from None
     if _canonical(to_dict(plan.event())) != _canonical(job.event):
         raise NotRunnableError("the job's stored plan does not match the privacy event it reserved")
-    if isinstance(plan, JobPlan):
-        token_plan = plan
-
-        def run_tokens(
-            records: list[Record], backend: LLMBackend, progress: Progress
-        ) -> SynthesisResult:
-            return synthesize(
-                task, records, token_plan.config, backend, progress=progress, job=token_plan
-            )
-
-        return _Work(
-            expected_records=sum(token_plan.sizes.values()),
-            planned=len(token_plan.schedule) * token_plan.config.tmax,
-            run=run_tokens,
-        )
-    public_plan = plan
-    texts = _load_public_texts(database_url, job)
-
-    def run_promptpate(
-        records: list[Record], backend: LLMBackend, progress: Progress
-    ) -> SynthesisResult:
-        return run_pate(task, records, texts, public_plan, backend, progress=progress)
-
+    expected = plan.public_records
+    texts = _load_public_texts(database_url, job, expected) if expected is not None else []
     return _Work(
-        expected_records=public_plan.n_private, planned=public_plan.n_public, run=run_promptpate
+        expected_records=plan.expected_records,
+        planned=plan.progress_total,
+        run=lambda records, backend, progress: plan.run(records, backend, progress, texts),
     )
 
 
-def _load_public_texts(database_url: str, job: Job) -> list[str]:
-    """A PromptPATE job's public texts, checked against the count it was admitted for."""
-    expected = int(job.config["sizes"]["public"])
+def _load_public_texts(database_url: str, job: Job, expected: int) -> list[str]:
+    """A job's public texts, checked against the count it was admitted for."""
     with session_scope(database_url) as session:
         dataset = session.get(Dataset, job.public_dataset_id) if job.public_dataset_id else None
         if dataset is None or dataset.deleted_at is not None:

@@ -5,23 +5,24 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Annotated, Any, ClassVar, Literal
+from enum import Enum
+from typing import Annotated, Any, ClassVar, Literal, get_args
 
 from fastapi import Query
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, create_model, model_validator
 
 from app.db.models import (
     ApiKey,
     Dataset,
     DatasetKind,
     Job,
-    JobMethod,
     KeyScope,
     LedgerEntry,
     PromptSet,
 )
+from app.methods.registry import MethodKind, Stored, get_method, param_fields
 from app.privacy.accounting import Accounting
-from app.privacy.params import AdaDPSynVariant
+from app.privacy.budget import Epsilon
 from app.services.budgets import BudgetView
 from app.services.storable import find_problem
 
@@ -32,8 +33,7 @@ def _utc(value: datetime) -> datetime:
 
 
 Timestamp = Annotated[datetime, AfterValidator(_utc)]
-# Numbers are strict: JSON true is not an epsilon of 1, nor "2" a count of 2.
-Epsilon = Annotated[float, Field(gt=0, allow_inf_nan=False, strict=True)]
+# Numbers are strict: JSON true is not an epsilon of 1, nor "2" a count of 2 (see Epsilon).
 Delta = Annotated[float, Field(gt=0, lt=1, allow_inf_nan=False, strict=True)]
 Name = Annotated[str, Field(min_length=1, max_length=200)]
 ResourceId = Annotated[str, Field(min_length=1, max_length=128)]  # IDs are 32 hex digits
@@ -284,68 +284,40 @@ class BudgetPublic(BaseModel):
 # --- jobs -----------------------------------------------------------------------------------
 
 
-class JobParams(_Request):
-    """Method parameters; unset ones take the defaults (the papers' settings). The token
-    loop (tang, adadpsyn) takes M..lam; promptpate takes teachers..group_size (see
-    app.pate.config.PateConfig). A parameter of the other family is refused."""
-
+class _StrictRequest(_Request):
     model_config = ConfigDict(extra="forbid", strict=True)  # numbers only, see Epsilon
 
-    M: int | None = Field(None, description="Teacher subsets per token.")
-    N: int | None = Field(None, description="Records per teacher subset.")
-    tmax: int | None = Field(None, description="Maximum tokens per demonstration.")
-    K: int | None = Field(None, description="Public vocabulary size per token.")
-    variant: AdaDPSynVariant | None = Field(
-        None,
-        strict=False,  # a name, given as a JSON string (strictness is for the numbers)
-        description="AdaDPSyn: 'pooled' (default: every charged mean is used) or 'paper' "
-        "(Algorithm 1 as published).",
+
+def _job_params() -> type[BaseModel]:
+    """The ``params`` object: every method's own parameters (``app.methods``), each
+    optional and described with the methods that take it. Bounds are checked by the
+    method's config, which names the field; a parameter of another method is refused."""
+    fields: dict[str, Any] = {}
+    for name, field in param_fields().items():
+        # A name (an enum) comes as a JSON string: strictness is for the numbers.
+        enum = any(isinstance(a, type) and issubclass(a, Enum) for a in get_args(field.annotation))
+        fields[name] = (
+            field.annotation,
+            Field(None, description=field.description(), strict=False if enum else None),
+        )
+    model: type[BaseModel] = create_model(
+        "JobParams",
+        __base__=_StrictRequest,
+        __doc__="Method parameters; unset ones take the defaults (the papers' settings). "
+        "Each method takes its own (see app.methods); one of another method is refused.",
+        **fields,
     )
-    sigma0: float | None = Field(None, description="AdaDPSyn GoodRadius noise multiplier.")
-    sigma2: float | None = Field(None, description="AdaDPSyn coverage-check noise multiplier.")
-    T: int | None = Field(None, description="AdaDPSyn rounds of radius reduction.")
-    lam: float | None = Field(None, description="AdaDPSyn noise margin factor lambda.")
-    teachers: int | None = Field(None, description="promptpate: teacher prompts (default 100).")
-    shots: int | None = Field(
-        None, description="promptpate: private examples per teacher prompt (default 1)."
-    )
-    queries: int | None = Field(
-        None, description="promptpate: answered queries the noise is sized for (default 100)."
-    )
-    max_public: int | None = Field(
-        None, description="promptpate: public inputs processed at most (default 1000)."
-    )
-    threshold_fraction: float | None = Field(
-        None, description="promptpate: Confident-GNMax threshold, fraction of the teachers."
-    )
-    sigma_ratio: float | None = Field(
-        None, description="promptpate: sigma_threshold / sigma_gnmax when calibrated."
-    )
-    sigma_threshold: float | None = Field(
-        None, description="promptpate: explicit threshold-check noise (votes), with sigma_gnmax."
-    )
-    sigma_gnmax: float | None = Field(
-        None, description="promptpate: explicit GNMax noise (votes), with sigma_threshold."
-    )
-    candidates: int | None = Field(
-        None, description="promptpate: student prompts scored on the holdout (default 16)."
-    )
-    holdout_fraction: float | None = Field(
-        None, description="promptpate: share of the labelled inputs that scores candidates."
-    )
-    max_chars: int | None = Field(
-        None, description="promptpate: public inputs are cut to this many characters."
-    )
-    group_size: int | None = Field(
-        None, description="promptpate: public inputs per group of backend calls."
-    )
+    return model
+
+
+JobParams = _job_params()
 
 
 class JobCreate(_Request):
     dataset_id: ResourceId = Field(
         description="The private dataset the job reads and is charged to."
     )
-    method: JobMethod = JobMethod.ADADPSYN
+    method: MethodKind = MethodKind.ADADPSYN
     public_dataset_id: ResourceId | None = Field(
         None,
         description="promptpate only (required): a public dataset of unlabelled texts that "
@@ -361,7 +333,7 @@ class JobCreate(_Request):
         description="Demonstrations to generate (promptpate: in the student prompt).",
     )
     accounting: Accounting | None = Field(None, description="Must be the budget's (default).")
-    params: JobParams | None = None
+    params: JobParams | None = None  # type: ignore[valid-type]
 
 
 class Progress(BaseModel):
@@ -396,12 +368,8 @@ class JobPublic(BaseModel):
 
     @classmethod
     def from_row(cls, row: Job) -> JobPublic:
-        config = row.config or {}
-        if row.method == JobMethod.PROMPTPATE:
-            pate = config.get("pate", {})
-            accounting, shots = pate.get("accounting"), int(pate.get("student_shots", 0))
-        else:
-            accounting, shots = config.get("synthesis", {}).get("accounting"), len(row.schedule)
+        stored = Stored(config=row.config or {}, schedule=row.schedule or [], delta=row.delta)
+        accounting, shots = get_method(row.method).summary(stored)
         return cls(
             id=row.id,
             dataset_id=row.dataset_id,

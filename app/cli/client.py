@@ -12,7 +12,6 @@ of text; ``-q`` prints only the ID of what was created.
 from __future__ import annotations
 
 import json
-import math
 import time
 from pathlib import Path
 from typing import Annotated, Any, NoReturn
@@ -35,12 +34,13 @@ from app.cli.options import (
     TEXT_FIELD,
 )
 from app.cli.progress import progress_reporter
-from app.db.models import JobMethod
+from app.db.models import TERMINAL_STATUSES
+from app.methods.kinds import MethodKind
 from app.privacy.accounting import Accounting
+from app.privacy.budget import is_epsilon
 from app.synthesis.data import Column
 
 TABLE_SUFFIXES = {".csv", ".tsv", ".jsonl", ".ndjson"}
-FINISHED = {"succeeded", "failed", "cancelled"}
 
 out = Console(highlight=False, soft_wrap=True)
 err = Console(stderr=True, highlight=False, soft_wrap=True)
@@ -497,7 +497,7 @@ jobs_app = typer.Typer(help="Synthesis jobs.", no_args_is_help=True)
 
 
 def _unit(job: dict[str, Any]) -> str:
-    return "public inputs" if job["method"] == JobMethod.PROMPTPATE else "tokens"
+    return "public inputs" if job["method"] == MethodKind.PROMPTPATE else "tokens"
 
 
 def _describe_job(job: dict[str, Any]) -> str:
@@ -524,7 +524,7 @@ def _wait(api: Api, job: dict[str, Any], *, interval: float, timeout: float | No
     deadline = None if timeout is None else time.monotonic() + timeout
     with progress_reporter(err, f"job {job['id']}", _unit(job)) as report:
         report(job["progress"]["done"], job["progress"]["total"] or None, job["status"])
-        while job["status"] not in FINISHED:
+        while job["status"] not in TERMINAL_STATUSES:
             if deadline is not None and time.monotonic() > deadline:
                 raise ClientError(
                     f"job {job['id']} is still {job['status']} after {timeout:g} s "
@@ -575,7 +575,7 @@ def _print_settings(
 def jobs_submit(
     dataset: Annotated[str, typer.Option("--dataset", help="Private dataset ID.")],
     epsilon: Annotated[float, typer.Option("--epsilon", help="This job's epsilon (> 0).")],
-    method: Annotated[JobMethod, typer.Option("--method")] = JobMethod.ADADPSYN,
+    method: Annotated[MethodKind, typer.Option("--method")] = MethodKind.ADADPSYN,
     public_dataset: Annotated[
         str | None,
         typer.Option(
@@ -621,7 +621,7 @@ def jobs_submit(
 
     A PromptPATE job (--method promptpate) also needs --public-dataset: public texts (uploaded
     with 'dpsyn datasets upload --public') that its teachers label; they are never charged."""
-    if not (epsilon > 0 and math.isfinite(epsilon)):
+    if not is_epsilon(epsilon):
         _exit(ClientError(f"--epsilon must be a positive number, got {epsilon:g}", code=2))
     body: dict[str, Any] = {
         "dataset_id": dataset,
@@ -647,7 +647,7 @@ def jobs_submit(
             job = api.call("POST", "/v1/jobs", json=body)
             if not quiet and not as_json:
                 out.print(_describe_job(job), markup=False)
-                if method is not JobMethod.PROMPTPATE:
+                if method is not MethodKind.PROMPTPATE:
                     _print_settings(api, dataset, method.value, shots, params)
             if wait:
                 job = _wait(api, job, interval=poll, timeout=timeout)

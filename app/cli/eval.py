@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -24,6 +23,7 @@ from app.eval.experiment import (
     write_table,
 )
 from app.llm.factory import BackendKind, Dtype, make_backend
+from app.privacy.budget import is_epsilon
 from app.synthesis.tasks import BUILTIN_TASKS
 
 
@@ -32,7 +32,7 @@ def _floats(text: str, option: str) -> tuple[float, ...]:
         values = tuple(float(x) for x in text.split(",") if x.strip())
     except ValueError:
         raise fail(f"{option} takes comma-separated numbers, got {text!r}") from None
-    if not values or any(not (v > 0 and math.isfinite(v)) for v in values):
+    if not values or not all(is_epsilon(v) for v in values):
         raise fail(f"{option} values must be finite and > 0, got {text!r}")
     return values
 

@@ -9,9 +9,8 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Callable
-from enum import StrEnum
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -29,26 +28,32 @@ from app.cli.options import (
     TEXT_FIELD,
 )
 from app.cli.progress import progress_reporter
-from app.llm.base import LLMBackend
 from app.llm.factory import BackendKind, Dtype, make_backend
-from app.pate.config import PateConfig
-from app.pate.plan import plan_pate
+from app.methods.registry import Counts, Method, MethodKind, get_method, kinds_where
 from app.pate.public import read_public
-from app.pate.run import run_pate
 from app.privacy.accounting import Accounting
-from app.privacy.params import AdaDPSynVariant, Method
+from app.privacy.params import AdaDPSynVariant
 from app.synthesis.config import SynthesisConfig
-from app.synthesis.data import Record, load_dataset
-from app.synthesis.generator import SynthesisResult, synthesize
+from app.synthesis.data import load_dataset
+from app.synthesis.generator import SynthesisResult, partition_sizes
 from app.synthesis.tasks import TaskSpec, get_task
 
-
-class CliMethod(StrEnum):
-    """The token-loop methods of :class:`Method`, plus PromptPATE (labels public inputs)."""
-
-    TANG = "tang"
-    ADADPSYN = "adadpsyn"
-    PROMPTPATE = "promptpate"
+# The options that set a method's parameters, by parameter name (this command's argument
+# where it differs): a method refuses those of the others (``app.methods``), naming them.
+PARAM_OPTIONS = {
+    "M": ("--M", "M"),
+    "N": ("--N", "N"),
+    "tmax": ("--tmax", "tmax"),
+    "K": ("--K", "K"),
+    "variant": ("--variant", "variant"),
+    "teachers": ("--teachers", "teachers"),
+    "shots": ("--teacher-shots", "teacher_shots"),
+    "queries": ("--queries", "queries"),
+    "max_public": ("--max-public", "max_public"),
+    "max_chars": ("--max-chars", "max_chars"),
+}
+# The job's shots have one spelling per method (``Method.cli_shots_option``).
+SHOTS_OPTIONS = {"--shots": "shots", "--student-shots": "student_shots"}
 
 
 def _parse_epsilon(text: str) -> float:
@@ -98,6 +103,7 @@ def _task_spec(
 
 
 def synthesize_command(
+    ctx: typer.Context,
     data: Annotated[Path, typer.Option("--data", help="Private dataset file.")],
     task: Annotated[
         str | None,
@@ -110,7 +116,7 @@ def synthesize_command(
     epsilon: Annotated[
         str, typer.Option("--epsilon", help="Privacy budget (> 0, or inf: no noise).")
     ] = "4",
-    method: Annotated[CliMethod, typer.Option("--method")] = CliMethod.ADADPSYN,
+    method: Annotated[MethodKind, typer.Option("--method")] = MethodKind.ADADPSYN,
     instruction_only: Annotated[
         bool, typer.Option("--instruction-only", help="epsilon = 0 baseline: no private data.")
     ] = False,
@@ -183,11 +189,10 @@ def synthesize_command(
     tang/adadpsyn synthesise texts token by token; promptpate labels public inputs (--public)
     with teacher prompts built from the private data and keeps the best labelled prompt.
     """
+    chosen = get_method(method)
+    given = _given_options(ctx, locals())
     with reported_errors():
-        if method is CliMethod.PROMPTPATE:
-            _check_promptpate_options(instruction_only, public, shots, M, N, tmax)
-        elif public is not None:
-            raise fail("--public is only used with --method promptpate")
+        _check_options(chosen, given, instruction_only=instruction_only, public=public)
         target = 0.0 if instruction_only else _parse_epsilon(epsilon)
         custom = {
             "labels": labels,
@@ -208,85 +213,74 @@ def synthesize_command(
             label_col=parse_column(label_col),
             label_map=pairs,
         )
-        if method is CliMethod.PROMPTPATE:
-            assert public is not None
-            pate_config = PateConfig(
-                epsilon=target,
-                delta=delta,
-                accounting=accounting,
-                teachers=teachers,
-                shots=teacher_shots,
-                queries=queries,
-                max_public=max_public,
-                student_shots=student_shots,
-                max_chars=max_chars,
-                seed=seed,
-            )
-            inputs = read_public(public, public_field)
-            plan = plan_pate(spec_task, len(records), len(inputs), pate_config)
-            llm = make_backend(backend, model=model, url=url, dtype=dtype)
-            result = _with_progress(
-                "labelling",
-                "public inputs",
-                lambda progress: run_pate(spec_task, records, inputs, plan, llm, progress=progress),
-            )
-            used_accounting = pate_config.accounting
-        else:
-            config = SynthesisConfig.for_task(
-                spec_task.name,
-                method=Method(method.value),
-                epsilon=target,
-                delta=delta,
-                accounting=accounting,
-                shots=shots,
-                M=M,
-                N=N,
-                tmax=tmax,
-                K=K,
-                variant=variant,
-                seed=seed,
-            )
-            llm = make_backend(backend, model=model, url=url, dtype=dtype)
-            result = _synthesise(spec_task, records, config, llm)
-            used_accounting = config.accounting
+        config = chosen.configure(
+            spec_task,
+            epsilon=target,
+            delta=delta,
+            shots=given.get(chosen.cli_shots_option),
+            accounting=accounting,
+            params={p: given[o] for p, (o, _) in PARAM_OPTIONS.items() if o in given},
+            seed=seed,
+        )
+        inputs = read_public(public, public_field) if public is not None else []
+        counts = Counts(partition_sizes(spec_task, records), len(records), len(inputs))
+        plan = chosen.plan(spec_task, config, counts)
+        llm = make_backend(backend, model=model, url=url, dtype=dtype)
+        result = _with_progress(
+            chosen.verb,
+            chosen.unit,
+            lambda progress: plan.run(records, llm, progress, inputs),
+            _settings_header(spec_task, config),
+        )
 
     for number, demo in enumerate(result.demonstrations, 1):
         typer.echo(f"[{number}] {spec_task.label_field}: {demo.label}")
         typer.echo(f"    {spec_task.text_field}: {demo.text}")
-    if result.method == CliMethod.PROMPTPATE.value:
-        stats = result.stats
-        typer.echo(
-            f"labelled {stats['answered']:.0f} of {stats['processed']:.0f} public inputs "
-            f"({stats['rejected']:.0f} rejected); student holdout accuracy "
-            f"{stats['holdout_accuracy']:.3f}"
-        )
+    if (line := chosen.report(result)) is not None:
+        typer.echo(line)
     typer.echo(
         f"epsilon = {result.epsilon:.4g} at delta = {result.delta:.3g} "
-        f"({result.method}, {used_accounting.value} accounting, model {result.model})"
+        f"({result.method}, {accounting.value} accounting, model {result.model})"
     )
     if out is not None:
         out.write_text(json.dumps(result.to_dict(), indent=2))
         typer.echo(f"wrote {out}")
 
 
-def _check_promptpate_options(
-    instruction_only: bool,
-    public: Path | None,
-    shots: int | None,
-    M: int | None,
-    N: int | None,
-    tmax: int | None,
+def _given_options(ctx: typer.Context, arguments: dict[str, Any]) -> dict[str, Any]:
+    """The method options given on the command line (not left at a default), by option."""
+    options = {**dict(PARAM_OPTIONS.values()), **SHOTS_OPTIONS}
+    given = {}
+    for option, argument in options.items():
+        source = ctx.get_parameter_source(argument)
+        if source is not None and source.name != "DEFAULT":  # typer bundles its own click
+            given[option] = arguments[argument]
+    return given
+
+
+def _check_options(
+    spec: Method, given: dict[str, Any], *, instruction_only: bool, public: Path | None
 ) -> None:
-    """Refuse options PromptPATE would silently ignore, naming the ones it takes instead."""
-    if public is None:
-        raise fail("--method promptpate needs --public FILE (public unlabelled inputs)")
-    if instruction_only:
-        raise fail("--instruction-only is a baseline of the token-loop methods, not promptpate")
-    if shots is not None:
-        raise fail("--shots is for tang/adadpsyn; promptpate takes --student-shots")
-    unused = [name for name, value in (("--M", M), ("--N", N), ("--tmax", tmax)) if value]
+    """Refuse options the method would silently ignore, naming the methods that take them."""
+    name = spec.kind.value
+    readers = "/".join(kinds_where(lambda m: m.reads_public))
+    if spec.reads_public and public is None:
+        raise fail(f"--method {name} needs --public FILE (public unlabelled inputs)")
+    if not spec.reads_public and public is not None:
+        raise fail(f"--public is only used with --method {readers}")
+    if instruction_only and not spec.zero_epsilon_baseline:
+        baselines = "/".join(kinds_where(lambda m: m.zero_epsilon_baseline))
+        raise fail(f"--instruction-only is a baseline of {baselines}, not {name}")
+    for option in ("--shots", "--student-shots"):
+        if option in given and option != spec.cli_shots_option:
+            takers = "/".join(kinds_where(lambda m, o=option: m.cli_shots_option == o))
+            raise fail(f"{option} is for {takers}; {name} takes {spec.cli_shots_option}")
+    takes = spec.params.model_fields
+    unused = [(p, o) for p, (o, _) in PARAM_OPTIONS.items() if o in given and p not in takes]
     if unused:
-        raise fail(f"{', '.join(unused)} are for tang/adadpsyn, not promptpate")
+        param = unused[0][0]
+        takers = "/".join(kinds_where(lambda m: param in m.params.model_fields))
+        raise fail(f"{', '.join(o for _, o in unused)} are for {takers}, not {name}")
 
 
 def _with_progress(
@@ -311,23 +305,17 @@ def _with_progress(
         return job(step)
 
 
-def _synthesise(
-    task: TaskSpec, records: list[Record], config: SynthesisConfig, llm: LLMBackend
-) -> SynthesisResult:
-    settings = None
-    if config.epsilon > 0:  # the instruction-only baseline reads no M, N or K
-        settings = settings_line(
-            task.name,
-            config.method.value,
-            config.shots,
-            M=config.M,
-            N=config.N,
-            tmax=config.tmax,
-            K=config.K,
-        )
-    return _with_progress(
-        "synthesising",
-        "tokens",
-        lambda progress: synthesize(task, records, config, llm, progress=progress),
-        settings,
+def _settings_header(task: TaskSpec, config: object) -> str | None:
+    """The settings line of a token-loop run (shots, M, N, tmax, K and which are defaults);
+    None for PromptPATE and for the instruction-only baseline (it reads no M, N or K)."""
+    if not isinstance(config, SynthesisConfig) or config.epsilon == 0:
+        return None
+    return settings_line(
+        task.name,
+        config.method.value,
+        config.shots,
+        M=config.M,
+        N=config.N,
+        tmax=config.tmax,
+        K=config.K,
     )

@@ -96,21 +96,18 @@ class Budget(Base):
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=now)
 
 
-class JobMethod(StrEnum):
-    """What a job runs: the token loop with one of its aggregators, or PromptPATE (which
-    also reads a public dataset)."""
-
-    TANG = "tang"
-    ADADPSYN = "adadpsyn"
-    PROMPTPATE = "promptpate"
-
-
 class JobStatus(StrEnum):
     QUEUED = "queued"
     RUNNING = "running"
     SUCCEEDED = "succeeded"
     FAILED = "failed"
     CANCELLED = "cancelled"
+
+
+# The one split of the statuses: a job that may still run (a worker may claim it, it holds a
+# reservation) and one that is final (no worker writes it again; its charge is settled).
+ACTIVE_STATUSES = frozenset({JobStatus.QUEUED, JobStatus.RUNNING})
+TERMINAL_STATUSES = frozenset({JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.CANCELLED})
 
 
 class Job(Base):

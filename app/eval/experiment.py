@@ -29,6 +29,7 @@ import numpy as np
 from app.eval.icl import evaluate, normalise
 from app.eval.memo import MemoBackend
 from app.llm.base import LLMBackend
+from app.privacy.budget import is_epsilon
 from app.privacy.params import Method
 from app.privacy.plan import label_schedule
 from app.synthesis.config import SynthesisConfig
@@ -82,7 +83,7 @@ def settings_grid(epsilons: Sequence[float], methods: Sequence[str]) -> list[Set
     unknown = [m for m in methods if m not in METHOD_NAMES]
     if unknown or not methods:
         raise ValueError(f"methods must be among {', '.join(METHOD_NAMES)}, got {list(methods)}")
-    bad = [e for e in epsilons if not (e > 0 and math.isfinite(e))]
+    bad = [e for e in epsilons if not is_epsilon(e)]
     if bad:
         raise ValueError(f"epsilons must be finite and > 0, got {bad}")
     generator = next((m for m in methods if m in SYNTHESIS_METHODS), "adadpsyn")

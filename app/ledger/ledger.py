@@ -25,6 +25,7 @@ from sqlalchemy.orm import Session
 
 from app.db.models import Budget, LedgerEntry, LedgerKind
 from app.privacy.accounting import Accounting, accountant_for
+from app.privacy.budget import fits_budget
 from app.privacy.events import DatasetEvent, PateEvent, SynthesisEvent, from_dict, to_dict
 
 
@@ -124,7 +125,7 @@ def admit(
     live = _live_entries(session, dataset_id)
     events = [_stored_event(e) for e in live]
     after = _compose(budget, [*events, event])
-    if after > budget.epsilon * (1 + 1e-9):
+    if not fits_budget(after, budget.epsilon):
         before = _compose(budget, events)
         raise BudgetExceededError(requested=epsilon, spent=before, total=budget.epsilon)
     session.add(

@@ -14,6 +14,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from app.privacy.budget import is_epsilon
 from app.privacy.plan import PrivacyPlan
 
 MIN_MULTIPLIER = 1e-2
@@ -42,7 +43,7 @@ def calibrate(
     max_iter: int = 60,
 ) -> Calibration:
     """Smallest multiplier (within ``rel_tol`` in epsilon) whose epsilon is <= the target."""
-    if not (target_epsilon > 0 and math.isfinite(target_epsilon)):
+    if not is_epsilon(target_epsilon):
         raise CalibrationError(f"target epsilon must be a positive number, got {target_epsilon}")
 
     def eps(multiplier: float) -> float:

@@ -38,6 +38,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from app.privacy.accounting import Accounting, accountant_for
+from app.privacy.budget import is_epsilon
 from app.privacy.calibration import CalibrationError
 from app.privacy.events import PateEvent
 from app.privacy.mechanisms import GaussianMechanism, Relation
@@ -155,7 +156,7 @@ class PatePrivacy:
 def mu_for_epsilon(epsilon: float, delta: float, accounting: Accounting) -> float:
     """The largest GDP parameter ``mu`` whose event costs at most ``epsilon`` at ``delta``
     under the accountant of ``accounting`` (bisection on log mu; the safe end is returned)."""
-    if not (epsilon > 0 and math.isfinite(epsilon)):
+    if not is_epsilon(epsilon):
         raise CalibrationError(f"target epsilon must be a positive number, got {epsilon}")
     accountant = accountant_for(accounting)
     relation = accountant.relation.value

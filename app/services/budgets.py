@@ -10,7 +10,6 @@ no budget.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 from sqlalchemy import select
@@ -19,6 +18,7 @@ from sqlalchemy.orm import Session
 from app.db.models import Budget, Dataset, DatasetKind, LedgerEntry, now
 from app.ledger import ledger
 from app.privacy.accounting import Accounting
+from app.privacy.budget import EPSILON_RULE, fits_budget, is_epsilon
 
 from .datasets import get_dataset, get_live_dataset
 from .errors import ConflictError, InvalidError, NotFoundError
@@ -51,8 +51,8 @@ def set_budget(
     accounting: Accounting,
 ) -> Budget:
     """Create or change the dataset's budget; commits."""
-    if not (epsilon > 0 and math.isfinite(epsilon)):
-        raise InvalidError(f"epsilon: must be a positive finite number, got {epsilon}")
+    if not is_epsilon(epsilon):
+        raise InvalidError(f"epsilon: {EPSILON_RULE}, got {epsilon}")
     dataset = get_live_dataset(session, tenant_id, dataset_id, lock=True)
     if dataset.kind == DatasetKind.PUBLIC:
         raise ConflictError(
@@ -86,7 +86,7 @@ def set_budget(
         dataset_id=dataset.id, epsilon=epsilon, delta=delta, accounting=accounting.value
     )
     spent = ledger.spend(session, candidate) if current.jobs else current
-    if spent.epsilon > epsilon * (1 + 1e-9):
+    if not fits_budget(spent.epsilon, epsilon):
         raise ConflictError(
             f"epsilon {epsilon:g} is below what is already spent or reserved at delta "
             f"{delta:g} ({spent.epsilon:.4g})",

@@ -26,7 +26,15 @@ from pydantic import ValidationError
 from sqlalchemy import delete, func, insert, or_, select
 from sqlalchemy.orm import Session
 
-from app.db.models import Dataset, DatasetKind, DatasetRecord, Job, JobStatus, now
+from app.db.models import (
+    ACTIVE_STATUSES,
+    Dataset,
+    DatasetKind,
+    DatasetRecord,
+    Job,
+    JobStatus,
+    now,
+)
 from app.ledger import ledger
 from app.pate.public import read_public
 from app.synthesis.data import DataError, Record, load_dataset
@@ -346,7 +354,7 @@ def delete_dataset(session: Session, tenant_id: str, dataset_id: str) -> Dataset
             select(Job)
             .where(
                 or_(Job.dataset_id == dataset.id, Job.public_dataset_id == dataset.id),
-                Job.status.in_([JobStatus.QUEUED.value, JobStatus.RUNNING.value]),
+                Job.status.in_(sorted(s.value for s in ACTIVE_STATUSES)),
             )
             .with_for_update()
         )

@@ -24,71 +24,48 @@ charge follows the one rule of :func:`close_job`: charged if it read the data, e
 
 from __future__ import annotations
 
-import math
 from collections.abc import Collection, Mapping
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from pydantic import ValidationError
 from sqlalchemy import or_, select, update
 from sqlalchemy.orm import Session
 
 from app.db.models import (
+    TERMINAL_STATUSES,
     Budget,
     Dataset,
     DatasetKind,
     Job,
-    JobMethod,
     JobStatus,
     PromptSet,
     new_id,
     now,
 )
 from app.ledger import ledger
-from app.pate.config import PateConfig
-from app.pate.plan import PatePlan, plan_pate
+from app.methods.registry import (
+    Counts,
+    Method,
+    MethodKind,
+    MethodPlan,
+    ParamsError,
+    Stored,
+    configure,
+    get_method,
+    kinds_where,
+)
 from app.privacy.accounting import Accounting
-from app.privacy.events import DatasetEvent, to_dict
-from app.privacy.params import Method
-from app.privacy.plan import PrivacyPlan
-from app.privacy.rng import make_rng
-from app.synthesis.config import SynthesisConfig
+from app.privacy.budget import EPSILON_RULE, fits_budget, is_epsilon
+from app.privacy.events import to_dict
 from app.synthesis.data import Record
-from app.synthesis.generator import JobPlan, SynthesisResult, plan_job
-from app.synthesis.tasks import TaskSpec, describe_validation_error
+from app.synthesis.generator import SynthesisResult
+from app.synthesis.tasks import TaskSpec
 
 from .datasets import get_dataset, get_live_dataset, load_records
 from .errors import ConflictError, InvalidError, NotFoundError, UnavailableError
 
 if TYPE_CHECKING:
     from workers.queue import JobQueue
-
-ACTIVE = (JobStatus.QUEUED.value, JobStatus.RUNNING.value)
-TERMINAL = (JobStatus.SUCCEEDED.value, JobStatus.FAILED.value, JobStatus.CANCELLED.value)
-
-# Parameters of the token loop, and the PromptPATE settings a client may choose (epsilon,
-# delta and accounting are the job's own fields, the student's shots its ``shots``; a seed is
-# never accepted from a client).
-TOKEN_PARAMS = frozenset({"M", "N", "tmax", "K", "variant", "sigma0", "sigma2", "T", "lam"})
-PATE_PARAMS = frozenset(PateConfig.model_fields) - {
-    "epsilon",
-    "delta",
-    "accounting",
-    "student_shots",
-    "seed",
-}
-# What a PromptPATE run reports that the API shows: functions of the Confident-GNMax outputs
-# (which queries passed the noisy threshold check, the noisy labels) and of public data only.
-# Left out: ``seconds`` (timing).
-PATE_PUBLIC_STATS = (
-    "processed",
-    "answered",
-    "rejected",
-    "budget_exhausted",
-    "spent_mu",
-    "budget_mu",
-    "holdout_accuracy",
-)
 
 
 def _no_budget(dataset_id: str) -> ConflictError:
@@ -109,39 +86,6 @@ def _exceeded(err: ledger.BudgetExceededError) -> ConflictError:
     )
 
 
-def make_config(
-    task: TaskSpec,
-    *,
-    method: Method,
-    epsilon: float,
-    delta: float,
-    shots: int,
-    accounting: Accounting,
-    params: Mapping[str, Any] | None,
-) -> SynthesisConfig:
-    """The job's validated config: the task's defaults, then the client's parameters."""
-    overrides = _overrides(params)
-    if wrong := sorted(PATE_PARAMS.intersection(overrides) - TOKEN_PARAMS):
-        raise InvalidError(
-            f"params.{wrong[0]}: a parameter of method promptpate, not of method "
-            f"{Method(method).value} (it takes {', '.join(sorted(TOKEN_PARAMS))})"
-        )
-    try:
-        return SynthesisConfig.for_task(
-            task.name,
-            method=method,
-            epsilon=epsilon,
-            delta=delta,
-            shots=shots,
-            accounting=accounting,
-            **overrides,
-        )
-    except ValidationError as err:
-        raise InvalidError(f"invalid job parameters: {describe_validation_error(err)}") from None
-    except TypeError as err:
-        raise InvalidError(f"invalid job parameters: {err}") from None
-
-
 def _overrides(params: Mapping[str, Any] | None) -> dict[str, Any]:
     overrides = {k: v for k, v in (params or {}).items() if v is not None}
     if "seed" in overrides:  # a seed makes the noise predictable: never from a client
@@ -149,82 +93,29 @@ def _overrides(params: Mapping[str, Any] | None) -> dict[str, Any]:
     return overrides
 
 
-def make_pate_config(
-    *,
-    epsilon: float,
-    delta: float,
-    shots: int,
-    accounting: Accounting,
-    params: Mapping[str, Any] | None,
-) -> PateConfig:
-    """A PromptPATE job's validated config: ``shots`` demonstrations in the student prompt,
-    the client's parameters for the rest (unknown ones are refused, naming them)."""
-    overrides = _overrides(params)
-    if unknown := sorted(set(overrides) - PATE_PARAMS):
-        raise InvalidError(
-            f"params.{unknown[0]}: not a parameter of method promptpate (it takes "
-            f"{', '.join(sorted(PATE_PARAMS))}; the student prompt's size is the job's shots)"
-        )
-    try:
-        return PateConfig(
-            epsilon=epsilon,
-            delta=delta,
-            accounting=accounting,
-            student_shots=shots,
-            **overrides,
-        )
-    except ValidationError as err:
-        raise InvalidError(f"invalid job parameters: {describe_validation_error(err)}") from None
-
-
-def job_record(tenant_id: str, dataset_id: str, job_plan: JobPlan) -> Job:
-    """The job row of a planned job (status queued, nothing charged yet)."""
-    config = job_plan.config
-    return Job(
-        id=new_id(),
-        tenant_id=tenant_id,
-        dataset_id=dataset_id,
-        method=config.method.value,
-        config={
-            "synthesis": config.model_dump(mode="json"),
-            "plan": job_plan.plan.model_dump(mode="json"),
-            "sizes": job_plan.sizes,
-        },
-        schedule=list(job_plan.schedule),
-        event=to_dict(job_plan.event()),
-        epsilon=job_plan.epsilon(),
-        delta=job_plan.delta,
-        status=JobStatus.QUEUED.value,
-        progress_done=0,
-        progress_total=config.shots * config.tmax,
-        touched_data=False,
-        cancel_requested=False,
-        attempts=0,
-    )
-
-
-def pate_job_record(
-    tenant_id: str, dataset_id: str, public_dataset_id: str, plan: PatePlan, n_public: int
+def job_record(
+    tenant_id: str,
+    dataset_id: str,
+    method: Method,
+    plan: MethodPlan,
+    public_dataset_id: str | None = None,
 ) -> Job:
-    """The job row of a planned PromptPATE job; ``n_public`` is the public dataset's record
-    count (the job samples ``plan.n_public`` of them)."""
+    """The job row of a planned job (status queued, nothing charged yet)."""
+    stored = plan.stored()
     return Job(
         id=new_id(),
         tenant_id=tenant_id,
         dataset_id=dataset_id,
         public_dataset_id=public_dataset_id,
-        method=JobMethod.PROMPTPATE.value,
-        config={
-            "pate": plan.config.model_dump(mode="json"),
-            "sizes": {"private": plan.n_private, "public": n_public},
-        },
-        schedule=[],
+        method=method.kind.value,
+        config=dict(stored.config),
+        schedule=list(stored.schedule),
         event=to_dict(plan.event()),
         epsilon=plan.epsilon(),
         delta=plan.delta,
         status=JobStatus.QUEUED.value,
         progress_done=0,
-        progress_total=plan.n_public,
+        progress_total=plan.progress_total,
         touched_data=False,
         cancel_requested=False,
         attempts=0,
@@ -262,7 +153,7 @@ def submit_job(
     *,
     tenant_id: str,
     dataset_id: str,
-    method: JobMethod | str,
+    method: MethodKind | str,
     epsilon: float,
     delta: float | None = None,
     shots: int = 4,
@@ -278,18 +169,24 @@ def submit_job(
     (``remaining`` in the error); 422 parameters that cannot run, or a dataset of the wrong
     kind. A failed submission stores nothing.
     """
-    method = JobMethod(method)
-    if not (epsilon > 0 and math.isfinite(epsilon)):
-        raise InvalidError(f"epsilon: must be a positive finite number, got {epsilon}")
-    pate = method is JobMethod.PROMPTPATE
-    if pate and public_dataset_id is None:
+    try:
+        spec = get_method(method)
+    except ValueError:
         raise InvalidError(
-            "public_dataset_id: required for method promptpate (the ID of a public dataset "
-            "of unlabelled texts for the teachers to label)"
+            f"method: {method!r} is not one of {', '.join(kinds_where(bool))}"
+        ) from None
+    if not is_epsilon(epsilon):
+        raise InvalidError(f"epsilon: {EPSILON_RULE}, got {epsilon}")
+    readers = " or ".join(kinds_where(lambda m: m.reads_public))
+    if spec.reads_public and public_dataset_id is None:
+        raise InvalidError(
+            f"public_dataset_id: required for method {spec.kind.value} (the ID of the public "
+            "dataset of unlabelled texts it reads)"
         )
-    if not pate and public_dataset_id is not None:
+    if not spec.reads_public and public_dataset_id is not None:
         raise InvalidError(
-            f"public_dataset_id: only method promptpate reads a public dataset, not {method.value}"
+            f"public_dataset_id: only method {readers} reads a public dataset, not "
+            f"{spec.kind.value}"
         )
     dataset = get_live_dataset(session, tenant_id, dataset_id)
     if dataset.kind == DatasetKind.PUBLIC:
@@ -300,7 +197,7 @@ def submit_job(
         )
     public = (
         get_public_dataset(session, tenant_id, public_dataset_id)
-        if public_dataset_id is not None  # set exactly when pate (checked above)
+        if public_dataset_id is not None
         else None
     )
     budget = session.get(Budget, dataset.id)
@@ -314,48 +211,38 @@ def submit_job(
         )
     if delta is not None and delta > budget.delta:
         raise InvalidError(f"delta: {delta:g} exceeds the budget's delta {budget.delta:g}")
-    if epsilon > budget.epsilon * (1 + 1e-9):  # composition never costs less than one job
+    if not fits_budget(epsilon, budget.epsilon):  # composition never costs less than one job
         spent = ledger.spend(session, budget).epsilon
         raise _exceeded(
             ledger.BudgetExceededError(requested=epsilon, spent=spent, total=budget.epsilon)
         )
     task = TaskSpec.model_validate(dataset.task)
-    sizes = {str(k): int(v) for k, v in dataset.label_counts.items()}
-    n_private, n_public = dataset.record_count, public.record_count if public else 0
+    counts = Counts(
+        labels={str(k): int(v) for k, v in dataset.label_counts.items()},
+        private=dataset.record_count,
+        public=public.record_count if public else 0,
+    )
     job_delta = delta if delta is not None else budget.delta
     session.rollback()  # end the read: planning takes seconds and needs no lock
 
-    if pate:
-        assert public_dataset_id is not None
-        pate_config = make_pate_config(
-            epsilon=epsilon,
-            delta=job_delta,
-            shots=shots,
-            accounting=budget_accounting,
-            params=params,
-        )
-        try:
-            pate_plan = plan_pate(task, n_private, n_public, pate_config)
-        except ValueError as err:  # PateError, CalibrationError
-            raise InvalidError(str(err), code="cannot_plan") from None
-        job = pate_job_record(tenant_id, dataset_id, public_dataset_id, pate_plan, n_public)
-        event: DatasetEvent = pate_plan.event()
-    else:
-        config = make_config(
+    try:
+        config = configure(
+            spec,
             task,
-            method=Method(method.value),
             epsilon=epsilon,
             delta=job_delta,
             shots=shots,
             accounting=budget_accounting,
-            params=params,
+            params=_overrides(params),
         )
-        try:
-            job_plan = plan_job(task, sizes, config, make_rng())
-        except ValueError as err:  # CalibrationError, SynthesisError, TaskError, sampling
-            raise InvalidError(str(err), code="cannot_plan") from None
-        job = job_record(tenant_id, dataset_id, job_plan)
-        event = job_plan.event()
+    except ParamsError as err:
+        raise InvalidError(str(err)) from None
+    try:
+        plan = spec.plan(task, config, counts)
+    except ValueError as err:  # CalibrationError, SynthesisError, PateError, TaskError, sampling
+        raise InvalidError(str(err), code="cannot_plan") from None
+    job = job_record(tenant_id, dataset_id, spec, plan, public_dataset_id)
+    event = plan.event()
 
     try:
         get_live_dataset(session, tenant_id, dataset_id, lock=True)
@@ -444,7 +331,7 @@ def cancel_job(session: Session, tenant_id: str, job_id: str) -> Job:
     job = get_job(session, tenant_id, job_id, lock=True)
     if job.status == JobStatus.CANCELLED:
         return job
-    if job.status in (JobStatus.SUCCEEDED, JobStatus.FAILED):
+    if job.status in TERMINAL_STATUSES:
         raise ConflictError(f"job {job_id!r} already {job.status}", code="job_finished")
     job.cancel_requested = True
     if job.status == JobStatus.QUEUED:
@@ -485,12 +372,9 @@ def store_result(session: Session, job: Job, result: SynthesisResult) -> PromptS
         session.flush()
     job.status = JobStatus.SUCCEEDED.value
     job.prompt_set_id = existing.id
-    if job.method == JobMethod.PROMPTPATE:
-        job.stats = {k: result.stats[k] for k in PATE_PUBLIC_STATS if k in result.stats}
-        # inputs it got to before the filter's budget ran out (at most all of them)
-        job.progress_done = int(job.stats.get("processed", job.progress_total))
-    else:
-        job.progress_done = job.progress_total
+    method = get_method(job.method)
+    job.stats = method.public_stats(result)
+    job.progress_done = method.progress_done(result, job.progress_total)
     job.error = None
     job.finished_at = job.finished_at or now()
     ledger.commit(session, job.id)
@@ -601,26 +485,16 @@ def reap_job(session: Session, job_id: str, at: datetime) -> Job | None:
     return job
 
 
-def job_plan(job: Job, task: TaskSpec) -> JobPlan:
-    """The :class:`JobPlan` drawn at submission, rebuilt from the job row."""
-    config = SynthesisConfig.model_validate(job.config["synthesis"])
-    plan = PrivacyPlan.model_validate(job.config["plan"])
-    sizes = {str(k): int(v) for k, v in job.config["sizes"].items()}
-    return JobPlan(task, config, plan, tuple(job.schedule), sizes, job.delta)
+def stored_plan(job: Job) -> Stored:
+    """What admission stored of ``job``'s plan, for :meth:`Method.rebuild`."""
+    return Stored(config=job.config, schedule=job.schedule, delta=job.delta)
 
 
-def pate_plan(job: Job, task: TaskSpec) -> PatePlan:
-    """A PromptPATE job's plan, rebuilt from the job row (planning is deterministic, so it
-    is the plan admission reserved if the row is unchanged)."""
-    config = PateConfig.model_validate(job.config["pate"])
-    sizes = job.config["sizes"]
-    return plan_pate(task, int(sizes["private"]), int(sizes["public"]), config)
-
-
-def load_job_inputs(session: Session, job: Job) -> tuple[TaskSpec, list[Record], JobPlan]:
+def load_job_inputs(session: Session, job: Job) -> tuple[TaskSpec, list[Record], MethodPlan]:
     """What a worker needs to run ``job``: the task, the private records and the plan."""
     dataset = session.get(Dataset, job.dataset_id)
     if dataset is None or dataset.deleted_at is not None:
         raise ConflictError(f"dataset {job.dataset_id!r} of job {job.id!r} was deleted")
     task = TaskSpec.model_validate(dataset.task)
-    return task, load_records(session, dataset.id), job_plan(job, task)
+    plan = get_method(job.method).rebuild(task, stored_plan(job))
+    return task, load_records(session, dataset.id), plan

@@ -28,8 +28,9 @@ from prometheus_client.registry import Collector
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
-from app.db.models import Budget, Dataset, Job, JobMethod, JobStatus, LedgerEntry
+from app.db.models import Budget, Dataset, Job, JobStatus, LedgerEntry
 from app.ledger import ledger
+from app.methods.registry import kinds_where
 
 
 class DpsynCollector(Collector):
@@ -60,7 +61,7 @@ class DpsynCollector(Collector):
             for status in JobStatus:
                 jobs.add_metric([status.value], float(counts.get(status.value, 0)))
             steps = select(func.sum(Job.progress_done)).where(
-                Job.method != JobMethod.PROMPTPATE.value
+                Job.method.in_(kinds_where(lambda method: method.unit == "tokens"))
             )
             tokens.add_metric([], float(session.scalar(steps) or 0))
             budgets = self._budgets(session) if self._per_dataset else []

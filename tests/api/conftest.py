@@ -21,7 +21,6 @@ from app.main import create_app
 from app.services.jobs import load_job_inputs, store_result
 from app.services.tenants import create_api_key, create_tenant
 from app.settings import Settings
-from app.synthesis.generator import synthesize
 from tests.synthesis.fake_backend import FakeBackend
 
 MARKER = "PRIVATEMARKER"  # in every uploaded text; must never appear in a response
@@ -185,8 +184,8 @@ class Api:
         with session_scope(self.url) as session:
             job = session.get(Job, job_id)
             job.status, job.started_at, job.touched_data = JobStatus.RUNNING.value, now(), True
-            task, records, plan = load_job_inputs(session, job)
-            result = synthesize(task, records, plan.config, FakeBackend(marker=marker), job=plan)
+            _, records, plan = load_job_inputs(session, job)
+            result = plan.run(records, FakeBackend(marker=marker), None)
             store_result(session, job, result)
 
 

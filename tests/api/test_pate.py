@@ -128,7 +128,7 @@ def test_promptpate_submissions_that_cannot_run_are_refused_and_store_nothing(
         (
             {"params": {**PATE_PARAMS, "M": 4}},
             422,
-            "params.M: not a parameter of method promptpate",
+            "params.M: a parameter of method tang or adadpsyn, not of method promptpate",
         ),
         ({"params": {**PATE_PARAMS, "bogus": 1}}, 422, "params.bogus"),
         ({"params": {**PATE_PARAMS, "seed": 1}}, 422, "params.seed"),

@@ -24,11 +24,11 @@ from app.db.models import (
 )
 from app.db.session import session_scope
 from app.ledger import ledger
+from app.methods.registry import Counts, MethodKind, get_method
 from app.pate.config import PateConfig
-from app.pate.plan import plan_pate
 from app.privacy.accounting import Accounting
 from app.privacy.events import to_dict
-from app.services.jobs import pate_job_record
+from app.services.jobs import job_record
 from app.synthesis.config import SynthesisConfig
 from app.synthesis.generator import JobPlan, plan_job
 from app.synthesis.tasks import BUILTIN_TASKS
@@ -147,11 +147,12 @@ def make_pate_job(url: str, dataset_id: str, public_id: str, **overrides: object
     """Admit a PromptPATE job as the API does (the service's job row, the ledger's admit)."""
     config = PateConfig(epsilon=4.0, delta=0.01, **{**PATE, **overrides})
     n_private = PER_LABEL * len(TREC.labels)
-    plan = plan_pate(TREC, n_private, PUBLIC_TEXTS, config)
+    method = get_method(MethodKind.PROMPTPATE)
+    plan = method.plan(TREC, config, Counts({}, n_private, PUBLIC_TEXTS))
     with session_scope(url) as session:
         dataset = session.get(Dataset, dataset_id)
         assert dataset is not None
-        job = pate_job_record(dataset.tenant_id, dataset_id, public_id, plan, PUBLIC_TEXTS)
+        job = job_record(dataset.tenant_id, dataset_id, method, plan, public_id)
         session.add(job)
         session.flush()
         ledger.admit(

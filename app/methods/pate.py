@@ -1,0 +1,173 @@
+"""PromptPATE (``app.pate``): teacher prompts built from the private records label the texts
+of a public dataset under Confident-GNMax; the best labelled student prompt is the result.
+
+It is the one method that also reads a public dataset; its plan needs only the two record
+counts, and its public stats are functions of the noisy outputs and public data alone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from pydantic import BaseModel, ValidationError
+
+from app.llm.base import LLMBackend
+from app.pate.config import PateConfig
+from app.pate.plan import PatePlan, plan_pate
+from app.pate.run import run_pate
+from app.privacy.accounting import Accounting
+from app.privacy.events import PateEvent
+from app.synthesis.data import Record
+from app.synthesis.generator import SynthesisResult
+from app.synthesis.tasks import TaskSpec
+
+from .base import (
+    Counts,
+    Method,
+    MethodPlan,
+    Progress,
+    Stored,
+    client_overrides,
+    config_error,
+    optional_params,
+)
+from .kinds import MethodKind
+
+# The job's own fields (the student prompt's size is the job's shots) and the seed, which a
+# client never sets, are not parameters.
+PARAMS = tuple(
+    name
+    for name in PateConfig.model_fields
+    if name not in {"epsilon", "delta", "accounting", "student_shots", "seed"}
+)
+# What a run reports that the API shows: functions of the Confident-GNMax outputs (which
+# queries passed the noisy threshold check, the noisy labels) and of public data only.
+# Left out: ``seconds`` (timing).
+PUBLIC_STATS = (
+    "processed",
+    "answered",
+    "rejected",
+    "budget_exhausted",
+    "spent_mu",
+    "budget_mu",
+    "holdout_accuracy",
+)
+
+
+@dataclass(frozen=True)
+class PromptPatePlan(MethodPlan):
+    """A :class:`PatePlan` with its task and the public dataset's record count."""
+
+    task: TaskSpec
+    plan: PatePlan
+    public_available: int  # records of the public dataset (the job samples plan.n_public)
+
+    @property
+    def delta(self) -> float:
+        return self.plan.delta
+
+    def event(self) -> PateEvent:
+        return self.plan.event()
+
+    def epsilon(self) -> float:
+        return self.plan.epsilon()
+
+    @property
+    def progress_total(self) -> int:
+        return self.plan.n_public
+
+    @property
+    def expected_records(self) -> int:
+        return self.plan.n_private
+
+    @property
+    def public_records(self) -> int:
+        return self.public_available
+
+    def stored(self) -> Stored:
+        return Stored(
+            config={
+                "pate": self.plan.config.model_dump(mode="json"),
+                "sizes": {"private": self.plan.n_private, "public": self.public_available},
+            },
+            schedule=[],
+            delta=self.plan.delta,
+        )
+
+    def run(
+        self,
+        records: list[Record],
+        backend: LLMBackend,
+        progress: Progress | None,
+        public: Sequence[str] = (),
+    ) -> SynthesisResult:
+        return run_pate(self.task, records, public, self.plan, backend, progress=progress)
+
+
+class PromptPate(Method):
+    """PromptPATE (Duan et al. 2023)."""
+
+    kind = MethodKind.PROMPTPATE
+    params: ClassVar[type[BaseModel]] = optional_params("PromptPateParams", PateConfig, PARAMS)
+    reads_public: ClassVar[bool] = True
+    unit: ClassVar[str] = "public inputs"
+    verb: ClassVar[str] = "labelling"
+    cli_shots_option: ClassVar[str] = "--student-shots"
+    params_hint: ClassVar[str] = "; the student prompt's size is the job's shots"
+
+    def configure(
+        self,
+        task: TaskSpec,
+        *,
+        epsilon: float,
+        delta: float | None,
+        shots: int | None,
+        accounting: Accounting,
+        params: Mapping[str, Any] | None,
+        seed: int | None = None,
+    ) -> PateConfig:
+        fields: dict[str, Any] = {"student_shots": shots} if shots is not None else {}
+        try:
+            return PateConfig(
+                epsilon=epsilon,
+                delta=delta,
+                accounting=accounting,
+                seed=seed,
+                **fields,
+                **client_overrides(params),
+            )
+        except (ValidationError, TypeError) as err:
+            raise config_error(err) from None
+
+    def plan(self, task: TaskSpec, config: Any, counts: Counts) -> PromptPatePlan:
+        return PromptPatePlan(
+            task, plan_pate(task, counts.private, counts.public, config), counts.public
+        )
+
+    def rebuild(self, task: TaskSpec, stored: Stored) -> PromptPatePlan:
+        # Planning is deterministic: this is the plan admission reserved if the row is unchanged.
+        config = PateConfig.model_validate(stored.config["pate"])
+        sizes = stored.config["sizes"]
+        n_private, n_public = int(sizes["private"]), int(sizes["public"])
+        return PromptPatePlan(task, plan_pate(task, n_private, n_public, config), n_public)
+
+    def summary(self, stored: Stored) -> tuple[str | None, int]:
+        pate = stored.config.get("pate", {})
+        return pate.get("accounting"), int(pate.get("student_shots", 0))
+
+    def public_stats(self, result: SynthesisResult) -> dict[str, Any]:
+        return {k: result.stats[k] for k in PUBLIC_STATS if k in result.stats}
+
+    def progress_done(self, result: SynthesisResult, total: int) -> int:
+        # inputs it got to before the filter's budget ran out (at most all of them)
+        return int(self.public_stats(result).get("processed", total))
+
+    def report(self, result: SynthesisResult) -> str:
+        stats = result.stats
+        return (
+            f"labelled {stats['answered']:.0f} of {stats['processed']:.0f} public inputs "
+            f"({stats['rejected']:.0f} rejected); student holdout accuracy "
+            f"{stats['holdout_accuracy']:.3f}"
+        )

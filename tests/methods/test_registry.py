@@ -1,0 +1,134 @@
+"""The method registry: every method behind one interface, planned, stored and rebuilt alike;
+the parameter rules the API and the service share; the budget helpers."""
+
+from __future__ import annotations
+
+import math
+import subprocess
+import sys
+
+import pytest
+
+from app.db.models import ACTIVE_STATUSES, TERMINAL_STATUSES, JobStatus
+from app.methods.registry import (
+    METHODS,
+    Counts,
+    MethodKind,
+    ParamsError,
+    configure,
+    get_method,
+    param_fields,
+)
+from app.privacy.accounting import Accounting
+from app.privacy.budget import FIT_TOLERANCE, fits_budget, is_epsilon
+from app.privacy.events import to_dict
+from app.synthesis.generator import SynthesisResult
+from app.synthesis.tasks import BUILTIN_TASKS
+
+TREC = BUILTIN_TASKS["trec"]
+COUNTS = Counts({label: 30 for label in TREC.labels}, 30 * len(TREC.labels), 40)
+SMALL = {
+    MethodKind.TANG: {"M": 4, "N": 2, "tmax": 4, "K": 10},
+    MethodKind.ADADPSYN: {"M": 4, "N": 2, "tmax": 4, "K": 10, "variant": "paper"},
+    MethodKind.PROMPTPATE: {"teachers": 6, "queries": 20, "candidates": 2, "group_size": 8},
+}
+
+
+def test_every_method_kind_is_registered_once() -> None:
+    assert set(METHODS) == set(MethodKind)
+    for kind, method in METHODS.items():
+        assert method.kind is kind
+        assert get_method(kind.value) is method
+    with pytest.raises(ValueError):
+        get_method("promptdpsgd")
+
+
+@pytest.mark.parametrize("kind", list(MethodKind))
+def test_a_stored_plan_rebuilds_to_the_event_admission_reserved(kind: MethodKind) -> None:
+    method = get_method(kind)
+    config = configure(
+        method,
+        TREC,
+        epsilon=4.0,
+        delta=0.01,
+        shots=2,
+        accounting=Accounting.TIGHT,
+        params=SMALL[kind],
+    )
+    plan = method.plan(TREC, config, COUNTS)
+    assert plan.epsilon() <= 4.0 * (1 + 1e-9) and plan.delta == 0.01
+    stored = plan.stored()
+    rebuilt = method.rebuild(TREC, stored)
+    assert to_dict(rebuilt.event()) == to_dict(plan.event())
+    assert rebuilt.epsilon() == plan.epsilon()
+    assert rebuilt.progress_total == plan.progress_total > 0
+    assert rebuilt.expected_records == COUNTS.private
+    assert rebuilt.public_records == (COUNTS.public if method.reads_public else None)
+    accounting, shots = method.summary(stored)
+    assert (accounting, shots) == ("tight", 2)
+
+
+def test_a_parameter_of_another_method_is_refused_naming_who_takes_it() -> None:
+    pate, tang = get_method(MethodKind.PROMPTPATE), get_method(MethodKind.TANG)
+    common = {"epsilon": 4.0, "delta": 0.01, "shots": 2, "accounting": Accounting.TIGHT}
+    with pytest.raises(ParamsError, match=r"params\.M: a parameter of method tang or adadpsyn, "):
+        configure(pate, TREC, params={"M": 4}, **common)
+    with pytest.raises(ParamsError, match=r"params\.teachers: a parameter of method promptpate"):
+        configure(tang, TREC, params={"teachers": 4}, **common)
+    with pytest.raises(ParamsError, match=r"params\.bogus: not a parameter of method tang"):
+        configure(tang, TREC, params={"bogus": 1}, **common)
+    with pytest.raises(ParamsError, match="teachers"):  # the config's own bounds
+        configure(pate, TREC, params={"teachers": 0}, **common)
+
+
+def test_the_api_parameters_are_the_methods_own() -> None:
+    fields = param_fields()
+    for kind, method in METHODS.items():
+        for name in method.params.model_fields:
+            assert kind.value in fields[name].description(), (name, kind)
+    assert set(fields) == {n for m in METHODS.values() for n in m.params.model_fields}
+    assert "teachers" in fields and "seed" not in fields and "student_shots" not in fields
+
+
+def test_only_public_stats_of_a_run_are_kept() -> None:
+    result = SynthesisResult(
+        task="trec",
+        method="promptpate",
+        model="m",
+        demonstrations=[],
+        prompt="",
+        epsilon=1.0,
+        delta=0.01,
+        plan={},
+        event={},
+        stats={"processed": 24, "answered": 5, "rejected": 19, "seconds": 3.5},
+    )
+    pate, tang = get_method(MethodKind.PROMPTPATE), get_method(MethodKind.TANG)
+    assert pate.public_stats(result) == {"processed": 24, "answered": 5, "rejected": 19}
+    assert pate.progress_done(result, 40) == 24
+    assert tang.public_stats(result) is None and tang.progress_done(result, 40) == 40
+
+
+def test_statuses_are_active_or_terminal() -> None:
+    assert ACTIVE_STATUSES.isdisjoint(TERMINAL_STATUSES)
+    assert set(JobStatus) == ACTIVE_STATUSES | TERMINAL_STATUSES
+    assert "succeeded" in TERMINAL_STATUSES and "queued" in ACTIVE_STATUSES
+
+
+def test_epsilon_and_budget_fit_rules() -> None:
+    assert is_epsilon(0.5) and is_epsilon(1e-12)
+    assert not any(is_epsilon(v) for v in (0.0, -1.0, math.inf, math.nan))
+    assert fits_budget(4.0, 4.0) and fits_budget(4.0 * (1 + FIT_TOLERANCE / 2), 4.0)
+    assert not fits_budget(4.0 * (1 + 10 * FIT_TOLERANCE), 4.0)
+
+
+def test_the_methods_never_load_the_web_or_database_layers() -> None:
+    code = (
+        "import sys, app.methods.registry\n"
+        "layers = ('app.db', 'app.api', 'app.services', 'workers', 'sqlalchemy', 'fastapi')\n"
+        "print(sorted(m for m in sys.modules if m.startswith(layers)))"
+    )
+    loaded = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout.strip()
+    assert loaded == "[]"
