@@ -56,7 +56,6 @@ from sqlalchemy.orm import Session
 
 from app.db.models import Dataset, DatasetRecord, Job, JobMethod, JobStatus, now
 from app.db.session import session_scope
-from app.eval.icl import EvalError
 from app.llm.base import BackendError, LLMBackend
 from app.llm.provider import BackendProvider
 from app.pate.plan import PatePlan
@@ -67,6 +66,7 @@ from app.services.datasets import load_public_texts, load_records
 from app.services.jobs import close_job, job_plan, pate_plan, store_result
 from app.synthesis.data import Record
 from app.synthesis.generator import JobPlan, SynthesisError, SynthesisResult, synthesize
+from app.synthesis.scoring import ScoringError
 from app.synthesis.tasks import TaskError, TaskSpec
 from workers.lease import Heartbeat, LeaseConfig, is_connection_error, new_owner
 
@@ -347,7 +347,7 @@ def _describe(err: Exception, job_id: str, timeout_s: float | None) -> str:
     if isinstance(err, WorkerStoppingError):
         return "the worker stopped while the job was running"
     if isinstance(
-        err, NotRunnableError | SynthesisError | CalibrationError | TaskError | EvalError
+        err, NotRunnableError | SynthesisError | CalibrationError | TaskError | ScoringError
     ):
         # These messages name counts, labels of the public task and parameters only
         # (PateError is a SynthesisError).
