@@ -7,7 +7,9 @@ stored, logged or echoed back.
 Answers come from :mod:`app.synthesis.scoring`, the scorer ``dpsyn eval`` measures accuracy
 with, PromptPATE votes with and ``dpsyn audit`` attacks: **classification** returns every
 label's score (a distribution over the labels) and the highest; **extraction** returns the
-greedy continuation of the answer line.
+greedy continuation of the answer line. Backend calls go through the one retry layer
+(:mod:`app.llm.retry`), each attempt holding the provider's lock (a local model's forward
+passes are not re-entrant), never while waiting.
 """
 
 from __future__ import annotations
@@ -19,10 +21,15 @@ from sqlalchemy.orm import Session
 
 from app.db.models import PromptSet
 from app.llm.provider import BackendProvider
+from app.llm.retry import RetryingBackend, RetryPolicy
 from app.synthesis.scoring import ScoringError, extract_values, label_scores
 from app.synthesis.tasks import TaskKind, TaskSpec
 
 from .errors import InvalidError, NotFoundError
+
+#: Transient backend failures (vLLM restarting, overloaded) are retried twice within a request,
+#: after 0.5 s and 1 s: a client waits at most ~1.5 s more before its 503, and can retry itself.
+COMPLETE_RETRY = RetryPolicy(retries=2, base_delay_s=0.5)
 
 
 def get_prompt_set(session: Session, tenant_id: str, prompt_id: str) -> PromptSet:
@@ -73,13 +80,14 @@ class PromptSource:
 def complete(source: PromptSource, query: str, provider: BackendProvider) -> Completion:
     """Answer ``query`` with a prompt (no database access: call it holding no transaction)."""
     task = source.task
-    backend = provider.get()
-    with provider.use_lock:
-        if task.kind == TaskKind.CLASSIFICATION:
-            try:
-                scores = label_scores(backend, task, source.prompt, query)
-            except ScoringError as err:
-                raise InvalidError(str(err)) from None
-            return Completion(task.kind, label=max(scores, key=scores.__getitem__), scores=scores)
-        [value] = extract_values(backend, task, source.prompt, [query])
-        return Completion(task.kind, value=value)
+    backend = RetryingBackend(
+        provider.get(), retry=COMPLETE_RETRY, lock=provider.use_lock, context="/complete"
+    )
+    if task.kind == TaskKind.CLASSIFICATION:
+        try:
+            scores = label_scores(backend, task, source.prompt, query)
+        except ScoringError as err:
+            raise InvalidError(str(err)) from None
+        return Completion(task.kind, label=max(scores, key=scores.__getitem__), scores=scores)
+    [value] = extract_values(backend, task, source.prompt, [query])
+    return Completion(task.kind, value=value)

@@ -15,6 +15,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from app.db.migrate import upgrade
 from app.eval.icl import Score, evaluate
+from app.llm.base import BackendError, TransientBackendError
+from app.llm.retry import RetryPolicy
+from app.services import prompts
 from app.synthesis.data import Record
 from app.synthesis.tasks import TaskSpec
 from tests.api.conftest import BOOTSTRAP_KEY, MARKER, TOY_TASK, Api, auth, error_of, make_api
@@ -134,6 +137,33 @@ def test_complete_holds_no_database_lock_while_the_model_runs(
         f"/v1/prompts/{world.prompt_id}/complete", json={"query": "q"}, headers=auth(api.admin)
     )
     assert response.status_code == 200 and writable == [True]
+
+
+def test_complete_retries_a_transient_backend_failure_but_not_a_final_one(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    api, sleeps = world.api, []
+    monkeypatch.setattr(prompts, "COMPLETE_RETRY", RetryPolicy(2, 0.5, sleeps.append))
+    original = api.backend.next_token_probs
+    failures = [TransientBackendError("vLLM server x /v1/completions: HTTP 503: busy")]
+    asked = []
+
+    def flaky(ids, token_sets):
+        asked.append(1)
+        if failures:
+            raise failures.pop()
+        return original(ids, token_sets)
+
+    monkeypatch.setattr(api.backend, "next_token_probs", flaky)
+    path = f"/v1/prompts/{world.prompt_id}/complete"
+    response = api.client.post(path, json={"query": "is it w5"}, headers=auth(api.reader))
+    assert response.status_code == 200 and response.json()["label"] == "w5"
+    assert len(asked) == 2 and sleeps == [0.5]
+    # A rejected request (HTTP 400) is final: asked once, answered 503 without waiting.
+    failures.append(BackendError("vLLM server x /v1/completions: HTTP 400: bad"))
+    response = api.client.post(path, json={"query": "is it w5"}, headers=auth(api.reader))
+    assert response.status_code == 503 and error_of(response)["code"] == "backend_unavailable"
+    assert len(asked) == 3 and sleeps == [0.5]
 
 
 def test_complete_extraction_generates_to_the_end_of_the_line(world: World) -> None:
