@@ -142,10 +142,12 @@ def test_complete_holds_no_database_lock_while_the_model_runs(
 def test_complete_retries_a_transient_backend_failure_but_not_a_final_one(
     world: World, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    api, sleeps = world.api, []
+    api, sleeps = world.api, list[float]()
     monkeypatch.setattr(prompts, "COMPLETE_RETRY", RetryPolicy(2, 0.5, sleeps.append))
     original = api.backend.next_token_probs
-    failures = [TransientBackendError("vLLM server x /v1/completions: HTTP 503: busy")]
+    failures: list[BackendError] = [
+        TransientBackendError("vLLM server x /v1/completions: HTTP 503: busy")
+    ]
     asked = []
 
     def flaky(ids, token_sets):

@@ -25,6 +25,8 @@ import numpy as np
 import pytest
 
 from app.llm.base import BackendError, LLMBackend, TransientBackendError
+from app.llm.factory import BackendKind, make_backend
+from app.llm.provider import BackendProvider
 from app.llm.retry import RetryingBackend, RetryPolicy
 from app.llm.vllm_http import VLLMHttpBackend
 
@@ -536,6 +538,23 @@ def test_timeout_is_transient_and_retried(server: FakeServer) -> None:
     assert time.monotonic() - start < 1.0
     assert server.url in str(err.value)
     assert len(server.state.calls("/v1/completions")) == 2 and sleeps == [0.05]
+
+
+def test_one_layer_wherever_the_client_is_built(server: FakeServer) -> None:
+    # The CLI's make_backend wraps the client in the retry layer ...
+    server.state.fail_statuses = [503]
+    sleeps: list[float] = []
+    cli = make_backend(
+        BackendKind.VLLM, model=MODEL, url=server.url, retry=RetryPolicy(2, 0.05, sleeps.append)
+    )
+    assert cli.top_k(PROMPTS, 3).shape == (3, 3) and sleeps == [0.05]
+    assert len(server.state.calls("/v1/completions")) == 2
+    # ... the provider of the API and workers hands out the bare client (they wrap it).
+    server.state.fail_statuses = [503]
+    bare = BackendProvider(BackendKind.VLLM, model=MODEL, url=server.url).get()
+    with pytest.raises(TransientBackendError):
+        bare.top_k(PROMPTS, 3)
+    assert len(server.state.calls("/v1/completions")) == 3
 
 
 def test_error_messages_do_not_contain_prompt_ids(server: FakeServer) -> None:
