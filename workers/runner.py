@@ -32,9 +32,11 @@ A job found ``running`` with ``touched_data`` set belongs to a worker that died 
 the data (its task was redelivered, or the embedded server restarted). Running it again would
 run the mechanism twice for one charge, so it fails, charged.
 
-Backend calls (model forward passes, HTTP requests) are retried with exponential backoff
-inside the same run: the call is deterministic in its inputs, so a retry does not change what
-the mechanism releases. Nothing here logs or stores record text or prompts; errors of unknown
+Backend calls that fail transiently (a timeout, a lost connection, HTTP 429 or 5xx: a
+:class:`~app.llm.base.TransientBackendError`) are retried with exponential backoff inside the
+same run, by :mod:`app.llm.retry` (the only retry layer; a final error such as HTTP 400 fails
+at once): the call is deterministic in its inputs, so a retry does not change what the
+mechanism releases. Nothing here logs or stores record text or prompts; errors of unknown
 kind are reported by type name only.
 """
 
@@ -45,20 +47,19 @@ import logging
 import threading
 import time
 import traceback
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import httpx
-import numpy as np
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from app.db.models import TERMINAL_STATUSES, Dataset, DatasetRecord, Job, JobStatus, now
 from app.db.session import session_scope
-from app.eval.icl import EvalError
 from app.llm.base import BackendError, LLMBackend
 from app.llm.provider import BackendProvider
+from app.llm.retry import RetryingBackend, RetryPolicy
 from app.methods.registry import get_method
 from app.privacy.calibration import CalibrationError
 from app.privacy.events import to_dict
@@ -66,13 +67,16 @@ from app.services.datasets import load_public_texts, load_records
 from app.services.jobs import close_job, store_result, stored_plan
 from app.synthesis.data import Record
 from app.synthesis.generator import SynthesisError, SynthesisResult
+from app.synthesis.scoring import ScoringError
 from app.synthesis.tasks import TaskError, TaskSpec
 from workers.lease import Heartbeat, LeaseConfig, is_connection_error, new_owner
 
 log = logging.getLogger(__name__)
 
 MAX_ATTEMPTS = 3  # deliveries that may start a job before it is given up (before touching data)
-TRANSIENT = (BackendError, httpx.HTTPError)
+# The backend failed (its messages name the server and the reason, never a prompt). Only a
+# TransientBackendError among them is retried, by app.llm.retry: see RetryingBackend below.
+BACKEND_FAILURES = (BackendError, httpx.HTTPError)
 
 T = TypeVar("T")
 
@@ -107,83 +111,7 @@ class DatabaseUnavailableError(Exception):
 
 
 # Failures whose message is safe and whose stack trace is of no interest.
-EXPECTED = (NotRunnableError, JobTimeoutError, *TRANSIENT)
-
-
-@dataclass(frozen=True)
-class RetryPolicy:
-    """Retries of one backend call: ``retries`` more attempts, waiting base, 2x base, 4x base."""
-
-    retries: int = 3
-    base_delay_s: float = 1.0
-    sleep: Callable[[float], None] = time.sleep
-
-    def call(self, fn: Callable[[], T], *, what: str, job_id: str) -> T:
-        for attempt in range(self.retries + 1):
-            try:
-                return fn()
-            except TRANSIENT as err:
-                if attempt == self.retries:
-                    raise
-                delay = self.base_delay_s * 2**attempt
-                log.warning(
-                    "job %s: %s failed (%s), retry %d of %d in %.1f s",
-                    job_id,
-                    what,
-                    type(err).__name__,
-                    attempt + 1,
-                    self.retries,
-                    delay,
-                )
-                self.sleep(delay)
-        raise AssertionError("unreachable")
-
-
-class RetryingBackend:
-    """An :class:`LLMBackend` whose calls are retried and serialised on the provider's lock."""
-
-    def __init__(
-        self, backend: LLMBackend, *, lock: threading.Lock, retry: RetryPolicy, job_id: str
-    ) -> None:
-        self._backend, self._lock, self._retry, self._job_id = backend, lock, retry, job_id
-        self._newline_ids: frozenset[int] | None = None
-
-    def _call(self, what: str, fn: Callable[[], T]) -> T:
-        def locked() -> T:
-            with self._lock:
-                return fn()
-
-        return self._retry.call(locked, what=what, job_id=self._job_id)
-
-    @property
-    def name(self) -> str:
-        return self._backend.name
-
-    @property
-    def eos_id(self) -> int:
-        return self._call("eos_id", lambda: self._backend.eos_id)
-
-    @property
-    def newline_ids(self) -> frozenset[int]:
-        if self._newline_ids is None:
-            self._newline_ids = self._call("newline_ids", lambda: self._backend.newline_ids)
-        return self._newline_ids
-
-    def tokenize(self, text: str) -> list[int]:
-        return self._call("tokenize", lambda: self._backend.tokenize(text))
-
-    def detokenize(self, ids: Sequence[int]) -> str:
-        return self._call("detokenize", lambda: self._backend.detokenize(ids))
-
-    def next_token_probs(
-        self, prompts: Sequence[Sequence[int]], token_sets: np.ndarray
-    ) -> np.ndarray:
-        return self._call(
-            "next_token_probs", lambda: self._backend.next_token_probs(prompts, token_sets)
-        )
-
-    def top_k(self, prompts: Sequence[Sequence[int]], k: int) -> np.ndarray:
-        return self._call("top_k", lambda: self._backend.top_k(prompts, k))
+EXPECTED = (NotRunnableError, JobTimeoutError, *BACKEND_FAILURES)
 
 
 @dataclass(frozen=True)
@@ -279,11 +207,12 @@ def _attempt(
         if claim.job.cancel_requested:
             raise JobCancelled
         work = _prepare(claim, database_url)
+        context = f"job {job_id}"
         backend = RetryingBackend(
-            retry.call(provider.get, what="building the backend", job_id=job_id),
+            retry.call(provider.get, what="building the backend", context=context),
             lock=provider.use_lock,
             retry=retry,
-            job_id=job_id,
+            context=context,
         )
         if stop is not None and stop.is_set():
             raise WorkerStoppingError
@@ -337,7 +266,7 @@ def _attempt(
 
 def _describe(err: Exception, job_id: str, timeout_s: float | None) -> str:
     """A one-line error for the job's record and the API: never record text or prompts."""
-    if isinstance(err, TRANSIENT):
+    if isinstance(err, BACKEND_FAILURES):
         detail = str(err) if isinstance(err, BackendError) else type(err).__name__
         return f"the model backend failed: {detail}"
     if isinstance(err, JobTimeoutError):
@@ -345,7 +274,7 @@ def _describe(err: Exception, job_id: str, timeout_s: float | None) -> str:
     if isinstance(err, WorkerStoppingError):
         return "the worker stopped while the job was running"
     if isinstance(
-        err, NotRunnableError | SynthesisError | CalibrationError | TaskError | EvalError
+        err, NotRunnableError | SynthesisError | CalibrationError | TaskError | ScoringError
     ):
         # These messages name counts, labels of the public task and parameters only
         # (PateError is a SynthesisError).

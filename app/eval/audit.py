@@ -27,10 +27,12 @@ Design
   prompt); as many non-members of label ``L`` are drawn from the held-out pool. The
   synthetic 1-shot prompt is the demonstration AdaDPSyn released. ``delta`` is
   ``1 / |training set|``.
-* **Score.** For each candidate, the prompt followed by :func:`query_suffix` of its text; the
-  score is the probability of the first token of :func:`answer_text` of its true label,
-  renormalised over the first tokens of all labels. All candidates of a prompt go to the
-  backend in one call (they share the prompt as a prefix, so a KV-cache backend runs it once).
+* **Score.** For each candidate as the query, the score of its true label by
+  :func:`app.synthesis.scoring.label_probabilities`, the scorer ``/complete`` answers with
+  (when the labels' answers start with different tokens: the probability of the first token
+  of the true label's answer, renormalised over the labels' first tokens; labels sharing
+  first tokens are scored along their tokens). All candidates of a prompt go to the backend
+  in one call (they share the prompt as a prefix, so a KV-cache backend runs it once).
 * **AUC.** Per trial, the Mann-Whitney statistic over (member, non-member) pairs (ties count
   one half); the reported AUC is the mean over trials. The 95% confidence interval is the
   percentile bootstrap of that mean over trials (seeded). The ROC curve pools the scores of
@@ -54,7 +56,8 @@ from app.privacy.params import Method
 from app.synthesis.config import SynthesisConfig
 from app.synthesis.data import Record
 from app.synthesis.generator import partition_sizes, plan_job, synthesize
-from app.synthesis.prompts import answer_text, demonstration_prompt, query_suffix
+from app.synthesis.prompts import demonstration_prompt
+from app.synthesis.scoring import label_probabilities
 from app.synthesis.tasks import TaskKind, TaskSpec
 
 Progress = Callable[[str, int, int], None]  # (which attack, trials done, trials planned)
@@ -239,27 +242,12 @@ def real_trials(
     return trials
 
 
-def label_token_ids(task: TaskSpec, backend: LLMBackend) -> dict[str, int]:
-    """The first token of each label's answer; they must differ to be told apart."""
-    ids = {label: backend.tokenize(answer_text(task, label))[0] for label in task.labels}
-    if len(set(ids.values())) < len(ids):
-        raise ValueError(f"labels of task {task.name!r} share a first token on this model")
-    return ids
-
-
 def score_candidates(
-    task: TaskSpec,
-    backend: LLMBackend,
-    prompt: str,
-    candidates: Sequence[Record],
-    label_ids: dict[str, int],
+    task: TaskSpec, backend: LLMBackend, prompt: str, candidates: Sequence[Record]
 ) -> list[float]:
-    """The renormalised probability of each candidate's true label, in one backend call."""
-    labels = list(task.labels)
-    token_set = np.array([label_ids[label] for label in labels], dtype=np.int64)
-    batch = [backend.tokenize(prompt + query_suffix(task, c.text)) for c in candidates]
-    probs = backend.next_token_probs(batch, np.tile(token_set, (len(batch), 1)))
-    return [float(probs[i, labels.index(c.label)]) for i, c in enumerate(candidates)]
+    """The score ``/complete`` gives each candidate's true label, in one backend call."""
+    probs = label_probabilities(backend, task, prompt, [c.text for c in candidates])
+    return [float(probs[i, task.labels.index(c.label)]) for i, c in enumerate(candidates)]
 
 
 def _result(
@@ -268,9 +256,8 @@ def _result(
     prompt: str,
     members: Sequence[Record],
     non_members: Sequence[Record],
-    label_ids: dict[str, int],
 ) -> TrialResult:
-    scores = score_candidates(task, backend, prompt, [*members, *non_members], label_ids)
+    scores = score_candidates(task, backend, prompt, [*members, *non_members])
     m, n = scores[: len(members)], scores[len(members) :]
     return TrialResult(m, n, auc(m, n))
 
@@ -284,14 +271,13 @@ def run_real(
     progress: Progress | None = None,
 ) -> AttackSummary:
     """Attack (a): 1-shot prompts made of a real member record."""
-    label_ids = label_token_ids(task, backend)
     results = []
     trials = real_trials(task, pools, config.trials, config.candidates, rng)
     for number, trial in enumerate(trials, 1):
         members = [pools.members[i] for i in trial.members]
         prompt = demonstration_prompt(task, members)
         non = [pools.held_out[i] for i in trial.non_members]
-        results.append(_result(task, backend, prompt, members, non, label_ids))
+        results.append(_result(task, backend, prompt, members, non))
         if progress is not None:
             progress("real", number, len(trials))
     return AttackSummary("real", results, config.seed, {"epsilon": "inf"})
@@ -306,7 +292,6 @@ def run_synthetic(
     progress: Progress | None = None,
 ) -> AttackSummary:
     """Attack (b): 1-shot prompts synthesised by AdaDPSyn from a member subset."""
-    label_ids = label_token_ids(task, backend)
     members_by, held_by = pools.by_label("members"), pools.by_label("held_out")
     size = config.M * config.N
     delta = 1.0 / (len(pools.members) + len(pools.held_out))
@@ -337,7 +322,7 @@ def run_synthetic(
         members = [pools.members[i] for i in subset[label]]
         non_idx = _draw(held_by.get(label, []), size, rng, f"held-out records of {label!r}")
         non = [pools.held_out[i] for i in non_idx]
-        results.append(_result(task, backend, result.prompt, members, non, label_ids))
+        results.append(_result(task, backend, result.prompt, members, non))
         if progress is not None:
             progress("synthetic", number, config.synthetic_trials)
     extra: dict[str, object] = {

@@ -15,7 +15,17 @@ import numpy as np
 
 
 class BackendError(RuntimeError):
-    """The backend could not answer; the message says which backend or server, and why."""
+    """The backend could not answer; the message says which backend or server, and why.
+
+    A plain ``BackendError`` is final (a request the server rejects, HTTP 4xx, an empty
+    batch): asking again would fail the same way, so it is never retried.
+    """
+
+
+class TransientBackendError(BackendError):
+    """The backend could not answer *this time*: a timeout, a refused or dropped connection,
+    HTTP 429 or 5xx. Only this is retried, and only by :mod:`app.llm.retry` (backends never
+    retry themselves, so one call is never retried at two levels)."""
 
 
 @runtime_checkable

@@ -6,6 +6,10 @@ from enum import StrEnum
 
 from app.llm.base import LLMBackend
 from app.llm.models import DEFAULT_MODEL
+from app.llm.retry import RetryingBackend, RetryPolicy
+
+#: What a command-line run gets around a vLLM server (a long run outlives a server blip).
+CLI_RETRY = RetryPolicy()
 
 
 class BackendKind(StrEnum):
@@ -22,12 +26,20 @@ class Dtype(StrEnum):
 
 
 def make_backend(
-    kind: BackendKind, *, model: str | None, url: str | None, dtype: str = "auto"
+    kind: BackendKind,
+    *,
+    model: str | None,
+    url: str | None,
+    dtype: str = "auto",
+    retry: RetryPolicy | None = CLI_RETRY,
 ) -> LLMBackend:
     """A transformers backend (local model) or a vLLM HTTP client (``url`` required).
 
     ``dtype`` applies to the local model only (see ``transformers_backend.resolve_dtype``);
-    a vLLM server chooses its own.
+    a vLLM server chooses its own. The vLLM client comes inside the one retry layer
+    (:mod:`app.llm.retry`) with ``retry``; pass ``None`` when the caller wraps it itself
+    (:class:`~app.llm.provider.BackendProvider`: the job runner and ``/complete`` do), so no
+    call is retried twice. A local model raises no transient errors and is returned as is.
     """
     if kind is BackendKind.VLLM:
         if not url:
@@ -36,7 +48,8 @@ def make_backend(
             raise ValueError("--model (the served model name) is required with --backend vllm")
         from app.llm.vllm_http import VLLMHttpBackend
 
-        return VLLMHttpBackend(url=url, model=model)
+        client = VLLMHttpBackend(url=url, model=model)
+        return client if retry is None else RetryingBackend(client, retry=retry, context="vLLM")
     from app.llm.transformers_backend import TransformersBackend
 
     return TransformersBackend(model or DEFAULT_MODEL, dtype=dtype)

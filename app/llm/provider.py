@@ -23,8 +23,9 @@ class BackendProvider:
     def get(self) -> LLMBackend:
         with self._lock:
             if self._backend is None:
+                # No retry layer here: the runner and /complete add theirs, with the lock.
                 self._backend = make_backend(
-                    self.kind, model=self.model, url=self.url, dtype=self.dtype
+                    self.kind, model=self.model, url=self.url, dtype=self.dtype, retry=None
                 )
             return self._backend
 

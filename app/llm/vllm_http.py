@@ -31,22 +31,25 @@ Which tokens come back depends on the server version, hence two modes:
     fields, so an older server answers with its natural top-k instead of the requested ids).
 
 Every failure surfaces as :class:`~app.llm.base.BackendError` naming the server, the endpoint
-and the reason. Prompts hold private data, so messages never carry prompt text or token ids:
-the server's own error text is redacted before it is quoted.
+and the reason; one that may pass (a timeout, a refused or dropped connection, HTTP 429 or
+5xx) as its subclass :class:`~app.llm.base.TransientBackendError`. Each request is sent
+once: retrying is the caller's, through :mod:`app.llm.retry` (the one retry layer), so a
+call is never retried at two levels and a rejected request (HTTP 4xx) never again. Prompts
+hold private data, so messages never carry prompt text or token ids: the server's own error
+text is redacted before it is quoted.
 """
 
 from __future__ import annotations
 
 import math
 import re
-import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import Any, Literal
 
 import httpx
 import numpy as np
 
-from app.llm.base import BackendError
+from app.llm.base import BackendError, TransientBackendError
 
 Mode = Literal["auto", "token_ids", "top_logprobs"]
 
@@ -59,7 +62,6 @@ DETOKENIZE = "/detokenize"
 TOKENIZER_INFO = "/tokenizer_info"
 
 _TOKEN_ID_PREFIX = "token_id:"
-_RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
 _MAX_QUOTED_CHARS = 300
 # What a token-id list looks like once a server quotes it back in a validation error: a
 # bracketed list of integers, or a run of two or more integers separated by commas/spaces.
@@ -68,7 +70,7 @@ _INPUT_VALUE = re.compile(r"input_value=.*?(?=, input_type=|\]|$)", re.DOTALL)
 
 
 class _ServerRejectedError(BackendError):
-    """A non-retryable HTTP error status; ``status`` lets ``auto`` mode react to 400."""
+    """A final HTTP error status (4xx but 429); ``status`` lets ``auto`` mode react to 400."""
 
     def __init__(self, message: str, status: int) -> None:
         super().__init__(message)
@@ -82,8 +84,6 @@ class VLLMHttpBackend:
         url: Base URL of the server, e.g. ``http://127.0.0.1:8000`` (no ``/v1``).
         model: Served model name (vLLM's ``--served-model-name``, by default ``--model``).
         timeout: Seconds allowed per HTTP request (connect, read, write each).
-        max_retries: Extra attempts after a connection error, a timeout, HTTP 429 or 5xx.
-        backoff: Seconds before the first retry; doubled before each further one.
         mode: ``"auto"``, ``"token_ids"`` or ``"top_logprobs"`` (see the module docstring).
         max_logprobs: The server's ``--max-logprobs``; the most top tokens one request may ask.
         eos_id: End-of-sequence id. When omitted it is read once from ``GET /tokenizer_info``
@@ -99,8 +99,6 @@ class VLLMHttpBackend:
         url: str,
         model: str,
         timeout: float = 60.0,
-        max_retries: int = 4,
-        backoff: float = 0.5,
         mode: Mode = "auto",
         max_logprobs: int = 100,
         eos_id: int | None = None,
@@ -110,12 +108,10 @@ class VLLMHttpBackend:
             raise ValueError(f"mode must be auto, token_ids or top_logprobs, not {mode!r}")
         if max_logprobs < 1:
             raise ValueError("max_logprobs must be at least 1")
-        if max_retries < 0 or backoff < 0 or timeout <= 0:
-            raise ValueError("timeout must be positive; max_retries and backoff non-negative")
+        if timeout <= 0:
+            raise ValueError("timeout must be positive")
         self._url = url.rstrip("/")
         self._model = model
-        self._max_retries = max_retries
-        self._backoff = backoff
         self._mode: Mode = mode
         self._max_logprobs = max_logprobs
         self._eos_id = eos_id
@@ -393,47 +389,29 @@ class VLLMHttpBackend:
     def _request(
         self, method: str, endpoint: str, body: dict[str, Any] | None, secret: str | None = None
     ) -> Any:
-        """Send with retries on transient failures; return the decoded JSON body.
+        """Send once; return the decoded JSON body.
 
-        Connection errors, timeouts, 429 and 5xx are retried ``max_retries`` times with
-        exponential backoff (a restarting or overloaded server recovers); other statuses are
-        the caller's mistake and fail at once.
+        Connection errors, timeouts, 429 and 5xx raise :class:`TransientBackendError` (a
+        restarting or overloaded server recovers: the caller's retry layer may ask again);
+        other statuses are the caller's mistake and raise a final :class:`BackendError`.
         """
         where = self._where(endpoint)
-        for attempt, delay in enumerate(self._delays()):
-            if delay:
-                time.sleep(delay)
-            last = attempt == self._max_retries
-            try:
-                response = self._client.request(method, self._url + endpoint, json=body)
-            except httpx.TimeoutException as err:
-                if last:
-                    raise BackendError(
-                        f"{where}: timed out ({type(err).__name__}) after {attempt + 1} attempt(s)"
-                    ) from None
-                continue
-            except httpx.TransportError as err:
-                if last:
-                    raise BackendError(
-                        f"{where}: connection failed ({type(err).__name__}: {err}) after "
-                        f"{attempt + 1} attempt(s)"
-                    ) from None
-                continue
-            if response.status_code in _RETRY_STATUSES and not last:
-                continue
-            return self._decode_response(response, where, secret)
-        raise AssertionError("unreachable: the last attempt returns or raises")
-
-    def _delays(self) -> Iterator[float]:
-        """0 before the first attempt, then ``backoff``, doubling, for each retry."""
-        yield 0.0
-        for retry in range(self._max_retries):
-            yield self._backoff * 2**retry
+        try:
+            response = self._client.request(method, self._url + endpoint, json=body)
+        except httpx.TimeoutException as err:
+            raise TransientBackendError(f"{where}: timed out ({type(err).__name__})") from None
+        except httpx.TransportError as err:
+            raise TransientBackendError(
+                f"{where}: connection failed ({type(err).__name__}: {err})"
+            ) from None
+        return self._decode_response(response, where, secret)
 
     @staticmethod
     def _decode_response(response: httpx.Response, where: str, secret: str | None) -> Any:
         if response.status_code != 200:
             reason = _redact(_server_message(response), secret)
+            if response.status_code == 429 or response.status_code >= 500:
+                raise TransientBackendError(f"{where}: HTTP {response.status_code}: {reason}")
             raise _ServerRejectedError(
                 f"{where}: HTTP {response.status_code}: {reason}", response.status_code
             )

@@ -13,11 +13,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from app.eval.icl import label_probabilities
 from app.llm.base import LLMBackend
 from app.pate.config import PateError
 from app.synthesis.generator import Demonstration
 from app.synthesis.prompts import demonstration_prompt
+from app.synthesis.scoring import label_probabilities
 from app.synthesis.tasks import TaskSpec
 
 

@@ -21,8 +21,9 @@ share, where they give the same prompt whichever comes first.
 **Votes.** A teacher's prompt is the task's downstream ICL prompt
 (:func:`app.synthesis.prompts.demonstration_prompt`: the ICL instruction and the teacher's
 examples as demonstrations); its vote on a public input is the label the backend scores
-highest after the input (:func:`app.eval.icl.label_probabilities`: the first token of each
-label's verbaliser, or the label trie when verbalisers share tokens). One backend call per
+highest after the input (:func:`app.synthesis.scoring.label_probabilities`, the scorer
+``/complete`` answers with: the first token of each label's verbaliser, or the label trie
+when verbalisers share tokens). One backend call per
 teacher covers a whole group of public inputs, all continuing the same teacher prompt, so the
 transformers backend computes that shared prefix once.
 """
@@ -35,10 +36,10 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from app.eval.icl import label_probabilities
 from app.llm.base import LLMBackend
 from app.synthesis.data import Record
 from app.synthesis.prompts import demonstration_prompt
+from app.synthesis.scoring import label_probabilities
 from app.synthesis.tasks import TaskSpec
 
 KEY_BYTES = 32

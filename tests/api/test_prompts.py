@@ -14,10 +14,13 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from app.db.migrate import upgrade
-from app.services.prompts import score_labels
+from app.eval.icl import Score, evaluate
+from app.llm.base import BackendError, TransientBackendError
+from app.llm.retry import RetryPolicy
+from app.services import prompts
+from app.synthesis.data import Record
 from app.synthesis.tasks import TaskSpec
 from tests.api.conftest import BOOTSTRAP_KEY, MARKER, TOY_TASK, Api, auth, error_of, make_api
-from tests.synthesis.fake_backend import FakeBackend
 
 METRICS_TOKEN = "metrics-token-of-the-prompt-tests-0123456789"
 
@@ -136,6 +139,35 @@ def test_complete_holds_no_database_lock_while_the_model_runs(
     assert response.status_code == 200 and writable == [True]
 
 
+def test_complete_retries_a_transient_backend_failure_but_not_a_final_one(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    api, sleeps = world.api, list[float]()
+    monkeypatch.setattr(prompts, "COMPLETE_RETRY", RetryPolicy(2, 0.5, sleeps.append))
+    original = api.backend.next_token_probs
+    failures: list[BackendError] = [
+        TransientBackendError("vLLM server x /v1/completions: HTTP 503: busy")
+    ]
+    asked = []
+
+    def flaky(ids, token_sets):
+        asked.append(1)
+        if failures:
+            raise failures.pop()
+        return original(ids, token_sets)
+
+    monkeypatch.setattr(api.backend, "next_token_probs", flaky)
+    path = f"/v1/prompts/{world.prompt_id}/complete"
+    response = api.client.post(path, json={"query": "is it w5"}, headers=auth(api.reader))
+    assert response.status_code == 200 and response.json()["label"] == "w5"
+    assert len(asked) == 2 and sleeps == [0.5]
+    # A rejected request (HTTP 400) is final: asked once, answered 503 without waiting.
+    failures.append(BackendError("vLLM server x /v1/completions: HTTP 400: bad"))
+    response = api.client.post(path, json={"query": "is it w5"}, headers=auth(api.reader))
+    assert response.status_code == 503 and error_of(response)["code"] == "backend_unavailable"
+    assert len(asked) == 3 and sleeps == [0.5]
+
+
 def test_complete_extraction_generates_to_the_end_of_the_line(world: World) -> None:
     api = world.api
     response = api.client.post(
@@ -159,22 +191,43 @@ def test_complete_validation_names_the_field(world: World) -> None:
         assert error["fields"][0]["field"] in ("query", "other"), error
 
 
-def test_shared_first_tokens_are_scored_along_their_tokens() -> None:
-    backend = FakeBackend(stop_after=None)  # after n tokens past "Question:" it wants w{n}
-    spec = {**TOY_TASK, "labels": ["w3 w1", "w3 w4", "w9"]}
-    scores = score_labels(backend, TaskSpec.model_validate(spec), "Question: a\nType:")
-    # One call, two prompts: "w3" (shared) vs "w9" after the context (w3 wanted), then
-    # "w1" vs "w4" after "w3" (w4 wanted). The fake gives 1 to the wanted token, 0.01 else.
-    [(kind, prompts)] = backend.calls
-    assert kind == "probs" and len(prompts) == 2
-    hit, miss = 1 / 1.01, 0.01 / 1.01
-    assert scores == pytest.approx({"w3 w1": hit * miss, "w3 w4": hit * hit, "w9": miss})
-    assert sum(scores.values()) == pytest.approx(1.0)
-    # One answer a prefix of another: a newline (what follows an answer) ends every answer.
-    prefix = {**TOY_TASK, "labels": ["w3", "w3 w4"]}
-    backend = FakeBackend(stop_after=None)
-    scores = score_labels(backend, TaskSpec.model_validate(prefix), "Question: a\nType:")
-    assert scores == pytest.approx({"w3": miss, "w3 w4": hit})
+def _eval_and_complete(world: World, prompt_id: str, test: list[Record]) -> tuple[Score, list]:
+    """``dpsyn eval``'s score of a stored prompt, and ``/complete``'s answers, same queries."""
+    api = world.api
+    stored = api.client.get(f"/v1/prompts/{prompt_id}", headers=auth(api.reader)).json()
+    task = TaskSpec.model_validate(stored["task_spec"])
+    score = evaluate(api.backend, task, stored["prompt"], test, calibrated=False)
+    answers = []
+    path = f"/v1/prompts/{prompt_id}/complete"
+    for record in test:
+        response = api.client.post(path, json={"query": record.text}, headers=auth(api.reader))
+        assert response.status_code == 200, response.text
+        answers.append(response.json())
+    return score, answers
+
+
+def test_eval_accuracy_is_the_accuracy_of_the_answers_complete_gives(world: World) -> None:
+    # Classification: the fake wants w{n} n tokens after "Question:", so a 3-word query
+    # (then "\n", "Type:") is answered w5, a 5-word one w7, other lengths a tie (w5, first).
+    test = [
+        Record("is it w5", "w5"),
+        Record("one two three four five", "w7"),
+        Record("one two three four five", "w5"),  # wrong on purpose
+        Record("four words in here", "w7"),  # a tie: answered w5, wrong
+        Record("x", "w5"),  # a tie: answered w5, right
+    ]
+    score, answers = _eval_and_complete(world, world.prompt_id, test)
+    labels = [a["label"] for a in answers]
+    assert labels == ["w5", "w7", "w7", "w5", "w5"]
+    agree = sum(label == r.label for label, r in zip(labels, test, strict=True)) / len(test)
+    assert score.accuracy == agree == 3 / 5
+    # Extraction: the fake's greedy continuation never ends a line, so /complete answers its
+    # full 12 tokens; eval must score that same value (it used to stop at 8 tokens).
+    served = " ".join(["w0"] * 12)
+    x_test = [Record("a funny film", served), Record("a sad film", "w0"), Record("x", served)]
+    x_score, x_answers = _eval_and_complete(world, world.x_prompt_id, x_test)
+    assert [a["value"] for a in x_answers] == [served] * 3
+    assert x_score.accuracy == pytest.approx(2 / 3)
 
 
 def test_a_read_only_key_gets_403_outside_prompts(world: World) -> None:

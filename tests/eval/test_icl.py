@@ -8,16 +8,10 @@ from collections.abc import Sequence
 import numpy as np
 import pytest
 
-from app.eval.icl import (
-    accuracy,
-    calibrate,
-    evaluate,
-    exact_match,
-    extract,
-    label_probabilities,
-    normalise,
-)
+from app.eval.icl import accuracy, calibrate, evaluate, exact_match, normalise
 from app.synthesis.data import Record
+from app.synthesis.scoring import extract_values as extract
+from app.synthesis.scoring import label_probabilities
 from app.synthesis.tasks import BUILTIN_TASKS, TaskKind, TaskSpec
 
 EOS, NEWLINE = 0, 1

@@ -24,7 +24,10 @@ from typing import Any
 import numpy as np
 import pytest
 
-from app.llm.base import BackendError, LLMBackend
+from app.llm.base import BackendError, LLMBackend, TransientBackendError
+from app.llm.factory import BackendKind, make_backend
+from app.llm.provider import BackendProvider
+from app.llm.retry import RetryingBackend, RetryPolicy
 from app.llm.vllm_http import VLLMHttpBackend
 
 MODEL = "toy-model"
@@ -266,7 +269,7 @@ class FakeServer:
     state: FakeState
 
     def backend(self, **kwargs: Any) -> VLLMHttpBackend:
-        options: dict[str, Any] = {"timeout": 5.0, "backoff": 0.01, "max_logprobs": 100}
+        options: dict[str, Any] = {"timeout": 5.0, "max_logprobs": 100}
         options.update(kwargs)
         return VLLMHttpBackend(url=self.url, model=MODEL, **options)
 
@@ -473,52 +476,85 @@ def test_top_k_beyond_max_logprobs_fails_before_asking(server: FakeServer) -> No
 # -- retries and failures --------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("status", [503, 429])
-def test_transient_statuses_are_retried_with_backoff(server: FakeServer, status: int) -> None:
+def retrying(backend: LLMBackend, retries: int, sleeps: list[float]) -> RetryingBackend:
+    """The backend behind the one retry layer, its waits recorded instead of slept."""
+    return RetryingBackend(backend, retry=RetryPolicy(retries, 0.05, sleeps.append))
+
+
+@pytest.mark.parametrize("status", [503, 429, 500])
+def test_transient_statuses_are_retried_once_by_the_retry_layer(
+    server: FakeServer, status: int
+) -> None:
     server.state.fail_statuses = [status, status]
-    start = time.monotonic()
-    ids = server.backend(max_retries=4, backoff=0.05).top_k(PROMPTS, 3)
-    elapsed = time.monotonic() - start
+    with pytest.raises(TransientBackendError, match=f"HTTP {status}"):
+        server.backend().top_k(PROMPTS, 3)  # the client alone sends each request once
+    assert len(server.state.calls("/v1/completions")) == 1
+    sleeps: list[float] = []
+    ids = retrying(server.backend(), 4, sleeps).top_k(PROMPTS, 3)
     assert np.array_equal(ids, [ranked(p)[:3] for p in PROMPTS])
-    assert len(server.state.calls("/v1/completions")) == 3
-    assert elapsed >= 0.05 + 0.10  # waited backoff, then twice that
+    # one failure left for this call, then success: 2 more requests, one wait
+    assert len(server.state.calls("/v1/completions")) == 3 and sleeps == [0.05]
 
 
-def test_retries_give_up_after_max_retries(server: FakeServer) -> None:
+def test_retries_give_up_after_the_policy_retries(server: FakeServer) -> None:
     server.state.fail_statuses = [503, 503, 503, 503]
-    with pytest.raises(BackendError, match="HTTP 503: Service Unavailable") as err:
-        server.backend(max_retries=2).top_k(PROMPTS, 3)
-    assert len(server.state.calls("/v1/completions")) == 3
+    sleeps: list[float] = []
+    with pytest.raises(TransientBackendError, match="HTTP 503: Service Unavailable") as err:
+        retrying(server.backend(), 2, sleeps).top_k(PROMPTS, 3)
+    assert len(server.state.calls("/v1/completions")) == 3  # not 3 x (1 + the client's own)
+    assert sleeps == [0.05, 0.10]
     assert server.url in str(err.value) and "/v1/completions" in str(err.value)
 
 
-def test_client_errors_are_not_retried(server: FakeServer) -> None:
-    server.state.fail_statuses = [400]
-    with pytest.raises(BackendError, match="HTTP 400"):
-        server.backend(max_retries=4).top_k(PROMPTS, 3)
-    assert len(server.state.calls("/v1/completions")) == 1
+@pytest.mark.parametrize("status", [400, 404, 422])
+def test_client_errors_are_final_and_not_retried(server: FakeServer, status: int) -> None:
+    server.state.fail_statuses = [status]
+    sleeps: list[float] = []
+    with pytest.raises(BackendError, match=f"HTTP {status}") as err:
+        retrying(server.backend(mode="top_logprobs"), 4, sleeps).top_k(PROMPTS, 3)
+    assert not isinstance(err.value, TransientBackendError)
+    assert len(server.state.calls("/v1/completions")) == 1 and sleeps == []
 
 
-def test_connection_refused_names_the_url() -> None:
+def test_connection_refused_is_transient_and_names_the_url() -> None:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     url = f"http://127.0.0.1:{port}"  # nothing listens there any more
-    backend = VLLMHttpBackend(url=url, model=MODEL, max_retries=1, backoff=0.01)
-    with pytest.raises(BackendError, match="connection failed") as err:
+    sleeps: list[float] = []
+    backend = retrying(VLLMHttpBackend(url=url, model=MODEL), 1, sleeps)
+    with pytest.raises(TransientBackendError, match="connection failed") as err:
         backend.top_k(PROMPTS, 3)
-    assert url in str(err.value)
+    assert url in str(err.value) and sleeps == [0.05]
 
 
-def test_timeout_is_a_backend_error(server: FakeServer) -> None:
+def test_timeout_is_transient_and_retried(server: FakeServer) -> None:
     server.state.completion_sleep_s = 1.0
-    backend = server.backend(timeout=0.2, max_retries=1)
+    sleeps: list[float] = []
+    backend = retrying(server.backend(timeout=0.2), 1, sleeps)
     start = time.monotonic()
-    with pytest.raises(BackendError, match="timed out") as err:
+    with pytest.raises(TransientBackendError, match="timed out") as err:
         backend.top_k(PROMPTS, 3)
     assert time.monotonic() - start < 1.0
     assert server.url in str(err.value)
+    assert len(server.state.calls("/v1/completions")) == 2 and sleeps == [0.05]
+
+
+def test_one_layer_wherever_the_client_is_built(server: FakeServer) -> None:
+    # The CLI's make_backend wraps the client in the retry layer ...
+    server.state.fail_statuses = [503]
+    sleeps: list[float] = []
+    cli = make_backend(
+        BackendKind.VLLM, model=MODEL, url=server.url, retry=RetryPolicy(2, 0.05, sleeps.append)
+    )
+    assert cli.top_k(PROMPTS, 3).shape == (3, 3) and sleeps == [0.05]
     assert len(server.state.calls("/v1/completions")) == 2
+    # ... the provider of the API and workers hands out the bare client (they wrap it).
+    server.state.fail_statuses = [503]
+    bare = BackendProvider(BackendKind.VLLM, model=MODEL, url=server.url).get()
+    with pytest.raises(TransientBackendError):
+        bare.top_k(PROMPTS, 3)
+    assert len(server.state.calls("/v1/completions")) == 3
 
 
 def test_error_messages_do_not_contain_prompt_ids(server: FakeServer) -> None:

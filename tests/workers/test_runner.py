@@ -10,7 +10,7 @@ from sqlalchemy import delete
 
 from app.db.models import DatasetRecord, JobStatus
 from app.db.session import session_scope
-from app.llm.base import BackendError
+from app.llm.base import BackendError, TransientBackendError
 from app.llm.provider import StaticProvider
 from tests.synthesis.fake_backend import FakeBackend
 from tests.workers.factory import (
@@ -160,7 +160,7 @@ def test_a_backend_that_cannot_be_built_fails_before_touching_and_releases(
 
         def get(self):
             Broken.builds += 1
-            raise BackendError("vLLM server http://gpu:8000 /tokenize: connection refused")
+            raise TransientBackendError("vLLM server http://gpu:8000 /tokenize: connection refused")
 
     run(job_id, provider=Broken(FakeBackend()))
     job = get_job(sqlite_url, job_id)
@@ -172,8 +172,10 @@ def test_a_backend_that_cannot_be_built_fails_before_touching_and_releases(
     assert ledger_kinds(sqlite_url, job_id) == ["reserve", "release"]
 
 
-def test_backend_errors_are_retried_with_backoff_then_succeed(sqlite_url, job_id, run, sleeps):
-    failures = iter([BackendError("server busy"), httpx.ConnectError("refused")])
+def test_transient_backend_errors_are_retried_with_backoff_then_succeed(
+    sqlite_url, job_id, run, sleeps
+):
+    failures = iter([TransientBackendError("HTTP 503"), TransientBackendError("timed out")])
 
     def flaky(n: int) -> None:
         if n in (2, 3):
@@ -191,13 +193,35 @@ def test_backend_errors_are_retried_with_backoff_then_succeed(sqlite_url, job_id
 def test_backend_errors_that_persist_fail_the_job_charged(sqlite_url, job_id, run, sleeps):
     def down(n: int) -> None:
         if n >= 2:
-            raise BackendError("server down")
+            raise TransientBackendError("server down")
 
     run(job_id, HookedBackend(down))
     job = get_job(sqlite_url, job_id)
     assert sleeps == [1.0, 2.0, 4.0]
     assert job.status == JobStatus.FAILED and job.touched_data
     assert job.error == "the model backend failed: server down"
+    assert ledger_kinds(sqlite_url, job_id) == ["reserve", "commit"]
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        BackendError("vLLM server http://gpu:8000 /v1/completions: HTTP 400: bad request"),
+        BackendError("fake: empty batch"),
+        httpx.ConnectError("refused"),  # a backend must wrap its transport errors
+    ],
+)
+def test_final_backend_errors_fail_at_once_without_retry(sqlite_url, job_id, run, sleeps, error):
+    def rejected(n: int) -> None:
+        if n == 2:
+            raise error
+
+    backend = HookedBackend(rejected)
+    run(job_id, backend)
+    job = get_job(sqlite_url, job_id)
+    assert sleeps == [] and backend.probs_calls == 2  # asked once, never again
+    assert job.status == JobStatus.FAILED and job.touched_data
+    assert job.error.startswith("the model backend failed: ")
     assert ledger_kinds(sqlite_url, job_id) == ["reserve", "commit"]
 
 
