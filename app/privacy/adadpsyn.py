@@ -69,14 +69,7 @@ def _aggregate_paper(
     M, K = probs.shape
     released: list[GaussianMechanism] = []
 
-    target = good_radius(
-        probs,
-        t=params.coverage_target(M),
-        sigma0=params.sigma0,
-        theta=params.theta,
-        rng=rng,
-        released=released,
-    )
+    target = _good_radius_target(probs, params, rng, released, slack=0.0)
 
     radius = SIMPLEX_RADIUS
     mean = projected_mean_mechanism(M, radius, params.sigma1)
@@ -112,6 +105,26 @@ def _aggregate_paper(
         "stopped_by": stopped_by,
     }
     return AggregationResult(centre, int(np.argmax(centre)), released, diagnostics)
+
+
+def _good_radius_target(
+    probs: np.ndarray,
+    params: AdaDPSynParams,
+    rng: np.random.Generator,
+    released: list[GaussianMechanism],
+    *,
+    slack: float,
+) -> float:
+    """GoodRadius's private radius for ceil(tau * M) of the M distributions."""
+    return good_radius(
+        probs,
+        t=params.coverage_target(probs.shape[0]),
+        sigma0=params.sigma0,
+        theta=params.theta,
+        rng=rng,
+        released=released,
+        slack=slack,
+    )
 
 
 class _Pool:
@@ -164,25 +177,25 @@ def _aggregate_pooled(
     released: list[GaussianMechanism] = []
     target: float | None = None
     if params.good_radius:
-        target = good_radius(
-            probs,
-            t=params.coverage_target(M),
-            sigma0=params.sigma0,
-            theta=params.theta,
-            rng=rng,
-            released=released,
-            slack=params.slack,
-        )
+        target = _good_radius_target(probs, params, rng, released, slack=params.slack)
 
     pool = _Pool()
+    radii: list[float] = []
+
+    def release_mean(radius: float, centre: np.ndarray | None) -> np.ndarray:
+        """One charged projected mean around ``centre`` (none at the full radius, which
+        holds the whole simplex), pooled; returns the new centre."""
+        points = probs if centre is None else project_onto_ball(probs, centre, radius)
+        mean = projected_mean_mechanism(M, radius, params.sigma1)
+        pool.add(mean.release(points.mean(axis=0), rng), radius)
+        released.append(mean)
+        radii.append(radius)
+        return project_onto_simplex(pool.estimate)
+
     radius = SIMPLEX_RADIUS
-    mean = projected_mean_mechanism(M, radius, params.sigma1)
-    pool.add(mean.release(probs.mean(axis=0), rng), radius)
-    released.append(mean)
-    centre = project_onto_simplex(pool.estimate)
+    centre = release_mean(radius, None)
     coverage = coverage_mechanism(params.sigma2)
     threshold = params.mu * M + params.coverage_margin * params.sigma2
-    radii = [radius]
     stopped_by = "rounds"
     rounds = 0
 
@@ -200,19 +213,11 @@ def _aggregate_pooled(
             stopped_by = "coverage"
             break
         radius = candidate
-        mean = projected_mean_mechanism(M, radius, params.sigma1)
-        pool.add(mean.release(project_onto_ball(probs, centre, radius).mean(axis=0), rng), radius)
-        released.append(mean)
-        centre = project_onto_simplex(pool.estimate)
-        radii.append(radius)
+        centre = release_mean(radius, centre)
         rounds += 1
 
     while len(radii) < params.T + 1:  # charged means the loop did not run
-        mean = projected_mean_mechanism(M, radius, params.sigma1)
-        pool.add(mean.release(project_onto_ball(probs, centre, radius).mean(axis=0), rng), radius)
-        released.append(mean)
-        centre = project_onto_simplex(pool.estimate)
-        radii.append(radius)
+        centre = release_mean(radius, centre)
 
     diagnostics: dict[str, object] = {
         "good_radius": target,
