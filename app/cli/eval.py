@@ -24,6 +24,7 @@ from app.eval.experiment import (
 )
 from app.llm.factory import BackendKind, Dtype, make_backend
 from app.privacy.budget import is_epsilon
+from app.privacy.params import AdaDPSynVariant
 from app.synthesis.tasks import BUILTIN_TASKS
 
 
@@ -94,6 +95,10 @@ def eval_command(
     calibrate: Annotated[
         bool, typer.Option("--calibrate/--no-calibrate", help="Contextual calibration.")
     ] = True,
+    variant: Annotated[
+        AdaDPSynVariant | None,
+        typer.Option("--variant", help="AdaDPSyn variant: pooled (default) or paper."),
+    ] = None,
 ) -> None:
     """Evaluate ICL accuracy of DP synthetic prompts against the papers' baselines."""
     if dataset not in DATASETS:
@@ -106,6 +111,8 @@ def eval_command(
     base = ExperimentConfig.profile(profile or ("quick" if quick else "paper"), dataset)
     overrides = dict(base.overrides)
     overrides.update({k: v for k, v in {"M": M, "N": N, "tmax": tmax, "K": K}.items() if v})
+    if variant is not None:
+        overrides["variant"] = variant
     if seeds is not None and seeds < 1:
         raise fail("--seeds must be at least 1")
     if test_size is not None and test_size < 1:

@@ -110,7 +110,8 @@ class ExperimentConfig:
     epsilons: tuple[float, ...] = (1.0, 2.0, 4.0, 8.0)
     methods: tuple[str, ...] = ("adadpsyn", "tang")
     shots: int = 4
-    overrides: dict[str, int] = field(default_factory=dict)  # M, N, tmax, K for for_task
+    # M, N, tmax, K (and the AdaDPSyn variant) for SynthesisConfig.for_task
+    overrides: dict[str, Any] = field(default_factory=dict)
     calibrated: bool = True
     # PateConfig fields (teachers, queries, ...), of several types: PateConfig validates them.
     pate: dict[str, Any] = field(default_factory=dict)

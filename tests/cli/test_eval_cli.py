@@ -32,3 +32,34 @@ def test_eval_logs_plain_progress_lines_when_stderr_is_not_a_terminal(tmp_path, 
     assert any(
         line.startswith(f"evaluating: {len(runs)}/{len(runs)} runs (100%), ") for line in lines
     )
+
+
+def test_eval_runs_the_adadpsyn_variant_it_is_asked_for(tmp_path, monkeypatch):
+    """--variant paper reaches every AdaDPSyn run's plan (recorded in runs.json)."""
+    import json
+
+    seen: list[str] = []
+    real = __import__("app.eval.experiment", fromlist=["synthesize"]).synthesize
+
+    def recording(task, train, config, backend, *args, **kwargs):
+        seen.append(config.variant.value)
+        return real(task, train, config, backend, *args, **kwargs)
+
+    monkeypatch.setattr("app.eval.experiment.synthesize", recording)
+    monkeypatch.setattr("app.cli.eval.load_split", lambda dataset, data_dir: _records())
+    monkeypatch.setattr(
+        "app.cli.eval.make_backend",
+        lambda kind, model, url, dtype: EvalFake(marker="Question:"),
+    )
+    result = runner.invoke(
+        app,
+        [
+            "eval", "--dataset", "trec", "--seeds", "1", "--epsilons", "8", "--methods",
+            "adadpsyn", "--M", "2", "--N", "1", "--tmax", "4", "--K", "10", "--out-dir",
+            str(tmp_path), "--no-calibrate", "--variant", "paper",
+        ],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert seen and set(seen) == {"paper"}
+    config = json.loads((tmp_path / "runs.json").read_text())["meta"]["config"]
+    assert config["overrides"]["variant"] == "paper"
