@@ -98,6 +98,18 @@ def _aggregate_paper(
         radii.append(radius)
         rounds += 1
 
+    return _result(centre, released, target, radii, rounds, stopped_by)
+
+
+def _result(
+    centre: np.ndarray,
+    released: list[GaussianMechanism],
+    target: float | None,
+    radii: list[float],
+    rounds: int,
+    stopped_by: str,
+) -> AggregationResult:
+    """The output distribution, its argmax, what ran, and diagnostics made of DP outputs only."""
     diagnostics: dict[str, object] = {
         "good_radius": target,
         "radii": radii,
@@ -219,10 +231,4 @@ def _aggregate_pooled(
     while len(radii) < params.T + 1:  # charged means the loop did not run
         centre = release_mean(radius, centre)
 
-    diagnostics: dict[str, object] = {
-        "good_radius": target,
-        "radii": radii,
-        "rounds": rounds,
-        "stopped_by": stopped_by,
-    }
-    return AggregationResult(centre, int(np.argmax(centre)), released, diagnostics)
+    return _result(centre, released, target, radii, rounds, stopped_by)

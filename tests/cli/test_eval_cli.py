@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from typer.testing import CliRunner
 
 from app.cli import app
@@ -10,12 +11,17 @@ from tests.eval.test_experiment import EvalFake, _records
 runner = CliRunner()
 
 
-def test_eval_logs_plain_progress_lines_when_stderr_is_not_a_terminal(tmp_path, monkeypatch):
+@pytest.fixture(autouse=True)
+def fake_data_and_model(monkeypatch):
+    """TREC-shaped records and a fake backend in place of the shared data and the model."""
     monkeypatch.setattr("app.cli.eval.load_split", lambda dataset, data_dir: _records())
     monkeypatch.setattr(
         "app.cli.eval.make_backend",
         lambda kind, model, url, dtype: EvalFake(marker="Question:"),
     )
+
+
+def test_eval_logs_plain_progress_lines_when_stderr_is_not_a_terminal(tmp_path):
     result = runner.invoke(
         app,
         [
@@ -46,11 +52,6 @@ def test_eval_runs_the_adadpsyn_variant_it_is_asked_for(tmp_path, monkeypatch):
         return real(task, train, config, backend, *args, **kwargs)
 
     monkeypatch.setattr("app.eval.experiment.synthesize", recording)
-    monkeypatch.setattr("app.cli.eval.load_split", lambda dataset, data_dir: _records())
-    monkeypatch.setattr(
-        "app.cli.eval.make_backend",
-        lambda kind, model, url, dtype: EvalFake(marker="Question:"),
-    )
     result = runner.invoke(
         app,
         [
