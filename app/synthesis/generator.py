@@ -27,6 +27,7 @@ from app.privacy.params import AdaDPSynParams, Method, TangParams, adadpsyn_defa
 from app.privacy.plan import PrivacyPlan, label_schedule, shots_per_label
 from app.privacy.rng import make_rng
 from app.privacy.tang import AggregationResult, gaussian_aggregate
+from app.promptdpsgd.artifact import SoftPrompt
 from app.synthesis.config import SynthesisConfig
 from app.synthesis.data import Record
 from app.synthesis.prompts import demonstration_prompt, public_prompt, teacher_prompt
@@ -60,9 +61,11 @@ class SynthesisResult:
     plan: dict[str, object]
     event: dict[str, object]
     stats: dict[str, float] = field(default_factory=dict)
+    # PromptDPSGD's output (its demonstrations are empty); None for every other method.
+    soft_prompt: SoftPrompt | None = None
 
     def to_dict(self) -> dict[str, object]:
-        return {
+        out: dict[str, object] = {
             "task": self.task,
             "method": self.method,
             "model": self.model,
@@ -74,6 +77,14 @@ class SynthesisResult:
             "event": self.event,
             "stats": self.stats,
         }
+        if self.soft_prompt is not None:  # its metadata; the tensor is stored apart
+            out["soft_prompt"] = {
+                "model": self.soft_prompt.model,
+                "length": self.soft_prompt.length,
+                "hidden": self.soft_prompt.hidden,
+                "sha256": self.soft_prompt.sha256,
+            }
+        return out
 
 
 def _partitions(task: TaskSpec, records: Sequence[Record]) -> dict[str, list[Record]]:
