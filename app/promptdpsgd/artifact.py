@@ -15,7 +15,6 @@ from dataclasses import dataclass
 
 import numpy as np
 from safetensors.numpy import load as st_load
-from safetensors.numpy import save as st_save
 
 TENSOR = "soft_prompt"  # the tensor's name inside the file
 FORMAT = "dpsyn-soft-prompt/1"  # the metadata's format tag
@@ -49,8 +48,21 @@ class SoftPrompt:
         return int(self.embeddings.shape[1])
 
     def to_bytes(self) -> bytes:
-        """The safetensors file (deterministic for equal embeddings and model)."""
-        return st_save({TENSOR: self.embeddings}, metadata={"format": FORMAT, "model": self.model})
+        """The safetensors file, byte-for-byte deterministic for equal embeddings and model
+        (so its hash identifies it): the header is written here with sorted keys, since the
+        library's writer orders metadata arbitrarily."""
+        data = self.embeddings.astype("<f4").tobytes()
+        header = {
+            "__metadata__": {"format": FORMAT, "model": self.model},
+            TENSOR: {
+                "dtype": "F32",
+                "shape": list(self.embeddings.shape),
+                "data_offsets": [0, len(data)],
+            },
+        }
+        text = json.dumps(header, sort_keys=True, separators=(",", ":")).encode()
+        text += b" " * (-len(text) % 8)  # the format pads the header to 8 bytes
+        return len(text).to_bytes(8, "little") + text + data
 
     @property
     def sha256(self) -> str:
