@@ -399,6 +399,31 @@ class Demonstration(BaseModel):
     text: str
 
 
+class SoftPromptPublic(BaseModel):
+    """A PromptDPSGD soft prompt: ``length`` input embeddings of ``hidden`` values, trained
+    for ``model`` (``/complete`` refuses it on a server running another model)."""
+
+    model: str
+    length: int = Field(description="Number of soft tokens (rows of the embedding matrix).")
+    hidden: int = Field(description="The model's hidden size (columns).")
+    sha256: str = Field(description="SHA-256 of the safetensors file the download returns.")
+    download_url: str = Field(description="Path of the safetensors file (same key).")
+
+    @classmethod
+    def from_row(cls, row: PromptSet) -> SoftPromptPublic | None:
+        # Reads the metadata columns only: the bytes are a deferred column, never loaded here.
+        if row.soft_prompt_sha256 is None:
+            return None
+        assert row.soft_prompt_length is not None and row.soft_prompt_hidden is not None
+        return cls(
+            model=row.model,
+            length=row.soft_prompt_length,
+            hidden=row.soft_prompt_hidden,
+            sha256=row.soft_prompt_sha256,
+            download_url=f"/v1/prompts/{row.id}/soft-prompt",
+        )
+
+
 class PromptSummary(BaseModel):
     id: str
     job_id: str
@@ -409,6 +434,10 @@ class PromptSummary(BaseModel):
     epsilon: float
     delta: float
     created_at: Timestamp
+    soft_prompt: SoftPromptPublic | None = Field(
+        description="promptdpsgd: the trained soft prompt's metadata and download path; "
+        "null for prompts made of demonstrations."
+    )
 
     @classmethod
     def from_row(cls, row: PromptSet) -> PromptSummary:
@@ -422,6 +451,7 @@ class PromptSummary(BaseModel):
             epsilon=row.epsilon,
             delta=row.delta,
             created_at=row.created_at,
+            soft_prompt=SoftPromptPublic.from_row(row),
         )
 
 
@@ -435,7 +465,7 @@ class PromptPublic(PromptSummary):
     @classmethod
     def from_row(cls, row: PromptSet) -> PromptPublic:
         return cls(
-            **PromptSummary.from_row(row).model_dump(),
+            **dict(PromptSummary.from_row(row)),
             task_spec=dict(row.task),
             demonstrations=[Demonstration(**d) for d in row.demonstrations],
             prompt=row.prompt,

@@ -24,6 +24,7 @@ charge follows the one rule of :func:`close_job`: charged if it read the data, e
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Collection, Mapping
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -57,6 +58,7 @@ from app.methods.registry import (
 from app.privacy.accounting import Accounting
 from app.privacy.budget import EPSILON_RULE, fits_budget, is_epsilon
 from app.privacy.events import to_dict
+from app.promptdpsgd.artifact import SoftPrompt
 from app.synthesis.data import Record
 from app.synthesis.generator import SynthesisResult
 from app.synthesis.tasks import TaskSpec
@@ -349,7 +351,8 @@ def store_result(session: Session, job: Job, result: SynthesisResult) -> PromptS
     """Store a finished job's prompt set, mark the job succeeded and commit its charge.
 
     Idempotent (a redelivered task stores once); flushes, the caller commits. The prompt set
-    records the epsilon and delta the ledger charged for the job.
+    records the epsilon and delta the ledger charged for the job, and a PromptDPSGD result's
+    soft prompt (:func:`attach_soft_prompt`).
     """
     existing = session.scalars(select(PromptSet).where(PromptSet.job_id == job.id)).first()
     if existing is None:
@@ -368,6 +371,8 @@ def store_result(session: Session, job: Job, result: SynthesisResult) -> PromptS
             epsilon=job.epsilon,
             delta=job.delta,
         )
+        if result.soft_prompt is not None:
+            attach_soft_prompt(existing, result.soft_prompt)
         session.add(existing)
         session.flush()
     job.status = JobStatus.SUCCEEDED.value
@@ -380,6 +385,22 @@ def store_result(session: Session, job: Job, result: SynthesisResult) -> PromptS
     ledger.commit(session, job.id)
     session.flush()
     return existing
+
+
+def attach_soft_prompt(prompt_set: PromptSet, soft_prompt: SoftPrompt) -> None:
+    """Put a PromptDPSGD result's soft prompt into its prompt set: the safetensors bytes,
+    their SHA-256 and the shape. It must be for the prompt set's model (the one the job ran
+    on): /complete refuses it on any other, by that name."""
+    if soft_prompt.model != prompt_set.model:
+        raise ValueError(
+            f"the soft prompt is for model {soft_prompt.model!r}, the result for "
+            f"{prompt_set.model!r}"
+        )
+    data = soft_prompt.to_bytes()
+    prompt_set.soft_prompt = data
+    prompt_set.soft_prompt_sha256 = hashlib.sha256(data).hexdigest()
+    prompt_set.soft_prompt_length = soft_prompt.length
+    prompt_set.soft_prompt_hidden = soft_prompt.hidden
 
 
 def close_job(session: Session, job: Job, *, status: JobStatus, error: str | None = None) -> None:

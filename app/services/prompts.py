@@ -14,6 +14,7 @@ passes are not re-entrant), never while waiting.
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 
 from sqlalchemy import select
@@ -54,6 +55,42 @@ def list_prompt_sets(
         query = query.where(PromptSet.dataset_id == dataset_id)
     query = query.order_by(PromptSet.created_at.desc(), PromptSet.id).limit(limit).offset(offset)
     return list(session.scalars(query))
+
+
+@dataclass(frozen=True)
+class SoftPromptFile:
+    """A prompt set's soft prompt as the download serves it: the safetensors bytes and the
+    SHA-256 they were stored with (checked here, so a damaged file is never served)."""
+
+    prompt_id: str
+    data: bytes
+    sha256: str
+
+    @property
+    def filename(self) -> str:
+        return f"{self.prompt_id}.safetensors"
+
+
+class SoftPromptCorruptError(RuntimeError):
+    """The stored bytes do not hash to the stored SHA-256 (the store damaged them)."""
+
+
+def get_soft_prompt_file(session: Session, tenant_id: str, prompt_id: str) -> SoftPromptFile:
+    """The soft prompt of the tenant's prompt ``prompt_id``: 404 if there is no such prompt
+    (another tenant's included) or if the prompt has none (it is made of demonstrations)."""
+    prompt_set = get_prompt_set(session, tenant_id, prompt_id)
+    data, sha256 = prompt_set.soft_prompt, prompt_set.soft_prompt_sha256
+    if data is None or sha256 is None:
+        raise NotFoundError(
+            f"prompt {prompt_id!r} has no soft prompt: it was made by method "
+            f"{prompt_set.method}, whose prompt is its demonstrations (only promptdpsgd "
+            "trains a soft prompt)",
+            code="no_soft_prompt",
+        )
+    data = bytes(data)  # PostgreSQL's driver returns a memoryview
+    if hashlib.sha256(data).hexdigest() != sha256:
+        raise SoftPromptCorruptError(f"prompt {prompt_id}: stored soft prompt fails its SHA-256")
+    return SoftPromptFile(prompt_set.id, data, sha256)
 
 
 @dataclass(frozen=True)
