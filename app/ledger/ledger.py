@@ -1,7 +1,8 @@
 """Budget admission and the append-only ledger of privacy events.
 
 Every job's cost is described by its event (a :class:`~app.privacy.events.SynthesisEvent`,
-or a :class:`~app.privacy.events.PateEvent` for PromptPATE). A dataset's spend is the
+a :class:`~app.privacy.events.PateEvent` for PromptPATE, a
+:class:`~app.privacy.events.DpsgdEvent` for PromptDPSGD). A dataset's spend is the
 *composition* of the events of its live jobs (reserved or committed, not released), computed
 by the budget's accountant, which is tighter than adding epsilons; the plain sum is reported
 beside it.
@@ -26,7 +27,7 @@ from sqlalchemy.orm import Session
 from app.db.models import Budget, LedgerEntry, LedgerKind
 from app.privacy.accounting import Accounting, accountant_for
 from app.privacy.budget import fits_budget
-from app.privacy.events import DatasetEvent, PateEvent, SynthesisEvent, from_dict, to_dict
+from app.privacy.events import DATASET_EVENTS, DatasetEvent, from_dict, to_dict
 
 
 class LedgerError(ValueError):
@@ -70,7 +71,7 @@ def _stored_event(entry: LedgerEntry) -> DatasetEvent:
     """The job-level event a ledger entry charged: only those are ever stored (:func:`admit`),
     so anything else means a corrupt row, which must not be priced as something it is not."""
     event = from_dict(entry.event)
-    if not isinstance(event, SynthesisEvent | PateEvent):
+    if not isinstance(event, DATASET_EVENTS):
         raise LedgerError(f"ledger entry {entry.id} holds a {type(event).__name__}, not a job")
     return event
 

@@ -33,7 +33,13 @@ import numpy as np
 from dp_accounting.pld import privacy_loss_distribution as pld_lib
 
 from app.privacy import rdp
-from app.privacy.events import DatasetEvent, PateEvent, SampledEvent, SynthesisEvent
+from app.privacy.events import (
+    DATASET_EVENTS,
+    DatasetEvent,
+    DpsgdEvent,
+    PateEvent,
+    SampledEvent,
+)
 from app.privacy.mechanisms import Relation
 from app.privacy.sampling import FixedSizeSampling, PoissonSampling, Sampling
 
@@ -98,13 +104,17 @@ class Accountant(ABC):
         Synthesis events of several jobs on one dataset are grouped by label: a record's
         label decides which of them read it. Under add/remove a record sits in one label
         partition; under replace-one it can be swapped for a record of another label,
-        touching two. PromptPATE events read every record, so they join every set.
+        touching two. PromptPATE and PromptDPSGD events read every record, so they join
+        every set (a DP-SGD job as its subsampled Gaussian under this relation).
         """
         by_label: dict[str, list[Priced]] = {}
         everyone: list[Priced] = []
         for event in events:
             if isinstance(event, PateEvent):
                 everyone.append(event)
+                continue
+            if isinstance(event, DpsgdEvent):
+                everyone.append(event.priced(self.relation.value))
                 continue
             for entry in event.labels:
                 by_label.setdefault(entry.label, []).append(entry.event)
@@ -120,7 +130,7 @@ class Accountant(ABC):
         self, event: DatasetEvent | Sequence[DatasetEvent], delta: float
     ) -> float:
         """Epsilon for any one record of a dataset over one job or several (composed)."""
-        events = [event] if isinstance(event, SynthesisEvent | PateEvent) else list(event)
+        events = [event] if isinstance(event, DATASET_EVENTS) else list(event)
         exposures = self.exposures(events)
         if not exposures:
             return 0.0

@@ -15,6 +15,8 @@ The structure mirrors the generation loop:
 * :class:`SynthesisEvent` -- one :class:`SampledEvent` per label partition of a dataset.
 * :class:`PateEvent` -- a PromptPATE job: a Gaussian DP filter over releases that may read
   every record of the dataset (no subsampling, no label partition).
+* :class:`DpsgdEvent` -- a PromptDPSGD job: ``steps`` DP-SGD steps, each a subsampled
+  Gaussian mechanism on the sum of clipped per-example gradients over the whole dataset.
 """
 
 from __future__ import annotations
@@ -120,8 +122,55 @@ class PateEvent:
             raise ValueError(f"relation must be one of {RELATIONS}, got {self.relation!r}")
 
 
-Event = GaussianEvent | SampledEvent | SynthesisEvent | PateEvent
-DatasetEvent = SynthesisEvent | PateEvent  # what one job charges to a dataset
+@dataclass(frozen=True)
+class DpsgdEvent:
+    """A PromptDPSGD job: ``steps`` DP-SGD steps over the whole dataset.
+
+    Each step samples a batch with ``sampling`` (one group: :class:`PoissonSampling` under
+    the tight accountant, :class:`FixedSizeSampling` under the paper accountant) from all
+    records, whatever their label, and releases the sum of the batch's per-example gradients,
+    each clipped to L2 norm ``C``, plus ``N(0, (noise_multiplier * C)^2 I)``.
+    ``noise_multiplier`` is therefore noise std / C, the clipping norm, which is *not* always
+    the sensitivity:
+
+    * add/remove neighbours: one record adds or removes one clipped gradient, so the sum
+      moves by at most ``C`` and the multiplier relative to the sensitivity is
+      ``noise_multiplier``;
+    * replace-one neighbours: one clipped gradient is swapped for another, the sum moves by
+      at most ``2C``, and the multiplier relative to the sensitivity is
+      ``noise_multiplier / 2``.
+
+    :meth:`priced` applies this conversion for the relation in force; nothing else does.
+    """
+
+    noise_multiplier: float
+    sampling: Sampling
+    steps: int
+
+    def __post_init__(self) -> None:
+        if not self.noise_multiplier >= 0:
+            raise ValueError(f"noise_multiplier must be >= 0, got {self.noise_multiplier}")
+        if self.steps < 1:
+            raise ValueError(f"steps must be >= 1, got {self.steps}")
+        if self.sampling.groups != 1:
+            raise ValueError(f"a DP-SGD batch is one group, got {self.sampling.groups}")
+
+    def sensitivity_over_clip(self, relation: str) -> float:
+        """L2 sensitivity of the summed clipped gradients, in units of the clipping norm."""
+        if relation not in RELATIONS:
+            raise ValueError(f"relation must be one of {RELATIONS}, got {relation!r}")
+        return 2.0 if relation == "replace_one" else 1.0
+
+    def priced(self, relation: str) -> SampledEvent:
+        """The job as ``steps`` rounds of one subsampled Gaussian, its multiplier relative to
+        the sensitivity under ``relation`` (see the class docstring)."""
+        multiplier = self.noise_multiplier / self.sensitivity_over_clip(relation)
+        return SampledEvent(self.sampling, (GaussianEvent(multiplier),), self.steps)
+
+
+Event = GaussianEvent | SampledEvent | SynthesisEvent | PateEvent | DpsgdEvent
+DatasetEvent = SynthesisEvent | PateEvent | DpsgdEvent  # what one job charges to a dataset
+DATASET_EVENTS = (SynthesisEvent, PateEvent, DpsgdEvent)  # the same, for isinstance
 
 
 def to_dict(event: Event) -> dict[str, Any]:
@@ -150,6 +199,13 @@ def to_dict(event: Event) -> dict[str, Any]:
             "noise_multiplier": event.noise_multiplier,
             "relation": event.relation,
         }
+    if isinstance(event, DpsgdEvent):
+        return {
+            "type": "dpsgd",
+            "noise_multiplier": event.noise_multiplier,
+            "sampling": event.sampling.to_dict(),
+            "steps": event.steps,
+        }
     raise TypeError(f"not an event: {event!r}")
 
 
@@ -174,11 +230,19 @@ def from_dict(data: dict[str, Any]) -> Event:
         return SynthesisEvent(tuple(entries))
     if kind == "pate":
         return PateEvent(float(data["noise_multiplier"]), str(data["relation"]))
+    if kind == "dpsgd":
+        return DpsgdEvent(
+            float(data["noise_multiplier"]),
+            sampling_from_dict(data["sampling"]),
+            int(data["steps"]),
+        )
     raise ValueError(f"unknown event type {kind!r}")
 
 
 __all__ = [
+    "DATASET_EVENTS",
     "DatasetEvent",
+    "DpsgdEvent",
     "Event",
     "FixedSizeSampling",
     "GaussianEvent",

@@ -1,0 +1,162 @@
+"""A local backend that answers every prompt with a soft prompt in front of it.
+
+``SoftPromptedBackend(inner, soft_prompt)`` implements :class:`~app.llm.base.LLMBackend`:
+each prompt runs as ``[BOS] + soft prompt + prompt tokens`` (:mod:`.forward`, the same pass
+the trainer used). So the one scorer (:func:`app.synthesis.scoring.label_probabilities`),
+``dpsyn eval``, ``dpsyn audit`` and ``/complete`` answer queries with a trained soft prompt
+without knowing it is there.
+
+Only a local transformers model can take input embeddings (and give gradients for
+training); a vLLM server cannot, so :func:`local_backend` refuses it with
+:class:`GradientAccessError`, naming the backend. A soft prompt trained for another model,
+or of another hidden size, is refused with :class:`SoftPromptMismatch`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+
+from app.llm.base import BackendError, LLMBackend
+from app.llm.transformers_backend import TransformersBackend
+from app.promptdpsgd.artifact import SoftPrompt
+from app.promptdpsgd.forward import soft_prompt_logits
+
+__all__ = [
+    "GradientAccessError",
+    "SoftPromptMismatch",
+    "SoftPromptMismatchError",
+    "SoftPromptedBackend",
+    "hidden_size",
+    "local_backend",
+]
+
+
+class GradientAccessError(ValueError):
+    """The backend cannot take input embeddings or give gradients (not a local model)."""
+
+
+class SoftPromptMismatchError(ValueError):
+    """The soft prompt was trained for another model (or has another hidden size)."""
+
+
+SoftPromptMismatch = SoftPromptMismatchError  # the name the serving side imports
+
+
+def _describe(backend: object) -> str:
+    kind = type(backend).__name__
+    if kind == "VLLMHttpBackend":
+        return "the vLLM server backend (VLLMHttpBackend)"
+    return f"backend {kind}"
+
+
+def local_backend(backend: LLMBackend | object) -> TransformersBackend:
+    """The local transformers model behind ``backend`` (unwrapping the retry layer, which
+    the job runner and ``/complete`` put around every backend), or
+    :class:`GradientAccessError` naming what it is instead."""
+    inner = backend
+    seen = 0
+    while not isinstance(inner, TransformersBackend) and hasattr(inner, "_backend") and seen < 8:
+        inner = inner._backend  # app.llm.retry.RetryingBackend keeps its backend here
+        seen += 1
+    if not isinstance(inner, TransformersBackend):
+        raise GradientAccessError(
+            f"PromptDPSGD needs the local transformers backend (gradients and input "
+            f"embeddings); {_describe(inner)} offers neither. Run it with the local model "
+            "(--backend transformers, or DPSYN_BACKEND=transformers for the service)."
+        )
+    return inner
+
+
+def hidden_size(backend: TransformersBackend) -> int:
+    """Width of the model's input embeddings (what a soft prompt's rows must have)."""
+    return int(backend.model.get_input_embeddings().weight.shape[1])
+
+
+def check_soft_prompt(backend: TransformersBackend, soft_prompt: SoftPrompt) -> None:
+    """:class:`SoftPromptMismatch` unless ``soft_prompt`` was made for this model."""
+    if soft_prompt.model != backend.name:
+        raise SoftPromptMismatchError(
+            f"the soft prompt was trained for model {soft_prompt.model!r}, not for "
+            f"{backend.name!r}: a soft prompt only works with the model it was trained on"
+        )
+    width = hidden_size(backend)
+    if soft_prompt.hidden != width:
+        raise SoftPromptMismatchError(
+            f"the soft prompt's embeddings have {soft_prompt.hidden} dimensions; model "
+            f"{backend.name!r} takes {width}"
+        )
+
+
+class SoftPromptedBackend:
+    """An :class:`LLMBackend` that puts ``soft_prompt`` in front of every prompt."""
+
+    def __init__(self, inner: LLMBackend | object, soft_prompt: SoftPrompt) -> None:
+        local = local_backend(inner)
+        check_soft_prompt(local, soft_prompt)
+        self.inner = local
+        self.soft_prompt = soft_prompt
+        self._soft = torch.from_numpy(soft_prompt.embeddings.copy())
+
+    @property
+    def name(self) -> str:
+        return self.inner.name
+
+    @property
+    def eos_id(self) -> int:
+        return self.inner.eos_id
+
+    @property
+    def newline_ids(self) -> frozenset[int]:
+        return self.inner.newline_ids
+
+    def tokenize(self, text: str) -> list[int]:
+        return self.inner.tokenize(text)
+
+    def detokenize(self, ids: Sequence[int]) -> str:
+        return self.inner.detokenize(ids)
+
+    @torch.inference_mode()
+    def last_logits(self, prompts: Sequence[Sequence[int]]) -> torch.Tensor:
+        """Next-token logits after the soft prompt and each prompt (B x vocabulary), in
+        chunks of the inner backend's batch size, sorted by length (less padding)."""
+        if not prompts:
+            raise BackendError(f"{self.name}: empty batch")
+        inner = self.inner
+        order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
+        out: list[torch.Tensor] = []
+        step = max(1, inner.batch_size)
+        for start in range(0, len(order), step):
+            chunk = [prompts[i] for i in order[start : start + step]]
+            soft = self._soft.unsqueeze(0).expand(len(chunk), -1, -1)
+            out.append(
+                soft_prompt_logits(
+                    inner.model,
+                    soft,
+                    chunk,
+                    bos_id=inner.tokenizer.bos_token_id,
+                    pad_id=inner._pad_id,
+                ).cpu()
+            )
+        logits = torch.cat(out)
+        inverse = torch.empty(len(order), dtype=torch.long)
+        inverse[torch.as_tensor(order)] = torch.arange(len(order))
+        return logits[inverse]
+
+    def next_token_probs(
+        self, prompts: Sequence[Sequence[int]], token_sets: np.ndarray
+    ) -> np.ndarray:
+        token_sets = np.asarray(token_sets)
+        if token_sets.ndim != 2 or token_sets.shape[0] != len(prompts):
+            raise BackendError(
+                f"{self.name}: token_sets must be B x K with B = {len(prompts)}, "
+                f"got shape {token_sets.shape}"
+            )
+        logits = self.last_logits(prompts)
+        chosen = torch.gather(logits, 1, torch.as_tensor(token_sets, dtype=torch.long))
+        return torch.softmax(chosen.double(), dim=1).numpy()
+
+    def top_k(self, prompts: Sequence[Sequence[int]], k: int) -> np.ndarray:
+        return self.last_logits(prompts).topk(k, dim=1).indices.numpy()
