@@ -109,6 +109,9 @@ class Method(ABC):
     params: ClassVar[type[BaseModel]]  # what a client may set, every field optional
     reads_public: ClassVar[bool] = False  # also reads a public dataset of unlabelled texts
     zero_epsilon_baseline: ClassVar[bool] = False  # epsilon = 0 runs without private data
+    # Needs a local transformers model (gradients, input embeddings): the service refuses
+    # such a job on a vLLM server at submission, and a worker before it reads the data.
+    local_model_only: ClassVar[bool] = False
     unit: ClassVar[str]  # what progress counts
     verb: ClassVar[str]  # what the run does, for progress bars
     cli_shots_option: ClassVar[str]  # the CLI's spelling of the job's shots

@@ -44,6 +44,7 @@ from app.db.models import (
     now,
 )
 from app.ledger import ledger
+from app.llm.factory import BackendKind
 from app.methods.registry import (
     Counts,
     Method,
@@ -149,6 +150,21 @@ def get_public_dataset(session: Session, tenant_id: str, dataset_id: str) -> Dat
     return dataset
 
 
+def local_model_required(method: Method) -> str:
+    """Why ``method`` cannot run on a vLLM server (the message of its refusals)."""
+    return (
+        f"method {method.kind.value} trains input embeddings with gradients of the model, "
+        "which needs the local transformers backend; this server runs the vLLM HTTP backend "
+        "(DPSYN_BACKEND=vllm). Run it on a server or worker with DPSYN_BACKEND=transformers"
+    )
+
+
+def check_backend(method: Method, backend: BackendKind) -> None:
+    """409 ``backend_unsupported`` if ``method`` cannot run on ``backend``."""
+    if method.local_model_only and backend is not BackendKind.TRANSFORMERS:
+        raise ConflictError(local_model_required(method), code="backend_unsupported")
+
+
 def submit_job(
     session: Session,
     queue: JobQueue,
@@ -162,14 +178,17 @@ def submit_job(
     accounting: Accounting | None = None,
     params: Mapping[str, Any] | None = None,
     public_dataset_id: str | None = None,
+    backend: BackendKind | None = None,
 ) -> Job:
     """Plan, admit and enqueue a job; returns the committed row.
 
     ``delta`` defaults to the budget's delta, ``accounting`` to the budget's (another one is
-    refused). ``public_dataset_id`` is required for PromptPATE and refused otherwise. Errors:
-    404 unknown dataset; 409 deleted dataset, no budget, or the job does not fit the budget
-    (``remaining`` in the error); 422 parameters that cannot run, or a dataset of the wrong
-    kind. A failed submission stores nothing.
+    refused). ``public_dataset_id`` is required for PromptPATE and refused otherwise.
+    ``backend`` is the kind of model backend the service runs jobs on: a method that needs a
+    local model (PromptDPSGD) is refused on vLLM. Errors: 404 unknown dataset; 409 deleted
+    dataset, no budget, the job does not fit the budget (``remaining`` in the error), or the
+    method cannot run on this backend; 422 parameters that cannot run, or a dataset of the
+    wrong kind. A failed submission stores nothing (nor reserves anything).
     """
     try:
         spec = get_method(method)
@@ -177,6 +196,8 @@ def submit_job(
         raise InvalidError(
             f"method: {method!r} is not one of {', '.join(kinds_where(bool))}"
         ) from None
+    if backend is not None:
+        check_backend(spec, backend)
     if not is_epsilon(epsilon):
         raise InvalidError(f"epsilon: {EPSILON_RULE}, got {epsilon}")
     readers = " or ".join(kinds_where(lambda m: m.reads_public))

@@ -143,3 +143,55 @@ def test_the_openapi_document_declares_the_download(api: Api) -> None:
     assert "application/octet-stream" in operation["responses"]["200"]["content"]
     assert {"401", "404", "422", "429", "503"} <= set(operation["responses"])
     assert "X-Content-SHA256" in operation["responses"]["200"]["headers"]
+
+
+# --- /complete with a soft prompt: the refusals (the answers: the end-to-end test) ----------
+
+
+def test_complete_refuses_a_soft_prompt_for_another_model_naming_both(api: Api) -> None:
+    dataset = api.upload()
+    assert api.budget(dataset["id"], 5.0).status_code == 200
+    job_id = api.submit(dataset["id"]).json()["id"]
+    # As stored by a job that ran on gemma (the prompt set's model is the soft prompt's).
+    with session_scope(api.url) as session:
+        job = session.get(Job, job_id)
+        assert job is not None
+        job.status, job.started_at, job.touched_data = JobStatus.RUNNING.value, now(), True
+        _, records, plan = load_job_inputs(session, job)
+        result = plan.run(records, FakeBackend(), None)
+        gemma = soft_prompt(model="gemma-3-270m")
+        store_result(
+            session, job, dataclasses.replace(result, model=gemma.model, soft_prompt=gemma)
+        )
+    prompt_id = api.client.get(f"/v1/jobs/{job_id}", headers=auth(api.admin)).json()["prompt_id"]
+    calls = len(api.backend.calls)
+    query = "SECRETQUERY what is it"
+    response = api.client.post(
+        f"/v1/prompts/{prompt_id}/complete", json={"query": query}, headers=auth(api.reader)
+    )
+    assert response.status_code == 409, response.text
+    error = error_of(response)
+    assert error["code"] == "model_mismatch"
+    assert "'gemma-3-270m'" in error["message"] and "'fake'" in error["message"]
+    assert (error["prompt_model"], error["server_model"]) == ("gemma-3-270m", "fake")
+    assert "SECRETQUERY" not in response.text
+    assert len(api.backend.calls) == calls  # the model was never asked
+
+
+def test_complete_refuses_a_soft_prompt_on_a_backend_without_embeddings(api: Api, prompts) -> None:
+    """The test server's model is the fake backend (named like the soft prompt's model, but
+    not a local transformers model): it cannot take input embeddings."""
+    soft_id, plain_id, _ = prompts
+    calls = len(api.backend.calls)
+    response = api.client.post(
+        f"/v1/prompts/{soft_id}/complete", json={"query": "q"}, headers=auth(api.admin)
+    )
+    assert response.status_code == 409, response.text
+    error = error_of(response)
+    assert error["code"] == "backend_unsupported"
+    assert "local transformers backend" in error["message"]
+    assert len(api.backend.calls) == calls
+    plain = api.client.post(
+        f"/v1/prompts/{plain_id}/complete", json={"query": "q"}, headers=auth(api.admin)
+    )
+    assert plain.status_code == 200  # demonstrations are answered as before
