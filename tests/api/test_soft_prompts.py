@@ -143,6 +143,10 @@ def test_the_openapi_document_declares_the_download(api: Api) -> None:
     assert "application/octet-stream" in operation["responses"]["200"]["content"]
     assert {"401", "404", "422", "429", "503"} <= set(operation["responses"])
     assert "X-Content-SHA256" in operation["responses"]["200"]["headers"]
+    complete = document["paths"]["/v1/prompts/{prompt_id}/complete"]["post"]
+    assert "409" in complete["responses"]  # model_mismatch, backend_unsupported
+    links = document["paths"]["/v1/prompts"]["get"]["responses"]["200"]["links"]
+    assert operation["operationId"] in links
 
 
 # --- /complete with a soft prompt: the refusals (the answers: the end-to-end test) ----------
