@@ -135,6 +135,7 @@ class _Work:
     expected_records: int  # private records the job was admitted for
     planned: int  # progress total: tokens, or PromptPATE's public inputs
     run: Callable[[list[Record], LLMBackend, Progress], SynthesisResult]
+    check_backend: Callable[[LLMBackend], None]  # raises if the job cannot run on it
 
 
 def run_job(
@@ -219,6 +220,7 @@ def _attempt(
         )
         if stop is not None and stop.is_set():
             raise WorkerStoppingError
+        work.check_backend(backend)  # e.g. PromptDPSGD on vLLM: fail before touching data
         fence.touch(expected_records=work.expected_records, planned=work.planned)
         records = _load_records(database_url, claim.job.dataset_id)
         progress = _ProgressWriter(
@@ -351,6 +353,7 @@ def _prepare(claim: _Claim, database_url: str) -> _Work:
         expected_records=plan.expected_records,
         planned=plan.progress_total,
         run=lambda records, backend, progress: plan.run(records, backend, progress, texts),
+        check_backend=plan.check_backend,
     )
 
 

@@ -69,8 +69,16 @@ def eval_command(
     ] = None,
     epsilons: Annotated[str, typer.Option("--epsilons", help="Finite epsilons.")] = "1,2,4,8",
     methods: Annotated[
-        str, typer.Option("--methods", help="adadpsyn,tang,promptpate")
+        str, typer.Option("--methods", help="adadpsyn,tang,promptpate,promptdpsgd")
     ] = "adadpsyn,tang",
+    baselines: Annotated[
+        bool,
+        typer.Option(
+            "--baselines/--no-baselines",
+            help="The synthesis baselines: instruction-only (epsilon 0), noise-free and real "
+            "demonstrations (epsilon inf). Zero-shot always runs.",
+        ),
+    ] = True,
     public: Annotated[
         Path | None,
         typer.Option(
@@ -126,9 +134,11 @@ def eval_command(
         overrides=overrides,
         calibrated=calibrate,
         pate=dict(base.pate),
+        dpsgd=dict(base.dpsgd),
+        baselines=baselines,
     )
     try:
-        grid = settings_grid(config.epsilons, config.methods)
+        grid = settings_grid(config.epsilons, config.methods, config.baselines)
     except ValueError as error:
         raise fail(str(error)) from None
     out = out_dir if out_dir is not None else Path("out") / "eval" / dataset

@@ -1,7 +1,9 @@
 """``dpsyn synthesize``: private dataset in, DP demonstrations out.
 
 ``--method tang|adadpsyn`` synthesises texts (``app.synthesis``); ``--method promptpate``
-labels public inputs with private teacher prompts (``app.pate``).
+labels public inputs with private teacher prompts (``app.pate``); ``--method promptdpsgd``
+trains a soft prompt with DP-SGD (``app.promptdpsgd``, local model only) and writes it next
+to the JSON result (``--out x.json`` also writes ``x.safetensors``).
 """
 
 from __future__ import annotations
@@ -51,6 +53,11 @@ PARAM_OPTIONS = {
     "queries": ("--queries", "queries"),
     "max_public": ("--max-public", "max_public"),
     "max_chars": ("--max-chars", "max_chars"),
+    "prompt_length": ("--prompt-length", "prompt_length"),
+    "steps": ("--steps", "steps"),
+    "batch_size": ("--batch-size", "batch_size"),
+    "learning_rate": ("--learning-rate", "learning_rate"),
+    "clip_norm": ("--clip-norm", "clip_norm"),
 }
 # The job's shots have one spelling per method (``Method.cli_shots_option``).
 SHOTS_OPTIONS = {"--shots": "shots", "--student-shots": "student_shots"}
@@ -183,16 +190,41 @@ def synthesize_command(
     max_chars: Annotated[
         int, typer.Option("--max-chars", help="promptpate: public inputs cut to this length.")
     ] = 600,
+    prompt_length: Annotated[
+        int, typer.Option("--prompt-length", help="promptdpsgd: soft prompt tokens.")
+    ] = 8,
+    steps: Annotated[int, typer.Option("--steps", help="promptdpsgd: DP-SGD steps.")] = 60,
+    batch_size: Annotated[
+        int, typer.Option("--batch-size", help="promptdpsgd: expected batch size.")
+    ] = 16,
+    learning_rate: Annotated[
+        float, typer.Option("--learning-rate", help="promptdpsgd: Adam learning rate.")
+    ] = 0.03,
+    clip_norm: Annotated[
+        float, typer.Option("--clip-norm", help="promptdpsgd: per-example clipping norm C.")
+    ] = 1.0,
 ) -> None:
     """Generate DP demonstrations from a private dataset.
 
     tang/adadpsyn synthesise texts token by token; promptpate labels public inputs (--public)
-    with teacher prompts built from the private data and keeps the best labelled prompt.
+    with teacher prompts built from the private data and keeps the best labelled prompt;
+    promptdpsgd trains a soft prompt with DP-SGD (written next to --out, as .safetensors).
     """
     chosen = get_method(method)
     given = _given_options(ctx, locals())
     with reported_errors():
         _check_options(chosen, given, instruction_only=instruction_only, public=public)
+        if chosen.needs_gradients:
+            if backend is not BackendKind.TRANSFORMERS:
+                raise fail(
+                    f"--method {chosen.kind.value} needs gradients: it runs on the local model "
+                    f"(--backend transformers), not --backend {backend.value}"
+                )
+            if out is None:
+                raise fail(
+                    f"--method {chosen.kind.value} needs --out FILE.json: its result is a soft "
+                    "prompt, written next to it as FILE.safetensors"
+                )
         target = 0.0 if instruction_only else _parse_epsilon(epsilon)
         custom = {
             "labels": labels,
@@ -245,6 +277,15 @@ def synthesize_command(
     if out is not None:
         out.write_text(json.dumps(result.to_dict(), indent=2))
         typer.echo(f"wrote {out}")
+        if result.soft_prompt is not None:
+            tensor = soft_prompt_path(out)
+            tensor.write_bytes(result.soft_prompt.to_bytes())
+            typer.echo(f"wrote {tensor} (soft prompt, sha256 {result.soft_prompt.sha256[:12]})")
+
+
+def soft_prompt_path(out: Path) -> Path:
+    """Where a soft prompt goes beside the JSON result ``out``: the same name, .safetensors."""
+    return out.with_suffix(".safetensors")
 
 
 def _given_options(ctx: typer.Context, arguments: dict[str, Any]) -> dict[str, Any]:
@@ -274,7 +315,8 @@ def _check_options(
     for option in ("--shots", "--student-shots"):
         if option in given and option != spec.cli_shots_option:
             takers = "/".join(kinds_where(lambda m, o=option: m.cli_shots_option == o))
-            raise fail(f"{option} is for {takers}; {name} takes {spec.cli_shots_option}")
+            shots = spec.cli_shots_option or "no shots (it has no demonstrations)"
+            raise fail(f"{option} is for {takers}; {name} takes {shots}")
     takes = spec.params.model_fields
     unused = [(p, o) for p, (o, _) in PARAM_OPTIONS.items() if o in given and p not in takes]
     if unused:

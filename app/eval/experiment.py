@@ -4,8 +4,10 @@ Settings:
 
 * ``zero-shot``: the instruction and the query, no demonstrations (one run: nothing random);
 * ``instruction-only`` at epsilon = 0: demonstrations generated from the instruction alone;
-* each method (``adadpsyn``, ``tang``, and ``promptpate`` when public inputs are given) at
-  each finite epsilon, its noise calibrated to it;
+* each method (``adadpsyn``, ``tang``, ``promptpate`` when public inputs are given, and
+  ``promptdpsgd``: a soft prompt trained with DP-SGD, scored through
+  :class:`~app.promptdpsgd.backend.SoftPromptedBackend`) at each finite epsilon, its noise
+  calibrated to it;
 * ``noise-free`` at epsilon = inf: the first synthesis method run without noise;
 * ``real`` at epsilon = inf: randomly chosen training records, one per scheduled label.
 
@@ -26,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from app.eval.icl import evaluate, normalise
+from app.eval.icl import Score, evaluate, normalise
 from app.eval.memo import MemoBackend
 from app.llm.base import LLMBackend
 from app.privacy.budget import is_epsilon
@@ -43,6 +45,7 @@ METHOD_NAMES = {
     "adadpsyn": "AdaDPSyn",
     "tang": "DP few-shot generation",
     "promptpate": "PromptPATE",
+    "promptdpsgd": "PromptDPSGD",
 }
 SYNTHESIS_METHODS = ("adadpsyn", "tang")
 ZERO_SHOT, INSTRUCTION_ONLY = "zero-shot", "instruction-only"
@@ -77,9 +80,12 @@ class Setting:
         return f"{METHOD_NAMES[self.kind]}, ε = {self.epsilon:g}"
 
 
-def settings_grid(epsilons: Sequence[float], methods: Sequence[str]) -> list[Setting]:
+def settings_grid(
+    epsilons: Sequence[float], methods: Sequence[str], baselines: bool = True
+) -> list[Setting]:
     """Zero-shot and epsilon 0, every method at every epsilon, then the two epsilon = inf
-    baselines (the baselines that generate use the first synthesis method, else AdaDPSyn)."""
+    baselines (the baselines that generate use the first synthesis method, else AdaDPSyn).
+    ``baselines=False`` keeps zero-shot and the methods only (no synthesis baselines)."""
     unknown = [m for m in methods if m not in METHOD_NAMES]
     if unknown or not methods:
         raise ValueError(f"methods must be among {', '.join(METHOD_NAMES)}, got {list(methods)}")
@@ -87,9 +93,12 @@ def settings_grid(epsilons: Sequence[float], methods: Sequence[str]) -> list[Set
     if bad:
         raise ValueError(f"epsilons must be finite and > 0, got {bad}")
     generator = next((m for m in methods if m in SYNTHESIS_METHODS), "adadpsyn")
-    grid = [Setting(ZERO_SHOT, 0.0), Setting(INSTRUCTION_ONLY, 0.0, generator)]
+    grid = [Setting(ZERO_SHOT, 0.0)]
+    if baselines:
+        grid.append(Setting(INSTRUCTION_ONLY, 0.0, generator))
     grid += [Setting(m, float(e), m) for m in methods for e in sorted(set(epsilons))]
-    grid += [Setting(NOISE_FREE, math.inf, generator), Setting(REAL, math.inf)]
+    if baselines:
+        grid += [Setting(NOISE_FREE, math.inf, generator), Setting(REAL, math.inf)]
     return grid
 
 
@@ -115,6 +124,10 @@ class ExperimentConfig:
     calibrated: bool = True
     # PateConfig fields (teachers, queries, ...), of several types: PateConfig validates them.
     pate: dict[str, Any] = field(default_factory=dict)
+    # PromptDpsgdConfig fields (steps, batch_size, ...): PromptDpsgdConfig validates them.
+    dpsgd: dict[str, Any] = field(default_factory=dict)
+    # the epsilon = 0 and epsilon = inf synthesis baselines (instruction-only, noise-free, real)
+    baselines: bool = True
 
     @classmethod
     def quick(cls, task: str | None = None, **changes: object) -> ExperimentConfig:
@@ -216,6 +229,10 @@ def run_one(
         charged = 0.0
     elif setting.kind == "promptpate":
         prompt, demos, charged = _promptpate(task, train, public, setting, seed, backend, config)
+    elif setting.kind == "promptdpsgd":
+        scorer, prompt, demos, charged = _promptdpsgd(task, train, setting, seed, backend, config)
+        score = evaluate(scorer, task, prompt, test, calibrated=config.calibrated)
+        return _run(setting, seed, score, charged, demos, started)
     elif setting.kind == REAL:
         picked = real_demonstrations(task, train, config.shots, seed)
         prompt = demonstration_prompt(task, [train[i] for _, i in picked])
@@ -235,6 +252,17 @@ def run_one(
         demos = [{"label": d.label, "text": d.text} for d in result.demonstrations]
         charged = result.epsilon
     score = evaluate(backend, task, prompt, test, calibrated=config.calibrated)
+    return _run(setting, seed, score, charged, demos, started)
+
+
+def _run(
+    setting: Setting,
+    seed: int,
+    score: Score,
+    charged: float,
+    demos: list[dict[str, object]],
+    started: float,
+) -> Run:
     return Run(
         setting=setting.key,
         kind=setting.kind,
@@ -275,6 +303,39 @@ def _promptpate(
     return result.prompt, demos, result.epsilon
 
 
+def _promptdpsgd(
+    task: TaskSpec,
+    train: Sequence[Record],
+    setting: Setting,
+    seed: int,
+    backend: LLMBackend,
+    config: ExperimentConfig,
+) -> tuple[LLMBackend, str, list[dict[str, object]], float]:
+    """A soft prompt trained on ``train`` with DP-SGD, and the backend that answers with it.
+
+    The run records the soft prompt's hash and shape, not its embeddings."""
+    from app.promptdpsgd.backend import SoftPromptedBackend
+    from app.promptdpsgd.config import PromptDpsgdConfig
+    from app.promptdpsgd.plan import plan_promptdpsgd
+    from app.promptdpsgd.train import run_promptdpsgd
+
+    dpsgd = PromptDpsgdConfig(epsilon=setting.epsilon, seed=seed, **config.dpsgd)
+    plan = plan_promptdpsgd(task, len(train), dpsgd)
+    result = run_promptdpsgd(task, train, plan, backend)
+    soft = result.soft_prompt
+    assert soft is not None
+    info: list[dict[str, object]] = [
+        {
+            "soft_prompt_sha256": soft.sha256,
+            "length": soft.length,
+            "noise_multiplier": plan.noise_multiplier,
+            "steps": dpsgd.steps,
+            "batch_size": dpsgd.batch_size,
+        }
+    ]
+    return SoftPromptedBackend(backend, soft), result.prompt, info, result.epsilon
+
+
 def run_experiment(
     task: TaskSpec,
     train: Sequence[Record],
@@ -292,7 +353,7 @@ def run_experiment(
     ``public``: unlabelled inputs for PromptPATE. Its teachers' votes do not depend on epsilon,
     so the backend is wrapped in a memo and each seed's votes are computed once.
     """
-    grid = settings_grid(config.epsilons, config.methods)
+    grid = settings_grid(config.epsilons, config.methods, config.baselines)
     queries = pick_test_subset(test, config.test_size)
     if "promptpate" in config.methods:
         backend = MemoBackend(backend)

@@ -90,6 +90,12 @@ class MethodPlan(ABC):
     def stored(self) -> Stored:
         """What the job row keeps, for :meth:`Method.rebuild`."""
 
+    def check_backend(self, backend: LLMBackend) -> None:
+        """Raise (a :class:`~app.synthesis.generator.SynthesisError`) if the job cannot run
+        on ``backend``; the worker asks before the job touches data, so such a job fails
+        without being charged. Every backend will do unless a method says otherwise."""
+        del backend
+
     @abstractmethod
     def run(
         self,
@@ -109,9 +115,9 @@ class Method(ABC):
     params: ClassVar[type[BaseModel]]  # what a client may set, every field optional
     reads_public: ClassVar[bool] = False  # also reads a public dataset of unlabelled texts
     zero_epsilon_baseline: ClassVar[bool] = False  # epsilon = 0 runs without private data
-    # Needs a local transformers model (gradients, input embeddings): the service refuses
-    # such a job on a vLLM server at submission, and a worker before it reads the data.
-    local_model_only: ClassVar[bool] = False
+    # needs gradients and input embeddings: only the local transformers backend runs it
+    # (the service should refuse such a job at submission when its backend is vLLM)
+    needs_gradients: ClassVar[bool] = False
     unit: ClassVar[str]  # what progress counts
     verb: ClassVar[str]  # what the run does, for progress bars
     cli_shots_option: ClassVar[str]  # the CLI's spelling of the job's shots

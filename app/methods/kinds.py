@@ -7,10 +7,12 @@ from enum import StrEnum
 
 
 class MethodKind(StrEnum):
-    """What a job runs: the token loop with one of its aggregators, or PromptPATE (which
-    also reads a public dataset). The one list of methods for the API, the CLI and the
-    workers; :mod:`app.methods.registry` maps each to its implementation."""
+    """What a job runs: the token loop with one of its aggregators, PromptPATE (which
+    also reads a public dataset), or PromptDPSGD (a soft prompt; local model only).
+    The one list of methods for the API, the CLI and the workers;
+    :mod:`app.methods.registry` maps each to its implementation."""
 
     TANG = "tang"
     ADADPSYN = "adadpsyn"
     PROMPTPATE = "promptpate"
+    PROMPTDPSGD = "promptdpsgd"

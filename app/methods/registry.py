@@ -16,6 +16,7 @@ from app.synthesis.tasks import TaskSpec
 from .base import Counts, Method, MethodPlan, ParamsError, Stored, client_overrides
 from .kinds import MethodKind
 from .pate import PromptPate
+from .promptdpsgd import PromptDpsgd
 from .token_loop import TokenLoop
 
 __all__ = [
@@ -36,6 +37,7 @@ METHODS: dict[MethodKind, Method] = {
     MethodKind.TANG: TokenLoop(MethodKind.TANG),
     MethodKind.ADADPSYN: TokenLoop(MethodKind.ADADPSYN),
     MethodKind.PROMPTPATE: PromptPate(),
+    MethodKind.PROMPTDPSGD: PromptDpsgd(),
 }
 
 

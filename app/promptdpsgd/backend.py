@@ -23,6 +23,7 @@ from app.llm.base import BackendError, LLMBackend
 from app.llm.transformers_backend import TransformersBackend
 from app.promptdpsgd.artifact import SoftPrompt
 from app.promptdpsgd.forward import soft_prompt_logits
+from app.synthesis.generator import SynthesisError
 
 __all__ = [
     "GradientAccessError",
@@ -34,8 +35,11 @@ __all__ = [
 ]
 
 
-class GradientAccessError(ValueError):
-    """The backend cannot take input embeddings or give gradients (not a local model)."""
+class GradientAccessError(SynthesisError):
+    """The backend cannot take input embeddings or give gradients (not a local model).
+
+    A :class:`SynthesisError` (so a ValueError): the CLI and the job runner report its
+    message, which names the backend only, as the user's problem."""
 
 
 class SoftPromptMismatchError(ValueError):

@@ -31,6 +31,7 @@ SMALL = {
     MethodKind.TANG: {"M": 4, "N": 2, "tmax": 4, "K": 10},
     MethodKind.ADADPSYN: {"M": 4, "N": 2, "tmax": 4, "K": 10, "variant": "paper"},
     MethodKind.PROMPTPATE: {"teachers": 6, "queries": 20, "candidates": 2, "group_size": 8},
+    MethodKind.PROMPTDPSGD: {"steps": 5, "batch_size": 8, "prompt_length": 2},
 }
 
 
@@ -40,7 +41,7 @@ def test_every_method_kind_is_registered_once() -> None:
         assert method.kind is kind
         assert get_method(kind.value) is method
     with pytest.raises(ValueError):
-        get_method("promptdpsgd")
+        get_method("promptsgd")
 
 
 @pytest.mark.parametrize("kind", list(MethodKind))
@@ -65,7 +66,8 @@ def test_a_stored_plan_rebuilds_to_the_event_admission_reserved(kind: MethodKind
     assert rebuilt.expected_records == COUNTS.private
     assert rebuilt.public_records == (COUNTS.public if method.reads_public else None)
     accounting, shots = method.summary(stored)
-    assert (accounting, shots) == ("tight", 2)
+    # a soft prompt has no demonstrations: the job's shots do not apply to PromptDPSGD
+    assert (accounting, shots) == ("tight", 0 if kind is MethodKind.PROMPTDPSGD else 2)
 
 
 def test_a_parameter_of_another_method_is_refused_naming_who_takes_it() -> None:

@@ -1,0 +1,75 @@
+"""Validated settings of one PromptDPSGD job, and its error type.
+
+Defaults are sized for the packaged CPU model (Gemma-3-270M on 2 cores): see
+:mod:`app.promptdpsgd.train` for the measurements behind them. Every field is public:
+nothing here is derived from the private data.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from app.privacy.accounting import Accounting
+from app.synthesis.generator import SynthesisError
+
+
+class PromptDpsgdError(SynthesisError):
+    """A PromptDPSGD job cannot run as asked; the message names counts, settings and labels
+    only. A :class:`SynthesisError`, so the CLI and the job runner report it as the user's
+    problem."""
+
+
+class SoftPromptInit(StrEnum):
+    """Where the soft prompt starts (public choices, no data): the embeddings of the
+    labels' verbaliser tokens, cycled to the prompt length (Lester et al. 2021 found class
+    labels the best start), or of the task's instruction."""
+
+    LABELS = "labels"
+    INSTRUCTION = "instruction"
+
+
+class PromptDpsgdConfig(BaseModel):
+    """What a PromptDPSGD job does and under which budget; the noise is calibrated to
+    ``epsilon`` given ``steps`` and the sampling rate ``batch_size / n``."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    epsilon: float = Field(
+        gt=0.0,
+        allow_inf_nan=False,
+        description="Target epsilon of the whole job (> 0, finite).",
+    )
+    delta: float | None = Field(
+        None, gt=0.0, lt=1.0, description="Target delta; default 1/n_private at planning."
+    )
+    accounting: Accounting = Field(
+        Accounting.TIGHT,
+        description=(
+            "tight: add/remove neighbours, Poisson batches; paper: replace-one, fixed-size "
+            "batches (the clipped sum's sensitivity doubles)."
+        ),
+    )
+    prompt_length: int = Field(8, ge=1, le=64, description="Soft prompt tokens (trainable).")
+    steps: int = Field(60, ge=1, le=10_000, description="DP-SGD steps.")
+    batch_size: int = Field(
+        16,
+        ge=1,
+        le=4096,
+        description="Expected batch size; the sampling rate is batch_size / private records.",
+    )
+    learning_rate: float = Field(
+        0.03, gt=0.0, le=10.0, allow_inf_nan=False, description="Adam learning rate."
+    )
+    clip_norm: float = Field(
+        1.0,
+        gt=0.0,
+        le=1e6,
+        allow_inf_nan=False,
+        description="Per-example gradient clipping norm C (L2).",
+    )
+    init: SoftPromptInit = Field(
+        SoftPromptInit.LABELS, description="Start: label word or instruction embeddings."
+    )
+    seed: int | None = Field(None, description="Tests and studies only: voids the guarantee.")
