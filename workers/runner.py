@@ -14,8 +14,7 @@ A job runs in fenced steps, each its own transaction:
    a reaper) stops without writing anything.
 2. **Prepare** without private data: rebuild the method's plan (``app.methods``) from what
    admission stored (it must describe exactly the reserved event), check the dataset, load
-   the public texts of a method that reads some (PromptPATE), check that this worker's
-   backend can run the method (PromptDPSGD needs a local model), and build the backend.
+   the public texts of a method that reads some (PromptPATE), and build the model backend.
    A failure here releases the reservation.
 3. **Touch.** Set ``touched_data`` and commit *before* the first private record is read. From
    here on the job stays charged whatever happens: a failure or cancellation commits it.
@@ -59,14 +58,13 @@ from sqlalchemy.orm import Session
 from app.db.models import TERMINAL_STATUSES, Dataset, DatasetRecord, Job, JobStatus, now
 from app.db.session import session_scope
 from app.llm.base import BackendError, LLMBackend
-from app.llm.factory import BackendKind
 from app.llm.provider import BackendProvider
 from app.llm.retry import RetryingBackend, RetryPolicy
 from app.methods.registry import get_method
 from app.privacy.calibration import CalibrationError
 from app.privacy.events import to_dict
 from app.services.datasets import load_public_texts, load_records
-from app.services.jobs import close_job, local_model_required, store_result, stored_plan
+from app.services.jobs import close_job, store_result, stored_plan
 from app.synthesis.data import Record
 from app.synthesis.generator import SynthesisError, SynthesisResult
 from app.synthesis.scoring import ScoringError
@@ -210,7 +208,6 @@ def _attempt(
         if claim.job.cancel_requested:
             raise JobCancelled
         work = _prepare(claim, database_url)
-        _check_backend(claim.job.method, provider)
         context = f"job {job_id}"
         backend = RetryingBackend(
             retry.call(provider.get, what="building the backend", context=context),
@@ -355,15 +352,6 @@ def _prepare(claim: _Claim, database_url: str) -> _Work:
         run=lambda records, backend, progress: plan.run(records, backend, progress, texts),
         check_backend=plan.check_backend,
     )
-
-
-def _check_backend(method_name: str, provider: BackendProvider) -> None:
-    """A method that needs a local model (PromptDPSGD) cannot run on a vLLM worker: it fails
-    before it reads a record, its reservation released. The API refuses such a job at
-    submission already; this catches a worker configured unlike its API server."""
-    method = get_method(method_name)
-    if method.local_model_only and provider.kind is not BackendKind.TRANSFORMERS:
-        raise NotRunnableError(local_model_required(method))
 
 
 def _load_public_texts(database_url: str, job: Job, expected: int) -> list[str]:

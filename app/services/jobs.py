@@ -150,19 +150,19 @@ def get_public_dataset(session: Session, tenant_id: str, dataset_id: str) -> Dat
     return dataset
 
 
-def local_model_required(method: Method) -> str:
-    """Why ``method`` cannot run on a vLLM server (the message of its refusals)."""
-    return (
-        f"method {method.kind.value} trains input embeddings with gradients of the model, "
-        "which needs the local transformers backend; this server runs the vLLM HTTP backend "
-        "(DPSYN_BACKEND=vllm). Run it on a server or worker with DPSYN_BACKEND=transformers"
-    )
-
-
 def check_backend(method: Method, backend: BackendKind) -> None:
-    """409 ``backend_unsupported`` if ``method`` cannot run on ``backend``."""
-    if method.local_model_only and backend is not BackendKind.TRANSFORMERS:
-        raise ConflictError(local_model_required(method), code="backend_unsupported")
+    """409 ``backend_unsupported`` if ``method`` cannot run on ``backend``: a method that
+    needs gradients and input embeddings (PromptDPSGD) runs on the local model only. (A
+    worker on another backend than its API server's fails such a job before it reads a
+    record: ``MethodPlan.check_backend``.)"""
+    if method.needs_gradients and backend is not BackendKind.TRANSFORMERS:
+        raise ConflictError(
+            f"method {method.kind.value} trains input embeddings with gradients of the model, "
+            "which needs the local transformers backend; this server runs the vLLM HTTP "
+            "backend (DPSYN_BACKEND=vllm). Run it on a server whose workers use "
+            "DPSYN_BACKEND=transformers",
+            code="backend_unsupported",
+        )
 
 
 def submit_job(
