@@ -330,14 +330,16 @@ class JobCreate(_Request):
         strict=True,
         ge=1,
         le=64,
-        description="Demonstrations to generate (promptpate: in the student prompt).",
+        description="Demonstrations to generate (promptpate: in the student prompt; "
+        "promptdpsgd: ignored, its prompt is params.prompt_length soft tokens).",
     )
     accounting: Accounting | None = Field(None, description="Must be the budget's (default).")
     params: JobParams | None = None  # type: ignore[valid-type]
 
 
 class Progress(BaseModel):
-    """Tokens generated out of planned; promptpate: public inputs processed out of sampled."""
+    """Tokens generated out of planned; promptpate: public inputs processed out of sampled;
+    promptdpsgd: DP-SGD steps done out of planned."""
 
     done: int
     total: int
@@ -360,7 +362,8 @@ class JobPublic(BaseModel):
     stats: dict[str, float | int | bool] | None = Field(
         description="promptpate, once succeeded: processed (inputs put to the teachers), "
         "answered (queries that passed the noisy threshold check and got a label), rejected, "
-        "budget_exhausted, spent_mu, budget_mu, holdout_accuracy. DP outputs only."
+        "budget_exhausted, spent_mu, budget_mu, holdout_accuracy. promptdpsgd: steps, "
+        "prompt_length, noise_multiplier. DP outputs or public settings only."
     )
     created_at: Timestamp
     started_at: Timestamp | None

@@ -521,8 +521,9 @@ def _unit(job: dict[str, Any]) -> str:
 def _describe_job(job: dict[str, Any]) -> str:
     progress = job["progress"]
     public = job.get("public_dataset_id")
+    shots = f", {job['shots']} shots" if job["shots"] else ""  # promptdpsgd has none
     text = (
-        f"job {job['id']} {job['status']}: {job['method']}, {job['shots']} shots, epsilon "
+        f"job {job['id']} {job['status']}: {job['method']}{shots}, epsilon "
         f"{job['epsilon']:.4g} at delta {job['delta']:.3g}, dataset {job['dataset_id']}"
         + (f", public dataset {public}" if public else "")
         + f", progress {progress['done']}/{progress['total']} {_unit(job)}"
@@ -620,7 +621,8 @@ def jobs_submit(
         typer.Option(
             "--param",
             help="Any method parameter as KEY=VALUE, repeatable (promptpate: teachers, shots, "
-            "queries, max_public, threshold_fraction, sigma_ratio, ...).",
+            "queries, max_public, threshold_fraction, sigma_ratio, ...; promptdpsgd: steps, "
+            "batch_size, prompt_length, learning_rate, clip_norm, init).",
         ),
     ] = None,
     wait: Annotated[bool, typer.Option("--wait", help="Wait for the job, with progress.")] = False,
@@ -638,7 +640,9 @@ def jobs_submit(
     """Submit a synthesis job; its cost is reserved against the dataset's budget.
 
     A PromptPATE job (--method promptpate) also needs --public-dataset: public texts (uploaded
-    with 'dpsyn datasets upload --public') that its teachers label; they are never charged."""
+    with 'dpsyn datasets upload --public') that its teachers label; they are never charged.
+    A PromptDPSGD job (--method promptdpsgd) trains a soft prompt (no demonstrations, so no
+    --shots); it needs a server on the local model (DPSYN_BACKEND=transformers)."""
     if not is_epsilon(epsilon):
         _exit(ClientError(f"--epsilon must be a positive number, got {epsilon:g}", code=2))
     body: dict[str, Any] = {
@@ -665,7 +669,7 @@ def jobs_submit(
             job = api.call("POST", "/v1/jobs", json=body)
             if not quiet and not as_json:
                 out.print(_describe_job(job), markup=False)
-                if method is not MethodKind.PROMPTPATE:
+                if method in (MethodKind.TANG, MethodKind.ADADPSYN):  # the token loop
                     _print_settings(api, dataset, method.value, shots, params)
             if wait:
                 job = _wait(api, job, interval=poll, timeout=timeout)

@@ -199,3 +199,30 @@ def test_complete_refuses_a_soft_prompt_on_a_backend_without_embeddings(api: Api
         f"/v1/prompts/{plain_id}/complete", json={"query": "q"}, headers=auth(api.admin)
     )
     assert plain.status_code == 200  # demonstrations are answered as before
+
+
+# --- submission: the registry's method and parameters reach the API ---------------------------
+
+
+def test_a_promptdpsgd_job_is_admitted_with_its_own_parameters(api: Api) -> None:
+    dataset = api.upload()
+    assert api.budget(dataset["id"], 5.0).status_code == 200
+    params = {"steps": 5, "batch_size": 4, "prompt_length": 3, "init": "instruction"}
+    submitted = api.submit(dataset["id"], method="promptdpsgd", epsilon=2.0, params=params)
+    assert submitted.status_code == 201, submitted.text
+    job = submitted.json()
+    assert job["method"] == "promptdpsgd" and job["progress"] == {"done": 0, "total": 5}
+    assert job["shots"] == 0 and 0 < job["epsilon"] <= 2.0
+    assert api.queue.enqueued == [job["id"]]
+    budget = api.client.get(f"/v1/datasets/{dataset['id']}/budget", headers=auth(api.admin))
+    assert [e["kind"] for e in budget.json()["history"]] == ["reserve"]
+
+    other = api.submit(dataset["id"], method="promptdpsgd", params={"M": 2})
+    assert other.status_code == 422
+    assert "params.M: a parameter of method tang or adadpsyn" in error_of(other)["message"]
+    bad = api.submit(dataset["id"], method="promptdpsgd", params={"steps": 0})
+    assert bad.status_code == 422 and "steps" in error_of(bad)["message"]
+    document = api.client.get("/openapi.json").json()["components"]["schemas"]
+    assert document["JobCreate"]["properties"]["method"]["$ref"].endswith("/MethodKind")
+    assert "promptdpsgd" in document["MethodKind"]["enum"]
+    assert "promptdpsgd" in document["JobParams"]["properties"]["steps"]["description"]

@@ -198,6 +198,24 @@ def test_prompts_get_and_download_a_soft_prompt(dpsyn, trec_file, sqlite_url, tm
     assert dpsyn("prompts", "download", prompt_id, "--force").exit_code == 0
 
 
+def test_a_promptdpsgd_job_counts_steps_and_reports_a_backend_it_cannot_use(dpsyn, trec_file):
+    """The test server's model is the fake backend, which cannot give gradients: the job is
+    admitted (the API runs a "local" backend), then fails before it reads a record."""
+    dataset = upload(dpsyn, trec_file)
+    dpsyn("budget", "set", dataset, "--epsilon", "10")
+    submitted = dpsyn(
+        "jobs", "submit", "--dataset", dataset, "--method", "promptdpsgd", "--epsilon", "2",
+        "--param", "steps=2", "--param", "batch_size=4", "--wait", "--poll", "0.1",
+    )  # fmt: skip
+    assert submitted.exit_code == 1, submitted.output
+    first, final = submitted.output.splitlines()[0], submitted.output.strip().splitlines()[-1]
+    assert " queued: promptdpsgd, epsilon " in first and "progress 0/2 steps" in first
+    assert "shots" not in submitted.output and "M=" not in submitted.output
+    assert " failed: promptdpsgd" in final and "needs the local transformers backend" in final
+    history = dpsyn("budget", "show", dataset)
+    assert "reserve" in history.output and "release" in history.output
+
+
 def test_csv_upload_with_named_columns(dpsyn, tmp_path):
     path = tmp_path / "questions.csv"
     rows = [f"{SECRET}{i} where,{code}" for code in sorted(CODES) for i in range(3)]
