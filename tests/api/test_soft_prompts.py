@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+from collections.abc import Iterator
 
 import numpy as np
 import pytest
@@ -22,8 +23,15 @@ from app.db.session import session_scope
 from app.promptdpsgd.artifact import SoftPrompt
 from app.services.jobs import load_job_inputs, store_result
 from app.services.prompts import SoftPromptCorruptError
-from tests.api.conftest import Api, auth, error_of
+from tests.api.conftest import Api, auth, error_of, make_api
 from tests.synthesis.fake_backend import FakeBackend
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def api(request: pytest.FixtureRequest) -> Iterator[Api]:
+    """The API on each store: the bytes are a BLOB on SQLite, a bytea on PostgreSQL."""
+    url = request.getfixturevalue("sqlite_url" if request.param == "sqlite" else "postgres_url")
+    yield from make_api(url)
 
 
 def run_with_soft_prompt(api: Api, job_id: str, soft: SoftPrompt) -> None:
