@@ -193,7 +193,7 @@ def synthesize_command(
     prompt_length: Annotated[
         int, typer.Option("--prompt-length", help="promptdpsgd: soft prompt tokens.")
     ] = 8,
-    steps: Annotated[int, typer.Option("--steps", help="promptdpsgd: DP-SGD steps.")] = 60,
+    steps: Annotated[int, typer.Option("--steps", help="promptdpsgd: DP-SGD steps.")] = 30,
     batch_size: Annotated[
         int, typer.Option("--batch-size", help="promptdpsgd: expected batch size.")
     ] = 16,
@@ -202,7 +202,7 @@ def synthesize_command(
     ] = 0.03,
     clip_norm: Annotated[
         float, typer.Option("--clip-norm", help="promptdpsgd: per-example clipping norm C.")
-    ] = 1.0,
+    ] = 0.1,
 ) -> None:
     """Generate DP demonstrations from a private dataset.
 

@@ -52,7 +52,7 @@ class PromptDpsgdConfig(BaseModel):
         ),
     )
     prompt_length: int = Field(8, ge=1, le=64, description="Soft prompt tokens (trainable).")
-    steps: int = Field(60, ge=1, le=10_000, description="DP-SGD steps.")
+    steps: int = Field(30, ge=1, le=10_000, description="DP-SGD steps.")
     batch_size: int = Field(
         16,
         ge=1,
@@ -63,7 +63,7 @@ class PromptDpsgdConfig(BaseModel):
         0.03, gt=0.0, le=10.0, allow_inf_nan=False, description="Adam learning rate."
     )
     clip_norm: float = Field(
-        1.0,
+        0.1,
         gt=0.0,
         le=1e6,
         allow_inf_nan=False,

@@ -24,7 +24,9 @@ One step (the mechanism and its sensitivity are in :mod:`app.privacy.dpsgd`):
 The model's weights are frozen (``requires_grad`` off, eval mode). Nothing here logs or
 returns record text; the result is the last iterate, a DP release.
 
-CPU sizing (Gemma-3-270M, 2 shared cores): see :data:`MEASURED` below.
+CPU sizing (Gemma-3-270M, float32, 2 shared cores; ``docs/synthesis.md``): one step of 16
+SST-2 examples takes 12-17 s, so the default 30 steps take 6-8.5 minutes. Without noise those
+30 steps lift SST-2 test accuracy (200 queries) from 0.62 to 0.815.
 """
 
 from __future__ import annotations
@@ -52,8 +54,6 @@ from app.synthesis.prompts import answer_text, query_suffix
 from app.synthesis.tasks import TaskSpec
 
 Progress = Callable[[int, int], None]  # (steps done, steps planned)
-
-MEASURED = ""  # filled in below, after the measurements
 
 
 def soft_prompt_text(task: TaskSpec) -> str:

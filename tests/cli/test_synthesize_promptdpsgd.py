@@ -64,3 +64,15 @@ def test_what_it_cannot_do_is_refused_in_one_line(tickets, args, message):
     assert result.exit_code == 2, result.output
     assert message in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_the_cli_defaults_are_the_configs():
+    import inspect
+
+    from app.cli.synthesize import PARAM_OPTIONS, synthesize_command
+    from app.promptdpsgd.config import PromptDpsgdConfig
+
+    signature = inspect.signature(synthesize_command).parameters
+    for name, info in PromptDpsgdConfig.model_fields.items():
+        if name in PARAM_OPTIONS:
+            assert signature[PARAM_OPTIONS[name][1]].default == info.default, name
