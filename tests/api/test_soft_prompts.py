@@ -234,3 +234,18 @@ def test_a_promptdpsgd_job_is_admitted_with_its_own_parameters(api: Api) -> None
     assert document["JobCreate"]["properties"]["method"]["$ref"].endswith("/MethodKind")
     assert "promptdpsgd" in document["MethodKind"]["enum"]
     assert "promptdpsgd" in document["JobParams"]["properties"]["steps"]["description"]
+
+
+def test_reading_prompt_sets_does_not_load_the_bytes(api: Api, prompts) -> None:
+    """The bytes are deferred: the queries behind GET and list leave them unloaded."""
+    from sqlalchemy import inspect
+
+    from app.services.prompts import get_prompt_set, list_prompt_sets
+
+    soft_id, _, _ = prompts
+    with session_scope(api.url) as session:
+        tenant = session.get(PromptSet, soft_id).tenant_id  # type: ignore[union-attr]
+        session.expunge_all()
+        rows = [get_prompt_set(session, tenant, soft_id), *list_prompt_sets(session, tenant)]
+        assert all("soft_prompt" in inspect(row).unloaded for row in rows)
+        assert all("soft_prompt_sha256" not in inspect(row).unloaded for row in rows)
