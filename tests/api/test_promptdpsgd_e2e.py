@@ -252,6 +252,9 @@ def test_a_soft_prompt_of_another_width_is_refused_by_complete(
 def test_a_running_job_shows_its_steps_and_stops_between_two_when_cancelled(
     server: Server, finished: Finished
 ) -> None:
+    """Also: /complete, on the model the job is training with, answers as when it is idle."""
+    complete = f"/v1/prompts/{finished.prompt['id']}/complete"
+    idle = server.client.post(complete, json={"query": QUERY}, headers=server.admin).json()
     dataset_id = server.dataset()
     params = {**TINY, "steps": 500}
     submitted = server.client.post(
@@ -269,6 +272,9 @@ def test_a_running_job_shows_its_steps_and_stops_between_two_when_cancelled(
         assert job["status"] in ("queued", "running") and time.monotonic() < deadline, job
         time.sleep(0.1)
     assert job["status"] == "running" and job["progress"]["total"] == 500
+    busy = server.client.post(complete, json={"query": QUERY}, headers=server.admin)
+    assert busy.status_code == 200, busy.text
+    assert busy.json()["scores"] == pytest.approx(idle["scores"], abs=1e-5)
     cancel = server.client.post(f"/v1/jobs/{job_id}/cancel", headers=server.admin)
     assert cancel.status_code == 200 and cancel.json()["cancel_requested"] is True
     job = server.wait(job_id, timeout=30)
