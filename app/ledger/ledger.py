@@ -185,3 +185,51 @@ def history(session: Session, dataset_id: str) -> list[LedgerEntry]:
             select(LedgerEntry).where(LedgerEntry.dataset_id == dataset_id).order_by(LedgerEntry.id)
         )
     )
+
+
+def spend_with(session: Session, budget: Budget, event: DatasetEvent, epsilon: float) -> Spend:
+    """What the dataset's spend would be with one more job charged (a quote: nothing is
+    reserved, and another admission may change the answer before a submission).
+    ``epsilon`` is the job's own epsilon, for the plain sum."""
+    live = _live_entries(session, budget.dataset_id)
+    events = [_stored_event(e) for e in live]
+    return Spend(
+        epsilon=_compose(budget, [*events, event]),
+        plain_sum=sum(e.epsilon for e in live) + epsilon,
+        jobs=len(live) + 1,
+    )
+
+
+@dataclass(frozen=True)
+class SpendPoint:
+    """The spend right after one ledger entry: composed by the budget's accountant (at the
+    budget's current delta) and the plain sum, over the jobs live at that moment."""
+
+    entry: LedgerEntry
+    epsilon: float
+    plain_sum: float
+
+
+def timeline(session: Session, budget: Budget) -> list[SpendPoint]:
+    """The spend after each of the dataset's ledger entries, in order (for a chart).
+
+    A reserve adds its job, a release removes it, a commit changes nothing (the job was
+    already counted from its reservation). Every point is priced with the budget's current
+    accountant and delta, so the last point equals :func:`spend`.
+    """
+    points: list[SpendPoint] = []
+    live: dict[str, LedgerEntry] = {}
+    for entry in history(session, budget.dataset_id):
+        if entry.kind == LedgerKind.RESERVE:
+            live[entry.job_id] = entry
+        elif entry.kind == LedgerKind.RELEASE:
+            live.pop(entry.job_id, None)
+        events = [_stored_event(e) for e in live.values()]
+        points.append(
+            SpendPoint(
+                entry=entry,
+                epsilon=_compose(budget, events),
+                plain_sum=sum(e.epsilon for e in live.values()),
+            )
+        )
+    return points

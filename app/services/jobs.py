@@ -25,6 +25,7 @@ charge follows the one rule of :func:`close_job`: charged if it read the data, e
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -147,9 +148,8 @@ def get_public_dataset(session: Session, tenant_id: str, dataset_id: str) -> Dat
     return dataset
 
 
-def submit_job(
+def plan_submission(
     session: Session,
-    queue: JobQueue,
     *,
     tenant_id: str,
     dataset_id: str,
@@ -160,8 +160,9 @@ def submit_job(
     accounting: Accounting | None = None,
     params: Mapping[str, Any] | None = None,
     public_dataset_id: str | None = None,
-) -> Job:
-    """Plan, admit and enqueue a job; returns the committed row.
+) -> PlannedJob:
+    """Check and plan a job as :func:`submit_job` admits it; nothing is stored, and the
+    session's read transaction is ended before planning. Errors as :func:`submit_job`.
 
     ``delta`` defaults to the budget's delta, ``accounting`` to the budget's (another one is
     refused). ``public_dataset_id`` is required for PromptPATE and refused otherwise. Errors:
@@ -242,7 +243,114 @@ def submit_job(
     except ValueError as err:  # CalibrationError, SynthesisError, PateError, TaskError, sampling
         raise InvalidError(str(err), code="cannot_plan") from None
     job = job_record(tenant_id, dataset_id, spec, plan, public_dataset_id)
-    event = plan.event()
+    return PlannedJob(spec=spec, plan=plan, job=job, accounting=budget_accounting)
+
+
+@dataclass(frozen=True)
+class PlannedJob:
+    """A job planned for admission: its method, plan, job row (queued, not stored) and the
+    budget's accounting."""
+
+    spec: Method
+    plan: MethodPlan
+    job: Job
+    accounting: Accounting
+
+
+@dataclass(frozen=True)
+class Quote:
+    """What a job would cost before it is submitted: its own epsilon (what the ledger would
+    reserve) and the dataset's spend, composed and summed, now and if it were admitted now."""
+
+    epsilon: float
+    delta: float
+    budget_epsilon: float
+    spend_now: ledger.Spend
+    spend_after: ledger.Spend
+
+    @property
+    def fits(self) -> bool:
+        return fits_budget(self.spend_after.epsilon, self.budget_epsilon)
+
+
+def quote_job(
+    session: Session,
+    *,
+    tenant_id: str,
+    dataset_id: str,
+    method: MethodKind | str,
+    epsilon: float,
+    delta: float | None = None,
+    shots: int = 4,
+    accounting: Accounting | None = None,
+    params: Mapping[str, Any] | None = None,
+    public_dataset_id: str | None = None,
+) -> Quote:
+    """The planner's answer for a job, without submitting it (the dashboard shows it before
+    the admin submits). The same checks and plan as :func:`submit_job`, so a job refused
+    there is refused here with the same error. The plan is discarded: a submission plans
+    afresh, and another admission may change the spend meanwhile."""
+    planned = plan_submission(
+        session,
+        tenant_id=tenant_id,
+        dataset_id=dataset_id,
+        method=method,
+        epsilon=epsilon,
+        delta=delta,
+        shots=shots,
+        accounting=accounting,
+        params=params,
+        public_dataset_id=public_dataset_id,
+    )
+    budget = session.get(Budget, dataset_id)
+    if budget is None:
+        raise _no_budget(dataset_id)
+    quote = Quote(
+        epsilon=planned.job.epsilon,
+        delta=planned.job.delta,
+        budget_epsilon=budget.epsilon,
+        spend_now=ledger.spend(session, budget),
+        spend_after=ledger.spend_with(session, budget, planned.plan.event(), planned.job.epsilon),
+    )
+    session.rollback()
+    return quote
+
+
+def submit_job(
+    session: Session,
+    queue: JobQueue,
+    *,
+    tenant_id: str,
+    dataset_id: str,
+    method: MethodKind | str,
+    epsilon: float,
+    delta: float | None = None,
+    shots: int = 4,
+    accounting: Accounting | None = None,
+    params: Mapping[str, Any] | None = None,
+    public_dataset_id: str | None = None,
+) -> Job:
+    """Plan, admit and enqueue a job; returns the committed row.
+
+    ``delta`` defaults to the budget's delta, ``accounting`` to the budget's (another one is
+    refused). ``public_dataset_id`` is required for PromptPATE and refused otherwise. Errors:
+    404 unknown dataset; 409 deleted dataset, no budget, or the job does not fit the budget
+    (``remaining`` in the error); 422 parameters that cannot run, or a dataset of the wrong
+    kind. A failed submission stores nothing.
+    """
+    planned = plan_submission(
+        session,
+        tenant_id=tenant_id,
+        dataset_id=dataset_id,
+        method=method,
+        epsilon=epsilon,
+        delta=delta,
+        shots=shots,
+        accounting=accounting,
+        params=params,
+        public_dataset_id=public_dataset_id,
+    )
+    job, event, budget_accounting = planned.job, planned.plan.event(), planned.accounting
 
     try:
         get_live_dataset(session, tenant_id, dataset_id, lock=True)
