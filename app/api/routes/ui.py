@@ -102,7 +102,8 @@ class UiRoute(APIRoute):
                     response: Response = RedirectResponse("/ui/login", status_code=303)
                 else:
                     response = _error_page(request, 401, "not signed in, or the session ended")
-                response.delete_cookie(SESSION_COOKIE, path="/ui")
+                if SESSION_COOKIE in request.cookies:  # ended or forged: forget it
+                    response.delete_cookie(SESSION_COOKIE, path="/ui")
                 return response
             except ServiceError as exc:
                 return _error_page(request, exc.status, exc.message)
