@@ -110,8 +110,15 @@ def prepare(settings: Settings, *, data_dir: Path, migrate: bool) -> tuple[Setti
         settings = settings.model_copy(update={"bootstrap_api_key": key})
         created = key if is_new else None
     if settings.ui_secret is None:
-        secret = load_or_create_ui_secret(data_dir)
-        settings = settings.model_copy(update={"ui_secret": SecretStr(secret)})
+        try:
+            secret = load_or_create_ui_secret(data_dir)
+        except OSError as error:  # a read-only folder: sessions then end at restart
+            _say(
+                f"dpsyn: cannot keep the dashboard's signing key in {data_dir} ({error}); set "
+                "DPSYN_UI_SECRET for sign-ins that survive a restart"
+            )
+        else:
+            settings = settings.model_copy(update={"ui_secret": SecretStr(secret)})
     if settings.database_url.startswith("sqlite"):
         database = make_url(settings.database_url).database
         if database and database != ":memory:":

@@ -52,8 +52,14 @@ def shot(driver: Any, name: str, height: int | None = None) -> None:
     folder = Path(SHOTS)
     folder.mkdir(parents=True, exist_ok=True)
     full = driver.execute_script("return document.documentElement.scrollHeight")
-    driver.set_window_size(1280, height or min(max(full + 20, 600), 1900))
-    driver.save_screenshot(str(folder / f"{name}.png"))
+    driver.set_window_size(1280, height or min(max(full + 120, 600), 1900))
+    from PIL import Image  # matplotlib's dependency
+
+    path = folder / f"{name}.png"
+    driver.save_screenshot(str(path))
+    with Image.open(path) as image:  # a 256-colour palette keeps the docs' PNGs small
+        small = image.convert("RGB").quantize(colors=256, method=Image.Quantize.MEDIANCUT)
+    small.save(path, optimize=True)
     driver.set_window_size(1280, 1000)
 
 
@@ -154,6 +160,7 @@ def test_an_admin_walks_through_the_dashboard(
     wait_for(driver, lambda d: by_id(d, "job-status").text == "succeeded", "the job to finish")
     assert driver.execute_script("return window.dpsynSamePage === true;")  # updated live
     assert css(driver, "#job-cancel") == []  # a finished job has no cancel button
+    assert css(driver, '[data-field="finished"]')[0].text.endswith(" UTC")
     prompt_link = wait_for(driver, lambda d: by_id(d, "job-prompt").is_displayed(), "link")
     assert prompt_link
     shot(driver, "job")

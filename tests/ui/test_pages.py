@@ -393,6 +393,8 @@ def test_upload_budget_cancel_and_query_through_the_forms(api: Api) -> None:
     status = client.get(f"/ui/jobs/{job_id}/status").json()
     assert status["status"] == "cancelled" and status["terminal"] is True
     assert 'id="job-cancel"' not in client.get(f"/ui/jobs/{job_id}").text
+    dataset_page = client.get(f"/ui/datasets/{dataset_id}").text
+    assert f'action="/ui/jobs/{job_id}/cancel"' not in dataset_page
 
     lowered = client.post(f"/ui/datasets/{dataset_id}/budget", data={**budget_form, "epsilon": "0"})
     assert lowered.status_code == 422 and "epsilon" in lowered.text

@@ -20,6 +20,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse
 from fastapi.routing import APIRoute
 from fastapi.templating import Jinja2Templates
+from jinja2 import StrictUndefined
 from pydantic import TypeAdapter, ValidationError
 from sqlalchemy.orm import Session, sessionmaker
 from starlette.datastructures import FormData, UploadFile
@@ -53,6 +54,7 @@ from app.ui.session import LOGIN_COOKIE, LOGIN_TTL_S, SESSION_COOKIE, Signer, Ui
 
 TEMPLATES = Jinja2Templates(directory=Path(__file__).resolve().parents[2] / "ui" / "templates")
 TEMPLATES.env.globals.update(spend_bar=spend_bar)
+TEMPLATES.env.undefined = StrictUndefined  # a missing variable is a bug, not an empty string
 
 
 class SignInRequiredError(Exception):
@@ -373,6 +375,7 @@ def dataset_page(request: Request, dataset_id: str, ui: AdminUi, session: Sessio
         ],
         fields=_job_fields(),
         accountings=[a.value for a in Accounting],
+        terminal=_terminal(),
     )
 
 
@@ -532,6 +535,7 @@ def job_status(job_id: str, ui: AdminUi, session: SessionDep) -> JSONResponse:
             "prompt_id": job.prompt_id,
             "cancel_requested": job.cancel_requested,
             "terminal": job.status in TERMINAL_STATUSES,
+            "finished": f"{job.finished_at:%Y-%m-%d %H:%M:%S} UTC" if job.finished_at else None,
         }
     )
 

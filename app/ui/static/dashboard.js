@@ -44,6 +44,8 @@
       }
       const text = field("progress-text");
       if (text) text.textContent = state.done + "/" + state.total;
+      const finished = field("finished");
+      if (finished && state.finished) finished.textContent = state.finished;
       const error = field("error");
       if (error) error.textContent = state.error || "";
       if (state.prompt_id) {
