@@ -53,7 +53,7 @@ class ChartPoint:
     kind: str  # reserve, commit or release
     job_id: str
     job_epsilon: float
-    composed: float
+    composed: float | None  # None: not composed (a long ledger's chart composes a subset)
     plain_sum: float
 
 
@@ -109,19 +109,25 @@ def spend_chart(points: Sequence[ChartPoint], budget: float) -> Markup:
             ("plain-sum", [p.plain_sum for p in points], PLAIN_SUM),
             ("composed", [p.composed for p in points], COMPOSED),
         ):
-            path = [f"M {left} {y_of(0):.1f}", f"H {x_of(0):.1f}"]
-            for i, value in enumerate(values):
+            # Steps after each known value; an unknown one (None) keeps the line level until
+            # the next known value (the caption says so).
+            known = [(i, v) for i, v in enumerate(values) if v is not None]
+            path = [f"M {left} {y_of(0):.1f}", f"H {x_of(known[0][0]) if known else left:.1f}"]
+            for n, (_, value) in enumerate(known):
+                end = x_of(known[n + 1][0]) if n + 1 < len(known) else left + plot_w
                 path.append(f"V {y_of(value):.1f}")
-                path.append(f"H {x_of(i + 1) if i + 1 < len(values) else left + plot_w:.1f}")
+                path.append(f"H {end:.1f}")
             parts.append(
                 f'<path class="line-{name}" d="{" ".join(path)}" fill="none" '
                 f'stroke="{colour}" stroke-width="2.5"/>'
             )
         for i, point in enumerate(points):
-            x, y = x_of(i), y_of(point.composed)
+            x = x_of(i)
+            y = y_of(point.composed if point.composed is not None else point.plain_sum)
+            composed = "not computed" if point.composed is None else _num(point.composed)
             tip = escape(
                 f"{point.at:%Y-%m-%d %H:%M:%S} {point.kind} job {point.job_id} "
-                f"(epsilon {_num(point.job_epsilon)}): composed {_num(point.composed)}, "
+                f"(epsilon {_num(point.job_epsilon)}): composed {composed}, "
                 f"sum {_num(point.plain_sum)}"
             )
             colour = MARKERS.get(point.kind, "#111827")

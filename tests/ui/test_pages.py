@@ -419,3 +419,14 @@ def test_static_files_and_error_pages_carry_the_security_headers(api: Api) -> No
     assert missing.status_code == 404 and missing.headers["x-frame-options"] == "DENY"
     assert "not found" in missing.text
     assert "content-security-policy" not in client.get("/healthz").headers
+
+
+def test_names_are_escaped_in_the_pages(api: Api) -> None:
+    evil = '<script>alert("x")</script><img src=x onerror=alert(1)>'
+    dataset = api.upload(name=evil)
+    client = api.client
+    sign_in(client, api.admin)
+    for path in ("/ui/datasets", f"/ui/datasets/{dataset['id']}"):
+        page = client.get(path).text
+        assert evil not in page and "<script>alert" not in page, path
+        assert "&lt;script&gt;alert(" in page, path
