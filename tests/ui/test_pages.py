@@ -430,3 +430,33 @@ def test_names_are_escaped_in_the_pages(api: Api) -> None:
         page = client.get(path).text
         assert evil not in page and "<script>alert" not in page, path
         assert "&lt;script&gt;alert(" in page, path
+
+
+def test_a_promptpate_job_is_quoted_and_submitted_from_the_form(api: Api) -> None:
+    from tests.api.conftest import PATE_PARAMS
+
+    dataset_id = funded(api, 5.0)
+    public = api.upload_public()
+    client = api.client
+    csrf = sign_in(client, api.admin)
+    page = client.get(f"/ui/datasets/{dataset_id}").text
+    assert f'<option value="{public["id"]}">' in page  # offered as the public dataset
+    form = {
+        "csrf": csrf,
+        "dataset_id": dataset_id,
+        "method": "promptpate",
+        "public_dataset_id": public["id"],
+        "epsilon": "3",
+        "shots": "2",
+        **{f"param_{k}": str(v) for k, v in PATE_PARAMS.items()},
+        "param_M": "2",  # a token-loop parameter left filled in: not sent for promptpate
+    }
+    quote = client.post("/ui/jobs/quote", data=form, headers={"Accept": "application/json"})
+    assert quote.status_code == 200, quote.text
+    assert quote.json()["fits"] is True
+    submitted = client.post("/ui/jobs", data=form, follow_redirects=False)
+    assert submitted.status_code == 303, submitted.text
+    job_id = submitted.headers["location"].rsplit("/", 1)[1]
+    job = api.client.get(f"/v1/jobs/{job_id}", headers=auth(api.admin)).json()
+    assert job["method"] == "promptpate" and job["public_dataset_id"] == public["id"]
+    assert job["epsilon"] == pytest.approx(quote.json()["epsilon"], rel=1e-6)
