@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Collection, Mapping
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -102,6 +103,7 @@ def job_record(
     method: Method,
     plan: MethodPlan,
     public_dataset_id: str | None = None,
+    backend: BackendKind | None = None,
 ) -> Job:
     """The job row of a planned job (status queued, nothing charged yet)."""
     stored = plan.stored()
@@ -165,9 +167,8 @@ def check_backend(method: Method, backend: BackendKind) -> None:
         )
 
 
-def submit_job(
+def plan_submission(
     session: Session,
-    queue: JobQueue,
     *,
     tenant_id: str,
     dataset_id: str,
@@ -179,16 +180,15 @@ def submit_job(
     params: Mapping[str, Any] | None = None,
     public_dataset_id: str | None = None,
     backend: BackendKind | None = None,
-) -> Job:
-    """Plan, admit and enqueue a job; returns the committed row.
+) -> PlannedJob:
+    """Check and plan a job as :func:`submit_job` admits it; nothing is stored, and the
+    session's read transaction is ended before planning. Errors as :func:`submit_job`.
 
     ``delta`` defaults to the budget's delta, ``accounting`` to the budget's (another one is
-    refused). ``public_dataset_id`` is required for PromptPATE and refused otherwise.
-    ``backend`` is the kind of model backend the service runs jobs on: a method that needs a
-    local model (PromptDPSGD) is refused on vLLM. Errors: 404 unknown dataset; 409 deleted
-    dataset, no budget, the job does not fit the budget (``remaining`` in the error), or the
-    method cannot run on this backend; 422 parameters that cannot run, or a dataset of the
-    wrong kind. A failed submission stores nothing (nor reserves anything).
+    refused). ``public_dataset_id`` is required for PromptPATE and refused otherwise. Errors:
+    404 unknown dataset; 409 deleted dataset, no budget, or the job does not fit the budget
+    (``remaining`` in the error); 422 parameters that cannot run, or a dataset of the wrong
+    kind. A failed submission stores nothing.
     """
     try:
         spec = get_method(method)
@@ -265,7 +265,120 @@ def submit_job(
     except ValueError as err:  # CalibrationError, SynthesisError, PateError, TaskError, sampling
         raise InvalidError(str(err), code="cannot_plan") from None
     job = job_record(tenant_id, dataset_id, spec, plan, public_dataset_id)
-    event = plan.event()
+    return PlannedJob(spec=spec, plan=plan, job=job, accounting=budget_accounting)
+
+
+@dataclass(frozen=True)
+class PlannedJob:
+    """A job planned for admission: its method, plan, job row (queued, not stored) and the
+    budget's accounting."""
+
+    spec: Method
+    plan: MethodPlan
+    job: Job
+    accounting: Accounting
+
+
+@dataclass(frozen=True)
+class Quote:
+    """What a job would cost before it is submitted: its own epsilon (what the ledger would
+    reserve) and the dataset's spend, composed and summed, now and if it were admitted now."""
+
+    epsilon: float
+    delta: float
+    budget_epsilon: float
+    spend_now: ledger.Spend
+    spend_after: ledger.Spend
+
+    @property
+    def fits(self) -> bool:
+        return fits_budget(self.spend_after.epsilon, self.budget_epsilon)
+
+
+def quote_job(
+    session: Session,
+    *,
+    tenant_id: str,
+    dataset_id: str,
+    method: MethodKind | str,
+    epsilon: float,
+    delta: float | None = None,
+    shots: int = 4,
+    accounting: Accounting | None = None,
+    params: Mapping[str, Any] | None = None,
+    public_dataset_id: str | None = None,
+    backend: BackendKind | None = None,
+) -> Quote:
+    """The planner's answer for a job, without submitting it (the dashboard shows it before
+    the admin submits). The same checks and plan as :func:`submit_job`, so a job refused
+    there is refused here with the same error. The plan is discarded: a submission plans
+    afresh, and another admission may change the spend meanwhile."""
+    planned = plan_submission(
+        session,
+        tenant_id=tenant_id,
+        dataset_id=dataset_id,
+        method=method,
+        epsilon=epsilon,
+        delta=delta,
+        shots=shots,
+        accounting=accounting,
+        params=params,
+        public_dataset_id=public_dataset_id,
+        backend=backend,
+    )
+    budget = session.get(Budget, dataset_id)
+    if budget is None:
+        raise _no_budget(dataset_id)
+    quote = Quote(
+        epsilon=planned.job.epsilon,
+        delta=planned.job.delta,
+        budget_epsilon=budget.epsilon,
+        spend_now=ledger.spend(session, budget),
+        spend_after=ledger.spend_with(session, budget, planned.plan.event(), planned.job.epsilon),
+    )
+    session.rollback()
+    return quote
+
+
+def submit_job(
+    session: Session,
+    queue: JobQueue,
+    *,
+    tenant_id: str,
+    dataset_id: str,
+    method: MethodKind | str,
+    epsilon: float,
+    delta: float | None = None,
+    shots: int = 4,
+    accounting: Accounting | None = None,
+    params: Mapping[str, Any] | None = None,
+    public_dataset_id: str | None = None,
+    backend: BackendKind | None = None,
+) -> Job:
+    """Plan, admit and enqueue a job; returns the committed row.
+
+    ``delta`` defaults to the budget's delta, ``accounting`` to the budget's (another one is
+    refused). ``public_dataset_id`` is required for PromptPATE and refused otherwise.
+    ``backend`` is the kind of model backend the service runs jobs on: a method that needs
+    the local model (PromptDPSGD) is refused on vLLM. Errors: 404 unknown dataset; 409
+    deleted dataset, no budget, the job does not fit the budget (``remaining`` in the error),
+    or the method cannot run on this backend; 422 parameters that cannot run, or a dataset of
+    the wrong kind. A failed submission stores nothing (nor reserves anything).
+    """
+    planned = plan_submission(
+        session,
+        tenant_id=tenant_id,
+        dataset_id=dataset_id,
+        method=method,
+        epsilon=epsilon,
+        delta=delta,
+        shots=shots,
+        accounting=accounting,
+        params=params,
+        public_dataset_id=public_dataset_id,
+        backend=backend,
+    )
+    job, event, budget_accounting = planned.job, planned.plan.event(), planned.accounting
 
     try:
         get_live_dataset(session, tenant_id, dataset_id, lock=True)
