@@ -114,3 +114,22 @@ def test_a_worker_on_vllm_fails_the_job_before_it_reads_a_record(api: Api) -> No
         row = session.get(Job, job_id)
         assert row is not None and row.touched_data is False
     assert ledger_rows(api.url, dataset["id"]) == ["reserve", "release"]
+
+
+def test_the_planners_quote_refuses_it_too(vllm_api: Api) -> None:
+    """The dashboard quotes a job with the same checks as a submission (``plan_submission``)."""
+    from app.db.models import Dataset
+    from app.services.errors import ConflictError
+    from app.services.jobs import quote_job
+
+    api = vllm_api
+    dataset = api.upload()
+    assert api.budget(dataset["id"], 5.0).status_code == 200
+    with session_scope(api.url) as session:
+        row = session.get(Dataset, dataset["id"])
+        assert row is not None
+        args = {"tenant_id": row.tenant_id, "dataset_id": row.id, "epsilon": 1.0}
+        with pytest.raises(ConflictError, match="needs the local transformers backend"):
+            quote_job(session, method="promptdpsgd", backend=BackendKind.VLLM, **args)
+        quote = quote_job(session, method="promptdpsgd", backend=BackendKind.TRANSFORMERS, **args)
+        assert 0 < quote.epsilon <= 1.0 and quote.fits
