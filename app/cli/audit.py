@@ -1,4 +1,5 @@
-"""``dpsyn audit``: membership inference (Duan et al.) on real and AdaDPSyn 1-shot prompts.
+"""``dpsyn audit``: membership inference (Duan et al.) on real and AdaDPSyn 1-shot prompts,
+and on PromptDPSGD soft prompts (``--dpsgd-trials``).
 
 See :mod:`app.eval.audit` for the design. Progress goes to stderr; no record text is printed.
 """
@@ -61,7 +62,26 @@ def audit_command(
         int | None,
         typer.Option("--candidates", min=2, help="Per real trial: 1 member + the rest held out."),
     ] = None,
-    epsilon: Annotated[float, typer.Option("--epsilon", help="AdaDPSyn target (> 0).")] = 8.0,
+    dpsgd_trials: Annotated[
+        int,
+        typer.Option(
+            "--dpsgd-trials",
+            min=0,
+            help="PromptDPSGD trials (default 0): each trains a soft prompt on a member subset.",
+        ),
+    ] = 0,
+    dpsgd_members: Annotated[
+        int, typer.Option("--dpsgd-members", min=2, help="PromptDPSGD: members per trial.")
+    ] = 32,
+    dpsgd_steps: Annotated[
+        int, typer.Option("--dpsgd-steps", min=1, help="PromptDPSGD: DP-SGD steps per trial.")
+    ] = 10,
+    dpsgd_batch_size: Annotated[
+        int, typer.Option("--dpsgd-batch-size", min=1, help="PromptDPSGD: expected batch.")
+    ] = 8,
+    epsilon: Annotated[
+        float, typer.Option("--epsilon", help="AdaDPSyn and PromptDPSGD target (> 0).")
+    ] = 8.0,
     M: Annotated[int | None, typer.Option("--M", min=1)] = None,
     N: Annotated[int | None, typer.Option("--N", min=1)] = None,
     tmax: Annotated[int | None, typer.Option("--tmax", min=1)] = None,
@@ -103,7 +123,13 @@ def audit_command(
         "K": K,
     }
     base.update({key: value for key, value in given.items() if value is not None})
-    config = AuditConfig(**base, epsilon=epsilon, accounting=accounting, seed=seed)
+    dpsgd = {
+        "dpsgd_trials": dpsgd_trials,
+        "dpsgd_members": dpsgd_members,
+        "dpsgd_steps": dpsgd_steps,
+        "dpsgd_batch_size": dpsgd_batch_size,
+    }
+    config = AuditConfig(**base, **dpsgd, epsilon=epsilon, accounting=accounting, seed=seed)
     task = BUILTIN_TASKS[name]
     train = (data_dir or default_data_dir()) / TRAIN_FILES[name]
     target = out_dir or Path("out") / "audit" / name
@@ -120,7 +146,7 @@ def audit_command(
             "dataset": name,
             "model": llm.name or model or DEFAULT_MODEL,
             "seed": seed,
-            "config": {**base, "epsilon": epsilon, "accounting": accounting.value},
+            "config": {**base, **dpsgd, "epsilon": epsilon, "accounting": accounting.value},
             "train_records": len(records),
             "seconds": time.perf_counter() - started,
         }

@@ -107,6 +107,13 @@ def eval_command(
         AdaDPSynVariant | None,
         typer.Option("--variant", help="AdaDPSyn variant: pooled (default) or paper."),
     ] = None,
+    dpsgd_steps: Annotated[
+        int | None, typer.Option("--dpsgd-steps", min=1, help="PromptDPSGD steps (30).")
+    ] = None,
+    dpsgd_batch_size: Annotated[
+        int | None,
+        typer.Option("--dpsgd-batch-size", min=1, help="PromptDPSGD expected batch (16)."),
+    ] = None,
 ) -> None:
     """Evaluate ICL accuracy of DP synthetic prompts against the papers' baselines."""
     if dataset not in DATASETS:
@@ -134,7 +141,14 @@ def eval_command(
         overrides=overrides,
         calibrated=calibrate,
         pate=dict(base.pate),
-        dpsgd=dict(base.dpsgd),
+        dpsgd={
+            **base.dpsgd,
+            **{
+                k: v
+                for k, v in {"steps": dpsgd_steps, "batch_size": dpsgd_batch_size}.items()
+                if v is not None
+            },
+        },
         baselines=baselines,
     )
     try:

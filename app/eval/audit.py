@@ -27,6 +27,15 @@ Design
   prompt); as many non-members of label ``L`` are drawn from the held-out pool. The
   synthetic 1-shot prompt is the demonstration AdaDPSyn released. ``delta`` is
   ``1 / |training set|``.
+* **(c) PromptDPSGD soft prompts** (``dpsgd_trials``, off unless asked: each trial trains).
+  Per trial: ``dpsgd_members`` records are drawn from the member pool (all labels) and a soft
+  prompt is trained on exactly them with DP-SGD at the target ``epsilon`` (the defaults of
+  :class:`~app.promptdpsgd.config.PromptDpsgdConfig` otherwise, with ``dpsgd_steps`` and
+  ``dpsgd_batch_size``); members are those records, and as many non-members with the same
+  labels are drawn from the held-out pool. The scores come through
+  :class:`~app.promptdpsgd.backend.SoftPromptedBackend`. Every step samples from the small
+  member set at rate ``batch_size / dpsgd_members``, the setting most favourable to the
+  attacker at that epsilon.
 * **Score.** For each candidate as the query, the score of its true label by
   :func:`app.synthesis.scoring.label_probabilities`, the scorer ``/complete`` answers with
   (when the labels' answers start with different tokens: the probability of the first token
@@ -185,6 +194,10 @@ class AuditConfig:
     K: int = 100
     accounting: Accounting = Accounting.TIGHT
     seed: int = 0
+    dpsgd_trials: int = 0  # PromptDPSGD attack (c): each trial trains a soft prompt
+    dpsgd_members: int = 32
+    dpsgd_steps: int = 10
+    dpsgd_batch_size: int = 8
 
 
 @dataclass
@@ -334,6 +347,59 @@ def run_synthetic(
     return AttackSummary("adadpsyn", results, config.seed, extra)
 
 
+def run_promptdpsgd(
+    task: TaskSpec,
+    backend: LLMBackend,
+    pools: Pools,
+    config: AuditConfig,
+    rng: np.random.Generator,
+    progress: Progress | None = None,
+) -> AttackSummary:
+    """Attack (c): soft prompts trained with DP-SGD on a member subset."""
+    from app.promptdpsgd.backend import SoftPromptedBackend
+    from app.promptdpsgd.config import PromptDpsgdConfig
+    from app.promptdpsgd.plan import plan_promptdpsgd
+    from app.promptdpsgd.train import run_promptdpsgd
+
+    held_by = pools.by_label("held_out")
+    delta = 1.0 / (len(pools.members) + len(pools.held_out))
+    results, spent = [], []
+    for number in range(1, config.dpsgd_trials + 1):
+        chosen = _draw(list(range(len(pools.members))), config.dpsgd_members, rng, "members")
+        members = [pools.members[i] for i in chosen]
+        dpsgd = PromptDpsgdConfig(
+            epsilon=config.epsilon,
+            delta=delta,
+            accounting=config.accounting,
+            steps=config.dpsgd_steps,
+            batch_size=config.dpsgd_batch_size,
+            seed=int(rng.integers(2**31)),
+        )
+        plan = plan_promptdpsgd(task, len(members), dpsgd)
+        result = run_promptdpsgd(task, members, plan, backend)
+        assert result.soft_prompt is not None
+        spent.append(result.epsilon)
+        non = []
+        for label in task.labels:
+            wanted = sum(m.label == label for m in members)
+            if wanted:
+                picked = _draw(held_by.get(label, []), wanted, rng, f"held-out of {label!r}")
+                non += [pools.held_out[i] for i in picked]
+        scorer = SoftPromptedBackend(backend, result.soft_prompt)
+        results.append(_result(task, scorer, result.prompt, members, non))
+        if progress is not None:
+            progress("promptdpsgd", number, config.dpsgd_trials)
+    extra: dict[str, object] = {
+        "epsilon": config.epsilon,
+        "epsilon_spent_max": max(spent) if spent else None,
+        "delta": delta,
+        "members_per_trial": config.dpsgd_members,
+        "steps": config.dpsgd_steps,
+        "batch_size": config.dpsgd_batch_size,
+    }
+    return AttackSummary("promptdpsgd", results, config.seed, extra)
+
+
 def run_audit(
     task: TaskSpec,
     records: Sequence[Record],
@@ -351,8 +417,10 @@ def run_audit(
         out["real"] = run_real(task, backend, pools, config, rng, progress)
     if config.synthetic_trials > 0:
         out["adadpsyn"] = run_synthetic(task, backend, pools, config, rng, progress)
+    if config.dpsgd_trials > 0:
+        out["promptdpsgd"] = run_promptdpsgd(task, backend, pools, config, rng, progress)
     if not out:
-        raise ValueError("nothing to run: both trial counts are 0")
+        raise ValueError("nothing to run: every trial count is 0")
     return out
 
 
@@ -364,6 +432,8 @@ _TITLES = {"real": "Real 1-shot prompt (ε = ∞)", "adadpsyn": "AdaDPSyn 1-shot
 def _title(summary: AttackSummary) -> str:
     if summary.name == "adadpsyn":
         return f"AdaDPSyn 1-shot prompt (ε = {summary.extra['epsilon']:g})"
+    if summary.name == "promptdpsgd":
+        return f"PromptDPSGD soft prompt (ε = {summary.extra['epsilon']:g})"
     return _TITLES.get(summary.name, summary.name)
 
 

@@ -54,3 +54,26 @@ def test_a_backend_without_gradients_is_refused():
     train: list[Record] = records(40)
     with pytest.raises(GradientAccessError):
         run_experiment(SST2, train, records(6), FakeBackend(marker="Review:"), CONFIG)
+
+
+def test_the_audit_attacks_soft_prompts_trained_on_member_subsets():
+    from app.eval.audit import AuditConfig, run_audit
+
+    config = AuditConfig(
+        trials=0,
+        synthetic_trials=0,
+        dpsgd_trials=2,
+        dpsgd_members=6,
+        dpsgd_steps=2,
+        dpsgd_batch_size=3,
+        epsilon=8.0,
+    )
+    seen = []
+    out = run_audit(SST2, records(60, seed=4), tiny_backend(), config, lambda *a: seen.append(a))
+    summary = out["promptdpsgd"]
+    assert seen == [("promptdpsgd", 1, 2), ("promptdpsgd", 2, 2)]
+    for trial in summary.trials:
+        assert len(trial.member_scores) == len(trial.non_member_scores) == 6
+        assert 0.0 <= trial.auc <= 1.0
+    assert summary.extra["epsilon_spent_max"] <= 8.0
+    assert "promptdpsgd" in summary.to_dict()["name"]
