@@ -275,6 +275,7 @@ def synthesize_command(
         f"({result.method}, {accounting.value} accounting, model {result.model})"
     )
     if out is not None:
+        out.parent.mkdir(parents=True, exist_ok=True)  # a long run's result is not lost
         out.write_text(json.dumps(result.to_dict(), indent=2))
         typer.echo(f"wrote {out}")
         if result.soft_prompt is not None:

@@ -33,14 +33,14 @@ def tickets(tmp_path):
 
 
 def test_it_trains_and_writes_the_soft_prompt_beside_the_json(tickets, tmp_path):
-    out = tmp_path / "prompt.json"
+    out = tmp_path / "new" / "prompt.json"  # the folder is created
     result = runner.invoke(
         app,
         ["synthesize", "--data", str(tickets), *BASE, *SMALL, "--epsilon", "4", "--out", str(out)],
     )
     assert result.exit_code == 0, result.output
     doc = json.loads(out.read_text())
-    soft = SoftPrompt.from_bytes((tmp_path / "prompt.safetensors").read_bytes())
+    soft = SoftPrompt.from_bytes((tmp_path / "new" / "prompt.safetensors").read_bytes())
     assert soft.model == "tiny-llama" and soft.length == 3
     assert doc["soft_prompt"]["sha256"] == soft.sha256
     assert doc["method"] == "promptdpsgd" and doc["demonstrations"] == []
