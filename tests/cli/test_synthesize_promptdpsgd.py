@@ -17,9 +17,16 @@ BASE = ["--task", "custom", "--labels", "billing,network", "--label-col", "categ
 SMALL = ["--method", "promptdpsgd", "--steps", "2", "--batch-size", "4", "--prompt-length", "3"]
 
 
+BUILT: list[dict] = []
+
+
 @pytest.fixture(autouse=True)
 def tiny(monkeypatch):
-    monkeypatch.setattr("app.cli.synthesize.make_backend", lambda kind, **kw: tiny_backend())
+    def build(kind, **kw):
+        BUILT.append(kw)
+        return tiny_backend()
+
+    monkeypatch.setattr("app.cli.synthesize.make_backend", build)
 
 
 @pytest.fixture
@@ -47,6 +54,7 @@ def test_it_trains_and_writes_the_soft_prompt_beside_the_json(tickets, tmp_path)
     assert doc["epsilon"] <= 4.0 and doc["event"]["type"] == "dpsgd"
     assert "soft prompt" in result.stdout and "secretticket" not in result.output
     assert "secretticket" not in out.read_text()
+    assert BUILT[-1]["dtype"] == "float32"  # auto: training in bfloat16 is 5x slower on CPU
 
 
 @pytest.mark.parametrize(
