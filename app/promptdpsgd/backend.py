@@ -14,7 +14,9 @@ or of another hidden size, is refused with :class:`SoftPromptMismatch`.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
+from contextlib import AbstractContextManager, nullcontext
 
 import numpy as np
 import torch
@@ -32,6 +34,7 @@ __all__ = [
     "SoftPromptedBackend",
     "hidden_size",
     "local_backend",
+    "model_lock",
 ]
 
 
@@ -74,6 +77,22 @@ def local_backend(backend: LLMBackend | object) -> TransformersBackend:
     return inner
 
 
+def model_lock(backend: LLMBackend | object) -> AbstractContextManager[object]:
+    """The lock that serialises the local model's forward passes, if a wrapper of
+    ``backend`` holds one (``RetryingBackend(..., lock=provider.use_lock)``: the job runner
+    and ``/complete`` share one model, whose passes are not re-entrant); else a no-op.
+    The trainer calls the model directly, so it takes this lock around each step."""
+    inner = backend
+    for _ in range(8):
+        lock = getattr(inner, "_lock", None)
+        if isinstance(lock, type(threading.Lock())):
+            return lock
+        if not hasattr(inner, "_backend"):
+            break
+        inner = inner._backend
+    return nullcontext()
+
+
 def hidden_size(backend: TransformersBackend) -> int:
     """Width of the model's input embeddings (what a soft prompt's rows must have)."""
     return int(backend.model.get_input_embeddings().weight.shape[1])
@@ -95,7 +114,13 @@ def check_soft_prompt(backend: TransformersBackend, soft_prompt: SoftPrompt) -> 
 
 
 class SoftPromptedBackend:
-    """An :class:`LLMBackend` that puts ``soft_prompt`` in front of every prompt."""
+    """An :class:`LLMBackend` that puts ``soft_prompt`` in front of every prompt.
+
+    It calls the local model directly (the retry layer of ``inner``, if any, is unwrapped),
+    and takes no lock itself: where the model is shared between threads, wrap *this* object
+    in ``RetryingBackend(..., lock=provider.use_lock)`` as for any backend (taking the lock
+    here too would deadlock on that non-reentrant lock).
+    """
 
     def __init__(self, inner: LLMBackend | object, soft_prompt: SoftPrompt) -> None:
         local = local_backend(inner)

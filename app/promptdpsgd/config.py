@@ -52,7 +52,7 @@ class PromptDpsgdConfig(BaseModel):
         ),
     )
     prompt_length: int = Field(8, ge=1, le=64, description="Soft prompt tokens (trainable).")
-    steps: int = Field(30, ge=1, le=10_000, description="DP-SGD steps.")
+    steps: int = Field(60, ge=1, le=10_000, description="DP-SGD steps.")
     batch_size: int = Field(
         16,
         ge=1,

@@ -17,9 +17,16 @@ BASE = ["--task", "custom", "--labels", "billing,network", "--label-col", "categ
 SMALL = ["--method", "promptdpsgd", "--steps", "2", "--batch-size", "4", "--prompt-length", "3"]
 
 
+BUILT: list[dict] = []
+
+
 @pytest.fixture(autouse=True)
 def tiny(monkeypatch):
-    monkeypatch.setattr("app.cli.synthesize.make_backend", lambda kind, **kw: tiny_backend())
+    def build(kind, **kw):
+        BUILT.append(kw)
+        return tiny_backend()
+
+    monkeypatch.setattr("app.cli.synthesize.make_backend", build)
 
 
 @pytest.fixture
@@ -33,20 +40,21 @@ def tickets(tmp_path):
 
 
 def test_it_trains_and_writes_the_soft_prompt_beside_the_json(tickets, tmp_path):
-    out = tmp_path / "prompt.json"
+    out = tmp_path / "new" / "prompt.json"  # the folder is created
     result = runner.invoke(
         app,
         ["synthesize", "--data", str(tickets), *BASE, *SMALL, "--epsilon", "4", "--out", str(out)],
     )
     assert result.exit_code == 0, result.output
     doc = json.loads(out.read_text())
-    soft = SoftPrompt.from_bytes((tmp_path / "prompt.safetensors").read_bytes())
+    soft = SoftPrompt.from_bytes((tmp_path / "new" / "prompt.safetensors").read_bytes())
     assert soft.model == "tiny-llama" and soft.length == 3
     assert doc["soft_prompt"]["sha256"] == soft.sha256
     assert doc["method"] == "promptdpsgd" and doc["demonstrations"] == []
     assert doc["epsilon"] <= 4.0 and doc["event"]["type"] == "dpsgd"
     assert "soft prompt" in result.stdout and "secretticket" not in result.output
     assert "secretticket" not in out.read_text()
+    assert BUILT[-1]["dtype"] == "float32"  # auto: training in bfloat16 is 5x slower on CPU
 
 
 @pytest.mark.parametrize(

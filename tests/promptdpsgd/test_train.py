@@ -231,3 +231,33 @@ def test_training_without_noise_learns_a_word_to_label_rule(gemma):
     )
     after = accuracy(SoftPromptedBackend(gemma, trained))
     assert after >= 0.75 and after > before + 0.2  # measured: 0.5 -> 0.92
+
+
+def test_training_takes_the_shared_model_lock_around_each_step(tiny):
+    import threading
+
+    from app.llm.retry import RetryingBackend, RetryPolicy
+    from app.promptdpsgd.backend import model_lock
+
+    lock = threading.Lock()
+    wrapped = RetryingBackend(tiny, retry=RetryPolicy(), lock=lock)
+    assert model_lock(wrapped) is lock
+    held = []
+    original = tiny.model.forward
+
+    def forward(*args, **kwargs):
+        held.append(lock.locked())
+        return original(*args, **kwargs)
+
+    tiny.model.forward = forward
+    config = PromptDpsgdConfig(epsilon=1.0, prompt_length=2, steps=2, batch_size=4)
+    train_soft_prompt(
+        SST2,
+        records(8),
+        wrapped,
+        config=config,
+        noise_multiplier=0.0,
+        sampling=FixedSizeSampling(population=8, groups=1, group_size=4),
+        rng=np.random.default_rng(0),
+    )
+    assert held and all(held)
