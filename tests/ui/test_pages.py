@@ -460,3 +460,30 @@ def test_a_promptpate_job_is_quoted_and_submitted_from_the_form(api: Api) -> Non
     job = api.client.get(f"/v1/jobs/{job_id}", headers=auth(api.admin)).json()
     assert job["method"] == "promptpate" and job["public_dataset_id"] == public["id"]
     assert job["epsilon"] == pytest.approx(quote.json()["epsilon"], rel=1e-6)
+
+
+def test_a_soft_prompt_is_shown_and_downloadable_by_its_tenant_only(api: Api) -> None:
+    """A PromptDPSGD prompt set's page shows the soft prompt's shape and hash and links its
+    file, served to the session as the API serves it; another tenant gets 404."""
+    from tests.api.test_soft_prompts import run_with_soft_prompt, soft_prompt
+
+    dataset_id = funded(api)
+    job_id = api.submit(dataset_id).json()["id"]
+    soft = soft_prompt(length=3, hidden=16)
+    run_with_soft_prompt(api, job_id, soft)
+    prompt_id = api.client.get(f"/v1/jobs/{job_id}", headers=auth(api.admin)).json()["prompt_id"]
+    client = api.client
+    sign_in(client, api.reader)
+    page = client.get(f"/ui/prompts/{prompt_id}")
+    assert page.status_code == 200
+    assert soft.sha256 in page.text and "3 tokens &times; 16" in page.text
+    download = client.get(f"/ui/prompts/{prompt_id}/soft-prompt")
+    assert download.status_code == 200
+    assert download.content == soft.to_bytes()
+    assert download.headers["x-content-sha256"] == soft.sha256
+    plain = finished_job(api, dataset_id)["prompt_id"]
+    assert "soft-prompt-download" not in client.get(f"/ui/prompts/{plain}").text
+    assert client.get(f"/ui/prompts/{plain}/soft-prompt").status_code == 404
+    client.cookies.clear()
+    sign_in(client, api.other)
+    assert client.get(f"/ui/prompts/{prompt_id}/soft-prompt").status_code == 404

@@ -569,6 +569,21 @@ def prompt_page(request: Request, prompt_id: str, ui: AnyUi, session: SessionDep
     return _page(request, "prompt.html", ui, prompt=PromptPublic.from_row(row), answer=None)
 
 
+@router.get("/prompts/{prompt_id}/soft-prompt")
+def download_soft_prompt(prompt_id: str, ui: AnyUi, session: SessionDep) -> Response:
+    """The soft prompt's safetensors file, as ``GET /v1/prompts/{id}/soft-prompt`` serves
+    it (same tenant check, same hash check), for a signed-in browser."""
+    file = prompt_service.get_soft_prompt_file(session, ui.principal.tenant_id, prompt_id)
+    return Response(
+        content=file.data,
+        media_type="application/octet-stream",
+        headers={
+            "Content-Disposition": f'attachment; filename="{file.filename}"',
+            "X-Content-SHA256": file.sha256,
+        },
+    )
+
+
 @router.post("/prompts/{prompt_id}/complete", response_class=HTMLResponse)
 async def complete(
     request: Request, prompt_id: str, ui: AnyUi, session: SessionDep, provider: ProviderDep
