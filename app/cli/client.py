@@ -497,7 +497,8 @@ jobs_app = typer.Typer(help="Synthesis jobs.", no_args_is_help=True)
 
 
 def _unit(job: dict[str, Any]) -> str:
-    return "public inputs" if job["method"] == MethodKind.PROMPTPATE else "tokens"
+    units = {MethodKind.PROMPTPATE: "public inputs", MethodKind.PROMPTDPSGD: "steps"}
+    return units.get(job["method"], "tokens")
 
 
 def _describe_job(job: dict[str, Any]) -> str:
@@ -647,7 +648,7 @@ def jobs_submit(
             job = api.call("POST", "/v1/jobs", json=body)
             if not quiet and not as_json:
                 out.print(_describe_job(job), markup=False)
-                if method is not MethodKind.PROMPTPATE:
+                if method in (MethodKind.TANG, MethodKind.ADADPSYN):  # token-loop settings
                     _print_settings(api, dataset, method.value, shots, params)
             if wait:
                 job = _wait(api, job, interval=poll, timeout=timeout)
