@@ -20,7 +20,7 @@ from app.api.errors import install_error_handlers
 from app.api.limits import install_limits
 from app.api.openapi import declare_errors, install_openapi
 from app.api.overload import install_overload_protection
-from app.api.routes import budgets, datasets, health, jobs, keys, prompts
+from app.api.routes import budgets, datasets, health, jobs, keys, prompts, ui
 from app.db.migrate import upgrade
 from app.db.session import PoolLimits, get_engine
 from app.llm.provider import BackendProvider
@@ -28,6 +28,7 @@ from app.log_redaction import install_log_redaction
 from app.services.metrics import make_registry
 from app.services.tenants import ensure_bootstrap_key
 from app.settings import Settings, get_settings
+from app.ui.web import install_dashboard
 from workers.queue import JobQueue
 
 DESCRIPTION = """Differentially private prompt synthesis (AdaDPSyn, DP few-shot generation).
@@ -102,5 +103,7 @@ def create_app(
     for module in (datasets, budgets, jobs, prompts, keys, health):
         declare_errors(module.router)
         app.include_router(module.router)
+    app.include_router(ui.router)  # the web dashboard (docs/dashboard.md), not in the schema
+    install_dashboard(app, settings)
     install_openapi(app)
     return app

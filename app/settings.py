@@ -10,7 +10,7 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from app.llm.factory import BackendKind
@@ -137,6 +137,18 @@ class Settings(BaseSettings):
         True,
         description="dpsyn serve applies the migrations at start. Set false on API replicas "
         "that start after a one-shot 'dpsyn migrate', so that replicas never race on the schema.",
+    )
+
+    # --- Web dashboard (docs/dashboard.md) ------------------------------------------------
+    ui_secret: SecretStr | None = Field(
+        None,
+        min_length=32,
+        description="Key that signs the dashboard's session cookies. Unset: dpsyn serve "
+        "keeps one in its data directory (embedded), else each process makes a random one "
+        "(sessions then end at restart and do not cross replicas: set it behind several).",
+    )
+    ui_session_ttl_s: int = Field(
+        8 * 3600, gt=0, description="How long a dashboard sign-in lasts (absolute expiry)."
     )
 
     @model_validator(mode="after")

@@ -16,7 +16,8 @@ that floods the service should be turned away before it takes a database connect
   429 ``rate_limited`` with ``Retry-After``. Off by default. Per server process: behind
   several processes a key gets that many per process. ``/healthz``, ``/metrics`` and the docs
   are not limited.
-* Body: ``DPSYN_MAX_BODY_BYTES`` on every route but the dataset upload, which has
+* Body: ``DPSYN_MAX_BODY_BYTES`` on every route but the dataset uploads (the API's and the
+  dashboard's form), which have
   ``DPSYN_MAX_UPLOAD_BYTES`` (plus room for the multipart framing). A declared
   ``Content-Length`` over the limit answers 413 at once; a body sent without one is counted
   as it streams, and reading past the limit answers 413 (``too_large``).
@@ -42,6 +43,7 @@ from app.settings import Settings
 
 MAX_SEGMENT = 128
 UPLOAD_OVERHEAD = 64 * 1024  # multipart boundaries and the small form fields around the file
+UPLOAD_PATHS = frozenset({"/v1/datasets", "/ui/datasets/upload"})  # the dashboard's form too
 UNLIMITED_PATHS = frozenset({"/healthz", "/metrics", "/docs", "/redoc", "/openapi.json"})
 _MAX_BUCKETS = 10_000
 
@@ -157,7 +159,7 @@ class RequestLimits:
 
     def _body_limit(self, scope: Scope) -> tuple[int, int, str]:
         """The bytes allowed, the limit to state, and its setting."""
-        if scope["method"] == "POST" and scope["path"].rstrip("/") == "/v1/datasets":
+        if scope["method"] == "POST" and scope["path"].rstrip("/") in UPLOAD_PATHS:
             upload = self.settings.max_upload_bytes
             return upload + UPLOAD_OVERHEAD, upload, "DPSYN_MAX_UPLOAD_BYTES"
         return self.settings.max_body_bytes, self.settings.max_body_bytes, "DPSYN_MAX_BODY_BYTES"

@@ -30,7 +30,8 @@ _DESCRIPTIONS = {
     401: "Missing, invalid or revoked API key (or metrics token).",
     403: "The key's scope does not allow this route.",
     404: "No such resource for this tenant (another tenant's answers 404 too).",
-    409: "Conflicts with the resource's state (budget exceeded, job finished, ...).",
+    409: "Conflicts with the resource's state (budget exceeded, job finished, ...) or with "
+    "the server's model (a soft prompt trained for another model, or served by vLLM).",
     413: "Request body, upload, record count or one record over its limit.",
     415: "Unsupported Content-Type.",
     422: "Invalid parameters or body; the message names the field and the rule.",
@@ -50,6 +51,8 @@ _SPECIFIC: dict[tuple[str, str], set[int]] = {
     ("PUT", "/v1/datasets/{dataset_id}/budget"): {409},
     ("POST", "/v1/jobs"): {404, 409},
     ("POST", "/v1/jobs/{job_id}/cancel"): {409},
+    # A soft prompt on a vLLM server, or on a server running another model.
+    ("POST", "/v1/prompts/{prompt_id}/complete"): {409},
     ("GET", "/metrics"): {401},
 }
 
@@ -103,6 +106,7 @@ _DATASET = "/v1/datasets/{dataset_id}"
 _BUDGET = "/v1/datasets/{dataset_id}/budget"
 _JOB, _CANCEL = "/v1/jobs/{job_id}", "/v1/jobs/{job_id}/cancel"
 _PROMPT, _COMPLETE = "/v1/prompts/{prompt_id}", "/v1/prompts/{prompt_id}/complete"
+_SOFT = "/v1/prompts/{prompt_id}/soft-prompt"
 _KEY = "/v1/keys/{key_id}"
 # Where an ID comes from (operation, status, JSON pointer into its body) and which operations'
 # path parameter it fills: OpenAPI links, which clients and stateful testers follow.
@@ -126,8 +130,22 @@ _LINK_SOURCES: list[tuple[str, str, str, str, str, list[tuple[str, str]]]] = [
     ("PUT", _BUDGET, "200", "/dataset_id", "dataset_id", [("GET", _BUDGET), ("GET", _DATASET)]),
     ("POST", "/v1/jobs", "201", "/id", "job_id", [("GET", _JOB), ("POST", _CANCEL)]),
     ("GET", "/v1/jobs", "200", "/0/id", "job_id", [("GET", _JOB), ("POST", _CANCEL)]),
-    ("GET", _JOB, "200", "/prompt_id", "prompt_id", [("GET", _PROMPT), ("POST", _COMPLETE)]),
-    ("GET", "/v1/prompts", "200", "/0/id", "prompt_id", [("GET", _PROMPT), ("POST", _COMPLETE)]),
+    (
+        "GET",
+        _JOB,
+        "200",
+        "/prompt_id",
+        "prompt_id",
+        [("GET", _PROMPT), ("POST", _COMPLETE), ("GET", _SOFT)],
+    ),
+    (
+        "GET",
+        "/v1/prompts",
+        "200",
+        "/0/id",
+        "prompt_id",
+        [("GET", _PROMPT), ("POST", _COMPLETE), ("GET", _SOFT)],
+    ),
     ("POST", "/v1/keys", "201", "/id", "key_id", [("DELETE", _KEY)]),
     ("GET", "/v1/keys", "200", "/0/id", "key_id", [("DELETE", _KEY)]),
 ]

@@ -330,14 +330,16 @@ class JobCreate(_Request):
         strict=True,
         ge=1,
         le=64,
-        description="Demonstrations to generate (promptpate: in the student prompt).",
+        description="Demonstrations to generate (promptpate: in the student prompt; "
+        "promptdpsgd: ignored, its prompt is params.prompt_length soft tokens).",
     )
     accounting: Accounting | None = Field(None, description="Must be the budget's (default).")
     params: JobParams | None = None  # type: ignore[valid-type]
 
 
 class Progress(BaseModel):
-    """Tokens generated out of planned; promptpate: public inputs processed out of sampled."""
+    """Tokens generated out of planned; promptpate: public inputs processed out of sampled;
+    promptdpsgd: DP-SGD steps done out of planned."""
 
     done: int
     total: int
@@ -360,7 +362,8 @@ class JobPublic(BaseModel):
     stats: dict[str, float | int | bool] | None = Field(
         description="promptpate, once succeeded: processed (inputs put to the teachers), "
         "answered (queries that passed the noisy threshold check and got a label), rejected, "
-        "budget_exhausted, spent_mu, budget_mu, holdout_accuracy. DP outputs only."
+        "budget_exhausted, spent_mu, budget_mu, holdout_accuracy. promptdpsgd: steps, "
+        "prompt_length, noise_multiplier. DP outputs or public settings only."
     )
     created_at: Timestamp
     started_at: Timestamp | None
@@ -399,6 +402,31 @@ class Demonstration(BaseModel):
     text: str
 
 
+class SoftPromptPublic(BaseModel):
+    """A PromptDPSGD soft prompt: ``length`` input embeddings of ``hidden`` values, trained
+    for ``model`` (``/complete`` refuses it on a server running another model)."""
+
+    model: str
+    length: int = Field(description="Number of soft tokens (rows of the embedding matrix).")
+    hidden: int = Field(description="The model's hidden size (columns).")
+    sha256: str = Field(description="SHA-256 of the safetensors file the download returns.")
+    download_url: str = Field(description="Path of the safetensors file (same key).")
+
+    @classmethod
+    def from_row(cls, row: PromptSet) -> SoftPromptPublic | None:
+        # Reads the metadata columns only: the bytes are a deferred column, never loaded here.
+        if row.soft_prompt_sha256 is None:
+            return None
+        assert row.soft_prompt_length is not None and row.soft_prompt_hidden is not None
+        return cls(
+            model=row.model,
+            length=row.soft_prompt_length,
+            hidden=row.soft_prompt_hidden,
+            sha256=row.soft_prompt_sha256,
+            download_url=f"/v1/prompts/{row.id}/soft-prompt",
+        )
+
+
 class PromptSummary(BaseModel):
     id: str
     job_id: str
@@ -409,6 +437,10 @@ class PromptSummary(BaseModel):
     epsilon: float
     delta: float
     created_at: Timestamp
+    soft_prompt: SoftPromptPublic | None = Field(
+        description="promptdpsgd: the trained soft prompt's metadata and download path; "
+        "null for prompts made of demonstrations."
+    )
 
     @classmethod
     def from_row(cls, row: PromptSet) -> PromptSummary:
@@ -422,6 +454,7 @@ class PromptSummary(BaseModel):
             epsilon=row.epsilon,
             delta=row.delta,
             created_at=row.created_at,
+            soft_prompt=SoftPromptPublic.from_row(row),
         )
 
 
@@ -435,7 +468,7 @@ class PromptPublic(PromptSummary):
     @classmethod
     def from_row(cls, row: PromptSet) -> PromptPublic:
         return cls(
-            **PromptSummary.from_row(row).model_dump(),
+            **dict(PromptSummary.from_row(row)),
             task_spec=dict(row.task),
             demonstrations=[Demonstration(**d) for d in row.demonstrations],
             prompt=row.prompt,

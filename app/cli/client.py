@@ -11,6 +11,7 @@ of text; ``-q`` prints only the ID of what was created.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import time
 from pathlib import Path
@@ -119,6 +120,19 @@ class Api:
         if response.status_code == 204 or not response.content:
             return None
         return response.json()
+
+    def download(self, path: str) -> httpx.Response:
+        """A GET whose body is a file (not JSON); errors as :meth:`call`."""
+        try:
+            response = self.http.get(path)
+        except httpx.TransportError as error:
+            raise ClientError(
+                f"cannot reach the dpsyn server at {self.url} ({type(error).__name__}); "
+                "is 'dpsyn serve' running? (--url / DPSYN_URL)"
+            ) from None
+        if response.status_code >= 400:
+            raise ClientError(_server_message(response))
+        return response
 
 
 def _server_message(response: httpx.Response) -> str:
@@ -496,16 +510,20 @@ def budget_show(
 jobs_app = typer.Typer(help="Synthesis jobs.", no_args_is_help=True)
 
 
+# What a job's progress counts, by method (the token loop counts tokens).
+UNITS = {MethodKind.PROMPTPATE.value: "public inputs", "promptdpsgd": "steps"}
+
+
 def _unit(job: dict[str, Any]) -> str:
-    units = {MethodKind.PROMPTPATE: "public inputs", MethodKind.PROMPTDPSGD: "steps"}
-    return units.get(job["method"], "tokens")
+    return UNITS.get(job["method"], "tokens")
 
 
 def _describe_job(job: dict[str, Any]) -> str:
     progress = job["progress"]
     public = job.get("public_dataset_id")
+    shots = f", {job['shots']} shots" if job["shots"] else ""  # promptdpsgd has none
     text = (
-        f"job {job['id']} {job['status']}: {job['method']}, {job['shots']} shots, epsilon "
+        f"job {job['id']} {job['status']}: {job['method']}{shots}, epsilon "
         f"{job['epsilon']:.4g} at delta {job['delta']:.3g}, dataset {job['dataset_id']}"
         + (f", public dataset {public}" if public else "")
         + f", progress {progress['done']}/{progress['total']} {_unit(job)}"
@@ -603,7 +621,8 @@ def jobs_submit(
         typer.Option(
             "--param",
             help="Any method parameter as KEY=VALUE, repeatable (promptpate: teachers, shots, "
-            "queries, max_public, threshold_fraction, sigma_ratio, ...).",
+            "queries, max_public, threshold_fraction, sigma_ratio, ...; promptdpsgd: steps, "
+            "batch_size, prompt_length, learning_rate, clip_norm, init).",
         ),
     ] = None,
     wait: Annotated[bool, typer.Option("--wait", help="Wait for the job, with progress.")] = False,
@@ -621,7 +640,9 @@ def jobs_submit(
     """Submit a synthesis job; its cost is reserved against the dataset's budget.
 
     A PromptPATE job (--method promptpate) also needs --public-dataset: public texts (uploaded
-    with 'dpsyn datasets upload --public') that its teachers label; they are never charged."""
+    with 'dpsyn datasets upload --public') that its teachers label; they are never charged.
+    A PromptDPSGD job (--method promptdpsgd) trains a soft prompt (no demonstrations, so no
+    --shots); it needs a server on the local model (DPSYN_BACKEND=transformers)."""
     if not is_epsilon(epsilon):
         _exit(ClientError(f"--epsilon must be a positive number, got {epsilon:g}", code=2))
     body: dict[str, Any] = {
@@ -648,7 +669,7 @@ def jobs_submit(
             job = api.call("POST", "/v1/jobs", json=body)
             if not quiet and not as_json:
                 out.print(_describe_job(job), markup=False)
-                if method in (MethodKind.TANG, MethodKind.ADADPSYN):  # token-loop settings
+                if method in (MethodKind.TANG, MethodKind.ADADPSYN):  # the token loop
                     _print_settings(api, dataset, method.value, shots, params)
             if wait:
                 job = _wait(api, job, interval=poll, timeout=timeout)
@@ -723,8 +744,58 @@ def prompts_get(
         f"prompt {prompt['id']} (task {prompt['task']}, {prompt['method']}, model "
         f"{prompt['model']}): epsilon {prompt['epsilon']:.4g} at delta {prompt['delta']:.3g}"
     )
+    soft = prompt.get("soft_prompt")
+    if soft:
+        typer.echo(
+            f"soft prompt: {soft['length']} x {soft['hidden']} embeddings for model "
+            f"{soft['model']}, sha256 {soft['sha256']}"
+        )
+        typer.echo(f"download it with: dpsyn prompts download {prompt['id']}")
     typer.echo("--- prompt ---")
     typer.echo(prompt["prompt"])
+
+
+@prompts_app.command("download")
+def prompts_download(
+    prompt_id: Annotated[str, typer.Argument(help="Prompt ID (of a promptdpsgd job).")],
+    output: Annotated[
+        Path | None,
+        typer.Option("--output", "-o", help="File to write (default: ./<prompt id>.safetensors)."),
+    ] = None,
+    force: Annotated[bool, typer.Option("--force", help="Overwrite an existing file.")] = False,
+    url: UrlOpt = None,
+    key: KeyOpt = None,
+) -> None:
+    """Download a prompt's soft prompt (promptdpsgd) as a safetensors file.
+
+    The file's SHA-256 is checked against the one the server stored before anything is
+    written; an existing file is kept unless --force."""
+    path = output or Path(f"{prompt_id}.safetensors")
+    if path.exists() and not force:
+        _exit(ClientError(f"{path} exists; pass --force to overwrite it", code=2))
+    try:
+        with Api(url, key) as api:
+            response = api.download(f"/v1/prompts/{prompt_id}/soft-prompt")
+    except ClientError as error:
+        _exit(error)
+    data = response.content
+    expected = response.headers.get("x-content-sha256")
+    digest = hashlib.sha256(data).hexdigest()
+    if expected is None or digest != expected:
+        _exit(
+            ClientError(
+                f"the download does not match its SHA-256 ({expected or 'none sent'}); "
+                "nothing was written, try again"
+            )
+        )
+    partial = path.with_name(path.name + ".partial")
+    try:
+        partial.write_bytes(data)
+        partial.replace(path)
+    except OSError as error:
+        partial.unlink(missing_ok=True)
+        _exit(ClientError(f"cannot write {path}: {error.strerror or error}", code=2))
+    typer.echo(f"wrote {path} ({len(data)} bytes, sha256 {digest})")
 
 
 @prompts_app.command("complete")

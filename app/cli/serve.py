@@ -4,7 +4,9 @@
 With no configuration ``dpsyn serve`` is the embedded deployment: SQLite in ``./.dpsyn/``,
 jobs in a background thread of the server process, the packaged CPU model. In development,
 without ``DPSYN_BOOTSTRAP_API_KEY``, it creates an admin API key once, prints it, and saves it
-to ``./.dpsyn/admin_key`` (mode 0600), where the ``dpsyn`` client commands find it.
+to ``./.dpsyn/admin_key`` (mode 0600), where the ``dpsyn`` client commands find it. Unless
+``DPSYN_UI_SECRET`` is set, the key that signs the dashboard's sessions is kept beside it
+(``ui_secret``), so sign-ins survive a restart.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from pathlib import Path
 from typing import Annotated, TypedDict
 
 import typer
+from pydantic import SecretStr
 from rich.console import Console
 from sqlalchemy.engine import make_url
 
@@ -24,6 +27,7 @@ from app.settings import Settings
 err = Console(stderr=True)
 DATA_DIR = Path(".dpsyn")
 KEY_FILE = "admin_key"
+UI_SECRET_FILE = "ui_secret"  # signs the dashboard's session cookies (docs/dashboard.md)
 CLIENT_URL_FILE = "url"  # read by the client commands (app/cli/config.py)
 
 
@@ -53,9 +57,19 @@ def load_or_create_admin_key(data_dir: Path) -> tuple[str, bool]:
 
     Returns the key and whether it was created now.
     """
+    return _load_or_create_secret(admin_key_path(data_dir))
+
+
+def load_or_create_ui_secret(data_dir: Path) -> str:
+    """The dashboard's cookie-signing key saved in ``data_dir`` (mode 0600), so that sign-ins
+    survive a restart of ``dpsyn serve``."""
+    return _load_or_create_secret(data_dir / UI_SECRET_FILE)[0]
+
+
+def _load_or_create_secret(path: Path) -> tuple[str, bool]:
     from app.services.tenants import new_raw_key
 
-    path = admin_key_path(data_dir)
+    data_dir = path.parent
     if path.exists():
         key = path.read_text().strip()
         if key:
@@ -95,6 +109,16 @@ def prepare(settings: Settings, *, data_dir: Path, migrate: bool) -> tuple[Setti
         key, is_new = load_or_create_admin_key(data_dir)
         settings = settings.model_copy(update={"bootstrap_api_key": key})
         created = key if is_new else None
+    if settings.ui_secret is None:
+        try:
+            secret = load_or_create_ui_secret(data_dir)
+        except OSError as error:  # a read-only folder: sessions then end at restart
+            _say(
+                f"dpsyn: cannot keep the dashboard's signing key in {data_dir} ({error}); set "
+                "DPSYN_UI_SECRET for sign-ins that survive a restart"
+            )
+        else:
+            settings = settings.model_copy(update={"ui_secret": SecretStr(secret)})
     if settings.database_url.startswith("sqlite"):
         database = make_url(settings.database_url).database
         if database and database != ":memory:":

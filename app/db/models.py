@@ -7,6 +7,9 @@ are inserted, never updated or deleted.
 A dataset is ``private`` (labelled records, charged against its budget) or ``public``
 (unlabelled texts a PromptPATE job's teachers label; never charged, never given a budget).
 Public records sit in the same table, with an empty label, and are never returned either.
+
+A prompt set is a DP output and outlives its dataset's deletion; a PromptDPSGD prompt set also
+holds its soft prompt (the bytes and their hash, in the same row), so it lives and goes with it.
 """
 
 from __future__ import annotations
@@ -16,7 +19,17 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any, ClassVar
 
-from sqlalchemy import JSON, Boolean, DateTime, Float, ForeignKey, Integer, String, Text
+from sqlalchemy import (
+    JSON,
+    Boolean,
+    DateTime,
+    Float,
+    ForeignKey,
+    Integer,
+    LargeBinary,
+    String,
+    Text,
+)
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 
@@ -160,6 +173,14 @@ class PromptSet(Base):
     epsilon: Mapped[float] = mapped_column(Float)
     delta: Mapped[float] = mapped_column(Float)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=now)
+    # PromptDPSGD only (all four set, or none): the soft prompt's safetensors file
+    # (``app.promptdpsgd.artifact``), trained for ``model``, with its SHA-256 and shape. The
+    # bytes are deferred: listing or reading a prompt set never loads them, only a download
+    # or a /complete does.
+    soft_prompt: Mapped[bytes | None] = mapped_column(LargeBinary, nullable=True, deferred=True)
+    soft_prompt_sha256: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    soft_prompt_length: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    soft_prompt_hidden: Mapped[int | None] = mapped_column(Integer, nullable=True)
 
 
 class LedgerKind(StrEnum):

@@ -18,6 +18,8 @@ touched the data.
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -186,3 +188,88 @@ def history(session: Session, dataset_id: str) -> list[LedgerEntry]:
             select(LedgerEntry).where(LedgerEntry.dataset_id == dataset_id).order_by(LedgerEntry.id)
         )
     )
+
+
+def spend_with(session: Session, budget: Budget, event: DatasetEvent, epsilon: float) -> Spend:
+    """What the dataset's spend would be with one more job charged (a quote: nothing is
+    reserved, and another admission may change the answer before a submission).
+    ``epsilon`` is the job's own epsilon, for the plain sum."""
+    live = _live_entries(session, budget.dataset_id)
+    events = [_stored_event(e) for e in live]
+    return Spend(
+        epsilon=_compose(budget, [*events, event]),
+        plain_sum=sum(e.epsilon for e in live) + epsilon,
+        jobs=len(live) + 1,
+    )
+
+
+#: Most composed values one :func:`timeline` computes. Each is a composition of all the jobs
+#: live at that moment (milliseconds per job with the PLD accountant), so a long ledger's
+#: chart would cost quadratic time; past this many changes an evenly spread subset (always
+#: including the last) is composed, and the others are left out (None).
+TIMELINE_COMPOSITIONS = 24
+_TIMELINE_CACHE_SIZE = 4096
+# (dataset, accounting, delta, live reserve entry IDs) -> composed epsilon. Ledger entries are
+# never changed, so a value stays right for as long as the budget's accounting and delta do.
+_composed_cache: OrderedDict[tuple[str, str, float, tuple[int, ...]], float] = OrderedDict()
+_cache_lock = threading.Lock()
+
+
+def _cached_compose(budget: Budget, live: Sequence[LedgerEntry]) -> float:
+    key = (budget.dataset_id, budget.accounting, budget.delta, tuple(e.id for e in live))
+    with _cache_lock:
+        if key in _composed_cache:
+            _composed_cache.move_to_end(key)
+            return _composed_cache[key]
+    value = _compose(budget, [_stored_event(e) for e in live])
+    with _cache_lock:
+        _composed_cache[key] = value
+        while len(_composed_cache) > _TIMELINE_CACHE_SIZE:
+            _composed_cache.popitem(last=False)
+    return value
+
+
+@dataclass(frozen=True)
+class SpendPoint:
+    """The spend right after one ledger entry: composed by the budget's accountant (at the
+    budget's current delta; None when a long ledger's chart left it out) and the plain sum,
+    over the jobs live at that moment."""
+
+    entry: LedgerEntry
+    epsilon: float | None
+    plain_sum: float
+
+
+def timeline(
+    session: Session, budget: Budget, *, max_compositions: int = TIMELINE_COMPOSITIONS
+) -> list[SpendPoint]:
+    """The spend after each of the dataset's ledger entries, in order (for a chart).
+
+    A reserve adds its job, a release removes it, a commit changes nothing (the job was
+    already counted from its reservation, so the point repeats the previous value). Every
+    point is priced with the budget's current accountant and delta, so the last point equals
+    :func:`spend`. At most ``max_compositions`` distinct sets of live jobs are composed
+    (:data:`TIMELINE_COMPOSITIONS`); the plain sum is exact at every point.
+    """
+    states: list[tuple[LedgerEntry, tuple[LedgerEntry, ...], int]] = []
+    live: dict[str, LedgerEntry] = {}
+    changes = 0
+    for entry in history(session, budget.dataset_id):
+        if entry.kind == LedgerKind.RESERVE:
+            live[entry.job_id] = entry
+            changes += 1
+        elif entry.kind == LedgerKind.RELEASE and live.pop(entry.job_id, None) is not None:
+            changes += 1
+        states.append((entry, tuple(live.values()), changes))
+    if changes <= max_compositions:
+        chosen = set(range(changes + 1))
+    else:  # evenly spread over the changes, the first and the last included
+        steps = max(1, max_compositions - 1)
+        chosen = {1 + round(i * (changes - 1) / steps) for i in range(steps + 1)}
+    points: list[SpendPoint] = []
+    for entry, members, change in states:
+        epsilon = _cached_compose(budget, members) if change in chosen else None
+        points.append(
+            SpendPoint(entry=entry, epsilon=epsilon, plain_sum=sum(e.epsilon for e in members))
+        )
+    return points

@@ -20,7 +20,7 @@ from app.ledger import ledger
 from app.privacy.accounting import Accounting
 from app.privacy.budget import EPSILON_RULE, fits_budget, is_epsilon
 
-from .datasets import get_dataset, get_live_dataset
+from .datasets import get_dataset, get_live_dataset, list_datasets
 from .errors import ConflictError, InvalidError, NotFoundError
 
 
@@ -121,3 +121,37 @@ def budget_view(session: Session, *, tenant_id: str, dataset_id: str) -> BudgetV
         spend=ledger.spend(session, budget),
         history=ledger.history(session, dataset.id),
     )
+
+
+@dataclass(frozen=True)
+class DatasetSpend:
+    """A dataset with its budget and spend (None for a public dataset, or before a budget is
+    set): one row of the dashboard's overview."""
+
+    dataset: Dataset
+    budget: Budget | None
+    spend: ledger.Spend | None
+
+    @property
+    def remaining(self) -> float | None:
+        if self.budget is None or self.spend is None:
+            return None
+        return max(0.0, self.budget.epsilon - self.spend.epsilon)
+
+
+def overview(session: Session, *, tenant_id: str, limit: int = 500) -> list[DatasetSpend]:
+    """The tenant's live datasets, newest first, each with its budget and composed spend."""
+    rows = []
+    for dataset in list_datasets(session, tenant_id, include_deleted=False, limit=limit, offset=0):
+        budget = session.get(Budget, dataset.id)
+        spent = ledger.spend(session, budget) if budget is not None else None
+        rows.append(DatasetSpend(dataset=dataset, budget=budget, spend=spent))
+    return rows
+
+
+def spend_timeline(
+    session: Session, *, tenant_id: str, dataset_id: str
+) -> tuple[BudgetView, list[ledger.SpendPoint]]:
+    """:func:`budget_view` and the spend after each ledger entry (for a chart)."""
+    view = budget_view(session, tenant_id=tenant_id, dataset_id=dataset_id)
+    return view, ledger.timeline(session, view.budget)

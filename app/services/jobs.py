@@ -24,7 +24,9 @@ charge follows the one rule of :func:`close_job`: charged if it read the data, e
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Collection, Mapping
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -43,6 +45,7 @@ from app.db.models import (
     now,
 )
 from app.ledger import ledger
+from app.llm.factory import BackendKind
 from app.methods.registry import (
     Counts,
     Method,
@@ -57,6 +60,7 @@ from app.methods.registry import (
 from app.privacy.accounting import Accounting
 from app.privacy.budget import EPSILON_RULE, fits_budget, is_epsilon
 from app.privacy.events import to_dict
+from app.promptdpsgd.artifact import SoftPrompt
 from app.synthesis.data import Record
 from app.synthesis.generator import SynthesisResult
 from app.synthesis.tasks import TaskSpec
@@ -99,6 +103,7 @@ def job_record(
     method: Method,
     plan: MethodPlan,
     public_dataset_id: str | None = None,
+    backend: BackendKind | None = None,
 ) -> Job:
     """The job row of a planned job (status queued, nothing charged yet)."""
     stored = plan.stored()
@@ -147,9 +152,23 @@ def get_public_dataset(session: Session, tenant_id: str, dataset_id: str) -> Dat
     return dataset
 
 
-def submit_job(
+def check_backend(method: Method, backend: BackendKind) -> None:
+    """409 ``backend_unsupported`` if ``method`` cannot run on ``backend``: a method that
+    needs gradients and input embeddings (PromptDPSGD) runs on the local model only. (A
+    worker on another backend than its API server's fails such a job before it reads a
+    record: ``MethodPlan.check_backend``.)"""
+    if method.needs_gradients and backend is not BackendKind.TRANSFORMERS:
+        raise ConflictError(
+            f"method {method.kind.value} trains input embeddings with gradients of the model, "
+            "which needs the local transformers backend; this server runs the vLLM HTTP "
+            "backend (DPSYN_BACKEND=vllm). Run it on a server whose workers use "
+            "DPSYN_BACKEND=transformers",
+            code="backend_unsupported",
+        )
+
+
+def plan_submission(
     session: Session,
-    queue: JobQueue,
     *,
     tenant_id: str,
     dataset_id: str,
@@ -160,8 +179,10 @@ def submit_job(
     accounting: Accounting | None = None,
     params: Mapping[str, Any] | None = None,
     public_dataset_id: str | None = None,
-) -> Job:
-    """Plan, admit and enqueue a job; returns the committed row.
+    backend: BackendKind | None = None,
+) -> PlannedJob:
+    """Check and plan a job as :func:`submit_job` admits it; nothing is stored, and the
+    session's read transaction is ended before planning. Errors as :func:`submit_job`.
 
     ``delta`` defaults to the budget's delta, ``accounting`` to the budget's (another one is
     refused). ``public_dataset_id`` is required for PromptPATE and refused otherwise. Errors:
@@ -175,6 +196,8 @@ def submit_job(
         raise InvalidError(
             f"method: {method!r} is not one of {', '.join(kinds_where(bool))}"
         ) from None
+    if backend is not None:
+        check_backend(spec, backend)
     if not is_epsilon(epsilon):
         raise InvalidError(f"epsilon: {EPSILON_RULE}, got {epsilon}")
     readers = " or ".join(kinds_where(lambda m: m.reads_public))
@@ -242,7 +265,120 @@ def submit_job(
     except ValueError as err:  # CalibrationError, SynthesisError, PateError, TaskError, sampling
         raise InvalidError(str(err), code="cannot_plan") from None
     job = job_record(tenant_id, dataset_id, spec, plan, public_dataset_id)
-    event = plan.event()
+    return PlannedJob(spec=spec, plan=plan, job=job, accounting=budget_accounting)
+
+
+@dataclass(frozen=True)
+class PlannedJob:
+    """A job planned for admission: its method, plan, job row (queued, not stored) and the
+    budget's accounting."""
+
+    spec: Method
+    plan: MethodPlan
+    job: Job
+    accounting: Accounting
+
+
+@dataclass(frozen=True)
+class Quote:
+    """What a job would cost before it is submitted: its own epsilon (what the ledger would
+    reserve) and the dataset's spend, composed and summed, now and if it were admitted now."""
+
+    epsilon: float
+    delta: float
+    budget_epsilon: float
+    spend_now: ledger.Spend
+    spend_after: ledger.Spend
+
+    @property
+    def fits(self) -> bool:
+        return fits_budget(self.spend_after.epsilon, self.budget_epsilon)
+
+
+def quote_job(
+    session: Session,
+    *,
+    tenant_id: str,
+    dataset_id: str,
+    method: MethodKind | str,
+    epsilon: float,
+    delta: float | None = None,
+    shots: int = 4,
+    accounting: Accounting | None = None,
+    params: Mapping[str, Any] | None = None,
+    public_dataset_id: str | None = None,
+    backend: BackendKind | None = None,
+) -> Quote:
+    """The planner's answer for a job, without submitting it (the dashboard shows it before
+    the admin submits). The same checks and plan as :func:`submit_job`, so a job refused
+    there is refused here with the same error. The plan is discarded: a submission plans
+    afresh, and another admission may change the spend meanwhile."""
+    planned = plan_submission(
+        session,
+        tenant_id=tenant_id,
+        dataset_id=dataset_id,
+        method=method,
+        epsilon=epsilon,
+        delta=delta,
+        shots=shots,
+        accounting=accounting,
+        params=params,
+        public_dataset_id=public_dataset_id,
+        backend=backend,
+    )
+    budget = session.get(Budget, dataset_id)
+    if budget is None:
+        raise _no_budget(dataset_id)
+    quote = Quote(
+        epsilon=planned.job.epsilon,
+        delta=planned.job.delta,
+        budget_epsilon=budget.epsilon,
+        spend_now=ledger.spend(session, budget),
+        spend_after=ledger.spend_with(session, budget, planned.plan.event(), planned.job.epsilon),
+    )
+    session.rollback()
+    return quote
+
+
+def submit_job(
+    session: Session,
+    queue: JobQueue,
+    *,
+    tenant_id: str,
+    dataset_id: str,
+    method: MethodKind | str,
+    epsilon: float,
+    delta: float | None = None,
+    shots: int = 4,
+    accounting: Accounting | None = None,
+    params: Mapping[str, Any] | None = None,
+    public_dataset_id: str | None = None,
+    backend: BackendKind | None = None,
+) -> Job:
+    """Plan, admit and enqueue a job; returns the committed row.
+
+    ``delta`` defaults to the budget's delta, ``accounting`` to the budget's (another one is
+    refused). ``public_dataset_id`` is required for PromptPATE and refused otherwise.
+    ``backend`` is the kind of model backend the service runs jobs on: a method that needs
+    the local model (PromptDPSGD) is refused on vLLM. Errors: 404 unknown dataset; 409
+    deleted dataset, no budget, the job does not fit the budget (``remaining`` in the error),
+    or the method cannot run on this backend; 422 parameters that cannot run, or a dataset of
+    the wrong kind. A failed submission stores nothing (nor reserves anything).
+    """
+    planned = plan_submission(
+        session,
+        tenant_id=tenant_id,
+        dataset_id=dataset_id,
+        method=method,
+        epsilon=epsilon,
+        delta=delta,
+        shots=shots,
+        accounting=accounting,
+        params=params,
+        public_dataset_id=public_dataset_id,
+        backend=backend,
+    )
+    job, event, budget_accounting = planned.job, planned.plan.event(), planned.accounting
 
     try:
         get_live_dataset(session, tenant_id, dataset_id, lock=True)
@@ -349,7 +485,8 @@ def store_result(session: Session, job: Job, result: SynthesisResult) -> PromptS
     """Store a finished job's prompt set, mark the job succeeded and commit its charge.
 
     Idempotent (a redelivered task stores once); flushes, the caller commits. The prompt set
-    records the epsilon and delta the ledger charged for the job.
+    records the epsilon and delta the ledger charged for the job, and a PromptDPSGD result's
+    soft prompt (:func:`attach_soft_prompt`).
     """
     existing = session.scalars(select(PromptSet).where(PromptSet.job_id == job.id)).first()
     if existing is None:
@@ -368,6 +505,8 @@ def store_result(session: Session, job: Job, result: SynthesisResult) -> PromptS
             epsilon=job.epsilon,
             delta=job.delta,
         )
+        if result.soft_prompt is not None:
+            attach_soft_prompt(existing, result.soft_prompt)
         session.add(existing)
         session.flush()
     job.status = JobStatus.SUCCEEDED.value
@@ -380,6 +519,22 @@ def store_result(session: Session, job: Job, result: SynthesisResult) -> PromptS
     ledger.commit(session, job.id)
     session.flush()
     return existing
+
+
+def attach_soft_prompt(prompt_set: PromptSet, soft_prompt: SoftPrompt) -> None:
+    """Put a PromptDPSGD result's soft prompt into its prompt set: the safetensors bytes,
+    their SHA-256 and the shape. It must be for the prompt set's model (the one the job ran
+    on): /complete refuses it on any other, by that name."""
+    if soft_prompt.model != prompt_set.model:
+        raise ValueError(
+            f"the soft prompt is for model {soft_prompt.model!r}, the result for "
+            f"{prompt_set.model!r}"
+        )
+    data = soft_prompt.to_bytes()
+    prompt_set.soft_prompt = data
+    prompt_set.soft_prompt_sha256 = hashlib.sha256(data).hexdigest()
+    prompt_set.soft_prompt_length = soft_prompt.length
+    prompt_set.soft_prompt_hidden = soft_prompt.hidden
 
 
 def close_job(session: Session, job: Job, *, status: JobStatus, error: str | None = None) -> None:

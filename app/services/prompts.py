@@ -14,18 +14,22 @@ passes are not re-entrant), never while waiting.
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from app.db.models import PromptSet
+from app.llm.base import LLMBackend
+from app.llm.factory import BackendKind
 from app.llm.provider import BackendProvider
 from app.llm.retry import RetryingBackend, RetryPolicy
+from app.promptdpsgd.artifact import SoftPrompt
 from app.synthesis.scoring import ScoringError, extract_values, label_scores
 from app.synthesis.tasks import TaskKind, TaskSpec
 
-from .errors import InvalidError, NotFoundError
+from .errors import ConflictError, InvalidError, NotFoundError
 
 #: Transient backend failures (vLLM restarting, overloaded) are retried twice within a request,
 #: after 0.5 s and 1 s: a client waits at most ~1.5 s more before its 503, and can retry itself.
@@ -57,6 +61,42 @@ def list_prompt_sets(
 
 
 @dataclass(frozen=True)
+class SoftPromptFile:
+    """A prompt set's soft prompt as the download serves it: the safetensors bytes and the
+    SHA-256 they were stored with (checked here, so a damaged file is never served)."""
+
+    prompt_id: str
+    data: bytes
+    sha256: str
+
+    @property
+    def filename(self) -> str:
+        return f"{self.prompt_id}.safetensors"
+
+
+class SoftPromptCorruptError(RuntimeError):
+    """The stored bytes do not hash to the stored SHA-256 (the store damaged them)."""
+
+
+def get_soft_prompt_file(session: Session, tenant_id: str, prompt_id: str) -> SoftPromptFile:
+    """The soft prompt of the tenant's prompt ``prompt_id``: 404 if there is no such prompt
+    (another tenant's included) or if the prompt has none (it is made of demonstrations)."""
+    prompt_set = get_prompt_set(session, tenant_id, prompt_id)
+    data, sha256 = prompt_set.soft_prompt, prompt_set.soft_prompt_sha256
+    if data is None or sha256 is None:
+        raise NotFoundError(
+            f"prompt {prompt_id!r} has no soft prompt: it was made by method "
+            f"{prompt_set.method}, whose prompt is its demonstrations (only promptdpsgd "
+            "trains a soft prompt)",
+            code="no_soft_prompt",
+        )
+    data = bytes(data)  # PostgreSQL's driver returns a memoryview
+    if hashlib.sha256(data).hexdigest() != sha256:
+        raise SoftPromptCorruptError(f"prompt {prompt_id}: stored soft prompt fails its SHA-256")
+    return SoftPromptFile(prompt_set.id, data, sha256)
+
+
+@dataclass(frozen=True)
 class Completion:
     kind: TaskKind
     label: str | None = None
@@ -66,22 +106,86 @@ class Completion:
 
 @dataclass(frozen=True)
 class PromptSource:
-    """What answering needs from a prompt set, detached from the database session."""
+    """What answering needs from a prompt set, detached from the database session: for a
+    PromptDPSGD prompt set also its soft prompt (the only read of the stored bytes besides
+    the download)."""
 
     id: str
     task: TaskSpec
     prompt: str
+    soft_prompt: SoftPrompt | None = None
 
     @classmethod
     def from_row(cls, row: PromptSet) -> PromptSource:
-        return cls(row.id, TaskSpec.model_validate(row.task), row.prompt)
+        soft = None
+        if row.soft_prompt_sha256 is not None:
+            data = bytes(row.soft_prompt or b"")
+            if hashlib.sha256(data).hexdigest() != row.soft_prompt_sha256:
+                raise SoftPromptCorruptError(
+                    f"prompt {row.id}: stored soft prompt fails its SHA-256"
+                )
+            soft = SoftPrompt.from_bytes(data)
+        return cls(row.id, TaskSpec.model_validate(row.task), row.prompt, soft)
+
+
+def _soft_prompted(source: PromptSource, soft: SoftPrompt, provider: BackendProvider) -> LLMBackend:
+    """The provider's model with ``soft`` in front of every prompt, or a 409 naming why it
+    cannot be: the server runs the vLLM HTTP backend (no input embeddings there), or another
+    model than the one the soft prompt was trained for (its embeddings mean nothing there)."""
+    if provider.kind is not BackendKind.TRANSFORMERS:
+        raise ConflictError(
+            f"prompt {source.id!r} is a soft prompt (promptdpsgd): it is answered by putting "
+            "its embeddings in front of the query, which needs the local transformers "
+            "backend; this server runs the vLLM HTTP backend (DPSYN_BACKEND=vllm)",
+            code="backend_unsupported",
+        )
+    inner = provider.get()
+    if soft.model != inner.name:
+        raise ConflictError(
+            f"prompt {source.id!r} is a soft prompt trained for model {soft.model!r}; this "
+            f"server runs model {inner.name!r}. A soft prompt only works with the model it was "
+            f"trained on: serve it with DPSYN_MODEL={soft.model}",
+            code="model_mismatch",
+            prompt_model=soft.model,
+            server_model=inner.name,
+        )
+    from app.promptdpsgd.backend import (  # torch: only when a soft prompt is served
+        GradientAccessError,
+        SoftPromptedBackend,
+        SoftPromptMismatchError,
+    )
+
+    try:
+        return SoftPromptedBackend(inner, soft)
+    except SoftPromptMismatchError as err:  # same name, another hidden size
+        raise ConflictError(
+            f"prompt {source.id!r}: {err}",
+            code="model_mismatch",
+            prompt_model=soft.model,
+            server_model=inner.name,
+        ) from None
+    except GradientAccessError:
+        raise ConflictError(
+            f"prompt {source.id!r} is a soft prompt (promptdpsgd), which needs the local "
+            f"transformers backend; this server's backend ({type(inner).__name__}) cannot "
+            "take input embeddings",
+            code="backend_unsupported",
+        ) from None
 
 
 def complete(source: PromptSource, query: str, provider: BackendProvider) -> Completion:
-    """Answer ``query`` with a prompt (no database access: call it holding no transaction)."""
+    """Answer ``query`` with a prompt (no database access: call it holding no transaction).
+
+    A soft prompt is put in front of the prompt text by :class:`SoftPromptedBackend` and
+    the same scorer runs on top; its forward passes take the provider's lock like any other
+    (the retry layer holds it), as they use the same model."""
     task = source.task
+    if source.soft_prompt is None:
+        model = provider.get()
+    else:
+        model = _soft_prompted(source, source.soft_prompt, provider)
     backend = RetryingBackend(
-        provider.get(), retry=COMPLETE_RETRY, lock=provider.use_lock, context="/complete"
+        model, retry=COMPLETE_RETRY, lock=provider.use_lock, context="/complete"
     )
     if task.kind == TaskKind.CLASSIFICATION:
         try:

@@ -70,6 +70,21 @@ def authenticate(session: Session, raw_key: str) -> ApiKey | None:
     ).first()
 
 
+def live_key(session: Session, key_id: str) -> ApiKey | None:
+    """The key with this ID if it is still live (not revoked, tenant enabled), else
+    None: the dashboard's session re-checks its key on every request with it, so revoking the
+    key or disabling the tenant ends the session at once."""
+    return session.scalars(
+        select(ApiKey)
+        .join(Tenant, Tenant.id == ApiKey.tenant_id)
+        .where(
+            ApiKey.id == key_id,
+            ApiKey.revoked.is_(False),
+            Tenant.disabled_at.is_(None),
+        )
+    ).first()
+
+
 def ensure_bootstrap_key(session: Session, raw_key: str) -> ApiKey:
     """Make ``raw_key`` an admin key of the tenant "default" (created if missing).
 

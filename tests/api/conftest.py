@@ -16,7 +16,7 @@ from fastapi.testclient import TestClient
 
 from app.db.models import Job, JobStatus, KeyScope, now
 from app.db.session import session_scope
-from app.llm.provider import StaticProvider
+from app.llm.provider import BackendProvider, StaticProvider
 from app.main import create_app
 from app.services.jobs import load_job_inputs, store_result
 from app.services.tenants import create_api_key, create_tenant
@@ -189,14 +189,15 @@ class Api:
             store_result(session, job, result)
 
 
-def make_api(url: str, **settings: Any) -> Iterator[Api]:
-    """An app on ``url`` with two fresh tenants; yields inside the app's lifespan."""
+def make_api(url: str, provider: BackendProvider | None = None, **settings: Any) -> Iterator[Api]:
+    """An app on ``url`` with two fresh tenants; yields inside the app's lifespan. Its model
+    is ``provider``'s, by default the fake backend's (``Api.backend``)."""
     queue = RecordingQueue(url)
     backend = FakeBackend(stop_after=None)  # answers /complete; never predicts a newline
     app = create_app(
         Settings(database_url=url, bootstrap_api_key=BOOTSTRAP_KEY, **settings),
         queue=queue,
-        backend_provider=StaticProvider(backend),
+        backend_provider=provider or StaticProvider(backend),
     )
     with RecordingClient(app) as client:  # runs the lifespan: migrations, bootstrap key
         suffix = uuid.uuid4().hex[:8]

@@ -14,15 +14,19 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
+import numpy as np
 import pytest
 import uvicorn
 from typer.testing import CliRunner
 
 from app.cli import app as cli
 from app.cli.serve import load_or_create_admin_key, prepare
+from app.db.models import PromptSet
 from app.db.session import session_scope
 from app.llm.provider import StaticProvider
 from app.main import create_app
+from app.promptdpsgd.artifact import SoftPrompt
+from app.services.jobs import attach_soft_prompt
 from app.services.tenants import authenticate
 from app.settings import Settings
 from app.synthesis.tasks import BUILTIN_TASKS
@@ -153,6 +157,63 @@ def test_submit_prints_the_job_and_jobs_show_follows_it(dpsyn, trec_file):
         time.sleep(0.1)
     assert shown.output.startswith(f"job {job_id} succeeded: adadpsyn, 2 shots")
     assert "progress 8/8 tokens; prompt " in shown.output
+
+
+def test_prompts_get_and_download_a_soft_prompt(dpsyn, trec_file, sqlite_url, tmp_path):
+    """``prompts get`` shows a soft prompt's metadata and ``prompts download`` writes its file
+    (hash checked); a prompt without one is a one-line error. The soft prompt (real bytes,
+    random embeddings) is put into a finished job's prompt set as ``store_result`` would."""
+    dataset = upload(dpsyn, trec_file)
+    dpsyn("budget", "set", dataset, "--epsilon", "10")
+    submitted = dpsyn(
+        "jobs", "submit", "--dataset", dataset, "--epsilon", "4", *FAST, "--wait", "--poll",
+        "0.1", "-q",
+    )  # fmt: skip
+    prompt_id = submitted.output.strip().splitlines()[-1]
+    plain = dpsyn("prompts", "download", prompt_id)
+    assert plain.exit_code == 1 and "has no soft prompt" in plain.output
+    assert "(no_soft_prompt, HTTP 404)" in plain.output
+    assert not (tmp_path / f"{prompt_id}.safetensors").exists()
+
+    soft = SoftPrompt("fake", np.random.default_rng(3).normal(size=(3, 8)))
+    with session_scope(sqlite_url) as session:
+        row = session.get(PromptSet, prompt_id)
+        assert row is not None
+        attach_soft_prompt(row, soft)
+    shown = dpsyn("prompts", "get", prompt_id)
+    assert shown.exit_code == 0, shown.output
+    assert f"soft prompt: 3 x 8 embeddings for model fake, sha256 {soft.sha256}" in shown.output
+    assert f"dpsyn prompts download {prompt_id}" in shown.output
+
+    fetched = dpsyn("prompts", "download", prompt_id)
+    assert fetched.exit_code == 0, fetched.output
+    path = tmp_path / f"{prompt_id}.safetensors"  # the command runs in tmp_path
+    assert path.read_bytes() == soft.to_bytes() and soft.sha256 in fetched.output
+    again = dpsyn("prompts", "download", prompt_id)
+    assert again.exit_code == 2 and "--force" in again.output
+    other = tmp_path / "sub" / "mine.safetensors"
+    other.parent.mkdir()
+    named = dpsyn("prompts", "download", prompt_id, "-o", str(other))
+    assert named.exit_code == 0 and SoftPrompt.from_bytes(other.read_bytes()).model == "fake"
+    assert dpsyn("prompts", "download", prompt_id, "--force").exit_code == 0
+
+
+def test_a_promptdpsgd_job_counts_steps_and_reports_a_backend_it_cannot_use(dpsyn, trec_file):
+    """The test server's model is the fake backend, which cannot give gradients: the job is
+    admitted (the API runs a "local" backend), then fails before it reads a record."""
+    dataset = upload(dpsyn, trec_file)
+    dpsyn("budget", "set", dataset, "--epsilon", "10")
+    submitted = dpsyn(
+        "jobs", "submit", "--dataset", dataset, "--method", "promptdpsgd", "--epsilon", "2",
+        "--param", "steps=2", "--param", "batch_size=4", "--wait", "--poll", "0.1",
+    )  # fmt: skip
+    assert submitted.exit_code == 1, submitted.output
+    first, final = submitted.output.splitlines()[0], submitted.output.strip().splitlines()[-1]
+    assert " queued: promptdpsgd, epsilon " in first and "progress 0/2 steps" in first
+    assert "shots" not in submitted.output and "M=" not in submitted.output
+    assert " failed: promptdpsgd" in final and "needs the local transformers backend" in final
+    history = dpsyn("budget", "show", dataset)
+    assert "reserve" in history.output and "release" in history.output
 
 
 def test_csv_upload_with_named_columns(dpsyn, tmp_path):

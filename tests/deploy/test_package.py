@@ -150,6 +150,14 @@ def test_installed_dpsyn_serve_migrates_a_fresh_database_and_answers_healthz(ser
         (revision,) = conn.execute("SELECT version_num FROM alembic_version").fetchone()
     assert revision == head_revision()
     assert (work / ".dpsyn" / "admin_key").read_text().startswith("dpsyn_")
+    # The wheel ships the dashboard's templates and static files; the cookie-signing key is
+    # kept beside the admin key, private.
+    login = httpx.get(f"{url}/ui/login", timeout=5)
+    assert login.status_code == 200 and 'name="api_key"' in login.text
+    for asset in ("dashboard.js", "dashboard.css"):
+        assert httpx.get(f"{url}/ui/static/{asset}", timeout=5).status_code == 200, asset
+    secret = work / ".dpsyn" / "ui_secret"
+    assert len(secret.read_text().strip()) >= 32 and secret.stat().st_mode & 0o077 == 0
 
 
 def test_installed_dpsyn_migrate_and_worker_run_outside_the_checkout(installed: Path, tmp_path):

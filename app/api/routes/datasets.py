@@ -85,7 +85,7 @@ async def upload_dataset(
             if not isinstance(upload, UploadFile):
                 raise InvalidError("file: a multipart upload needs a file part named 'file'")
             return await run_in_threadpool(
-                _from_file, session, settings, principal.tenant_id, meta, upload
+                store_file_upload, session, settings, principal.tenant_id, meta, upload
             )
         finally:
             await form.close()
@@ -115,9 +115,10 @@ async def upload_dataset(
     )
 
 
-def _from_file(
+def store_file_upload(
     session: Session, settings: Settings, tenant_id: str, meta: DatasetUploadForm, upload: Any
 ) -> DatasetPublic:
+    """Store a multipart upload's file (shared with the dashboard's upload form)."""
     suffix = service.upload_suffix(upload.filename, meta.format)
     display = Path(upload.filename or f"upload{suffix}").name
     upload.file.seek(0)

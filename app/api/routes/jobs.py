@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from app.api.deps import AdminKey, QueueDep, SessionDep
+from app.api.deps import AdminKey, ProviderDep, QueueDep, SessionDep
 from app.api.schemas import IdFilter, JobCreate, JobPublic, Limit, Offset
 from app.db.models import JobStatus
 from app.services import jobs as service
@@ -19,7 +19,11 @@ router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
     summary="Plan a job, reserve its cost against the dataset's budget, and queue it",
 )
 def submit_job(
-    body: JobCreate, principal: AdminKey, session: SessionDep, queue: QueueDep
+    body: JobCreate,
+    principal: AdminKey,
+    session: SessionDep,
+    queue: QueueDep,
+    provider: ProviderDep,
 ) -> JobPublic:
     job = service.submit_job(
         session,
@@ -33,6 +37,7 @@ def submit_job(
         shots=body.shots,
         accounting=body.accounting,
         params=body.params.model_dump(exclude_none=True) if body.params else None,
+        backend=provider.kind,
     )
     return JobPublic.from_row(job)
 

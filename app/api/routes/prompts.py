@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter
+from typing import Any
+
+from fastapi import APIRouter, Response
 
 from app.api.deps import AnyKey, ProviderDep, SessionDep
 from app.api.schemas import (
@@ -36,6 +38,46 @@ def list_prompts(
 @router.get("/{prompt_id}", response_model=PromptPublic)
 def get_prompt(prompt_id: str, principal: AnyKey, session: SessionDep) -> PromptPublic:
     return PromptPublic.from_row(service.get_prompt_set(session, principal.tenant_id, prompt_id))
+
+
+# The download's success response: the file, and the headers that identify it.
+_SOFT_PROMPT_FILE: dict[int | str, dict[str, Any]] = {
+    200: {
+        "description": "The soft prompt as a safetensors file (tensor ``soft_prompt``, "
+        "``length x hidden`` float32; the model's name in its metadata).",
+        "content": {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}},
+        "headers": {
+            "Content-Disposition": {
+                "description": "attachment; filename=<prompt id>.safetensors",
+                "schema": {"type": "string"},
+            },
+            "ETag": {"description": "The file's SHA-256, quoted.", "schema": {"type": "string"}},
+            "X-Content-SHA256": {
+                "description": "The file's SHA-256 (hex), as in soft_prompt.sha256.",
+                "schema": {"type": "string"},
+            },
+        },
+    }
+}
+
+
+@router.get(
+    "/{prompt_id}/soft-prompt",
+    response_class=Response,
+    responses=_SOFT_PROMPT_FILE,
+    summary="Download the prompt's soft prompt (promptdpsgd) as a safetensors file",
+)
+def download_soft_prompt(prompt_id: str, principal: AnyKey, session: SessionDep) -> Response:
+    file = service.get_soft_prompt_file(session, principal.tenant_id, prompt_id)
+    return Response(
+        content=file.data,
+        media_type="application/octet-stream",
+        headers={
+            "Content-Disposition": f'attachment; filename="{file.filename}"',
+            "ETag": f'"{file.sha256}"',
+            "X-Content-SHA256": file.sha256,
+        },
+    )
 
 
 @router.post(

@@ -1,0 +1,119 @@
+"""Dashboard sessions: an API key exchanged for a signed cookie, and CSRF tokens.
+
+The cookie never holds the key: it holds the key's *ID*, an expiry and a random nonce,
+signed with HMAC-SHA256 under a server secret (``DPSYN_UI_SECRET``, or one kept by ``dpsyn
+serve``, or a random one per process). Every request re-reads the key by ID and refuses a
+revoked key or a disabled tenant, so a session never outlives its key's access. The cookie
+is HttpOnly (scripts cannot read it), SameSite=Strict (no other site's request carries it)
+and Secure when served over HTTPS.
+
+CSRF: each form carries a token, HMAC(secret, "csrf" | nonce), which only a page rendered
+for this session contains; a POST without the matching token is refused. The sign-in form
+has a token of its own, bound to a short-lived pre-session cookie, so another site cannot
+sign a browser in under its own key either (login CSRF).
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import json
+import secrets
+import time
+from dataclasses import dataclass
+from typing import Any
+
+SESSION_COOKIE = "dpsyn_session"
+LOGIN_COOKIE = "dpsyn_login"
+LOGIN_TTL_S = 3600  # how long a sign-in form stays usable
+
+
+def _b64(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode("ascii")
+
+
+def _unb64(text: str) -> bytes:
+    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+
+
+@dataclass(frozen=True)
+class UiSession:
+    """A verified, unexpired session cookie: whose key, until when, and its CSRF nonce."""
+
+    key_id: str
+    nonce: str
+    expires: int
+
+
+class Signer:
+    """Signs and verifies the dashboard's cookies and CSRF tokens with one secret."""
+
+    def __init__(self, secret: str | bytes) -> None:
+        raw = secret.encode("utf-8") if isinstance(secret, str) else secret
+        # One key per purpose, so that no signed value of one kind passes as another.
+        self._cookie_key = hmac.new(raw, b"dpsyn-ui-cookie", hashlib.sha256).digest()
+        self._csrf_key = hmac.new(raw, b"dpsyn-ui-csrf", hashlib.sha256).digest()
+
+    def _sign(self, payload: dict[str, Any]) -> str:
+        body = _b64(json.dumps(payload, separators=(",", ":"), sort_keys=True).encode())
+        mac = hmac.new(self._cookie_key, body.encode("ascii"), hashlib.sha256).digest()
+        return f"{body}.{_b64(mac)}"
+
+    def _unsign(self, value: str | None, purpose: str, now: float) -> dict[str, Any] | None:
+        """The payload of a cookie this server signed for ``purpose`` and still valid."""
+        if not value or value.count(".") != 1 or len(value) > 4096:
+            return None
+        body, mac = value.split(".")
+        expected = hmac.new(self._cookie_key, body.encode("ascii"), hashlib.sha256).digest()
+        try:
+            if not hmac.compare_digest(_unb64(mac), expected):
+                return None
+            payload = json.loads(_unb64(body))
+        except (ValueError, UnicodeDecodeError):
+            return None
+        if not isinstance(payload, dict) or payload.get("p") != purpose:
+            return None
+        expires = payload.get("exp")
+        if not isinstance(expires, int) or expires <= now:
+            return None
+        return payload
+
+    def new_session(self, key_id: str, ttl_s: int, now: float | None = None) -> str:
+        """The cookie value of a new session of ``key_id``, expiring in ``ttl_s``."""
+        now = time.time() if now is None else now
+        return self._sign(
+            {"p": "session", "k": key_id, "n": secrets.token_urlsafe(16), "exp": int(now + ttl_s)}
+        )
+
+    def read_session(self, value: str | None, now: float | None = None) -> UiSession | None:
+        payload = self._unsign(value, "session", time.time() if now is None else now)
+        if payload is None or not isinstance(payload.get("k"), str):
+            return None
+        return UiSession(key_id=payload["k"], nonce=str(payload["n"]), expires=payload["exp"])
+
+    def new_login(self, now: float | None = None) -> tuple[str, str]:
+        """A pre-session cookie for the sign-in form, and the form's CSRF token."""
+        now = time.time() if now is None else now
+        nonce = secrets.token_urlsafe(16)
+        cookie = self._sign({"p": "login", "n": nonce, "exp": int(now + LOGIN_TTL_S)})
+        return cookie, self.csrf_token(nonce)
+
+    def login_nonce(self, value: str | None, now: float | None = None) -> str | None:
+        payload = self._unsign(value, "login", time.time() if now is None else now)
+        return None if payload is None else str(payload["n"])
+
+    def csrf_token(self, nonce: str) -> str:
+        return _b64(hmac.new(self._csrf_key, nonce.encode("utf-8"), hashlib.sha256).digest())
+
+    def check_csrf(self, nonce: str | None, token: str | None) -> bool:
+        """Whether ``token`` is the CSRF token of ``nonce`` (constant time)."""
+        if not nonce or not token:
+            return False
+        return hmac.compare_digest(self.csrf_token(nonce), token)
+
+
+def make_signer(secret: str | None) -> Signer:
+    """The signer of the configured secret, else of a random one (sessions then last only as
+    long as this process, and are not shared between replicas)."""
+    return Signer(secret if secret else secrets.token_bytes(32))

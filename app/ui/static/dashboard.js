@@ -1,0 +1,190 @@
+// dpsyn dashboard: live job progress, the job form's planner quote, the copy button and the
+// query box. Plain JavaScript, no library; every page also works without it (plain forms).
+"use strict";
+
+(function () {
+  const JSON_HEADERS = { Accept: "application/json" };
+
+  function fmt(x) {
+    return Number(x).toPrecision(4).replace(/\.?0+$/, "").replace(/\.?0+e/, "e");
+  }
+
+  function el(tag, text, cls) {
+    const node = document.createElement(tag);
+    if (text !== undefined) node.textContent = text;
+    if (cls) node.className = cls;
+    return node;
+  }
+
+  // --- live jobs: poll each unfinished job until it ends ---------------------------------
+  function watchJob(box) {
+    const id = box.dataset.jobId;
+    const field = (name) => box.querySelector('[data-field="' + name + '"]');
+    async function tick() {
+      let state;
+      try {
+        const response = await fetch("/ui/jobs/" + encodeURIComponent(id) + "/status", {
+          headers: JSON_HEADERS, credentials: "same-origin",
+        });
+        if (!response.ok) return; // signed out or gone: stop quietly
+        state = await response.json();
+      } catch (err) {
+        window.setTimeout(tick, 3000);
+        return;
+      }
+      const status = field("status");
+      if (status) {
+        status.textContent = state.status;
+        status.className = "tag status status-" + state.status;
+      }
+      const bar = field("progress");
+      if (bar) {
+        bar.max = state.total || 1;
+        bar.value = state.done;
+      }
+      const text = field("progress-text");
+      if (text) text.textContent = state.done + "/" + state.total;
+      const finished = field("finished");
+      if (finished && state.finished) finished.textContent = state.finished;
+      const error = field("error");
+      if (error) error.textContent = state.error || "";
+      if (state.prompt_id) {
+        const link = field("prompt");
+        if (link) {
+          link.href = "/ui/prompts/" + encodeURIComponent(state.prompt_id);
+          link.hidden = false;
+        }
+      }
+      if (state.terminal) {
+        box.dataset.live = "no";
+        const cancel = field("cancel");
+        if (cancel) cancel.remove();
+        return;
+      }
+      window.setTimeout(tick, 1000);
+    }
+    window.setTimeout(tick, 500);
+  }
+
+  // --- the job form: parameters of the chosen method, and the planner's quote ---------------
+  function setupJobForm(form) {
+    const method = form.querySelector("#job-method");
+    const quoteBox = form.querySelector("#quote");
+    function showFields() {
+      const chosen = method.value;
+      form.querySelectorAll("label.param").forEach((label) => {
+        const on = label.dataset.methods.split(" ").includes(chosen);
+        label.hidden = !on;
+        label.querySelector("input").disabled = !on;
+      });
+      const option = method.selectedOptions[0];
+      const readsPublic = option && option.dataset.readsPublic === "yes";
+      form.querySelectorAll(".public-only").forEach((label) => {
+        label.hidden = !readsPublic;
+        label.querySelector("select").disabled = !readsPublic;
+      });
+    }
+    async function quote() {
+      quoteBox.replaceChildren(el("span", "Planning…", "muted"));
+      let body;
+      try {
+        const response = await fetch(form.dataset.quote, {
+          method: "POST", body: new FormData(form), headers: JSON_HEADERS,
+          credentials: "same-origin",
+        });
+        body = await response.json();
+        if (!response.ok) {
+          quoteBox.replaceChildren(el("span", (body.error && body.error.message) || "refused", "error"));
+          return;
+        }
+      } catch (err) {
+        quoteBox.replaceChildren(el("span", "could not reach the planner", "error"));
+        return;
+      }
+      const line = el("span");
+      line.id = "quote-result";
+      line.append(
+        "This job costs ε = ", el("strong", fmt(body.epsilon)),
+        " (δ = " + fmt(body.delta) + "). Composed spend: " + fmt(body.spent) + " now, ",
+        el("strong", fmt(body.spent_after)), " after it, of a budget of " + fmt(body.budget) +
+        " (plain sum after: " + fmt(body.plain_sum_after) + "). ",
+        el("span", body.fits ? "It fits." : "It does NOT fit the budget.", body.fits ? "ok" : "error"),
+      );
+      quoteBox.replaceChildren(line);
+    }
+    method.addEventListener("change", () => { showFields(); });
+    form.querySelector("#job-quote").addEventListener("click", quote);
+    showFields();
+  }
+
+  // --- copy buttons ------------------------------------------------------------------------
+  function setupCopy(button) {
+    button.addEventListener("click", async () => {
+      const source = document.querySelector(button.dataset.copy);
+      const text = source ? source.textContent.trim() : "";
+      try {
+        await navigator.clipboard.writeText(text);
+      } catch (err) {
+        const area = el("textarea", text);
+        document.body.append(area);
+        area.select();
+        document.execCommand("copy");
+        area.remove();
+      }
+      const note = button.parentElement.querySelector("[data-copied]");
+      if (note) note.hidden = false;
+    });
+  }
+
+  // --- the query box: answer without reloading (the query stays in the box, client-side) ----
+  function setupComplete(form) {
+    const answer = document.getElementById("answer");
+    form.addEventListener("submit", async (event) => {
+      event.preventDefault();
+      answer.replaceChildren(el("span", "Answering…", "muted"));
+      try {
+        const response = await fetch(form.action, {
+          method: "POST", body: new FormData(form), headers: JSON_HEADERS,
+          credentials: "same-origin",
+        });
+        const body = await response.json();
+        if (!response.ok) {
+          answer.replaceChildren(el("p", (body.error && body.error.message) || "refused", "error"));
+          return;
+        }
+        const line = el("p", "Answer: ");
+        const strong = el("strong", body.kind === "classification" ? body.label : body.value);
+        strong.id = "answer-label";
+        line.append(strong);
+        const parts = [line];
+        if (body.scores) {
+          const table = el("table", undefined, "grid small");
+          const head = el("tr");
+          head.append(el("th", "Label"), el("th", "Score"));
+          table.append(head);
+          Object.entries(body.scores).forEach(([label, score]) => {
+            const row = el("tr");
+            row.append(el("td", label), el("td", Number(score).toFixed(3), "num"));
+            table.append(row);
+          });
+          parts.push(table);
+        }
+        answer.replaceChildren(...parts);
+      } catch (err) {
+        answer.replaceChildren(el("p", "could not reach the server", "error"));
+      }
+    });
+  }
+
+  document.addEventListener("DOMContentLoaded", () => {
+    document.querySelectorAll('[data-job-id][data-live="yes"]').forEach(watchJob);
+    const jobForm = document.getElementById("job-form");
+    if (jobForm) setupJobForm(jobForm);
+    document.querySelectorAll("[data-copy]").forEach(setupCopy);
+    const complete = document.getElementById("complete-form");
+    if (complete) setupComplete(complete);
+    document.querySelectorAll("[data-back]").forEach((link) => {
+      link.addEventListener("click", (event) => { event.preventDefault(); history.back(); });
+    });
+  });
+})();
