@@ -164,8 +164,9 @@ def train_soft_prompt(
     lock = model_lock(backend)  # the model may be shared with /complete: one pass at a time
     label_ids = verbaliser_ids(local, task)
     index = {label: k for k, label in enumerate(task.labels)}
-    if unknown := sorted({r.label for r in records} - set(index)):
-        raise PromptDpsgdError(f"records carry labels the task does not have: {unknown[:3]}")
+    if stray := sum(r.label not in index for r in records):
+        # the count only: a label value outside the task's public labels is private data
+        raise PromptDpsgdError(f"{stray} record(s) carry a label the task does not have")
     freeze(local)
     prefix = soft_prompt_text(task)
     prompts = [local.tokenize(prefix + query_suffix(task, r.text)) for r in records]

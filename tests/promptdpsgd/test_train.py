@@ -261,3 +261,19 @@ def test_training_takes_the_shared_model_lock_around_each_step(tiny):
         rng=np.random.default_rng(0),
     )
     assert held and all(held)
+
+
+def test_a_record_with_a_label_outside_the_task_is_refused_without_naming_it(tiny):
+    config = PromptDpsgdConfig(epsilon=1.0, prompt_length=2, steps=1, batch_size=2)
+    recs = [*records(4), Record("fine", "secretlabel")]
+    with pytest.raises(PromptDpsgdError, match="1 record") as caught:
+        train_soft_prompt(
+            SST2,
+            recs,
+            tiny,
+            config=config,
+            noise_multiplier=1.0,
+            sampling=PoissonSampling(rate=0.5, groups=1),
+            rng=np.random.default_rng(0),
+        )
+    assert "secretlabel" not in str(caught.value)
