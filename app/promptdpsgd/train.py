@@ -45,7 +45,7 @@ from app.privacy.events import to_dict
 from app.privacy.rng import make_rng
 from app.privacy.sampling import Sampling
 from app.promptdpsgd.artifact import SoftPrompt
-from app.promptdpsgd.backend import hidden_size, local_backend, model_lock
+from app.promptdpsgd.backend import hidden_size, local_backend, model_lock, training_model
 from app.promptdpsgd.config import PromptDpsgdConfig, PromptDpsgdError, SoftPromptInit
 from app.promptdpsgd.forward import soft_prompt_logits
 from app.promptdpsgd.plan import METHOD, DpsgdPlan
@@ -108,13 +108,15 @@ def freeze(local: TransformersBackend) -> None:
 
 def per_example_gradients(
     local: TransformersBackend,
+    model: torch.nn.Module,
     soft: torch.Tensor,
     prompts: Sequence[Sequence[int]],
     targets: Sequence[int],
     label_ids: Sequence[int],
 ) -> np.ndarray:
     """``B x (L * hidden)``: row b is the gradient of example b's loss with respect to the
-    soft prompt, in chunks of the backend's batch size (memory)."""
+    soft prompt, in chunks of the backend's batch size (memory). ``model`` is the backend's
+    model or its float32 twin (:func:`~app.promptdpsgd.backend.training_model`)."""
     rows = len(prompts)
     length, width = soft.shape
     out = np.zeros((rows, length * width), dtype=np.float64)
@@ -128,7 +130,7 @@ def per_example_gradients(
         copies = soft.detach().unsqueeze(0).expand(len(chunk), -1, -1).clone()
         copies.requires_grad_(True)
         logits = soft_prompt_logits(
-            local.model,
+            model,
             copies,
             [prompts[i] for i in chunk],
             bos_id=local.tokenizer.bos_token_id,
@@ -168,6 +170,7 @@ def train_soft_prompt(
         # the count only: a label value outside the task's public labels is private data
         raise PromptDpsgdError(f"{stray} record(s) carry a label the task does not have")
     freeze(local)
+    model = training_model(local)
     prefix = soft_prompt_text(task)
     prompts = [local.tokenize(prefix + query_suffix(task, r.text)) for r in records]
     targets = [index[r.label] for r in records]
@@ -180,6 +183,7 @@ def train_soft_prompt(
         with lock:
             grads = per_example_gradients(
                 local,
+                model,
                 soft,
                 [prompts[i] for i in batch],
                 [targets[i] for i in batch],

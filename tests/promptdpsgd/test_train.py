@@ -11,7 +11,7 @@ import torch
 from app.privacy.dpsgd import noisy_clipped_sum
 from app.privacy.sampling import FixedSizeSampling, PoissonSampling
 from app.promptdpsgd.artifact import SoftPrompt
-from app.promptdpsgd.backend import SoftPromptedBackend
+from app.promptdpsgd.backend import SoftPromptedBackend, training_model
 from app.promptdpsgd.config import PromptDpsgdConfig, PromptDpsgdError
 from app.promptdpsgd.forward import soft_prompt_logits
 from app.promptdpsgd.train import (
@@ -59,9 +59,11 @@ def test_per_example_gradients_equal_one_at_a_time_gradients(tiny):
     prompts, targets = batch_inputs(tiny, SST2, recs)
     labels = verbaliser_ids(tiny, SST2)
     soft = torch.randn(3, 32)
-    together = per_example_gradients(tiny, soft, prompts, targets, labels)
+    together = per_example_gradients(tiny, tiny.model, soft, prompts, targets, labels)
     for b in range(len(recs)):
-        alone = per_example_gradients(tiny, soft, prompts[b : b + 1], targets[b : b + 1], labels)
+        alone = per_example_gradients(
+            tiny, tiny.model, soft, prompts[b : b + 1], targets[b : b + 1], labels
+        )
         np.testing.assert_allclose(together[b], alone[0], rtol=1e-4, atol=1e-6)
     assert np.all(np.linalg.norm(together, axis=1) > 0)
     # and the model itself receives no gradient
@@ -73,7 +75,7 @@ def test_one_record_moves_the_clipped_sum_by_at_most_c_add_remove_and_2c_replace
     soft = torch.randn(4, 32)
     recs = records(9, seed=3)
     prompts, targets = batch_inputs(tiny, SST2, recs)
-    grads = per_example_gradients(tiny, soft, prompts, targets, labels)
+    grads = per_example_gradients(tiny, tiny.model, soft, prompts, targets, labels)
     clip = 0.2 * float(np.linalg.norm(grads, axis=1).min())  # every raw gradient exceeds C
     rng = np.random.default_rng(0)
 
@@ -87,7 +89,7 @@ def test_one_record_moves_the_clipped_sum_by_at_most_c_add_remove_and_2c_replace
         label="positive" if recs[0].label == "negative" else "negative",
     )
     p2, t2 = batch_inputs(tiny, SST2, [other])
-    replaced_row = per_example_gradients(tiny, soft, p2, t2, labels)
+    replaced_row = per_example_gradients(tiny, tiny.model, soft, p2, t2, labels)
     assert np.linalg.norm(replaced_row) > clip
     replaced = total(np.vstack([replaced_row, grads[1:]]))
     removed = total(grads[1:])
@@ -110,7 +112,7 @@ def test_the_clipping_bound_holds_with_the_real_model(gemma):
         Record("a joy from start to finish", "negative"),
     ]
     prompts, targets = batch_inputs(gemma, SST2, recs)
-    grads = per_example_gradients(gemma, soft, prompts, targets, labels)
+    grads = per_example_gradients(gemma, gemma.model, soft, prompts, targets, labels)
     clip = 0.5 * float(np.linalg.norm(grads, axis=1).min())
     rng = np.random.default_rng(0)
     full = noisy_clipped_sum(grads, clip_norm=clip, noise_multiplier=0.0, rng=rng)
@@ -277,3 +279,39 @@ def test_a_record_with_a_label_outside_the_task_is_refused_without_naming_it(tin
             rng=np.random.default_rng(0),
         )
     assert "secretlabel" not in str(caught.value)
+
+
+def test_a_bfloat16_backend_trains_on_a_float32_twin_it_keeps():
+    """The service's model may be bfloat16 (dtype auto); training then runs on one float32
+    copy per backend, whose gradients are those of a float32 backend with the same weights,
+    and the served model is left as it was."""
+    served = tiny_backend()
+    served.model.to(torch.bfloat16)
+    served.dtype = torch.bfloat16
+    freeze(served)
+    twin = training_model(served)
+    assert twin is not served.model and twin is training_model(served)  # made once
+    assert next(twin.parameters()).dtype == torch.float32
+    assert served.model.dtype == torch.bfloat16
+    reference = tiny_backend()
+    reference.model.load_state_dict(twin.state_dict())  # bfloat16-rounded weights, in float32
+    freeze(reference)
+    assert training_model(reference) is reference.model  # float32: no copy
+    recs = records(5)
+    prompts, targets = batch_inputs(served, SST2, recs)
+    labels = verbaliser_ids(served, SST2)
+    soft = torch.randn(3, 32)
+    got = per_example_gradients(served, twin, soft, prompts, targets, labels)
+    want = per_example_gradients(reference, reference.model, soft, prompts, targets, labels)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-7)
+    config = PromptDpsgdConfig(epsilon=1.0, prompt_length=3, steps=2, batch_size=4)
+    out = train_soft_prompt(
+        SST2,
+        recs,
+        served,
+        config=config,
+        noise_multiplier=0.0,
+        sampling=PoissonSampling(rate=0.8, groups=1),
+        rng=np.random.default_rng(0),
+    )
+    assert out.embeddings.dtype == np.float32 and served.model.dtype == torch.bfloat16
