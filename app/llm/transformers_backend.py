@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import inspect
 import logging
+from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from functools import cached_property
 
@@ -97,7 +98,38 @@ def _load(source: ModelSource, dtype: torch.dtype):
     )
 
 
-class TransformersBackend:
+class LastLogitsAnswers(ABC):
+    """``next_token_probs`` and ``top_k`` from a backend's last-position logits: shared by
+    :class:`TransformersBackend` and the soft-prompted wrapper
+    (:class:`app.promptdpsgd.backend.SoftPromptedBackend`), which differ only in how they
+    compute those logits."""
+
+    @property
+    @abstractmethod
+    def name(self) -> str: ...
+
+    @abstractmethod
+    def last_logits(self, prompts: Sequence[Sequence[int]]) -> torch.Tensor:
+        """B x vocabulary float32 logits of each prompt's next token, in the caller's order."""
+
+    def next_token_probs(
+        self, prompts: Sequence[Sequence[int]], token_sets: np.ndarray
+    ) -> np.ndarray:
+        token_sets = np.asarray(token_sets)
+        if token_sets.ndim != 2 or token_sets.shape[0] != len(prompts):
+            raise BackendError(
+                f"{self.name}: token_sets must be B x K with B = {len(prompts)}, "
+                f"got shape {token_sets.shape}"
+            )
+        logits = self.last_logits(prompts)
+        chosen = torch.gather(logits, 1, torch.as_tensor(token_sets, dtype=torch.long))
+        return torch.softmax(chosen.double(), dim=1).numpy()
+
+    def top_k(self, prompts: Sequence[Sequence[int]], k: int) -> np.ndarray:
+        return self.last_logits(prompts).topk(k, dim=1).indices.numpy()
+
+
+class TransformersBackend(LastLogitsAnswers):
     """Next-token distributions from a local transformers model.
 
     ``prefix_cache``: run the prefix shared by all prompts of a batch once and reuse its KV
@@ -319,19 +351,3 @@ class TransformersBackend:
         ).logits[:, -1, :]
         self.tokens_computed += int(mask[:, length:].sum())
         return logits.float().cpu()
-
-    def next_token_probs(
-        self, prompts: Sequence[Sequence[int]], token_sets: np.ndarray
-    ) -> np.ndarray:
-        token_sets = np.asarray(token_sets)
-        if token_sets.ndim != 2 or token_sets.shape[0] != len(prompts):
-            raise BackendError(
-                f"{self.name}: token_sets must be B x K with B = {len(prompts)}, "
-                f"got shape {token_sets.shape}"
-            )
-        logits = self.last_logits(prompts)
-        chosen = torch.gather(logits, 1, torch.as_tensor(token_sets, dtype=torch.long))
-        return torch.softmax(chosen.double(), dim=1).numpy()
-
-    def top_k(self, prompts: Sequence[Sequence[int]], k: int) -> np.ndarray:
-        return self.last_logits(prompts).topk(k, dim=1).indices.numpy()

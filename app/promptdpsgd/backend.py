@@ -20,11 +20,10 @@ import weakref
 from collections.abc import Sequence
 from contextlib import AbstractContextManager, nullcontext
 
-import numpy as np
 import torch
 
 from app.llm.base import BackendError, LLMBackend
-from app.llm.transformers_backend import TransformersBackend
+from app.llm.transformers_backend import LastLogitsAnswers, TransformersBackend
 from app.promptdpsgd.artifact import SoftPrompt
 from app.promptdpsgd.forward import soft_prompt_logits
 from app.synthesis.generator import SynthesisError
@@ -145,7 +144,7 @@ def check_soft_prompt(backend: TransformersBackend, soft_prompt: SoftPrompt) -> 
         )
 
 
-class SoftPromptedBackend:
+class SoftPromptedBackend(LastLogitsAnswers):
     """An :class:`LLMBackend` that puts ``soft_prompt`` in front of every prompt.
 
     It calls the local model directly (the retry layer of ``inner``, if any, is unwrapped),
@@ -205,19 +204,3 @@ class SoftPromptedBackend:
         inverse = torch.empty(len(order), dtype=torch.long)
         inverse[torch.as_tensor(order)] = torch.arange(len(order))
         return logits[inverse]
-
-    def next_token_probs(
-        self, prompts: Sequence[Sequence[int]], token_sets: np.ndarray
-    ) -> np.ndarray:
-        token_sets = np.asarray(token_sets)
-        if token_sets.ndim != 2 or token_sets.shape[0] != len(prompts):
-            raise BackendError(
-                f"{self.name}: token_sets must be B x K with B = {len(prompts)}, "
-                f"got shape {token_sets.shape}"
-            )
-        logits = self.last_logits(prompts)
-        chosen = torch.gather(logits, 1, torch.as_tensor(token_sets, dtype=torch.long))
-        return torch.softmax(chosen.double(), dim=1).numpy()
-
-    def top_k(self, prompts: Sequence[Sequence[int]], k: int) -> np.ndarray:
-        return self.last_logits(prompts).topk(k, dim=1).indices.numpy()
