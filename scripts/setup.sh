@@ -9,7 +9,7 @@ if ! command -v chromium >/dev/null 2>&1 || ! command -v chromedriver >/dev/null
   SUDO=""
   if [ "$(id -u)" -ne 0 ] && command -v sudo >/dev/null 2>&1; then SUDO="sudo"; fi
   if ! { $SUDO env DEBIAN_FRONTEND=noninteractive apt-get update -qq &&
-    $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+    $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
       chromium chromium-driver; }; then
     echo "setup.sh: could not install chromium and chromium-driver: the browser tests" \
       "will skip (and fail under REQUIRE_SERVICES=1)" >&2
