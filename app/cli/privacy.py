@@ -13,6 +13,7 @@ from app.privacy.accounting import Accounting
 from app.privacy.calibration import CalibrationError, calibrate
 from app.privacy.params import AdaDPSynParams, AdaDPSynVariant, Method, TangParams
 from app.privacy.plan import PrivacyPlan
+from app.privacy.planner import PlannerShape, plan_adadpsyn
 
 privacy_app = typer.Typer(help="Privacy accounting: epsilon of a configuration, calibration.")
 
@@ -220,3 +221,63 @@ def calibrate_command(
     else:
         shown = ", ".join(f"{k} = {v:.4g}" for k, v in solved.items())
         typer.echo(f"{shown}: epsilon = {result.epsilon:.4f} at delta = {delta:.3g}")
+
+
+@privacy_app.command("plan")
+def plan_command(
+    epsilon: Annotated[float, typer.Option("--epsilon", help="Target epsilon of the job.")],
+    accounting: AccountingOpt = Accounting.TIGHT,
+    M: MOpt = 10,
+    N: NOpt = 2,
+    tmax: TmaxOpt = 30,
+    K: Annotated[int, typer.Option("--K", help="Public vocabulary per token step.")] = 100,
+    n_label: NLabelOpt = 357,
+    n_total: NTotalOpt = 5000,
+    delta: DeltaOpt = None,
+    shots_per_label: ShotsOpt = 1,
+    n_labels: LabelsOpt = 4,
+    as_json: JsonOpt = False,
+) -> None:
+    """AdaDPSyn's constants for a job's public shape, as the service's planner picks them."""
+    try:
+        sizes, shots, delta = _dataset(n_label, n_total, n_labels, shots_per_label, delta)
+        shape = PlannerShape(
+            M=M, K=K, N=N, tmax=tmax, label_sizes=sizes, shots=shots, epsilon=epsilon,
+            delta=delta, accounting=accounting,
+        )  # fmt: skip
+        choice = plan_adadpsyn(shape)
+        params = AdaDPSynParams(sigma1=1.0, **choice.constants())
+        plan = PrivacyPlan(params=params, accounting=accounting, M=M, N=N, tmax=tmax)
+        result = calibrate(
+            plan, label_sizes=sizes, shots=shots, target_epsilon=epsilon, delta=delta
+        )
+    except ValidationError as error:
+        raise fail(_validation_message(error)) from None
+    except (CalibrationError, ValueError) as error:
+        raise fail(str(error)) from None
+    chosen = result.plan.params
+    assert isinstance(chosen, AdaDPSynParams)
+    out = {
+        **choice.public_stats(),
+        "T": chosen.T,
+        "sigma1": chosen.sigma1,
+        "sigma2": chosen.sigma2 if chosen.T else None,
+        "epsilon": result.epsilon,
+        "delta": delta,
+    }
+    if as_json:
+        typer.echo(json.dumps(out))
+        return
+    if chosen.T == 0:
+        typer.echo(f"no coverage checks: T = 0, the plain Gaussian mean at sigma1 = "
+                   f"{chosen.sigma1:.4g}")  # fmt: skip
+    else:
+        typer.echo(
+            f"T = {chosen.T}, sigma1 = {chosen.sigma1:.4g}, sigma2 = {chosen.sigma2:.4g} "
+            f"(checks {choice.candidate.check_share:.0%} of each step's budget), "
+            f"mu = {chosen.mu}, shrink = {chosen.shrink}"
+        )
+    typer.echo(
+        f"simulated argmax agreement {choice.agreement:.3f} (Tang's mean at the same epsilon: "
+        f"{choice.tang_agreement:.3f}); epsilon = {result.epsilon:.4f} at delta = {delta:.3g}"
+    )

@@ -83,6 +83,7 @@ class TokenLoopPlan(MethodPlan):
                 "synthesis": self.job.config.model_dump(mode="json"),
                 "plan": self.job.plan.model_dump(mode="json"),
                 "sizes": self.job.sizes,
+                "planner": self.job.planner,
             },
             schedule=list(self.job.schedule),
             delta=self.job.delta,
@@ -151,8 +152,25 @@ class TokenLoop(Method):
         config = SynthesisConfig.model_validate(stored.config["synthesis"])
         plan = PrivacyPlan.model_validate(stored.config["plan"])
         sizes = {str(k): int(v) for k, v in stored.config["sizes"].items()}
+        planner = dict(stored.config.get("planner") or {})  # absent for older jobs
         return TokenLoopPlan(
-            JobPlan(task, config, plan, tuple(stored.schedule), sizes, stored.delta)
+            JobPlan(task, config, plan, tuple(stored.schedule), sizes, stored.delta, planner)
+        )
+
+    def public_stats(self, result: SynthesisResult) -> dict[str, Any] | None:
+        """The AdaDPSyn planner's choice (public inputs only); None for other runs."""
+        planner = {k: v for k, v in result.stats.items() if k.startswith("planner_")}
+        return planner or None
+
+    def report(self, result: SynthesisResult) -> str | None:
+        stats = result.stats
+        if "planner_T" not in stats:
+            return None
+        if not stats["planner_checks"]:
+            return "planner: no coverage checks (T = 0, Tang's mean) for this shape"
+        return (
+            f"planner: T {stats['planner_T']}, checks take {stats['planner_check_share']:.0%} "
+            f"of each step's budget, mu {stats['planner_mu']}, shrink {stats['planner_shrink']}"
         )
 
     def summary(self, stored: Stored) -> tuple[str | None, int]:

@@ -14,12 +14,14 @@ accountant charges and combines them (docs/privacy.md, "AdaDPSyn variants").
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 
 from app.privacy.geometry import (
     SIMPLEX_RADIUS,
     count_within,
+    counts_within,
     project_onto_ball,
     project_onto_simplex,
     to_simplex,
@@ -139,30 +141,100 @@ def _good_radius_target(
     )
 
 
-class _Pool:
-    """Inverse-variance combination of unbiasedly-noised means released so far.
+@dataclass
+class PooledSteps:
+    """What the pooled aggregator did for a stack of S token steps (DP outputs only).
 
-    Release j has per-coordinate noise variance proportional to its radius R_j squared
-    (std 2 * R_j * sigma1 / M), so weights 1 / R_j^2 minimise the combined variance. The
-    combination is post-processing of DP releases; its noise std is public.
+    ``radii[s, j]`` is the sensitivity radius of step s's mean j (sqrt(2)/2 when the mean was
+    not projected); ``checks[s, r]`` is 1 (passed), 0 (failed) or -1 (not run) for round r;
+    ``targets[s]`` is GoodRadius's target (None when it does not run).
     """
 
-    def __init__(self) -> None:
-        # A 0-d zero broadcasts to the first release's shape on the first add.
-        self.weighted: np.ndarray = np.zeros(())
-        self.weight = 0.0
+    distributions: np.ndarray
+    radii: np.ndarray
+    checks: np.ndarray
+    rounds: np.ndarray
+    stopped_by: list[str]
+    targets: list[float | None]
 
-    def add(self, release: np.ndarray, radius: float) -> None:
-        self.weighted = self.weighted + release / radius**2
-        self.weight += 1.0 / radius**2
 
-    @property
-    def estimate(self) -> np.ndarray:
-        return self.weighted / self.weight
+def pooled_aggregate_steps(
+    probs: np.ndarray,
+    params: AdaDPSynParams,
+    rng: np.random.Generator,
+    released: list[GaussianMechanism] | None = None,
+) -> PooledSteps:
+    """The pooled variant on S independent token steps at once (``probs`` S x M x K).
 
-    def std(self, sigma1: float, M: int) -> float:
-        """Per-coordinate noise std of :attr:`estimate`."""
-        return 2.0 * sigma1 / (M * math.sqrt(self.weight))
+    Each step runs exactly what :func:`_aggregate_pooled` documents; the steps share only
+    the vectorised arithmetic (the planner simulates thousands of steps through this same
+    code). Noise is drawn per step: the draws of a stack of one are those of one step, in the
+    order the mechanisms run. ``released`` (for a stack of one) receives each mechanism.
+    """
+    S, M, K = probs.shape
+    targets: list[float | None] = [None] * S
+    sink = released if released is not None else []
+    if params.good_radius:
+        targets = [
+            _good_radius_target(step, params, rng, sink, slack=params.slack)
+            for step in probs
+        ]
+    target = np.array([np.nan if t is None else t for t in targets])
+    rows = np.arange(S)
+    means = probs.mean(axis=1)
+    T = params.T
+    radii = np.full((S, T + 1), SIMPLEX_RADIUS)
+    checks = np.full((S, T), -1, dtype=np.int8)
+    stopped = np.full(S, "rounds", dtype=object)
+    active = np.ones(S, dtype=bool)
+    ball_centre = np.zeros((S, K))
+    ball_radius = np.full(S, np.inf)  # inf: no check passed yet, means are not projected
+    weighted, weight = np.zeros((S, K)), np.zeros(S)
+
+    def release_means(j: int) -> np.ndarray:
+        """Mean j of every step: projected onto its last passed check's ball, if any."""
+        nonlocal weighted, weight
+        has_ball = np.isfinite(ball_radius)
+        projected = project_onto_ball(probs, ball_centre[:, None, :], ball_radius[:, None, None])
+        values = np.where(has_ball[:, None], projected.mean(axis=1), means)
+        radius = np.where(has_ball, ball_radius, SIMPLEX_RADIUS)
+        std = 2.0 * radius * params.sigma1 / M  # projected_mean_mechanism's, per step
+        noisy = values + rng.normal(0.0, std[:, None], size=(S, K))
+        radii[:, j] = radius
+        weighted = weighted + noisy / radius[:, None] ** 2
+        weight = weight + 1.0 / radius**2
+        if released is not None:
+            released.extend(projected_mean_mechanism(M, float(r), params.sigma1) for r in radius)
+        return project_onto_simplex(weighted / weight[:, None])
+
+    centre = release_means(0)
+    current = np.full(S, SIMPLEX_RADIUS)
+    coverage = coverage_mechanism(params.sigma2)
+    threshold = params.mu * M + params.coverage_margin * params.sigma2
+    for r in range(T):
+        pool_std = 2.0 * params.sigma1 / (M * np.sqrt(weight))
+        candidate = np.where(
+            np.isnan(target), params.shrink * current, target + params.lam * pool_std * math.sqrt(K)
+        )
+        too_big = active & (candidate >= current)
+        stopped[too_big] = "radius"
+        active &= ~too_big
+        live = rows[active]
+        if live.size:
+            noisy = coverage.release(counts_within(probs[live], centre[live], candidate[live]), rng)
+            if released is not None:
+                released.extend(coverage for _ in live)
+            passed = noisy >= threshold
+            checks[live, r] = passed
+            stopped[live[~passed]] = "coverage"
+            active[live[~passed]] = False
+            won = live[passed]
+            ball_centre[won], ball_radius[won] = centre[won], candidate[won]
+            current[won] = candidate[won]
+        centre = release_means(r + 1)
+
+    rounds = np.count_nonzero(checks == 1, axis=1)
+    return PooledSteps(centre, radii, checks, rounds, list(stopped), targets)
 
 
 def _aggregate_pooled(
@@ -176,59 +248,31 @@ def _aggregate_pooled(
     T coverage checks, and exactly T + 1 projected means. What differs is post-processing
     and which public quantities pick the next radius and centre:
 
-    * the centre of each check and projection is the Euclidean projection onto the simplex
-      of the inverse-variance combination of all means so far (a function of DP outputs);
+    * the centre of each check is the Euclidean projection onto the simplex of the
+      inverse-variance combination of all means so far (weights 1/R_j^2: mean j's noise std
+      is 2 R_j sigma1 / M), a function of DP outputs;
     * a check passes only at a noisy count of at least ``mu * M + coverage_margin * sigma2``,
       so that a ball holding fewer than ``mu * M`` teachers rarely passes;
     * the candidate radius is GoodRadius's target plus ``lam`` times the centre's expected
       noise norm, or ``shrink`` times the current radius when GoodRadius does not run;
-    * when the loop stops early, the means it did not run run at the final radius, and the
-      output is the combination of all T + 1.
+    * a mean is projected only onto the ball (centre and radius) of a check that passed;
+      before any check passes, means are not projected at all. A ball of radius sqrt(2)/2
+      around an arbitrary centre does not hold the simplex (two vertices are sqrt(2) apart),
+      so projecting onto it would pull teachers towards a centre that is mostly noise;
+    * when the loop stops early, the means it did not run run on the last passed check's
+      ball (unprojected if none passed), and the output is the combination of all T + 1.
+
+    With T = 0 this is one unprojected mean at multiplier sigma1: Tang et al.'s mechanism.
     """
-    M, K = probs.shape
     released: list[GaussianMechanism] = []
-    target: float | None = None
-    if params.good_radius:
-        target = _good_radius_target(probs, params, rng, released, slack=params.slack)
-
-    pool = _Pool()
-    radii: list[float] = []
-
-    def release_mean(radius: float, centre: np.ndarray | None) -> np.ndarray:
-        """One charged projected mean around ``centre`` (none at the full radius, which
-        holds the whole simplex), pooled; returns the new centre."""
-        points = probs if centre is None else project_onto_ball(probs, centre, radius)
-        mean = projected_mean_mechanism(M, radius, params.sigma1)
-        pool.add(mean.release(points.mean(axis=0), rng), radius)
-        released.append(mean)
-        radii.append(radius)
-        return project_onto_simplex(pool.estimate)
-
-    radius = SIMPLEX_RADIUS
-    centre = release_mean(radius, None)
-    coverage = coverage_mechanism(params.sigma2)
-    threshold = params.mu * M + params.coverage_margin * params.sigma2
-    stopped_by = "rounds"
-    rounds = 0
-
-    for _ in range(params.T):
-        if target is None:
-            candidate = params.shrink * radius
-        else:
-            candidate = target + params.lam * pool.std(params.sigma1, M) * math.sqrt(K)
-        if candidate >= radius:
-            stopped_by = "radius"
-            break
-        noisy_count = coverage.release(count_within(probs, centre, candidate), rng)
-        released.append(coverage)
-        if noisy_count < threshold:
-            stopped_by = "coverage"
-            break
-        radius = candidate
-        centre = release_mean(radius, centre)
-        rounds += 1
-
-    while len(radii) < params.T + 1:  # charged means the loop did not run
-        centre = release_mean(radius, centre)
-
-    return _result(centre, released, target, radii, rounds, stopped_by)
+    steps = pooled_aggregate_steps(probs[None], params, rng, released)
+    result = _result(
+        steps.distributions[0],
+        released,
+        steps.targets[0],
+        [float(r) for r in steps.radii[0]],
+        int(steps.rounds[0]),
+        steps.stopped_by[0],
+    )
+    result.diagnostics["checks"] = [bool(c) for c in steps.checks[0] if c >= 0]
+    return result

@@ -2,8 +2,12 @@
 
 Every point handled here is a probability vector over the same K public tokens. Two such
 vectors are at most sqrt(2) apart in L2 (the distance between two distinct vertices), so the
-simplex fits in an L2 ball of radius sqrt(2)/2 around any of its points' midpoints; that is
-the initial radius of AdaDPSyn.
+unprojected mean of M of them moves by at most sqrt(2)/M when one is replaced: the
+sensitivity of a projection onto a ball of radius sqrt(2)/2 (:data:`SIMPLEX_RADIUS`, half the
+diameter). That is AdaDPSyn's initial radius *for sensitivity only*: the simplex does not fit
+in a ball of that radius around an arbitrary centre (around a vertex, the opposite vertices
+are sqrt(2) away; around the uniform point they are sqrt((K-1)/K) away, more than sqrt(2)/2
+for K >= 3), so means at this radius are never projected (:func:`ball_holds_simplex`).
 """
 
 from __future__ import annotations
@@ -42,13 +46,30 @@ def to_simplex(vector: np.ndarray) -> np.ndarray:
     return clipped / total
 
 
+def ball_holds_simplex(centre: np.ndarray, radius: float) -> bool:
+    """Whether the closed L2 ball of ``radius`` around ``centre`` contains the whole simplex.
+
+    A ball is convex, so it holds the simplex iff it holds every vertex e_i; the squared
+    distance from ``centre`` to e_i is ||centre||^2 - 2 centre_i + 1.
+    """
+    centre = np.asarray(centre, dtype=float)
+    farthest = float(np.max(np.sum(centre**2) - 2.0 * centre + 1.0))
+    return farthest <= radius**2 + 1e-12
+
+
 def count_within(points: np.ndarray, centre: np.ndarray, radius: float) -> int:
     """Number of rows of ``points`` within L2 distance ``radius`` of ``centre`` (inclusive)."""
     return int(np.count_nonzero(np.linalg.norm(points - centre, axis=-1) <= radius))
 
 
+def counts_within(points: np.ndarray, centres: np.ndarray, radii: np.ndarray) -> np.ndarray:
+    """:func:`count_within` for a stack: ``points`` S x M x K, ``centres`` S x K, ``radii`` S."""
+    distances = np.linalg.norm(points - centres[:, None, :], axis=-1)
+    return np.count_nonzero(distances <= np.asarray(radii)[:, None], axis=-1)
+
+
 def project_onto_simplex(vector: np.ndarray) -> np.ndarray:
-    """The Euclidean projection of ``vector`` onto the probability simplex.
+    """The Euclidean projection of ``vector`` (or of each row of a stack) onto the simplex.
 
     The nearest distribution in L2: subtract the one threshold ``theta`` that makes the
     positive parts sum to 1, then clip at 0 (found by sorting, as in Held, Wolfe and Crowder
@@ -56,14 +77,17 @@ def project_onto_simplex(vector: np.ndarray) -> np.ndarray:
     from any distribution, the true mean included; clipping-and-renormalising
     (:func:`to_simplex`) has no such property and, under noise spread over K coordinates,
     shrinks the large coordinates. Subtracting one threshold keeps the order of the
-    coordinates, so the argmax is unchanged. Post-processing of a DP output.
+    coordinates, so the argmax is unchanged. Works along the last axis; a row with a
+    non-finite entry maps to the uniform distribution. Post-processing of a DP output.
     """
     vector = np.asarray(vector, dtype=float)
-    if not np.all(np.isfinite(vector)):
-        return np.full(vector.shape[-1], 1.0 / vector.shape[-1])
-    ordered = np.sort(vector)[::-1]
-    excess = np.cumsum(ordered) - 1.0
-    ranks = np.arange(1, vector.shape[-1] + 1)
-    support = np.nonzero(ordered - excess / ranks > 0)[0][-1]
-    theta = excess[support] / (support + 1)
-    return np.maximum(vector - theta, 0.0)
+    K = vector.shape[-1]
+    finite = np.all(np.isfinite(vector), axis=-1, keepdims=True)
+    safe = np.where(finite, vector, 0.0)
+    ordered = -np.sort(-safe, axis=-1)
+    excess = np.cumsum(ordered, axis=-1) - 1.0
+    ranks = np.arange(1, K + 1)
+    inside = ordered - excess / ranks > 0  # true on a prefix of the sorted coordinates
+    support = K - 1 - np.argmax(inside[..., ::-1], axis=-1)  # the last true index
+    theta = np.take_along_axis(excess, support[..., None], axis=-1) / (support[..., None] + 1)
+    return np.where(finite, np.maximum(safe - theta, 0.0), 1.0 / K)

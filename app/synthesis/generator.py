@@ -13,7 +13,6 @@ text: the only outputs are generated tokens, which are DP releases.
 from __future__ import annotations
 
 import math
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -23,8 +22,15 @@ from app.llm.base import LLMBackend
 from app.privacy.adadpsyn import adadpsyn_aggregate
 from app.privacy.calibration import calibrate
 from app.privacy.events import SynthesisEvent, to_dict
-from app.privacy.params import AdaDPSynParams, Method, TangParams, adadpsyn_defaults
+from app.privacy.params import (
+    AdaDPSynParams,
+    AdaDPSynVariant,
+    Method,
+    TangParams,
+    adadpsyn_defaults,
+)
 from app.privacy.plan import PrivacyPlan, label_schedule, shots_per_label
+from app.privacy.planner import PlannerShape, plan_adadpsyn
 from app.privacy.rng import make_rng
 from app.privacy.tang import AggregationResult, gaussian_aggregate
 from app.promptdpsgd.artifact import SoftPrompt
@@ -60,7 +66,8 @@ class SynthesisResult:
     delta: float
     plan: dict[str, object]
     event: dict[str, object]
-    stats: dict[str, float] = field(default_factory=dict)
+    # Public or DP-derived only (tests/cli/test_synthesize_cli.py checks every field written).
+    stats: dict[str, float | int | bool] = field(default_factory=dict)
     # PromptDPSGD's output (its demonstrations are empty); None for every other method.
     soft_prompt: SoftPrompt | None = None
 
@@ -129,6 +136,8 @@ class JobPlan:
     schedule: tuple[str, ...]  # public target label of each shot
     sizes: dict[str, int]  # records per partition (public counts, see docs/privacy.md)
     delta: float
+    # The AdaDPSyn planner's choice (app.privacy.planner), public; empty when it did not run.
+    planner: dict[str, float | int | bool] = field(default_factory=dict)
 
     @property
     def private(self) -> bool:
@@ -171,14 +180,35 @@ def plan_job(
     empty = sorted(label for label in charged if sizes.get(label, 0) == 0)
     if empty:
         raise SynthesisError(f"no private records with label(s) {', '.join(empty)}")
-    plan = job.plan
+    plan, planner = job.plan, {}
+    if _planned(config):
+        choice = plan_adadpsyn(
+            PlannerShape(
+                M=config.M, K=config.K, N=config.N, tmax=config.tmax, label_sizes=sizes,
+                shots=charged, epsilon=config.epsilon, delta=delta, accounting=config.accounting,
+            )
+        )  # fmt: skip
+        plan = plan.model_copy(update={"params": AdaDPSynParams(sigma1=1.0, **choice.constants())})
+        planner = choice.public_stats()
     if math.isfinite(config.epsilon):
         plan = calibrate(
             plan, label_sizes=sizes, shots=charged, target_epsilon=config.epsilon, delta=delta
         ).plan
     for label in charged:  # fails early if, e.g., M*N exceeds a partition (paper sampling)
         plan.sampling(sizes[label])
-    return JobPlan(task, config, plan, schedule, dict(sizes), delta)
+    return JobPlan(task, config, plan, schedule, dict(sizes), delta, planner)
+
+
+def _planned(config: SynthesisConfig) -> bool:
+    """Whether the planner picks AdaDPSyn's constants: the pooled variant at a finite budget,
+    with none of T, sigma0, sigma2, lam given (explicit constants win)."""
+    explicit = any(getattr(config, name) is not None for name in ("sigma0", "sigma2", "T", "lam"))
+    return (
+        config.method is Method.ADADPSYN
+        and config.variant is AdaDPSynVariant.POOLED
+        and math.isfinite(config.epsilon)
+        and not explicit
+    )
 
 
 def _aggregator(
@@ -211,7 +241,6 @@ def synthesize(
     ``progress`` is called between tokens; an exception it raises (for example a
     cancellation) stops the job there.
     """
-    started = time.perf_counter()
     rng = make_rng(config.seed)
     parts = _partitions(task, records)
     sizes = {key: len(value) for key, value in parts.items()}
@@ -232,7 +261,7 @@ def synthesize(
         {key: plan.sampling(sizes[key]) for key in {s.key for s in shots}} if private else {}
     )
     planned = len(shots) * config.tmax
-    calls = prompt_tokens = 0
+    calls = 0
 
     for step in range(config.tmax):
         active = [s for s in shots if not s.done]
@@ -243,7 +272,6 @@ def synthesize(
         top = backend.top_k(public, config.K)
         token_sets = [_with_stop_tokens(row, extra) for row in top]
         calls += 1
-        prompt_tokens += sum(len(p) for p in public)
 
         if private:
             batch, sets = [], []
@@ -256,7 +284,6 @@ def synthesize(
                     sets.append(token_set)
             probs = backend.next_token_probs(batch, np.array(sets))
             calls += 1
-            prompt_tokens += sum(len(p) for p in batch)
             per_shot = probs.reshape(len(active), plan.M, -1)
             choices = [aggregate(p, rng).token for p in per_shot]
         else:  # epsilon = 0: the instruction-only baseline, greedy on the public prompt
@@ -275,7 +302,6 @@ def synthesize(
             progress(min(done, planned), planned)
 
     demos = [Demonstration(s.label, backend.detokenize(s.generated).strip()) for s in shots]
-    seconds = time.perf_counter() - started
     return SynthesisResult(
         task=task.name,
         method=config.method.value if private else "instruction-only",
@@ -286,12 +312,9 @@ def synthesize(
         delta=job.delta,
         plan=plan.model_dump(mode="json"),
         event=to_dict(job.event()),
-        stats={
-            "seconds": seconds,
-            "backend_calls": calls,
-            "prompt_tokens": prompt_tokens,
-            "prompt_tokens_per_second": prompt_tokens / seconds if seconds else 0.0,
-        },
+        # Wall time and prompt-token counts are left out: they depend on the lengths of the
+        # private records sampled into teacher prompts, with no noise.
+        stats={"backend_calls": calls, **job.planner},
     )
 
 

@@ -40,7 +40,8 @@ class RecordingGenerator:
         self.draws: list[np.ndarray] = []
 
     def normal(self, loc=0.0, scale=1.0, size=None):
-        self.scales.append(float(scale))
+        # A stack of steps draws with one scale per row; record each row's scale.
+        self.scales.extend(float(x) for x in np.ravel(scale))
         self.draws.append(np.asarray(self._rng.normal(loc, scale, size)))
         return self.draws[-1]
 

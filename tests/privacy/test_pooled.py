@@ -105,7 +105,8 @@ def test_pooled_noise_is_the_inverse_variance_combination_of_all_means():
 def _raw_estimate(result, recorder, probs, params) -> np.ndarray:
     """Recompute the pooled estimate before the simplex projection from the recorded draws:
     the aggregator's output must be its projection."""
-    means = [d for d in recorder.draws if d.ndim == 1]  # coverage draws are scalars
+    # Means of a stack of one step are 1 x K draws; coverage draws have one entry per step.
+    means = [d[0] for d in recorder.draws if d.ndim == 2]
     radii = result.diagnostics["radii"]
     weights = np.array([1 / r**2 for r in radii])
     estimate = sum(w * (probs.mean(0) + d) for w, d in zip(weights, means, strict=True))
