@@ -76,7 +76,8 @@ def test_custom_csv_task_runs_and_writes_json(tickets, tmp_path):
         (["--label-col", "nosuchcolumn"], "nosuchcolumn"),
         (["--label-col", "category", "--epsilon", "0"], "--epsilon must be > 0"),
         (["--label-col", "category", "--epsilon", "-2"], "--epsilon must be > 0"),
-        (["--label-col", "category", "--epsilon", "0.0001"], "cannot be met"),
+        # The published variant's fixed GoodRadius and coverage checks cost more than this.
+        (["--label-col", "category", "--epsilon", "0.0001", "--variant", "paper"], "cannot be met"),
         (["--label-col", "category", "--accounting", "paper", "--M", "40"], "cannot draw"),
     ],
 )
@@ -287,3 +288,64 @@ def test_without_task_or_labels_the_error_says_what_to_give(dbpedia):
     result = runner.invoke(app, ["synthesize", "--data", str(dbpedia)])
     assert result.exit_code == 2
     assert "--task is required" in result.stderr and "--labels a,b,..." in result.stderr
+
+
+# Every field `dpsyn synthesize --out` writes, as (path, kind). "public": a function of the
+# job's public inputs (the shape, the budget, the seed); "dp": a DP output or a function of
+# DP outputs only (the generated tokens decide the prompt and when the loop stops).
+WRITTEN = {
+    "task": "public",
+    "method": "public",
+    "model": "public",
+    "demonstrations": "dp",
+    "prompt": "dp",
+    "epsilon": "public",
+    "delta": "public",
+    "plan": "public",
+    "event": "public",
+    "stats.backend_calls": "dp",
+    **{
+        f"stats.planner_{name}": "public"
+        for name in (
+            "T", "checks", "check_share", "mu", "shrink", "tang_sigma", "agreement",
+            "tang_agreement",
+        )
+    },  # fmt: skip
+}
+
+
+def _fields(data: dict) -> dict[str, object]:
+    """Top-level fields, and the stats one level down."""
+    out = {k: v for k, v in data.items() if k != "stats"}
+    out.update({f"stats.{k}": v for k, v in data["stats"].items()})
+    return out
+
+
+def _write_tickets(path, words: int) -> None:
+    """60 tickets, the same labels as ``tickets``, each ``words`` words long."""
+    rows = ["text,category"] + [
+        f"{' '.join(['secretword'] * words)},{'billing' if i % 2 else 'network'}"
+        for i in range(60)
+    ]
+    path.write_text("\n".join(rows) + "\n")
+
+
+def test_every_written_field_is_public_or_dp(tmp_path):
+    """Two datasets with the same public shape but private records of very different
+    lengths: every public field written is the same, and nothing else is written. (The
+    prompt-token count of the teacher prompts, once written here, differed.)"""
+    written = []
+    for words in (1, 30):
+        data_path, out = tmp_path / f"t{words}.csv", tmp_path / f"r{words}.json"
+        _write_tickets(data_path, words)
+        args = ["synthesize", "--data", str(data_path), *CUSTOM, "--label-col", "category"]
+        args += ["--epsilon", "4", "--M", "4", "--N", "2", "--tmax", "4", "--shots", "2"]
+        result = runner.invoke(app, [*args, "--K", "10", "--seed", "3", "--out", str(out)])
+        assert result.exit_code == 0, result.output
+        written.append(_fields(json.loads(out.read_text())))
+    short, long = written
+    assert set(short) == set(long) <= set(WRITTEN), set(short) - set(WRITTEN)
+    assert {"stats.planner_T", "stats.backend_calls", "plan", "event"} <= set(short)
+    for name, kind in WRITTEN.items():
+        if kind == "public" and name in short:
+            assert short[name] == long[name], name

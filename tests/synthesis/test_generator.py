@@ -13,7 +13,9 @@ from app.privacy.events import FixedSizeSampling, PoissonSampling, from_dict
 from app.privacy.params import AdaDPSynVariant, Method, adadpsyn_defaults
 from app.synthesis.config import SynthesisConfig
 from app.synthesis.data import Record
-from app.synthesis.generator import SynthesisError, synthesize
+from app.privacy.planner import PlannerShape, plan_adadpsyn
+from app.privacy.rng import make_rng
+from app.synthesis.generator import SynthesisError, partition_sizes, plan_job, synthesize
 from app.synthesis.tasks import BUILTIN_TASKS
 from tests.synthesis.fake_backend import FakeBackend
 
@@ -141,8 +143,34 @@ def test_a_scheduled_label_without_records_is_an_error():
 
 
 def test_a_budget_too_small_for_the_settings_is_an_error():
+    """Fixed coverage checks (explicit T) cost more than the budget. (The planner's default
+    can always fall back to no checks, which any budget affords with enough noise.)"""
     with pytest.raises(ValueError, match="cannot be met"):
-        synthesize(TREC, trec_records(), config(epsilon=0.001), FakeBackend())
+        synthesize(TREC, trec_records(), config(epsilon=0.001, T=2), FakeBackend())
+
+
+def test_the_planner_chooses_from_public_inputs_only():
+    """Two datasets with the same label counts and different records: the same planned
+    constants, the same public stats; the planner's own answer for the shape is the one the
+    job carries. Explicit constants switch the planner off."""
+    records = trec_records()
+    other = [Record(f"another private question number {i} ?", r.label) for i, r in
+             enumerate(records)]  # fmt: skip
+    cfg = config(method=Method.ADADPSYN, epsilon=4.0)
+    jobs = [plan_job(TREC, partition_sizes(TREC, rs), cfg, make_rng(5)) for rs in (records, other)]
+    assert jobs[0].plan == jobs[1].plan and jobs[0].planner == jobs[1].planner
+    job = jobs[0]
+    shape = PlannerShape(
+        M=cfg.M, K=cfg.K, N=cfg.N, tmax=cfg.tmax, label_sizes=job.sizes, shots=job.charged(),
+        epsilon=cfg.epsilon, delta=job.delta,
+    )  # fmt: skip
+    choice = plan_adadpsyn(shape)
+    assert job.planner == choice.public_stats()
+    assert job.plan.params.T == choice.candidate.T
+    assert job.epsilon() <= 4.0
+    explicit = plan_job(TREC, job.sizes, config(method=Method.ADADPSYN, epsilon=4.0, T=1),
+                        make_rng(5))  # fmt: skip
+    assert explicit.planner == {} and explicit.plan.params.T == 1
 
 
 @pytest.mark.parametrize("method", list(Method))
@@ -194,7 +222,7 @@ def test_adadpsyn_runs_the_variant_and_constants_it_is_charged_for(variant):
     cfg = config(method=Method.ADADPSYN, variant=variant, M=10, N=2, sigma2=4.0, epsilon=8.0)
     result = synthesize(TREC, trec_records(), cfg, backend)
     plan = result.plan["params"]
-    expected = adadpsyn_defaults(10, variant)
+    expected = adadpsyn_defaults(10, variant)  # explicit sigma2: the planner stays out
     assert plan["variant"] == variant.value and plan["T"] == expected["T"]
     assert plan["sigma2"] == 4.0  # explicit beats the table
     mechanisms = from_dict(result.event).labels[0].event.mechanisms
