@@ -53,9 +53,15 @@ def shape(labels: int, M: int, K: int, epsilon: float) -> PlannerShape:
     shots = {f"label{i}": 2 if labels == 2 else 1 for i in range(min(labels, 4))}
     total = sum(sizes.values())
     return PlannerShape(
-        M=M, K=K, N=N, tmax=TMAX, label_sizes=sizes, shots=shots, epsilon=epsilon,
+        M=M,
+        K=K,
+        N=N,
+        tmax=TMAX,
+        label_sizes=sizes,
+        shots=shots,
+        epsilon=epsilon,
         delta=1.0 / total,
-    )  # fmt: skip
+    )
 
 
 def teachers(regime: str, M: int, K: int, steps: int, rng: np.random.Generator) -> np.ndarray:
@@ -96,9 +102,8 @@ def teachers(regime: str, M: int, K: int, steps: int, rng: np.random.Generator) 
 def methods(labels: int, M: int, K: int, epsilon: float) -> tuple[TangParams, AdaDPSynParams]:
     """Tang's and planned AdaDPSyn's parameters for the cell, each calibrated to epsilon."""
     job = shape(labels, M, K, epsilon)
-    constants = plan_adadpsyn(job).constants()
     out = []
-    for params in (TangParams(sigma=1.0), AdaDPSynParams(sigma1=1.0, **constants)):
+    for params in (TangParams(sigma=1.0), plan_adadpsyn(job).params()):
         plan = PrivacyPlan(params=params, M=M, N=N, tmax=TMAX)
         result = calibrate(
             plan,
@@ -139,7 +144,9 @@ def main(argv: list[str] | None = None) -> int:
 
     start = time.perf_counter()
     behind, ahead, cells = [], 0, 0
-    print("| labels | regime | K | M | ε | Tang agree | pooled agree | gain ± paired SE | T, checks |")
+    print(
+        "| labels | regime | K | M | ε | Tang agree | pooled agree | gain ± paired SE | T, checks |"
+    )
     print("|---|---|---|---|---|---|---|---|---|")
     for regime in REGIMES:
         for K in Ks:

@@ -242,11 +242,18 @@ def plan_command(
     try:
         sizes, shots, delta = _dataset(n_label, n_total, n_labels, shots_per_label, delta)
         shape = PlannerShape(
-            M=M, K=K, N=N, tmax=tmax, label_sizes=sizes, shots=shots, epsilon=epsilon,
-            delta=delta, accounting=accounting,
-        )  # fmt: skip
+            M=M,
+            K=K,
+            N=N,
+            tmax=tmax,
+            label_sizes=sizes,
+            shots=shots,
+            epsilon=epsilon,
+            delta=delta,
+            accounting=accounting,
+        )
         choice = plan_adadpsyn(shape)
-        params = AdaDPSynParams(sigma1=1.0, **choice.constants())
+        params = choice.params()
         plan = PrivacyPlan(params=params, accounting=accounting, M=M, N=N, tmax=tmax)
         result = calibrate(
             plan, label_sizes=sizes, shots=shots, target_epsilon=epsilon, delta=delta
@@ -269,8 +276,9 @@ def plan_command(
         typer.echo(json.dumps(out))
         return
     if chosen.T == 0:
-        typer.echo(f"no coverage checks: T = 0, the plain Gaussian mean at sigma1 = "
-                   f"{chosen.sigma1:.4g}")  # fmt: skip
+        typer.echo(
+            f"no coverage checks: T = 0, the plain Gaussian mean at sigma1 = {chosen.sigma1:.4g}"
+        )
     else:
         typer.echo(
             f"T = {chosen.T}, sigma1 = {chosen.sigma1:.4g}, sigma2 = {chosen.sigma2:.4g} "

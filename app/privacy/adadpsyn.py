@@ -176,8 +176,7 @@ def pooled_aggregate_steps(
     sink = released if released is not None else []
     if params.good_radius:
         targets = [
-            _good_radius_target(step, params, rng, sink, slack=params.slack)
-            for step in probs
+            _good_radius_target(step, params, rng, sink, slack=params.slack) for step in probs
         ]
     target = np.array([np.nan if t is None else t for t in targets])
     rows = np.arange(S)

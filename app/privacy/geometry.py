@@ -18,8 +18,13 @@ SIMPLEX_DIAMETER = float(np.sqrt(2.0))
 SIMPLEX_RADIUS = SIMPLEX_DIAMETER / 2
 
 
-def project_onto_ball(points: np.ndarray, centre: np.ndarray, radius: float) -> np.ndarray:
+def project_onto_ball(
+    points: np.ndarray, centre: np.ndarray, radius: float | np.ndarray
+) -> np.ndarray:
     """Project each row of ``points`` onto the closed L2 ball of ``radius`` around ``centre``.
+
+    ``centre`` and ``radius`` broadcast against ``points`` (a stack of steps passes one centre
+    S x 1 x K and one radius S x 1 x 1 per step; an infinite radius leaves a row unchanged).
 
     Rows already inside are returned unchanged; rows outside are moved along the ray from the
     centre to the boundary. After this, replacing one row changes the sum of rows by at most

@@ -39,13 +39,8 @@ from app.privacy.plan import PrivacyPlan
 # and the shrink factor (no GoodRadius: docs/privacy.md, "AdaDPSyn variants", point 5).
 # Coarse sweeps on synthetic teachers found shrink 0.7 to 0.85 and T 2 to 3 best wherever
 # checks pay at all, and small shares (2-5%) of the budget for the checks.
-GRID = {
-    "T": (2,),
-    "check_share": (0.03, 0.1),
-    "mu": (0.5, 0.9),
-    "margin": (0.0, 1.0),
-    "shrink": (0.7, 0.85),
-}
+ROUNDS = (2,)
+GRID = {"check_share": (0.03, 0.1), "mu": (0.5, 0.9), "margin": (0.0, 1.0), "shrink": (0.7, 0.85)}
 STEPS_PER_REGIME = 300  # simulated token steps per regime, for selection and for validation
 VALIDATED = 3  # candidates, best first, tried on the validation teachers before giving up
 SIGMA_GRID = 1.02  # sigma is rounded to a power of this before simulating (the cache key)
@@ -98,13 +93,16 @@ class Candidate:
 
 
 TANG = Candidate(T=0)
-CANDIDATES = (TANG,) + tuple(
-    Candidate(T, share, mu, shrink, margin)
-    for T in GRID["T"]
-    for share in GRID["check_share"]
-    for mu in GRID["mu"]
-    for shrink in GRID["shrink"]
-    for margin in GRID["margin"]
+CANDIDATES = (
+    TANG,
+    *(
+        Candidate(T, share, mu, shrink, margin)
+        for T in ROUNDS
+        for share in GRID["check_share"]
+        for mu in GRID["mu"]
+        for shrink in GRID["shrink"]
+        for margin in GRID["margin"]
+    ),
 )
 
 
@@ -117,10 +115,10 @@ class Choice:
     agreement: float  # validation: mean over regimes of P(noisy argmax = clean argmax)
     tang_agreement: float  # the same for T = 0 on the same teachers and noise seeds
 
-    def constants(self) -> dict[str, object]:
-        """Fields of :class:`AdaDPSynParams` (all but sigma1, which calibration sets)."""
-        params = self.candidate.params(self.sigma)
-        return params.model_dump(exclude={"sigma1"})
+    def params(self) -> AdaDPSynParams:
+        """The chosen parameters; their sigma1 spends the whole budget of the step, and the
+        job's calibration refines it against the accountant."""
+        return self.candidate.params(self.sigma)
 
     def public_stats(self) -> dict[str, float | int | bool]:
         """What a job reports about the choice (functions of public inputs only)."""
@@ -141,9 +139,12 @@ class Choice:
 def tang_multiplier(shape: PlannerShape) -> float:
     """Tang et al.'s calibrated multiplier for the shape: the budget of one token step."""
     plan = PrivacyPlan(
-        params=TangParams(sigma=1.0), accounting=shape.accounting, M=shape.M, N=shape.N,
+        params=TangParams(sigma=1.0),
+        accounting=shape.accounting,
+        M=shape.M,
+        N=shape.N,
         tmax=shape.tmax,
-    )  # fmt: skip
+    )
     return calibrate(
         plan,
         label_sizes=shape.label_sizes,
@@ -200,9 +201,7 @@ def _beats(ours: list[np.ndarray], tang: list[np.ndarray]) -> bool:
     return all(g.mean() >= -0.5 * g.std(ddof=1) / math.sqrt(g.size) for g in gains)
 
 
-def _agreements(
-    params: AdaDPSynParams, sets: list[np.ndarray], seed: int
-) -> list[np.ndarray]:
+def _agreements(params: AdaDPSynParams, sets: list[np.ndarray], seed: int) -> list[np.ndarray]:
     """Per regime, 1.0 where the aggregate's argmax equals the clean mean's, else 0.0."""
     rng = np.random.default_rng([seed, 99])  # the same noise stream for every candidate
     out = []

@@ -184,11 +184,18 @@ def plan_job(
     if _planned(config):
         choice = plan_adadpsyn(
             PlannerShape(
-                M=config.M, K=config.K, N=config.N, tmax=config.tmax, label_sizes=sizes,
-                shots=charged, epsilon=config.epsilon, delta=delta, accounting=config.accounting,
+                M=config.M,
+                K=config.K,
+                N=config.N,
+                tmax=config.tmax,
+                label_sizes=sizes,
+                shots=charged,
+                epsilon=config.epsilon,
+                delta=delta,
+                accounting=config.accounting,
             )
-        )  # fmt: skip
-        plan = plan.model_copy(update={"params": AdaDPSynParams(sigma1=1.0, **choice.constants())})
+        )
+        plan = plan.model_copy(update={"params": choice.params()})
         planner = choice.public_stats()
     if math.isfinite(config.epsilon):
         plan = calibrate(

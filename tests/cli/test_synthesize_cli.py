@@ -179,10 +179,21 @@ def test_public_is_refused_with_the_token_loop_methods(pate_files):
 # --- a 14-class task as a new user types it (issue 12) -----------------------------------------
 
 DBPEDIA = (
-    "Company", "EducationalInstitution", "Artist", "Athlete", "OfficeHolder",
-    "MeanOfTransportation", "Building", "NaturalPlace", "Village", "Animal", "Plant", "Album",
-    "Film", "WrittenWork",
-)  # fmt: skip
+    "Company",
+    "EducationalInstitution",
+    "Artist",
+    "Athlete",
+    "OfficeHolder",
+    "MeanOfTransportation",
+    "Building",
+    "NaturalPlace",
+    "Village",
+    "Animal",
+    "Plant",
+    "Album",
+    "Film",
+    "WrittenWork",
+)
 LABEL_MAP = ",".join(f"{number}={name}" for number, name in enumerate(DBPEDIA, 1))
 
 
@@ -204,11 +215,29 @@ def test_fourteen_classes_from_a_headerless_csv_with_a_label_map(dbpedia, tmp_pa
     result = runner.invoke(
         app,
         [
-            "synthesize", "--data", str(dbpedia), "--label-map", LABEL_MAP,
-            "--text-col", "2+3", "--label-col", "1", "--epsilon", "8", "--shots", "14",
-            "--M", "4", "--N", "2", "--tmax", "3", "--out", str(out),
+            "synthesize",
+            "--data",
+            str(dbpedia),
+            "--label-map",
+            LABEL_MAP,
+            "--text-col",
+            "2+3",
+            "--label-col",
+            "1",
+            "--epsilon",
+            "8",
+            "--shots",
+            "14",
+            "--M",
+            "4",
+            "--N",
+            "2",
+            "--tmax",
+            "3",
+            "--out",
+            str(out),
         ],
-    )  # fmt: skip
+    )
     assert result.exit_code == 0, result.output
     data = json.loads(out.read_text())
     assert {d["label"] for d in data["demonstrations"]} == set(DBPEDIA)
@@ -230,15 +259,39 @@ def test_labels_answer_words_and_instruction_options(dbpedia, tmp_path):
     result = runner.invoke(
         app,
         [
-            "synthesize", "--data", str(dbpedia), "--task", "custom",
-            "--labels", ",".join(DBPEDIA), "--label-map", LABEL_MAP,
-            "--answer-words", "MeanOfTransportation=vehicle,OfficeHolder=politician",
-            "--instruction", "Given a category, write a Wikipedia abstract.",
-            "--label-field", "Category",
-            "--text-col", "3", "--label-col", "1", "--shots", "14",
-            "--M", "4", "--N", "1", "--tmax", "3", "--K", "10", "--out", str(out),
+            "synthesize",
+            "--data",
+            str(dbpedia),
+            "--task",
+            "custom",
+            "--labels",
+            ",".join(DBPEDIA),
+            "--label-map",
+            LABEL_MAP,
+            "--answer-words",
+            "MeanOfTransportation=vehicle,OfficeHolder=politician",
+            "--instruction",
+            "Given a category, write a Wikipedia abstract.",
+            "--label-field",
+            "Category",
+            "--text-col",
+            "3",
+            "--label-col",
+            "1",
+            "--shots",
+            "14",
+            "--M",
+            "4",
+            "--N",
+            "1",
+            "--tmax",
+            "3",
+            "--K",
+            "10",
+            "--out",
+            str(out),
         ],
-    )  # fmt: skip
+    )
     assert result.exit_code == 0, result.output
     prompt = json.loads(out.read_text())["prompt"]
     assert "by its category: Company, EducationalInstitution, Artist, Athlete, politician," in (
@@ -307,10 +360,16 @@ WRITTEN = {
     **{
         f"stats.planner_{name}": "public"
         for name in (
-            "T", "checks", "check_share", "mu", "shrink", "tang_sigma", "agreement",
+            "T",
+            "checks",
+            "check_share",
+            "mu",
+            "shrink",
+            "tang_sigma",
+            "agreement",
             "tang_agreement",
         )
-    },  # fmt: skip
+    },
 }
 
 
@@ -324,8 +383,7 @@ def _fields(data: dict) -> dict[str, object]:
 def _write_tickets(path, words: int) -> None:
     """60 tickets, the same labels as ``tickets``, each ``words`` words long."""
     rows = ["text,category"] + [
-        f"{' '.join(['secretword'] * words)},{'billing' if i % 2 else 'network'}"
-        for i in range(60)
+        f"{' '.join(['secretword'] * words)},{'billing' if i % 2 else 'network'}" for i in range(60)
     ]
     path.write_text("\n".join(rows) + "\n")
 

@@ -11,10 +11,10 @@ import pytest
 from app.privacy.accounting import Accounting
 from app.privacy.events import FixedSizeSampling, PoissonSampling, from_dict
 from app.privacy.params import AdaDPSynVariant, Method, adadpsyn_defaults
-from app.synthesis.config import SynthesisConfig
-from app.synthesis.data import Record
 from app.privacy.planner import PlannerShape, plan_adadpsyn
 from app.privacy.rng import make_rng
+from app.synthesis.config import SynthesisConfig
+from app.synthesis.data import Record
 from app.synthesis.generator import SynthesisError, partition_sizes, plan_job, synthesize
 from app.synthesis.tasks import BUILTIN_TASKS
 from tests.synthesis.fake_backend import FakeBackend
@@ -154,22 +154,30 @@ def test_the_planner_chooses_from_public_inputs_only():
     constants, the same public stats; the planner's own answer for the shape is the one the
     job carries. Explicit constants switch the planner off."""
     records = trec_records()
-    other = [Record(f"another private question number {i} ?", r.label) for i, r in
-             enumerate(records)]  # fmt: skip
+    other = [
+        Record(f"another private question number {i} ?", r.label) for i, r in enumerate(records)
+    ]
     cfg = config(method=Method.ADADPSYN, epsilon=4.0)
     jobs = [plan_job(TREC, partition_sizes(TREC, rs), cfg, make_rng(5)) for rs in (records, other)]
     assert jobs[0].plan == jobs[1].plan and jobs[0].planner == jobs[1].planner
     job = jobs[0]
     shape = PlannerShape(
-        M=cfg.M, K=cfg.K, N=cfg.N, tmax=cfg.tmax, label_sizes=job.sizes, shots=job.charged(),
-        epsilon=cfg.epsilon, delta=job.delta,
-    )  # fmt: skip
+        M=cfg.M,
+        K=cfg.K,
+        N=cfg.N,
+        tmax=cfg.tmax,
+        label_sizes=job.sizes,
+        shots=job.charged(),
+        epsilon=cfg.epsilon,
+        delta=job.delta,
+    )
     choice = plan_adadpsyn(shape)
     assert job.planner == choice.public_stats()
     assert job.plan.params.T == choice.candidate.T
     assert job.epsilon() <= 4.0
-    explicit = plan_job(TREC, job.sizes, config(method=Method.ADADPSYN, epsilon=4.0, T=1),
-                        make_rng(5))  # fmt: skip
+    explicit = plan_job(
+        TREC, job.sizes, config(method=Method.ADADPSYN, epsilon=4.0, T=1), make_rng(5)
+    )
     assert explicit.planner == {} and explicit.plan.params.T == 1
 
 
