@@ -170,7 +170,8 @@ class TokenLoop(Method):
             return "planner: no coverage checks (T = 0, Tang's mean) for this shape"
         return (
             f"planner: T {stats['planner_T']}, checks take {stats['planner_check_share']:.0%} "
-            f"of each step's budget, mu {stats['planner_mu']}, shrink {stats['planner_shrink']}"
+            f"of each step's budget, mu {stats['planner_mu']}, margin "
+            f"{stats.get('planner_margin', 0.0)}, shrink {stats['planner_shrink']}"
         )
 
     def summary(self, stored: Stored) -> tuple[str | None, int]:

@@ -365,6 +365,7 @@ WRITTEN = {
             "check_share",
             "mu",
             "shrink",
+            "margin",
             "tang_sigma",
             "agreement",
             "tang_agreement",
