@@ -363,7 +363,10 @@ class JobPublic(BaseModel):
         description="promptpate, once succeeded: processed (inputs put to the teachers), "
         "answered (queries that passed the noisy threshold check and got a label), rejected, "
         "budget_exhausted, spent_mu, budget_mu, holdout_accuracy. promptdpsgd: steps, "
-        "prompt_length, noise_multiplier. DP outputs or public settings only."
+        "prompt_length, noise_multiplier. adadpsyn (pooled, planned): the planner's choice, "
+        "planner_T, planner_checks, planner_check_share, planner_mu, planner_shrink, "
+        "planner_margin, planner_tang_sigma, planner_agreement, planner_tang_agreement "
+        "(docs/privacy.md). DP outputs or public settings only."
     )
     created_at: Timestamp
     started_at: Timestamp | None

@@ -109,6 +109,9 @@ def test_only_public_stats_of_a_run_are_kept() -> None:
     assert pate.public_stats(result) == {"processed": 24, "answered": 5, "rejected": 19}
     assert pate.progress_done(result, 40) == 24
     assert tang.public_stats(result) is None and tang.progress_done(result, 40) == 40
+    result.stats = {"backend_calls": 9, "planner_T": 2, "planner_checks": True}
+    adadpsyn = get_method(MethodKind.ADADPSYN)
+    assert adadpsyn.public_stats(result) == {"planner_T": 2, "planner_checks": True}
 
 
 def test_statuses_are_active_or_terminal() -> None:

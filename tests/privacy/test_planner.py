@@ -17,6 +17,7 @@ from app.privacy.params import AdaDPSynParams, AdaDPSynVariant, TangParams
 from app.privacy.plan import PrivacyPlan
 from app.privacy.planner import (
     CANDIDATES,
+    MAX_CHECK_NOISE,
     REGIMES,
     TANG,
     Candidate,
@@ -212,6 +213,8 @@ def test_the_choice_is_a_function_of_the_public_shape_and_never_below_tang():
     assert set(first.public_stats()) >= {"planner_T", "planner_checks", "planner_agreement"}
     stats = first.public_stats()
     assert stats["planner_T"] == first.candidate.T
+    if first.candidate.T:  # checks are planned only where their noise can see the teachers
+        assert first.params().sigma2 <= MAX_CHECK_NOISE * job.M
     assert all(isinstance(v, int | float | bool) for v in stats.values())
 
 
