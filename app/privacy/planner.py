@@ -21,6 +21,7 @@ public seeds. The result depends on (M, K, sigma rounded to a 2% grid) and is ca
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 from collections.abc import Callable, Mapping, Sequence
@@ -164,10 +165,14 @@ def tang_multiplier(shape: PlannerShape) -> float:
 
 
 def plan_adadpsyn(shape: PlannerShape) -> Choice:
-    """The constants that maximise simulated argmax agreement for ``shape`` (public only)."""
+    """The constants that maximise simulated argmax agreement for ``shape`` (public only).
+
+    The simulation runs at Tang's multiplier rounded to the grid (the cache key); the choice
+    returned carries the exact multiplier, so that T = 0 is Tang's calibrated mechanism itself.
+    """
     sigma = tang_multiplier(shape)
     bucket = round(math.log(sigma) / math.log(SIGMA_GRID))
-    return choose(shape.M, shape.K, bucket)
+    return dataclasses.replace(choose(shape.M, shape.K, bucket), sigma=sigma)
 
 
 @functools.lru_cache(maxsize=512)

@@ -197,7 +197,9 @@ def plan_job(
         )
         plan = plan.model_copy(update={"params": choice.params()})
         planner = choice.public_stats()
-    if math.isfinite(config.epsilon):
+    # No checks planned: sigma1 is Tang's calibrated sigma, the same event at the same price,
+    # so the job is Tang's job draw for draw. Otherwise sigma1 is calibrated as usual.
+    if math.isfinite(config.epsilon) and planner.get("planner_T") != 0:
         plan = calibrate(
             plan, label_sizes=sizes, shots=charged, target_epsilon=config.epsilon, delta=delta
         ).plan

@@ -149,6 +149,25 @@ def test_a_budget_too_small_for_the_settings_is_an_error():
         synthesize(TREC, trec_records(), config(epsilon=0.001, T=2), FakeBackend())
 
 
+def test_with_no_checks_planned_adadpsyn_is_tangs_job_draw_for_draw():
+    """Where the planner finds that no coverage check pays (a small epsilon here), the
+    AdaDPSyn job runs Tang's mechanism at Tang's calibrated sigma: same price, same draws,
+    same demonstrations."""
+    records = trec_records()
+    backend = FakeBackend(stop_after=3)
+    noisy = {"epsilon": 0.5, "M": 4, "N": 2, "tmax": 6, "K": 10, "shots": 4, "seed": 9}
+    ada = synthesize(TREC, records, config(method=Method.ADADPSYN, **noisy), backend)
+    tang = synthesize(TREC, records, config(method=Method.TANG, **noisy), backend)
+    assert ada.stats["planner_T"] == 0
+    assert ada.plan["params"]["sigma1"] == tang.plan["params"]["sigma"]
+    assert ada.epsilon == tang.epsilon and ada.event == tang.event
+    assert [d.text for d in ada.demonstrations] == [d.text for d in tang.demonstrations]
+    consensus = synthesize(
+        TREC, records, config(method=Method.TANG, **{**noisy, "epsilon": 1e6}), backend
+    )
+    assert [d.text for d in tang.demonstrations] != [d.text for d in consensus.demonstrations]
+
+
 def test_the_planner_chooses_from_public_inputs_only():
     """Two datasets with the same label counts and different records: the same planned
     constants, the same public stats; the planner's own answer for the shape is the one the
