@@ -283,7 +283,7 @@ def plan_command(
         typer.echo(
             f"T = {chosen.T}, sigma1 = {chosen.sigma1:.4g}, sigma2 = {chosen.sigma2:.4g} "
             f"(checks {choice.candidate.check_share:.0%} of each step's budget), "
-            f"mu = {chosen.mu}, shrink = {chosen.shrink}"
+            f"mu = {chosen.mu}, margin = {chosen.coverage_margin}, shrink = {chosen.shrink}"
         )
     typer.echo(
         f"simulated argmax agreement {choice.agreement:.3f} (Tang's mean at the same epsilon: "

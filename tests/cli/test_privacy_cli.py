@@ -92,3 +92,31 @@ def test_bad_input_is_a_one_line_error(args, message):
     assert result.exit_code == 2
     assert message in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_plan_prints_the_planners_choice_and_its_price():
+    """`dpsyn privacy plan` gives what a job of that shape would plan, priced at most at the
+    target; a shape whose checks cannot pay plans none (T = 0, sigma1 = Tang's sigma)."""
+    shape = ["--M", "10", "--K", "50", "--tmax", "30", "--n-labels", "4", "--n-label", "357"]
+    result = invoke("plan", "--epsilon", "1", *shape, "--n-total", "4998", "--json")
+    assert result.exit_code == 0, result.output
+    out = json.loads(result.stdout)
+    assert out["T"] == out["planner_T"] == 0 and out["sigma2"] is None
+    assert out["sigma1"] == pytest.approx(out["planner_tang_sigma"], rel=1e-6)
+    assert 0.99 <= out["epsilon"] <= 1.0 and out["delta"] == pytest.approx(1 / 4998)
+    text = invoke("plan", "--epsilon", "1", *shape, "--n-total", "4998")
+    assert text.exit_code == 0 and "no coverage checks" in text.stdout
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--epsilon", "-1"], "epsilon"),
+        (["--epsilon", "1", "--K", "1"], "K"),
+        (["--epsilon", "1", "--n-labels", "30", "--n-label", "357"], "exceed --n-total"),
+    ],
+)
+def test_plan_bad_input_is_a_one_line_error(args, message):
+    result = invoke("plan", *args)
+    assert result.exit_code == 2, result.output
+    assert message in result.output and len(result.output.strip().splitlines()) == 1
