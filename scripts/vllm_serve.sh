@@ -18,6 +18,7 @@
 #   VLLM_PYTHON       the python that has vLLM (default: see above)
 #   VLLM_DTYPE        default bfloat16 on CPU (half the memory traffic), auto on a GPU
 #   VLLM_MAX_MODEL_LEN  longest prompt plus answer, tokens (default 4096)
+#   VLLM_CPU_KVCACHE_SPACE  CPU build: GiB of RAM for the KV cache (default 2)
 #   VLLM_PRINT_COMMAND=1  print the command line and exit (the tests read the flags this way)
 #   HF_TOKEN          only for gated hub models (Gemma on the hub): checked within seconds
 set -euo pipefail
@@ -77,7 +78,15 @@ PY
 PYTHON="$(pick_python)"
 MODEL="$(pick_model)"
 SERVED="${VLLM_SERVED_NAME:-${VLLM_MODEL:-${DPSYN_MODEL:-gemma-3-270m}}}"
-if has_gpu; then DTYPE="${VLLM_DTYPE:-auto}"; else DTYPE="${VLLM_DTYPE:-bfloat16}"; fi
+if has_gpu; then
+    DTYPE="${VLLM_DTYPE:-auto}"
+else
+    DTYPE="${VLLM_DTYPE:-bfloat16}"
+    # The CPU build otherwise reserves 92% of the machine's memory (--gpu-memory-utilization)
+    # and refuses to start when other processes hold more than 8%; a 270M model's KV cache
+    # for dpsyn's batches fits in far less. GiB.
+    export VLLM_CPU_KVCACHE_SPACE="${VLLM_CPU_KVCACHE_SPACE:-2}"
+fi
 
 # Why each flag (the backend's needs; docs/deploy.md):
 #   --served-model-name   one name, the one the workers ask for (or find in /v1/models)
@@ -85,7 +94,7 @@ if has_gpu; then DTYPE="${VLLM_DTYPE:-auto}"; else DTYPE="${VLLM_DTYPE:-bfloat16
 #   --enable-tokenizer-info-endpoint   the backend reads the EOS token from /tokenizer_info
 #   --enable-prefix-caching   every token step re-sends the last step's prompts plus a token
 COMMAND=(
-    "$PYTHON" -m vllm.entrypoints.cli.main serve "$MODEL"
+    "$PYTHON" -m vllm.entrypoints.openai.api_server --model "$MODEL"
     --host "$HOST" --port "$PORT"
     --served-model-name "$SERVED"
     --max-logprobs 200
