@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
-# End-to-end check on a GPU machine with vLLM installed: start a vLLM OpenAI-compatible server
-# on a local model, run one AdaDPSyn synthesis through the vllm backend, report throughput.
+# End-to-end check on a GPU machine with vLLM installed: start the engine with
+# scripts/vllm_serve.sh (the deployment's flags), run one AdaDPSyn synthesis through the vllm
+# backend (the served model found from /v1/models), report throughput and prefix-cache hits.
 #
 # Environment (all optional):
-#   MODEL        local HF model folder     (default $HOME/.cache/dpsyn/models/gemma-3-270m)
+#   MODEL        model folder or hub ID to serve (default: the packaged model's converted
+#                folder, as scripts/vllm_serve.sh picks it)
 #   PORT         server port               (default 8000)
 #   DATA         TREC training file        (default ../shared/data/trec/train.txt, from the repo root)
 #   OUT          folder for gpu_check.json and the server log (default /tmp)
-#   VLLM_PYTHON  python that has vllm      (default python)
+#   VLLM_PYTHON  python that has vllm      (default: scripts/vllm_serve.sh's choice)
 #   BUDGET_S     whole-script budget, s    (default 470, i.e. under 8 minutes)
 #
 # Time: waiting for /health may take up to 300 s and synthesis up to 420 s, but the synthesis
@@ -15,18 +17,15 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-MODEL="${MODEL:-$HOME/.cache/dpsyn/models/gemma-3-270m}"
 PORT="${PORT:-8000}"
 DATA="${DATA:-../shared/data/trec/train.txt}"
 OUT="${OUT:-/tmp}"
-VLLM_PYTHON="${VLLM_PYTHON:-python}"
 BUDGET_S="${BUDGET_S:-470}"
 URL="http://127.0.0.1:$PORT"
 RESULT="$OUT/gpu_check.json"
 SERVER_LOG="$OUT/vllm_server.log"
 
 mkdir -p "$OUT"
-[[ -d "$MODEL" ]] || { echo "gpu_check: model folder $MODEL not found" >&2; exit 2; }
 [[ -f "$DATA" ]] || { echo "gpu_check: data file $DATA not found" >&2; exit 2; }
 
 START=$SECONDS
@@ -40,12 +39,9 @@ stop_server() {
 }
 trap stop_server EXIT
 
-# --max-logprobs 200: room for top_k and for the top_logprobs fallback.
-# --enable-tokenizer-info-endpoint: the backend reads the EOS token from /tokenizer_info.
-echo "gpu_check: starting vLLM on $MODEL (log: $SERVER_LOG)"
-"$VLLM_PYTHON" -m vllm.entrypoints.openai.api_server \
-    --model "$MODEL" --port "$PORT" --max-logprobs 200 --dtype auto \
-    --enable-tokenizer-info-endpoint >"$SERVER_LOG" 2>&1 &
+echo "gpu_check: starting vLLM with scripts/vllm_serve.sh $PORT (log: $SERVER_LOG)"
+if [[ -n "${MODEL:-}" ]]; then export VLLM_MODEL="$MODEL"; fi
+scripts/vllm_serve.sh "$PORT" >"$SERVER_LOG" 2>&1 &
 SERVER_PID=$!
 
 deadline=$((SECONDS + 300))
@@ -74,7 +70,8 @@ fi
 echo "gpu_check: synthesizing (timeout ${synth_timeout} s)"
 time timeout "$synth_timeout" .venv/bin/dpsyn synthesize \
     --data "$DATA" --task trec --method adadpsyn --epsilon 8 \
-    --backend vllm --url "$URL" --model "$MODEL" --out "$RESULT"
+    --backend vllm --url "$URL" --out "$RESULT"
+curl -s "$URL/metrics" | grep -E '^vllm:prefix_cache_(hits|queries)_total' || true
 
 .venv/bin/python - "$RESULT" <<'PY'
 import json

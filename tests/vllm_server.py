@@ -28,6 +28,9 @@ ROOT = Path(__file__).resolve().parents[1]
 SERVE = ROOT / "scripts" / "vllm_serve.sh"
 START_TIMEOUT_S = float(os.environ.get("DPSYN_TEST_VLLM_START_S", "900"))
 MODEL = "gemma-3-270m"
+# Added to the script's flags in tests only: skipping torch.compile starts the CPU engine in
+# about a minute instead of three on two cores (same kernels' numerics, slower steps).
+TEST_ARGS = tuple(os.environ.get("DPSYN_TEST_VLLM_ARGS", "--enforce-eager").split())
 
 
 @dataclass
@@ -74,7 +77,8 @@ def vllm_installed() -> str | None:
 
 
 def start(port: int, *extra_args: str) -> VLLMServer:
-    """Start ``scripts/vllm_serve.sh port extra_args...`` and wait for ``/health``."""
+    """Start ``scripts/vllm_serve.sh port TEST_ARGS extra_args...``, wait for ``/health``."""
+    extra_args = (*TEST_ARGS, *extra_args)
     log = Path(tempfile.mkdtemp(prefix="dpsyn-vllm-")) / f"vllm-{port}.log"
     env = {**os.environ, "DPSYN_MODEL": MODEL}
     env.pop("VLLM_MODEL", None)
