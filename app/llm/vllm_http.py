@@ -30,6 +30,11 @@ Which tokens come back depends on the server version, hence two modes:
     rejects the field (HTTP 400) or silently ignores it (vLLM's request models accept unknown
     fields, so an older server answers with its natural top-k instead of the requested ids).
 
+The server is started by ``scripts/vllm_serve.sh`` (every flag this client relies on). Without
+a model name the client asks ``GET /v1/models`` for the one the server serves
+(:func:`served_model`), and :meth:`VLLMHttpBackend.check` asks, once, everything a job will
+need, so that ``dpsyn worker`` refuses to start on a misconfigured server.
+
 Every failure surfaces as :class:`~app.llm.base.BackendError` naming the server, the endpoint
 and the reason; one that may pass (a timeout, a refused or dropped connection, HTTP 429 or
 5xx) as its subclass :class:`~app.llm.base.TransientBackendError`. Each request is sent
