@@ -69,10 +69,16 @@ def unavailable(reason: str) -> None:
 
 
 def vllm_installed() -> str | None:
-    """Why vLLM cannot be started here, or None when it can."""
-    python = os.environ.get("VLLM_PYTHON") or str(ROOT / ".venv-vllm" / "bin" / "python")
-    if not (Path(python).exists() or shutil.which(python)):
-        return f"vLLM is not installed ({python} is missing: run scripts/setup.sh)"
+    """Why vLLM cannot be started here, or None when it can: the python the serve script
+    would run (a GPU build on a GPU machine, else .venv-vllm's CPU build) must exist."""
+    printed = subprocess.run(
+        ["bash", str(SERVE), "0"],
+        env={**os.environ, "VLLM_PRINT_COMMAND": "1", "VLLM_MODEL": "unused"},
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    python = printed.stdout.split(" ", 1)[0]
+    if printed.returncode != 0 or not (Path(python).exists() or shutil.which(python)):
+        return f"vLLM is not installed ({python or 'no python'} is missing: run scripts/setup.sh)"
     return None
 
 
