@@ -67,24 +67,39 @@ if ((synth_timeout < 30)); then
     exit 1
 fi
 
+# Throughput from the server's own counters (the job's stats hold no token counts).
+METRICS_BEFORE="$OUT/vllm_metrics_before.txt"
+METRICS_AFTER="$OUT/vllm_metrics_after.txt"
+curl -sf "$URL/metrics" >"$METRICS_BEFORE"
 echo "gpu_check: synthesizing (timeout ${synth_timeout} s)"
-time timeout "$synth_timeout" .venv/bin/dpsyn synthesize \
+job_start=$(date +%s.%N)
+timeout "$synth_timeout" .venv/bin/dpsyn synthesize \
     --data "$DATA" --task trec --method adadpsyn --epsilon 8 \
     --backend vllm --url "$URL" --out "$RESULT"
-curl -s "$URL/metrics" | grep -E '^vllm:prefix_cache_(hits|queries)_total' || true
+job_end=$(date +%s.%N)
+curl -sf "$URL/metrics" >"$METRICS_AFTER"
 
-.venv/bin/python - "$RESULT" <<'PY'
-import json
+.venv/bin/python - "$METRICS_BEFORE" "$METRICS_AFTER" "$job_start" "$job_end" <<'PY'
 import sys
 
-with open(sys.argv[1]) as f:
-    result = json.load(f)
-stats = result.get("stats") if isinstance(result, dict) else None
-if isinstance(stats, dict) and "prompt_tokens" in stats and stats.get("seconds"):
-    rate = stats["prompt_tokens"] / stats["seconds"]
-    print(f"gpu_check: {stats['prompt_tokens']} prompt tokens in {stats['seconds']:.1f} s: "
-          f"{rate:,.0f} prompt tokens/s")
-else:
-    print("gpu_check: no stats.prompt_tokens / stats.seconds in the output; no throughput")
+def counters(path):
+    """Sum each vLLM counter of interest over its label sets."""
+    names = ("vllm:prompt_tokens_total", "vllm:prefix_cache_queries_total",
+             "vllm:prefix_cache_hits_total")
+    out = dict.fromkeys(names, 0.0)
+    for line in open(path):
+        name = line.split("{", 1)[0]
+        if name in out:
+            out[name] += float(line.rsplit(" ", 1)[1])
+    return out
+
+before, after = counters(sys.argv[1]), counters(sys.argv[2])
+seconds = float(sys.argv[4]) - float(sys.argv[3])
+tokens = after["vllm:prompt_tokens_total"] - before["vllm:prompt_tokens_total"]
+queries = after["vllm:prefix_cache_queries_total"] - before["vllm:prefix_cache_queries_total"]
+hits = after["vllm:prefix_cache_hits_total"] - before["vllm:prefix_cache_hits_total"]
+print(f"gpu_check: job {seconds:.1f} s, {tokens:,.0f} prompt tokens: "
+      f"{tokens / seconds:,.0f} prompt tokens/s; prefix cache {hits:,.0f} of {queries:,.0f} "
+      f"({hits / max(queries, 1):.1%})")
 PY
 echo "gpu_check: done in $((SECONDS - START)) s; result in $RESULT"
