@@ -17,7 +17,8 @@ from app.llm.factory import BackendKind
 
 
 class Settings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="DPSYN_", extra="ignore")
+    # An empty variable counts as unset: compose passes "${VAR:-}" for settings left blank.
+    model_config = SettingsConfigDict(env_prefix="DPSYN_", extra="ignore", env_ignore_empty=True)
 
     environment: Literal["development", "production"] = "development"
     database_url: str = Field(
@@ -29,6 +30,12 @@ class Settings(BaseSettings):
     backend: BackendKind = BackendKind.TRANSFORMERS
     model: str | None = Field(None, description="Model name or path (see app.llm.models).")
     vllm_url: str | None = None
+    vllm_start_wait_s: float = Field(
+        300.0,
+        ge=0,
+        description="How long 'dpsyn worker' waits for an unreachable vLLM server at start "
+        "before it exits (a misconfigured one fails the start at once).",
+    )
     dtype: Literal["auto", "float32", "bfloat16"] = Field(
         "auto", description="Local model precision; auto: bfloat16 where the hardware has it."
     )
@@ -133,6 +140,11 @@ class Settings(BaseSettings):
     )
 
     # --- Deployment (docs/deploy.md) ----------------------------------------------------------
+    worker_alive_file: str | None = Field(
+        None,
+        description="A file 'dpsyn worker' touches while it is alive (its reaper and job "
+        "heartbeats): 'dpsyn worker-health' reads its age. Unset: not written.",
+    )
     migrate_on_start: bool = Field(
         True,
         description="dpsyn serve applies the migrations at start. Set false on API replicas "

@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
-# End-to-end check on a GPU machine with vLLM installed: start a vLLM OpenAI-compatible server
-# on a local model, run one AdaDPSyn synthesis through the vllm backend, report throughput.
+# End-to-end check on a GPU machine with vLLM installed: start the engine with
+# scripts/vllm_serve.sh (the deployment's flags), run one AdaDPSyn synthesis through the vllm
+# backend (the served model found from /v1/models), report throughput and prefix-cache hits.
 #
 # Environment (all optional):
-#   MODEL        local HF model folder     (default $HOME/.cache/dpsyn/models/gemma-3-270m)
+#   MODEL        model folder or hub ID to serve (default: the packaged model's converted
+#                folder, as scripts/vllm_serve.sh picks it)
 #   PORT         server port               (default 8000)
 #   DATA         TREC training file        (default ../shared/data/trec/train.txt, from the repo root)
 #   OUT          folder for gpu_check.json and the server log (default /tmp)
-#   VLLM_PYTHON  python that has vllm      (default python)
+#   VLLM_PYTHON  python that has vllm      (default: scripts/vllm_serve.sh's choice)
 #   BUDGET_S     whole-script budget, s    (default 470, i.e. under 8 minutes)
 #
 # Time: waiting for /health may take up to 300 s and synthesis up to 420 s, but the synthesis
@@ -15,18 +17,15 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-MODEL="${MODEL:-$HOME/.cache/dpsyn/models/gemma-3-270m}"
 PORT="${PORT:-8000}"
 DATA="${DATA:-../shared/data/trec/train.txt}"
 OUT="${OUT:-/tmp}"
-VLLM_PYTHON="${VLLM_PYTHON:-python}"
 BUDGET_S="${BUDGET_S:-470}"
 URL="http://127.0.0.1:$PORT"
 RESULT="$OUT/gpu_check.json"
 SERVER_LOG="$OUT/vllm_server.log"
 
 mkdir -p "$OUT"
-[[ -d "$MODEL" ]] || { echo "gpu_check: model folder $MODEL not found" >&2; exit 2; }
 [[ -f "$DATA" ]] || { echo "gpu_check: data file $DATA not found" >&2; exit 2; }
 
 START=$SECONDS
@@ -40,12 +39,9 @@ stop_server() {
 }
 trap stop_server EXIT
 
-# --max-logprobs 200: room for top_k and for the top_logprobs fallback.
-# --enable-tokenizer-info-endpoint: the backend reads the EOS token from /tokenizer_info.
-echo "gpu_check: starting vLLM on $MODEL (log: $SERVER_LOG)"
-"$VLLM_PYTHON" -m vllm.entrypoints.openai.api_server \
-    --model "$MODEL" --port "$PORT" --max-logprobs 200 --dtype auto \
-    --enable-tokenizer-info-endpoint >"$SERVER_LOG" 2>&1 &
+echo "gpu_check: starting vLLM with scripts/vllm_serve.sh $PORT (log: $SERVER_LOG)"
+if [[ -n "${MODEL:-}" ]]; then export VLLM_MODEL="$MODEL"; fi
+scripts/vllm_serve.sh "$PORT" >"$SERVER_LOG" 2>&1 &
 SERVER_PID=$!
 
 deadline=$((SECONDS + 300))
@@ -71,23 +67,39 @@ if ((synth_timeout < 30)); then
     exit 1
 fi
 
+# Throughput from the server's own counters (the job's stats hold no token counts).
+METRICS_BEFORE="$OUT/vllm_metrics_before.txt"
+METRICS_AFTER="$OUT/vllm_metrics_after.txt"
+curl -sf "$URL/metrics" >"$METRICS_BEFORE"
 echo "gpu_check: synthesizing (timeout ${synth_timeout} s)"
-time timeout "$synth_timeout" .venv/bin/dpsyn synthesize \
+job_start=$(date +%s.%N)
+timeout "$synth_timeout" .venv/bin/dpsyn synthesize \
     --data "$DATA" --task trec --method adadpsyn --epsilon 8 \
-    --backend vllm --url "$URL" --model "$MODEL" --out "$RESULT"
+    --backend vllm --url "$URL" --out "$RESULT"
+job_end=$(date +%s.%N)
+curl -sf "$URL/metrics" >"$METRICS_AFTER"
 
-.venv/bin/python - "$RESULT" <<'PY'
-import json
+.venv/bin/python - "$METRICS_BEFORE" "$METRICS_AFTER" "$job_start" "$job_end" <<'PY'
 import sys
 
-with open(sys.argv[1]) as f:
-    result = json.load(f)
-stats = result.get("stats") if isinstance(result, dict) else None
-if isinstance(stats, dict) and "prompt_tokens" in stats and stats.get("seconds"):
-    rate = stats["prompt_tokens"] / stats["seconds"]
-    print(f"gpu_check: {stats['prompt_tokens']} prompt tokens in {stats['seconds']:.1f} s: "
-          f"{rate:,.0f} prompt tokens/s")
-else:
-    print("gpu_check: no stats.prompt_tokens / stats.seconds in the output; no throughput")
+def counters(path):
+    """Sum each vLLM counter of interest over its label sets."""
+    names = ("vllm:prompt_tokens_total", "vllm:prefix_cache_queries_total",
+             "vllm:prefix_cache_hits_total")
+    out = dict.fromkeys(names, 0.0)
+    for line in open(path):
+        name = line.split("{", 1)[0]
+        if name in out:
+            out[name] += float(line.rsplit(" ", 1)[1])
+    return out
+
+before, after = counters(sys.argv[1]), counters(sys.argv[2])
+seconds = float(sys.argv[4]) - float(sys.argv[3])
+tokens = after["vllm:prompt_tokens_total"] - before["vllm:prompt_tokens_total"]
+queries = after["vllm:prefix_cache_queries_total"] - before["vllm:prefix_cache_queries_total"]
+hits = after["vllm:prefix_cache_hits_total"] - before["vllm:prefix_cache_hits_total"]
+print(f"gpu_check: job {seconds:.1f} s, {tokens:,.0f} prompt tokens: "
+      f"{tokens / seconds:,.0f} prompt tokens/s; prefix cache {hits:,.0f} of {queries:,.0f} "
+      f"({hits / max(queries, 1):.1%})")
 PY
 echo "gpu_check: done in $((SECONDS - START)) s; result in $RESULT"

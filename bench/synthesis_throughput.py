@@ -2,6 +2,7 @@
 
 Run: .venv/bin/python bench/synthesis_throughput.py [--model gemma-3-270m] [--task trec]
      [--shots 4] [--tmax 6] [--repeats 3]
+     .venv/bin/python bench/synthesis_throughput.py --vllm URL --task agnews [--tmax 20]
 
 Reports, in one run (target: the loop adds under 10% to the time spent in the model):
 
@@ -13,6 +14,13 @@ Reports, in one run (target: the loop adds under 10% to the time spent in the mo
 (c) that step batch as ONE ``next_token_probs`` call versus one call per prompt (the pattern
     of the public AdaDPSyn code);
 (d) the same batch with the prefix KV cache off / on, and without sorting by length.
+
+With ``--vllm URL`` (a server started by ``scripts/vllm_serve.sh``) it instead runs the same
+job, same seed, on that server and on the local backend, and reports per backend the wall
+time of the job, and for vLLM the prefix-cache hit rate from the server's ``/metrics``
+(``vllm:prefix_cache_hits_total`` / ``vllm:prefix_cache_queries_total``, in prompt tokens,
+over the job) beside the best rate any prefix cache could reach on the prompts the job sent
+(replayed through an unbounded cache of the server's block size, and of 16 tokens).
 
 Timings (b)-(d) are the best of ``--repeats`` runs (other work on the machine only ever makes a
 run slower); (a) runs once. A default run takes about 3 minutes on 2 otherwise idle CPU
@@ -32,6 +40,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from app.eval.datasets import paths
 from app.llm.models import DEFAULT_MODEL
 from app.llm.transformers_backend import TransformersBackend
 from app.privacy.params import Method
@@ -79,6 +88,124 @@ class TimedBackend:
         return self._timed(lambda: self.inner.top_k(prompts, k))
 
 
+class RecordingBackend(TimedBackend):
+    """A timed backend that also keeps every prompt it scored, in the order sent."""
+
+    def __init__(self, inner) -> None:
+        super().__init__(inner)
+        self.sent: list[list[int]] = []
+
+    def next_token_probs(
+        self, prompts: Sequence[Sequence[int]], token_sets: np.ndarray
+    ) -> np.ndarray:
+        self.sent.extend(list(p) for p in prompts)
+        return super().next_token_probs(prompts, token_sets)
+
+    def top_k(self, prompts: Sequence[Sequence[int]], k: int) -> np.ndarray:
+        self.sent.extend(list(p) for p in prompts)
+        return super().top_k(prompts, k)
+
+
+def ideal_hit_rate(prompts: Sequence[Sequence[int]], block: int) -> float:
+    """Share of prompt tokens an unbounded prefix cache of ``block``-token blocks serves.
+
+    As vLLM's: a prompt reuses its leading full blocks whose whole prefix was seen before,
+    never its last token (at least one token is computed); every full block is then kept.
+    Prompts of one request count as sequential, so this is an upper bound.
+    """
+    seen: set[tuple[int, ...]] = set()
+    hits = total = 0
+    for prompt in prompts:
+        total += len(prompt)
+        full = len(prompt) // block
+        reusable = (len(prompt) - 1) // block
+        n = 0
+        while n < reusable and tuple(prompt[: (n + 1) * block]) in seen:
+            n += 1
+        hits += n * block
+        seen.update(tuple(prompt[: (i + 1) * block]) for i in range(full))
+    return hits / total if total else 0.0
+
+
+def vllm_counters(url: str) -> dict[str, float]:
+    """vLLM's prefix-cache and prompt-token counters and its block size, from ``/metrics``."""
+    import httpx
+
+    text = httpx.get(f"{url.rstrip('/')}/metrics", timeout=10).text
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        name = line.split("{", 1)[0]
+        if name in (
+            "vllm:prefix_cache_queries_total",
+            "vllm:prefix_cache_hits_total",
+            "vllm:prompt_tokens_total",
+        ):
+            out[name] = out.get(name, 0.0) + float(line.rsplit(" ", 1)[1])
+        elif name == "vllm:cache_config_info" and 'block_size="' in line:
+            out["block_size"] = float(line.split('block_size="', 1)[1].split('"', 1)[0])
+    return out
+
+
+def engine_comparison(args: argparse.Namespace, task, records, config) -> int:
+    """The same job on the vLLM server and on the local backend: times and cache hits."""
+    from app.llm.vllm_http import VLLMHttpBackend, served_model
+
+    job = plan_job(task, partition_sizes(task, records), config, make_rng(args.seed))
+    runs = []
+    with VLLMHttpBackend(url=args.vllm, model=served_model(args.vllm), timeout=600) as remote:
+        _ = remote.eos_id, remote.newline_ids  # one-time lookups, not the job's
+        before = vllm_counters(args.vllm)
+        runs.append(timed_job("vLLM " + remote.name, remote, task, records, config, job))
+        after = vllm_counters(args.vllm)
+    if not args.no_local:
+        local = TransformersBackend(args.model)
+        _ = local.newline_ids
+        runs.append(
+            timed_job(f"local {local.name} ({local.dtype})", local, task, records, config, job)
+        )
+    sent = runs[0][1].sent
+    lengths = [len(p) for p in sent]
+    print(
+        f"task {task.name}: shots {config.shots}, M {config.M}, N {config.N}, "
+        f"tmax {config.tmax}; {len(lengths)} prompts sent, median "
+        f"{statistics.median(lengths):.0f} tokens (before BOS)"
+    )
+    print(f"{'backend':34} {'job s':>7} {'calls':>6} {'tokens':>8} {'tokens/s':>9} {'model s':>8}")
+    for label, recording, seconds in runs:
+        tokens = sum(len(p) for p in recording.sent)
+        print(
+            f"{label:34} {seconds:7.1f} {recording.calls:6d} {tokens:8d} "
+            f"{tokens / seconds:9.0f} {recording.seconds:8.1f}"
+        )
+    queries = after["vllm:prefix_cache_queries_total"] - before["vllm:prefix_cache_queries_total"]
+    hits = after["vllm:prefix_cache_hits_total"] - before["vllm:prefix_cache_hits_total"]
+    block = int(after.get("block_size", 16))
+    # The server puts BOS before every prompt: replay the same, so blocks align as there.
+    replay = [[-1, *p] for p in sent]
+    ideal = {b: ideal_hit_rate(replay, b) for b in (block, 32, 16, 8, 1)}
+    print(
+        f"vLLM prefix cache over the job (/metrics): {hits:.0f} of {queries:.0f} prompt tokens "
+        f"= {hits / max(queries, 1):.1%} (block size {block}); an unbounded cache on the same "
+        f"prompts: {ideal[block]:.1%} at block {block}, {ideal[32]:.1%} at 32, "
+        f"{ideal[16]:.1%} at 16, {ideal[8]:.1%} at 8, {ideal[1]:.1%} at 1"
+    )
+    return 0
+
+
+def timed_job(
+    label: str, backend, task, records, config, job
+) -> tuple[str, RecordingBackend, float]:
+    """Run the planned job on ``backend``; its wall seconds and the prompts it sent.
+
+    Timed here, not read from the job's stats, which hold no token counts or times (they
+    would depend on the private records).
+    """
+    recording = RecordingBackend(backend)
+    start = time.perf_counter()
+    synthesize(task, records, config, recording, job=job)
+    return label, recording, time.perf_counter() - start
+
+
 def best_of(repeats: int, call: Callable[[], object]) -> float:
     """The shortest wall time of ``repeats`` calls."""
     times = []
@@ -115,9 +242,11 @@ def main() -> int:
     parser.add_argument("--tmax", type=int, default=6)
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--vllm", default=None, help="a vLLM server URL: compare it instead")
+    parser.add_argument("--no-local", action="store_true", help="with --vllm: vLLM alone")
     args = parser.parse_args()
 
-    data = Path(args.data or ROOT.parent / "shared" / "data" / args.task / "train.txt")
+    data = Path(args.data) if args.data else paths(args.task)[0]
     task = get_task(args.task)
     records = load_dataset(task, data)
     config = SynthesisConfig.for_task(
@@ -128,6 +257,8 @@ def main() -> int:
         tmax=args.tmax,
         seed=args.seed,
     )
+    if args.vllm:
+        return engine_comparison(args, task, records, config)
     started = time.perf_counter()
     backend = TransformersBackend(args.model)
     print(

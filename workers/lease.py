@@ -31,6 +31,7 @@ import uuid
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
@@ -53,6 +54,21 @@ class LeaseConfig:
     heartbeat_s: float = 10.0
     reaper_interval_s: float = 15.0
     store_retry_s: float = 120.0  # how long an attempt retries storing its outcome
+    alive_file: str | None = None  # touched on each lease renewal and reaper round
+
+    def mark_alive(self) -> None:
+        """Touch ``alive_file``: the worker's health signal (``dpsyn worker-health``).
+
+        Celery's ping cannot answer while a solo-pool worker runs a job, so health comes
+        from these threads instead: the reaper touches the file every round when idle or
+        busy, the heartbeat every renewal while a job runs. Both need the database; a
+        worker whose threads stop (hung interpreter, lost database) lets it grow old.
+        """
+        if self.alive_file:
+            try:
+                Path(self.alive_file).touch()
+            except OSError as err:  # a health signal must never break the worker
+                log.warning("cannot touch the alive file: %s", type(err).__name__)
 
     @classmethod
     def from_settings(cls, settings: Settings) -> LeaseConfig:
@@ -61,6 +77,7 @@ class LeaseConfig:
             heartbeat_s=settings.heartbeat_interval_s,
             reaper_interval_s=settings.reaper_interval_s,
             store_retry_s=settings.final_store_retry_s,
+            alive_file=settings.worker_alive_file,
         )
 
     def expiry(self) -> datetime:
@@ -138,7 +155,9 @@ class Heartbeat:
             if failing:
                 log.info("job %s: lease renewed again", self.job_id)
                 failing = False
-            if not renewed:
+            if renewed:
+                self.config.mark_alive()
+            else:
                 log.warning("job %s: lost its lease (reaped or taken over)", self.job_id)
                 self.lost.set()
                 return
@@ -207,6 +226,7 @@ class Reaper:
         while not self._stop.is_set():
             try:
                 self.reap_once()
+                self.config.mark_alive()
                 failing = False
             except Exception as err:  # the database may be down: try again next round
                 if not failing:

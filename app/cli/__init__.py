@@ -10,7 +10,12 @@ from app.cli.client import budget_app, datasets_app, jobs_app, prompts_app
 from app.cli.config import config_app
 from app.cli.eval import eval_command
 from app.cli.privacy import privacy_app
-from app.cli.serve import migrate_command, serve_command, worker_command
+from app.cli.serve import (
+    migrate_command,
+    serve_command,
+    worker_command,
+    worker_health_command,
+)
 from app.cli.synthesize import synthesize_command
 
 app = typer.Typer(
@@ -23,6 +28,7 @@ app.add_typer(privacy_app, name="privacy")
 app.command("synthesize")(synthesize_command)
 app.command("serve")(serve_command)
 app.command("worker")(worker_command)
+app.command("worker-health")(worker_health_command)
 app.command("migrate")(migrate_command)
 app.add_typer(datasets_app, name="datasets")
 app.add_typer(budget_app, name="budget")

@@ -22,6 +22,7 @@ from rich.console import Console
 from sqlalchemy.engine import make_url
 
 from app.cli.errors import fail
+from app.llm.factory import BackendKind
 from app.settings import Settings
 
 err = Console(stderr=True)
@@ -261,6 +262,8 @@ def worker_command(
     settings = Settings()
     if not settings.broker_url:
         raise fail("dpsyn worker needs DPSYN_BROKER_URL (e.g. redis://127.0.0.1:6379/0)")
+    if settings.backend is BackendKind.VLLM and os.environ.get("DPSYN_TEST_FAKE_BACKEND") != "1":
+        _check_engine(settings)
     from workers.celery_app import app
 
     app.worker_main(
@@ -273,3 +276,66 @@ def worker_command(
             *([f"--hostname={hostname}"] if hostname else []),
         ]
     )
+
+
+def _check_engine(settings: Settings) -> None:
+    """Fail the worker's start, naming the fix, when its vLLM server cannot run a job.
+
+    Without this a server started without a flag the backend needs (the tokenizer-info
+    endpoint, enough --max-logprobs, another served name) let the worker start healthy and
+    every job fail later. An unreachable server is waited for (it may still be loading the
+    model) for ``DPSYN_VLLM_START_WAIT_S``.
+    """
+    import time
+
+    from app.llm.base import BackendError, TransientBackendError
+    from app.llm.vllm_http import VLLMHttpBackend, served_model
+
+    if not settings.vllm_url:
+        raise fail("DPSYN_BACKEND=vllm needs DPSYN_VLLM_URL (e.g. http://127.0.0.1:8000)")
+    deadline = time.monotonic() + settings.vllm_start_wait_s
+    while True:
+        try:
+            model = settings.model or served_model(settings.vllm_url)
+            with VLLMHttpBackend(url=settings.vllm_url, model=model) as backend:
+                backend.check()
+            _say(f"dpsyn worker: vLLM at {settings.vllm_url} serves {model!r}: ready")
+            return
+        except TransientBackendError as error:
+            if time.monotonic() >= deadline:
+                raise fail(
+                    f"the vLLM server is not reachable after {settings.vllm_start_wait_s:g} s "
+                    f"(DPSYN_VLLM_START_WAIT_S): {error}"
+                ) from None
+            time.sleep(2)
+        except BackendError as error:
+            raise fail(f"the vLLM server cannot run dpsyn's jobs: {error}") from None
+
+
+def worker_health_command(
+    max_age: Annotated[
+        float, typer.Option("--max-age", min=1, help="Seconds; an older alive file is unhealthy.")
+    ] = 90.0,
+) -> None:
+    """Exit 0 while this container's worker is alive (its DPSYN_WORKER_ALIVE_FILE is fresh).
+
+    A container healthcheck: unlike ``celery inspect ping`` it answers while a solo-pool
+    worker runs a long job, since the job's lease heartbeat keeps the file fresh.
+    """
+    import time
+
+    path = Settings().worker_alive_file
+    if not path:
+        raise fail("dpsyn worker-health needs DPSYN_WORKER_ALIVE_FILE (as the worker has it)")
+    try:
+        age = time.time() - Path(path).stat().st_mtime
+    except FileNotFoundError:
+        raise fail(
+            f"{path} does not exist: the worker has not started (or cannot write it)"
+        ) from None
+    if age > max_age:
+        raise fail(
+            f"the worker has not renewed a lease or reaped for {age:.0f} s (> {max_age:g} s): "
+            "it is stuck or has lost its database"
+        )
+    typer.echo(f"alive ({age:.0f} s ago)")

@@ -44,11 +44,10 @@ def make_backend(
     if kind is BackendKind.VLLM:
         if not url:
             raise ValueError("--url is required with --backend vllm")
-        if not model:
-            raise ValueError("--model (the served model name) is required with --backend vllm")
-        from app.llm.vllm_http import VLLMHttpBackend
+        from app.llm.vllm_http import VLLMHttpBackend, served_model
 
-        client = VLLMHttpBackend(url=url, model=model)
+        # No model: the one the server serves (GET /v1/models), as scripts/vllm_serve.sh starts it.
+        client = VLLMHttpBackend(url=url, model=model or served_model(url))
         return client if retry is None else RetryingBackend(client, retry=retry, context="vLLM")
     from app.llm.transformers_backend import TransformersBackend
 

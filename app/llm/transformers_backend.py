@@ -19,6 +19,7 @@ import logging
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from functools import cached_property
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -96,6 +97,20 @@ def _load(source: ModelSource, dtype: torch.dtype):
         AutoModelForCausalLM.from_pretrained(converted, dtype=dtype),
         AutoTokenizer.from_pretrained(converted),
     )
+
+
+def model_folder(model: str = DEFAULT_MODEL) -> Path:
+    """The transformers folder of a model setting, converting a packaged GGUF once.
+
+    A vLLM server loads weights from a folder, not from our packages: ``scripts/vllm_serve.sh``
+    asks for this one, so that vLLM and the local backend serve the very same weights.
+    """
+    source = resolve(model)
+    if source.folder is not None:
+        return source.folder
+    if not (source.converted / "config.json").exists():
+        _load(source, torch.float32)  # converts, then loads once (a few seconds)
+    return source.converted
 
 
 class LastLogitsAnswers(ABC):

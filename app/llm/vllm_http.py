@@ -30,6 +30,11 @@ Which tokens come back depends on the server version, hence two modes:
     rejects the field (HTTP 400) or silently ignores it (vLLM's request models accept unknown
     fields, so an older server answers with its natural top-k instead of the requested ids).
 
+The server is started by ``scripts/vllm_serve.sh`` (every flag this client relies on). Without
+a model name the client asks ``GET /v1/models`` for the one the server serves
+(:func:`served_model`), and :meth:`VLLMHttpBackend.check` asks, once, everything a job will
+need, so that ``dpsyn worker`` refuses to start on a misconfigured server.
+
 Every failure surfaces as :class:`~app.llm.base.BackendError` naming the server, the endpoint
 and the reason; one that may pass (a timeout, a refused or dropped connection, HTTP 429 or
 5xx) as its subclass :class:`~app.llm.base.TransientBackendError`. Each request is sent
@@ -60,6 +65,7 @@ COMPLETIONS = "/v1/completions"
 TOKENIZE = "/tokenize"
 DETOKENIZE = "/detokenize"
 TOKENIZER_INFO = "/tokenizer_info"
+MODELS = "/v1/models"
 
 _TOKEN_ID_PREFIX = "token_id:"
 _MAX_QUOTED_CHARS = 300
@@ -215,6 +221,34 @@ class VLLMHttpBackend:
                 )
             out[b] = [token for token, _ in ranked[:k]]
         return out
+
+    # -- start-up check ------------------------------------------------------------------
+
+    def check(self, k: int = 100) -> None:
+        """Ask the server everything a job will need once, so a misconfigured server is
+        found when a worker starts rather than as a failed (and possibly charged) job.
+
+        Checks that the server serves this model, that the EOS token can be read
+        (``--enable-tokenizer-info-endpoint``), that newlines tokenize, and that one
+        ``top_k`` of ``k`` tokens fits the server's ``--max-logprobs``. Raises
+        :class:`BackendError` naming the flag to fix, or :class:`TransientBackendError`
+        while the server is not reachable yet.
+        """
+        served = _served_names(self._client, self._url)
+        if self._model not in served:
+            raise BackendError(
+                f"{self._where(MODELS)}: the server serves {', '.join(served) or 'no model'}, "
+                f"not {self._model!r}; set DPSYN_MODEL to the served name (or leave it unset)"
+            )
+        _ = self.eos_id
+        _ = self.newline_ids
+        probe = self.tokenize("1")
+        try:
+            self.top_k([probe], min(k, self._max_logprobs))
+        except _ServerRejectedError as err:
+            raise BackendError(
+                f"{err}; start vLLM with --max-logprobs {k} or more (scripts/vllm_serve.sh)"
+            ) from None
 
     # -- lifecycle -----------------------------------------------------------------------
 
@@ -419,6 +453,42 @@ class VLLMHttpBackend:
             return response.json()
         except ValueError:
             raise BackendError(f"{where}: HTTP 200 but the body is not JSON") from None
+
+
+def served_model(url: str, *, timeout: float = 10.0) -> str:
+    """The one model a vLLM server serves, from ``GET /v1/models``.
+
+    Lets ``--backend vllm --url URL`` work without repeating the served name: a server started
+    by ``scripts/vllm_serve.sh`` serves exactly one. A server with several (or none) is an
+    error naming them, since guessing could score prompts with the wrong model.
+    """
+    base = url.rstrip("/")
+    with httpx.Client(timeout=httpx.Timeout(timeout)) as client:
+        names = _served_names(client, base)
+    if len(names) != 1:
+        raise BackendError(
+            f"vLLM server {base} {MODELS}: it serves {len(names)} models "
+            f"({', '.join(names) or 'none'}); name one with --model (DPSYN_MODEL)"
+        )
+    return names[0]
+
+
+def _served_names(client: httpx.Client, base: str) -> list[str]:
+    """The model names of ``GET /v1/models`` (transport errors are transient)."""
+    where = f"vLLM server {base} {MODELS}"
+    try:
+        response = client.get(base + MODELS)
+    except httpx.TimeoutException as err:
+        raise TransientBackendError(f"{where}: timed out ({type(err).__name__})") from None
+    except httpx.TransportError as err:
+        raise TransientBackendError(
+            f"{where}: connection failed ({type(err).__name__}: {err})"
+        ) from None
+    payload = VLLMHttpBackend._decode_response(response, where, None)
+    try:
+        return [str(entry["id"]) for entry in payload["data"]]
+    except (KeyError, TypeError):
+        raise BackendError(f"{where}: response has no 'data' list of models") from None
 
 
 class _FieldIgnoredError(Exception):

@@ -25,7 +25,11 @@ ROOT = Path(__file__).resolve().parents[2]
 COMPOSE = ROOT / "docker-compose.yml"
 ENV_EXAMPLE = ROOT / ".env.example"
 VARIABLE = re.compile(r"\$\$|\$\{([A-Za-z_][A-Za-z0-9_]*)(?:(:?[-?])([^}]*))?\}|\$([A-Za-z_]\w*)")
-FILLED = {"POSTGRES_PASSWORD": "0123456789abcdef", "DPSYN_BOOTSTRAP_API_KEY": "k" * 40}
+FILLED = {
+    "POSTGRES_PASSWORD": "0123456789abcdef",
+    "DPSYN_BOOTSTRAP_API_KEY": "k" * 40,
+    "DPSYN_UI_SECRET": "u" * 40,
+}
 
 
 class MissingVariableError(Exception):
@@ -87,7 +91,8 @@ def test_the_file_is_valid_under_the_compose_specification(compose):
 
     parsed = PyCompose.from_json(json.dumps(compose))
     assert set(parsed.service_names()) == {
-        "postgres", "redis", "migrate", "api", "worker", "vllm", "worker-gpu",
+        "postgres", "redis", "migrate", "api", "worker", "vllm", "worker-gpu", "vllm-cpu",
+        "worker-cpu-engine",
     }  # fmt: skip
     broken = json.loads(json.dumps(compose))
     broken["services"]["api"]["helthcheck"] = {"test": ["CMD", "true"]}
@@ -95,9 +100,12 @@ def test_the_file_is_valid_under_the_compose_specification(compose):
         PyCompose.from_json(json.dumps(broken))
 
 
-def test_the_postgres_password_is_required_and_no_secret_is_in_the_file():
+def test_the_postgres_password_and_ui_secret_are_required_and_no_secret_is_in_the_file():
     with pytest.raises(MissingVariableError, match="POSTGRES_PASSWORD"):
         load(read_env_file(ENV_EXAMPLE))  # as shipped: empty, so compose refuses to start
+    without_ui_secret = {**read_env_file(ENV_EXAMPLE), **FILLED, "DPSYN_UI_SECRET": ""}
+    with pytest.raises(MissingVariableError, match="DPSYN_UI_SECRET"):
+        load(without_ui_secret)  # sessions must survive recreates and cross replicas
     raw = yaml.safe_load(COMPOSE.read_text())
     for service in raw["services"].values():
         environment = service.get("environment") or {}
@@ -119,7 +127,7 @@ def test_migrations_run_once_before_the_api_and_workers(compose):
     assert services["migrate"]["restart"] == "no"
     assert services["migrate"]["depends_on"]["postgres"]["condition"] == "service_healthy"
     assert "DPSYN_MIGRATE_ON_START" not in services["migrate"]["environment"]
-    for name in ("api", "worker", "worker-gpu"):
+    for name in ("api", "worker", "worker-gpu", "worker-cpu-engine"):
         needs = services[name]["depends_on"]
         assert needs["migrate"]["condition"] == "service_completed_successfully", name
         assert needs["redis"]["condition"] == "service_healthy", name
@@ -131,11 +139,12 @@ def test_migrations_run_once_before_the_api_and_workers(compose):
 
 def test_every_dpsyn_service_runs_the_one_image_in_production_on_postgres(compose):
     services = compose["services"]
-    dpsyn = ["migrate", "api", "worker", "worker-gpu"]
+    dpsyn = ["migrate", "api", "worker", "worker-gpu", "worker-cpu-engine"]
     assert {services[name]["image"] for name in dpsyn} == {"dpsyn:local"}
     commands = {name: services[name]["command"] for name in dpsyn}
     assert commands == {
         "migrate": ["migrate"], "api": ["serve"], "worker": ["worker"], "worker-gpu": ["worker"],
+        "worker-cpu-engine": ["worker"],
     }  # fmt: skip
     for name in dpsyn:
         env = services[name]["environment"]
@@ -144,7 +153,35 @@ def test_every_dpsyn_service_runs_the_one_image_in_production_on_postgres(compos
             f"postgresql+psycopg://dpsyn:{FILLED['POSTGRES_PASSWORD']}@postgres:5432/dpsyn"
         )
         assert env["DPSYN_BROKER_URL"] == "redis://redis:6379/0"
-        assert services[name]["env_file"] == ".env"
+
+
+def test_each_service_gets_only_its_own_secrets(compose):
+    services = compose["services"]
+    assert all("env_file" not in service for service in services.values())
+    holders = {
+        "POSTGRES_PASSWORD": {"postgres"},
+        "DPSYN_BOOTSTRAP_API_KEY": {"migrate"},
+        "DPSYN_UI_SECRET": {"api"},
+        "HF_TOKEN": {"vllm", "vllm-cpu"},
+    }
+    for secret, allowed in holders.items():
+        has = {name for name, s in services.items() if secret in (s.get("environment") or {})}
+        assert has == allowed, secret
+    assert services["api"]["environment"]["DPSYN_UI_SECRET"] == FILLED["DPSYN_UI_SECRET"]
+    password = FILLED["POSTGRES_PASSWORD"]  # inside the database URL: only dpsyn's own roles
+    for name, service in services.items():
+        text = json.dumps(service.get("environment") or {})
+        if name in ("vllm", "vllm-cpu", "redis"):
+            assert password not in text, name
+
+
+def test_cpu_limits_cap_torch_threads(compose):
+    services = compose["services"]
+    for name in ("api", "worker", "worker-gpu", "worker-cpu-engine", "vllm-cpu"):
+        limit = float(services[name]["cpus"])
+        threads = int(services[name]["environment"]["OMP_NUM_THREADS"])
+        assert 1 <= threads <= max(1, limit), name
+    assert float(services["worker"]["cpus"]) == 1.0  # DPSYN_WORKER_CPUS in .env.example
 
 
 def test_stateful_services_keep_their_data_and_report_health(compose):
@@ -159,9 +196,11 @@ def test_stateful_services_keep_their_data_and_report_health(compose):
 
 def test_workers_scale_and_the_api_is_published_on_loopback(compose):
     services = compose["services"]
-    for name in ("worker", "worker-gpu"):
+    for name in ("worker", "worker-gpu", "worker-cpu-engine"):
         assert "ports" not in services[name] and "container_name" not in services[name]
-        assert "celery" in " ".join(services[name]["healthcheck"]["test"])
+        # Not Celery's ping, which a solo-pool worker cannot answer during a job
+        assert services[name]["healthcheck"]["test"][1:3] == ["dpsyn", "worker-health"]
+        assert services[name]["environment"]["DPSYN_WORKER_ALIVE_FILE"]
     assert services["api"]["ports"] == ["127.0.0.1:8000:8000"]
 
 
@@ -169,18 +208,53 @@ def test_the_gpu_profile_runs_vllm_on_a_reserved_gpu_for_its_workers(compose):
     services = compose["services"]
     vllm, worker = services["vllm"], services["worker-gpu"]
     assert vllm["profiles"] == ["gpu"] and worker["profiles"] == ["gpu"]
-    assert vllm["image"].startswith("vllm/vllm-openai:")
+    assert vllm["build"]["target"] == "engine-gpu"
+    base = vllm["build"]["args"]["VLLM_IMAGE"]
+    assert re.fullmatch(r"vllm/vllm-openai:v\d+\.\d+\.\d+", base), base  # pinned, not latest
     devices = vllm["deploy"]["resources"]["reservations"]["devices"]
     assert devices == [{"driver": "nvidia", "count": "all", "capabilities": ["gpu"]}]
     assert any(v.startswith("vllm-models:") for v in vllm["volumes"])
-    served = vllm["command"][vllm["command"].index("--served-model-name") + 1]
-    assert worker["environment"]["DPSYN_BACKEND"] == "vllm"
-    assert worker["environment"]["DPSYN_VLLM_URL"] == "http://vllm:8000"
-    assert worker["environment"]["DPSYN_MODEL"] == served
-    assert worker["depends_on"]["vllm"]["condition"] == "service_healthy"
-    for name, service in services.items():  # nothing else needs a GPU or the profile
-        if name not in ("vllm", "worker-gpu"):
-            assert "profiles" not in service and "deploy" not in service, name
+    _engine_and_its_workers(services, "vllm", "worker-gpu")
+    for name, service in services.items():  # nothing else needs a GPU
+        if name != "vllm":
+            assert "deploy" not in service, name
+
+
+def test_the_cpu_engine_profile_is_the_same_topology_on_vllm_cpu(compose):
+    services = compose["services"]
+    engine, worker = services["vllm-cpu"], services["worker-cpu-engine"]
+    assert engine["profiles"] == ["cpu-engine"] and worker["profiles"] == ["cpu-engine"]
+    assert engine["build"]["target"] == "engine-cpu"
+    _engine_and_its_workers(services, "vllm-cpu", "worker-cpu-engine")
+    profiled = {name for name, service in services.items() if "profiles" in service}
+    assert profiled == {"vllm", "worker-gpu", "vllm-cpu", "worker-cpu-engine"}
+
+
+def _engine_and_its_workers(services: dict[str, Any], engine: str, worker: str) -> None:
+    """The engine runs scripts/vllm_serve.sh on a model needing no token; its workers ask
+    for the name it serves, at its address, and wait until it is healthy."""
+    image = _dockerfile_stage(services[engine]["build"]["target"])
+    assert 'ENTRYPOINT ["bash", "/opt/dpsyn/vllm_serve.sh"]' in image
+    assert "COPY scripts/vllm_serve.sh /opt/dpsyn/vllm_serve.sh" in image
+    env = services[engine]["environment"]
+    assert env["VLLM_MODEL"].startswith("/models/")  # packaged: no HF_TOKEN needed
+    assert "COPY --from=build /opt/dpsyn-cache/models /models" in image
+    served = env["VLLM_SERVED_NAME"]
+    workers = services[worker]["environment"]
+    assert workers["DPSYN_BACKEND"] == "vllm"
+    assert workers["DPSYN_VLLM_URL"] == f"http://{engine}:8000"
+    assert services[engine]["command"] == ["8000"]
+    assert workers["DPSYN_MODEL"] == served
+    assert services[worker]["depends_on"][engine]["condition"] == "service_healthy"
+    assert services[engine]["healthcheck"]["start_period"] == "300s"
+
+
+def _dockerfile_stage(target: str) -> str:
+    """The text of one stage of the Dockerfile (FROM ... AS target up to the next FROM)."""
+    text = (ROOT / "Dockerfile").read_text()
+    match = re.search(rf"^FROM \S+ AS {target}\n(.*?)(?=^FROM |\Z)", text, re.M | re.S)
+    assert match, target
+    return match.group(1)
 
 
 def test_docker_compose_config_when_available(tmp_path):
@@ -190,7 +264,7 @@ def test_docker_compose_config_when_available(tmp_path):
     shutil.copy2(COMPOSE, tmp_path / "docker-compose.yml")
     env = read_env_file(ENV_EXAMPLE) | FILLED
     (tmp_path / ".env").write_text("".join(f"{k}={v}\n" for k, v in env.items()))
-    for profile in ([], ["--profile", "gpu"]):
+    for profile in ([], ["--profile", "gpu"], ["--profile", "cpu-engine"]):
         done = subprocess.run(
             [binary, *profile, "config", "-q"],
             cwd=tmp_path,

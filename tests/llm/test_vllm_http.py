@@ -28,7 +28,7 @@ from app.llm.base import BackendError, LLMBackend, TransientBackendError
 from app.llm.factory import BackendKind, make_backend
 from app.llm.provider import BackendProvider
 from app.llm.retry import RetryingBackend, RetryPolicy
-from app.llm.vllm_http import VLLMHttpBackend
+from app.llm.vllm_http import VLLMHttpBackend, served_model
 
 MODEL = "toy-model"
 VOCAB = 1000
@@ -99,6 +99,7 @@ class FakeState:
     reverse_choices: bool = True  # choices arrive out of order; the index says which is which
     echo_inputs_in_errors: bool = False
     tokenizer_info_enabled: bool = True
+    served: list[str] = field(default_factory=lambda: [MODEL])  # GET /v1/models
     requests: list[tuple[str, Any]] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -123,6 +124,9 @@ class FakeVLLMHandler(BaseHTTPRequestHandler):
             self._json(200, {"tokenizer_class": "ToyTokenizer", "eos_token": "<eos>"})
         elif self.path == "/health":
             self._json(200, {})
+        elif self.path == "/v1/models":
+            models = [{"id": name, "object": "model"} for name in self.state.served]
+            self._json(200, {"object": "list", "data": models})
         else:
             self._error(404, "Not Found")
 
@@ -572,3 +576,42 @@ def test_error_messages_do_not_contain_tokenized_text(server: FakeServer) -> Non
     with pytest.raises(BackendError, match="/tokenize: HTTP 400") as err:
         server.backend().tokenize("patient Jane Roe \u2603")  # the fake cannot tokenize the ☃
     assert "Jane" not in str(err.value)
+
+
+# -- the served model and the start-up check ---------------------------------------------------
+
+
+def test_without_a_model_the_client_uses_the_one_the_server_serves(server):
+    backend = make_backend(BackendKind.VLLM, model=None, url=server.url, retry=None)
+    assert isinstance(backend, VLLMHttpBackend) and backend.name == MODEL
+
+
+@pytest.mark.parametrize("served", [[], [MODEL, "another"]])
+def test_a_server_with_no_or_several_models_needs_a_model_named(server, served):
+    server.state.served = served
+    with pytest.raises(BackendError, match=rf"serves {len(served)} models.*--model"):
+        served_model(server.url)
+
+
+def test_the_start_check_names_the_missing_tokenizer_info_flag(server):
+    server.state.tokenizer_info_enabled = False
+    with (
+        VLLMHttpBackend(url=server.url, model=MODEL) as backend,
+        pytest.raises(BackendError, match="--enable-tokenizer-info-endpoint"),
+    ):
+        backend.check(k=5)
+
+
+def test_the_start_check_names_a_too_small_max_logprobs(server):
+    server.state.max_logprobs = 20
+    with (
+        VLLMHttpBackend(url=server.url, model=MODEL, max_logprobs=100) as backend,
+        pytest.raises(BackendError, match="--max-logprobs 100 or more"),
+    ):
+        backend.check(k=100)
+
+
+def test_the_start_check_passes_on_a_well_configured_server(server):
+    with VLLMHttpBackend(url=server.url, model=MODEL) as backend:
+        backend.check(k=10)
+    assert server.state.calls("/v1/completions")  # it did score a prompt

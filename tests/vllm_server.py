@@ -1,0 +1,136 @@
+"""A real vLLM server for the engine tests, started once per test session.
+
+It is started exactly as a deployment starts it, by ``scripts/vllm_serve.sh PORT`` (the CPU
+build from ``.venv-vllm`` here, the GPU build on a GPU machine), on the packaged model's
+converted folder, so the local transformers backend and the server score the same weights.
+Starting takes about two minutes on two cores, hence one server per session, shared.
+
+``DPSYN_TEST_VLLM_URL`` points the tests at a server already running (started by the same
+script) instead. Without vLLM the tests skip, naming what is missing, unless
+``REQUIRE_SERVICES=1``, where they fail.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SERVE = ROOT / "scripts" / "vllm_serve.sh"
+START_TIMEOUT_S = float(os.environ.get("DPSYN_TEST_VLLM_START_S", "900"))
+MODEL = "gemma-3-270m"
+# Added to the script's flags in tests only: skipping torch.compile starts the CPU engine in
+# about a minute instead of three on two cores (same kernels' numerics, slower steps).
+TEST_ARGS = tuple(os.environ.get("DPSYN_TEST_VLLM_ARGS", "--enforce-eager").split())
+
+
+@dataclass
+class VLLMServer:
+    """A running server: its URL, the name it serves, and the log of its start."""
+
+    url: str
+    served_name: str
+    log: Path
+    process: subprocess.Popen[bytes] | None = None
+    extra_args: tuple[str, ...] = ()
+
+    def metrics(self) -> str:
+        """The Prometheus text of ``/metrics`` (vLLM's counters, e.g. prefix-cache hits)."""
+        response = httpx.get(f"{self.url}/metrics", timeout=10)
+        response.raise_for_status()
+        return response.text
+
+    def close(self) -> None:
+        """Stop the server and everything it started (it runs in its own process group)."""
+        if self.process is None or self.process.poll() is not None:
+            return
+        os.killpg(self.process.pid, signal.SIGTERM)
+        try:
+            self.process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait(timeout=10)
+
+
+def unavailable(reason: str) -> None:
+    """Skip (or fail under REQUIRE_SERVICES=1): no vLLM server can be had here."""
+    if os.environ.get("REQUIRE_SERVICES") == "1":
+        pytest.fail(f"{reason} and REQUIRE_SERVICES=1")
+    pytest.skip(reason)
+
+
+def vllm_installed() -> str | None:
+    """Why vLLM cannot be started here, or None when it can: the python the serve script
+    would run (a GPU build on a GPU machine, else .venv-vllm's CPU build) must exist."""
+    printed = subprocess.run(
+        ["bash", str(SERVE), "0"],
+        env={**os.environ, "VLLM_PRINT_COMMAND": "1", "VLLM_MODEL": "unused"},
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    python = printed.stdout.split(" ", 1)[0]
+    if printed.returncode != 0 or not (Path(python).exists() or shutil.which(python)):
+        return f"vLLM is not installed ({python or 'no python'} is missing: run scripts/setup.sh)"
+    return None
+
+
+def start(port: int, *extra_args: str) -> VLLMServer:
+    """Start ``scripts/vllm_serve.sh port TEST_ARGS extra_args...``, wait for ``/health``."""
+    extra_args = (*TEST_ARGS, *extra_args)
+    log = Path(tempfile.mkdtemp(prefix="dpsyn-vllm-")) / f"vllm-{port}.log"
+    env = {**os.environ, "DPSYN_MODEL": MODEL}
+    env.pop("VLLM_MODEL", None)
+    env.pop("VLLM_SERVED_NAME", None)
+    with log.open("wb") as out:
+        process = subprocess.Popen(
+            ["nice", "-n", "10", "bash", str(SERVE), str(port), *extra_args],
+            cwd=ROOT,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    server = VLLMServer(f"http://127.0.0.1:{port}", MODEL, log, process, extra_args)
+    try:
+        wait_healthy(server, START_TIMEOUT_S)
+    except BaseException:
+        server.close()
+        raise
+    return server
+
+
+def wait_healthy(server: VLLMServer, timeout: float) -> None:
+    """Poll ``/health`` until 200; fail with the log's tail if the server dies or is late."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if server.process is not None and server.process.poll() is not None:
+            pytest.fail(f"vLLM exited ({server.process.returncode}) at start:\n{tail(server)}")
+        try:
+            if httpx.get(f"{server.url}/health", timeout=2).status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        time.sleep(1)
+    pytest.fail(f"vLLM not healthy after {timeout:g} s:\n{tail(server)}")
+
+
+def tail(server: VLLMServer, chars: int = 4000) -> str:
+    return server.log.read_text(errors="replace")[-chars:] if server.log.exists() else ""
+
+
+def external() -> VLLMServer | None:
+    """The server named by DPSYN_TEST_VLLM_URL, if any (it must serve the packaged model)."""
+    url = os.environ.get("DPSYN_TEST_VLLM_URL")
+    if not url:
+        return None
+    server = VLLMServer(url.rstrip("/"), MODEL, Path(os.devnull))
+    wait_healthy(server, 30)
+    return server
