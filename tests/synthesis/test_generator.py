@@ -163,7 +163,7 @@ def test_with_no_checks_planned_adadpsyn_is_tangs_job_draw_for_draw():
     assert ada.epsilon == tang.epsilon and ada.event == tang.event
     assert [d.text for d in ada.demonstrations] == [d.text for d in tang.demonstrations]
     consensus = synthesize(
-        TREC, records, config(method=Method.TANG, **{**noisy, "epsilon": 1e6}), backend
+        TREC, records, config(method=Method.TANG, **{**noisy, "epsilon": math.inf}), backend
     )
     assert [d.text for d in tang.demonstrations] != [d.text for d in consensus.demonstrations]
 
