@@ -651,12 +651,9 @@ def jobs_submit(
         "epsilon": epsilon,
         "shots": shots,
     }
-    if public_dataset is not None:
-        body["public_dataset_id"] = public_dataset
-    if delta is not None:
-        body["delta"] = delta
-    if accounting is not None:
-        body["accounting"] = accounting.value
+    optional = {"public_dataset_id": public_dataset, "delta": delta}
+    optional["accounting"] = accounting.value if accounting is not None else None
+    body.update({k: v for k, v in optional.items() if v is not None})
     params = {k: v for k, v in {"M": M, "N": N, "tmax": tmax, "K": K}.items() if v is not None}
     try:
         params.update(_parse_params(param or []))

@@ -430,14 +430,7 @@ class VLLMHttpBackend:
         other statuses are the caller's mistake and raise a final :class:`BackendError`.
         """
         where = self._where(endpoint)
-        try:
-            response = self._client.request(method, self._url + endpoint, json=body)
-        except httpx.TimeoutException as err:
-            raise TransientBackendError(f"{where}: timed out ({type(err).__name__})") from None
-        except httpx.TransportError as err:
-            raise TransientBackendError(
-                f"{where}: connection failed ({type(err).__name__}: {err})"
-            ) from None
+        response = _send(self._client, method, self._url + endpoint, where, body)
         return self._decode_response(response, where, secret)
 
     @staticmethod
@@ -453,6 +446,21 @@ class VLLMHttpBackend:
             return response.json()
         except ValueError:
             raise BackendError(f"{where}: HTTP 200 but the body is not JSON") from None
+
+
+def _send(
+    client: httpx.Client, method: str, url: str, where: str, body: Any = None
+) -> httpx.Response:
+    """One request; a timeout or a connection failure is transient (the server may be
+    restarting), named by ``where`` and the error's type, never by the request body."""
+    try:
+        return client.request(method, url, json=body)
+    except httpx.TimeoutException as err:
+        raise TransientBackendError(f"{where}: timed out ({type(err).__name__})") from None
+    except httpx.TransportError as err:
+        raise TransientBackendError(
+            f"{where}: connection failed ({type(err).__name__}: {err})"
+        ) from None
 
 
 def served_model(url: str, *, timeout: float = 10.0) -> str:
@@ -476,14 +484,7 @@ def served_model(url: str, *, timeout: float = 10.0) -> str:
 def _served_names(client: httpx.Client, base: str) -> list[str]:
     """The model names of ``GET /v1/models`` (transport errors are transient)."""
     where = f"vLLM server {base} {MODELS}"
-    try:
-        response = client.get(base + MODELS)
-    except httpx.TimeoutException as err:
-        raise TransientBackendError(f"{where}: timed out ({type(err).__name__})") from None
-    except httpx.TransportError as err:
-        raise TransientBackendError(
-            f"{where}: connection failed ({type(err).__name__}: {err})"
-        ) from None
+    response = _send(client, "GET", base + MODELS, where)
     payload = VLLMHttpBackend._decode_response(response, where, None)
     try:
         return [str(entry["id"]) for entry in payload["data"]]

@@ -189,52 +189,43 @@ def choose(M: int, K: int, bucket: int) -> Choice:
     """
     sigma = SIGMA_GRID**bucket
     usable = [c for c in CANDIDATES[1:] if c.params(sigma).sigma2 <= MAX_CHECK_NOISE * M]
-    shortlist = _ranked(usable, M, K, sigma, "screen", tolerance=math.inf)
-    ranked = _ranked(shortlist[:SHORTLIST], M, K, sigma, "select", tolerance=1.0)
-    validate = _teacher_sets(M, K, STEPS["validate"], _SEEDS["validate"])
-    tang = _agreements(TANG.params(sigma), validate, _SEEDS["validate"])
-    tang_mean = float(np.mean([s.mean() for s in tang]))
+    shortlist = _Stage(M, K, sigma, "screen").ranked(usable, tolerance=math.inf)
+    select = _Stage(M, K, sigma, "select")
+    ranked = select.ranked([c for c, _ in shortlist[:SHORTLIST]], tolerance=1.0)
+    validate = _Stage(M, K, sigma, "validate")
+    tang_mean = float(np.mean([s.mean() for s in validate.tang]))
     if ranked:
-        best = ranked[0]
-        held_out = _agreements(best.params(sigma), validate, _SEEDS["validate"])
-        if _mean_gain(held_out, tang) > 0 and _validates(best, M, K, sigma, held_out, tang):
+        best, selected = ranked[0]
+        held_out = validate.scores(best)
+        # The final check pools selection and validation steps (800 per regime), so that a
+        # regime with no real difference rarely vetoes by chance and a real loss rarely hides.
+        both = [np.concatenate(pair) for pair in zip(selected, held_out, strict=True)]
+        tang_both = [np.concatenate(p) for p in zip(select.tang, validate.tang, strict=True)]
+        if _mean_gain(held_out, validate.tang) > 0 and _beats(both, tang_both, tolerance=1.0):
             agreement = float(np.mean([s.mean() for s in held_out]))
             return Choice(best, sigma, agreement, tang_mean)
     return Choice(TANG, sigma, tang_mean, tang_mean)
 
 
-def _validates(
-    best: Candidate,
-    M: int,
-    K: int,
-    sigma: float,
-    held_out: list[np.ndarray],
-    tang: list[np.ndarray],
-) -> bool:
-    """:func:`_beats` on the selection and validation steps together (800 per regime), so
-    that a regime with no real difference rarely vetoes by chance and a real loss rarely
-    hides."""
-    select = _teacher_sets(M, K, STEPS["select"], _SEEDS["select"])
-    ours = _agreements(best.params(sigma), select, _SEEDS["select"])
-    theirs = _agreements(TANG.params(sigma), select, _SEEDS["select"])
-    both = [np.concatenate(pair) for pair in zip(ours, held_out, strict=True)]
-    tang_both = [np.concatenate(pair) for pair in zip(theirs, tang, strict=True)]
-    return _beats(both, tang_both, tolerance=1.0)
+class _Stage:
+    """One stage's synthetic teachers (fixed public seed) and T = 0's agreement on them."""
 
+    def __init__(self, M: int, K: int, sigma: float, name: str) -> None:
+        self.sigma, self.seed = sigma, _SEEDS[name]
+        self.sets = _teacher_sets(M, K, STEPS[name], self.seed)
+        self.tang = self.scores(TANG)
 
-def _ranked(
-    candidates: Sequence[Candidate], M: int, K: int, sigma: float, stage: str, tolerance: float
-) -> list[Candidate]:
-    """``candidates`` that pass :func:`_beats` on the stage's teachers, best mean gain first."""
-    sets = _teacher_sets(M, K, STEPS[stage], _SEEDS[stage])
-    base = _agreements(TANG.params(sigma), sets, _SEEDS[stage])
-    scored = []
-    for candidate in candidates:
-        scores = _agreements(candidate.params(sigma), sets, _SEEDS[stage])
-        if _beats(scores, base, tolerance):
-            scored.append((_mean_gain(scores, base), candidate))
-    scored.sort(key=lambda pair: -pair[0])
-    return [candidate for _, candidate in scored]
+    def scores(self, candidate: Candidate) -> list[np.ndarray]:
+        return _agreements(candidate.params(self.sigma), self.sets, self.seed)
+
+    def ranked(
+        self, candidates: Sequence[Candidate], tolerance: float
+    ) -> list[tuple[Candidate, list[np.ndarray]]]:
+        """``candidates`` that pass :func:`_beats` here, with their scores, best mean gain
+        first."""
+        scored = [(c, self.scores(c)) for c in candidates]
+        passed = [(c, s) for c, s in scored if _beats(s, self.tang, tolerance)]
+        return sorted(passed, key=lambda pair: -_mean_gain(pair[1], self.tang))
 
 
 def _mean_gain(ours: list[np.ndarray], tang: list[np.ndarray]) -> float:

@@ -62,6 +62,19 @@ def _ticks(top: float, count: int = 5) -> list[float]:
     return [step * i for i in range(count + 1)]
 
 
+def _marker_shape(kind: str, x: float, y: float) -> str:
+    """A ledger entry's marker: a square for commit, a triangle for release, else a dot."""
+    colour = MARKERS.get(kind, "#111827")
+    if kind == "commit":
+        return f'<rect x="{x - 4.5:.1f}" y="{y - 4.5:.1f}" width="9" height="9" fill="{colour}"/>'
+    if kind == "release":
+        return (
+            f'<polygon points="{x:.1f},{y - 6:.1f} {x + 6:.1f},{y + 4:.1f} '
+            f'{x - 6:.1f},{y + 4:.1f}" fill="{colour}"/>'
+        )
+    return f'<circle cx="{x:.1f}" cy="{y:.1f}" r="5" fill="{colour}"/>'
+
+
 def spend_chart(points: Sequence[ChartPoint], budget: float) -> Markup:
     """Composed spend and plain sum (step lines) against time, the ledger's entries marked by
     kind, and the budget as a dashed line."""
@@ -130,19 +143,7 @@ def spend_chart(points: Sequence[ChartPoint], budget: float) -> Markup:
                 f"(epsilon {_num(point.job_epsilon)}): composed {composed}, "
                 f"sum {_num(point.plain_sum)}"
             )
-            colour = MARKERS.get(point.kind, "#111827")
-            if point.kind == "commit":
-                shape = (
-                    f'<rect x="{x - 4.5:.1f}" y="{y - 4.5:.1f}" width="9" height="9" '
-                    f'fill="{colour}"/>'
-                )
-            elif point.kind == "release":
-                shape = (
-                    f'<polygon points="{x:.1f},{y - 6:.1f} {x + 6:.1f},{y + 4:.1f} '
-                    f'{x - 6:.1f},{y + 4:.1f}" fill="{colour}"/>'
-                )
-            else:
-                shape = f'<circle cx="{x:.1f}" cy="{y:.1f}" r="5" fill="{colour}"/>'
+            shape = _marker_shape(point.kind, x, y)
             parts.append(f'<g class="marker marker-{point.kind}"><title>{tip}</title>{shape}</g>')
         first, last = points[0].at, points[-1].at
         fmt = "%H:%M:%S" if first.date() == last.date() else "%m-%d %H:%M"
