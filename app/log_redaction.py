@@ -7,8 +7,9 @@ a library's -- and each has its own handlers, so a filter on some handler would 
 The redaction therefore sits in the log record factory, which every logger of the process
 uses: a record created with ``exc_info`` gets, instead of the traceback, one line per
 exception of the chain naming its type and the frames it passed through (file, line,
-function: code, not data); an exception passed as a formatting argument becomes its type
-name. Stack frames' source lines are not repeated either, only their locations.
+function: code, not data); an exception passed as a formatting argument, or as the message
+itself, becomes its type name. Stack frames' source lines are not repeated either, only
+their locations.
 """
 
 from __future__ import annotations
@@ -53,6 +54,8 @@ def _where(tb: TracebackType | None) -> str:
 
 
 def _redact(record: logging.LogRecord) -> logging.LogRecord:
+    if isinstance(record.msg, BaseException):  # log.error(err): the message is the exception
+        record.msg = f"{type(record.msg).__name__} (message withheld)"
     exc_info = record.exc_info
     if exc_info and exc_info[1] is not None:
         described = describe_exception(exc_info[1])

@@ -59,7 +59,9 @@ def create_app(
     ``workers.queue_factory.make_queue(settings, provider)``, which shares that provider (an
     in-process worker then uses the same model as ``/complete``). The queue's lifecycle is
     its maker's: ``make_queue`` returns it started (so the schema is migrated before it is
-    made), and whoever runs the app closes it.
+    made), with the outbox's dispatcher running, which sends the task of a job left queued
+    again (``DPSYN_REDISPATCH_AFTER_S``), and whoever runs the app closes it. A queue passed
+    in is used as it is (tests pass their own: no dispatcher then).
     """
     settings = settings or get_settings()
     provider = backend_provider or BackendProvider(

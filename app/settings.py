@@ -51,13 +51,35 @@ class Settings(BaseSettings):
     max_body_bytes: int = Field(
         1024 * 1024, gt=0, description="Largest request body on every route but uploads."
     )
+    # --- Rate limits (app/api/limits.py; docs/service.md, "Limits") ---------------------------
     rate_limit_per_minute: int | None = Field(
         None,
         gt=0,
-        description="Requests per minute per API key (per server process); None: no limit.",
+        description="Requests per minute per API key, counted after the key is checked (API "
+        "and dashboard; shared by all API processes through Redis); None: no limit.",
     )
     rate_limit_burst: int | None = Field(
         None, gt=0, description="Requests a key may make at once; default: the per-minute rate."
+    )
+    auth_failures_per_minute: int = Field(
+        30,
+        ge=0,
+        description="Failed API-key checks per client address per minute; past it the address "
+        "gets 429 before any key is looked up. 0: no limit.",
+    )
+    signin_failures_per_minute: int = Field(
+        10, ge=0, description="Failed dashboard sign-ins per client address per minute. 0: none."
+    )
+    ui_model_calls_per_minute: int = Field(
+        10,
+        ge=0,
+        description="Dashboard model calls (/ui/prompts/{id}/complete) per key per "
+        "minute, on top of the key's own limit. 0: no limit.",
+    )
+    limits_redis_url: str | None = Field(
+        None,
+        description="Redis holding the limits' buckets, shared by all API processes. Default: "
+        "broker_url when it is a Redis URL; without either each process counts in memory.",
     )
     metrics_token: str | None = Field(
         None,
@@ -99,6 +121,20 @@ class Settings(BaseSettings):
         2.0, gt=0, description="Longest wait for a pooled connection before 503."
     )
     retry_after_s: int = Field(1, ge=1, description="Retry-After of a 503 'overloaded'.")
+    # Job submissions plan (seconds of calibration) in a lane of their own, so that a burst
+    # of them never holds more than this many request slots (app/api/overload.py).
+    planning_concurrency: int = Field(
+        2,
+        ge=0,
+        description="Submissions planned at once (each holds a request slot meanwhile; at most "
+        "MAX_CONCURRENT_REQUESTS - 1). 0: no lane, submissions queue like other requests.",
+    )
+    planning_queue: int = Field(
+        100, ge=0, description="Submissions that may wait to be planned; past it, 503 at once."
+    )
+    planning_wait_s: float = Field(
+        120.0, ge=0, description="Longest wait of a submission for planning before 503."
+    )
 
     @model_validator(mode="after")
     def _capacity(self) -> Settings:
@@ -137,6 +173,13 @@ class Settings(BaseSettings):
         ge=0,
         description="How long a worker retries storing a job's outcome through a "
         "database outage before it leaves the job to its lease.",
+    )
+    redispatch_after_s: float = Field(
+        60.0,
+        gt=0,
+        description="A queued job whose task was last sent longer ago than this is sent again "
+        "by a dispatcher (every worker and API process; checked every quarter of it), so "
+        "that a task lost on its way (API killed, Redis emptied) strands no job.",
     )
 
     # --- Deployment (docs/deploy.md) ----------------------------------------------------------

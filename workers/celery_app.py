@@ -10,6 +10,13 @@ expires and the reaper thread every worker process runs (started when the worker
 fails it within ``DPSYN_LEASE_DURATION_S`` + ``DPSYN_REAPER_INTERVAL_S``; the task delivered
 again hours later finds the job finished and does nothing.
 
+A task can also be lost before any worker sees it: the API killed between committing a job
+and sending its task, or Redis emptied (restarted without persistence). Beside the reaper,
+every worker (and every API process, through :meth:`CeleryQueue.start_dispatcher`) runs the
+outbox's dispatcher (``workers.lease.Dispatcher``), which sends the task of a job still
+queued again once its last send is ``DPSYN_REDISPATCH_AFTER_S`` old; a copy that finds the
+job running under a live lease, or finished, does nothing.
+
 Test hook: ``DPSYN_TEST_FAKE_BACKEND=1`` makes the worker use the deterministic fake backend
 of the test suite (``tests.synthesis.fake_backend``) instead of a model, slowed down by
 ``DPSYN_TEST_FAKE_BACKEND_DELAY_S`` seconds per model call if set (so that a fault test can
@@ -31,7 +38,7 @@ from app.db.session import get_engine
 from app.llm.provider import BackendProvider, StaticProvider
 from app.log_redaction import describe_exception, install_log_redaction
 from app.settings import Settings, get_settings
-from workers.lease import LeaseConfig, Reaper
+from workers.lease import DispatchConfig, Dispatcher, LeaseConfig, Reaper
 from workers.runner import DatabaseUnavailableError, run_job
 
 TASK_NAME = "dpsyn.run_job"
@@ -82,9 +89,22 @@ class CeleryQueue:
 
     def __init__(self, celery: Celery, *, queue: str = DEFAULT_QUEUE) -> None:
         self.celery, self.queue = celery, queue
+        self.dispatcher: Dispatcher | None = None
 
     def enqueue(self, job_id: str) -> None:
         self.celery.send_task(TASK_NAME, args=[job_id], queue=self.queue)
+
+    def start_dispatcher(self, database_url: str, config: DispatchConfig) -> CeleryQueue:
+        """Run the outbox's dispatcher for ``database_url`` through this queue (idempotent):
+        what an API process does beside sending the tasks of the jobs it admits."""
+        if self.dispatcher is None:
+            self.dispatcher = Dispatcher(database_url, self.enqueue, config).start()
+        return self
+
+    def close(self) -> None:
+        """Stop the dispatcher, if one runs."""
+        if self.dispatcher is not None:
+            self.dispatcher.close()
 
 
 # --- the worker process ---------------------------------------------------------------------
@@ -95,19 +115,30 @@ settings = get_settings()
 app = make_celery(settings) if settings.broker_url else Celery("dpsyn", set_as_current=False)
 lease = LeaseConfig.from_settings(settings)
 reaper = Reaper(settings.database_url, lease)
+resend = CeleryQueue(app)  # its queue: the one this worker consumes, set when it is ready
 _provider: BackendProvider | None = None
 _provider_lock = threading.Lock()
 CLAIM_RETRY_S = 60  # a task whose job could not be claimed (database down) is sent again
 
 
+def consumed_queue(celery: Celery) -> str:
+    """The queue this worker consumes (``dpsyn worker --queue``), where its dispatcher sends
+    copies: the default one if it is among several."""
+    names = list(celery.amqp.queues.consume_from or {DEFAULT_QUEUE: None})
+    return DEFAULT_QUEUE if DEFAULT_QUEUE in names else names[0]
+
+
 @worker_ready.connect
 def _start_reaper(**_: Any) -> None:
     reaper.start()
+    resend.queue = consumed_queue(app)
+    resend.start_dispatcher(settings.database_url, DispatchConfig.from_settings(settings))
 
 
 @worker_shutdown.connect
 def _stop_reaper(**_: Any) -> None:
     reaper.close()
+    resend.close()
 
 
 @worker_process_init.connect

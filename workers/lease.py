@@ -15,6 +15,10 @@ a lease on its job row (owner and expiry, set when the job is claimed):
   It leaves alone the attempts its own process runs: they renew as soon as the database lets
   them.
 
+Queued jobs have their own watchman: :class:`Dispatcher`, run beside the reaper (and in every
+API process), sends the task of a queued job again once its last send is older than a bound,
+so that a task lost on its way to the queue strands no job (the outbox; see the class).
+
 Expiry times come from the workers' clocks; they must agree to well within the lease
 duration (NTP). The reaper's decision is made under the job's row lock and every later write
 of the attempt it ended is fenced, so a worker that was merely slow finds its job finished
@@ -32,13 +36,13 @@ from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Self
 
 from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 
 from app.db.models import now
 from app.db.session import session_scope
-from app.services.jobs import expired_job_ids, reap_job, renew_lease
+from app.services.jobs import expired_job_ids, reap_job, redispatch_due, renew_lease
 
 if TYPE_CHECKING:
     from app.settings import Settings
@@ -163,30 +167,23 @@ class Heartbeat:
                 return
 
 
-class Reaper:
-    """A daemon thread ending running jobs whose lease expired (see the module docstring).
+class _Periodic:
+    """A daemon thread that runs :meth:`_round` every :meth:`_interval_s` seconds until
+    closed. A round that fails (the database may be down) is logged once, by type only, and
+    tried again next time: these threads must outlive any outage."""
 
-    ``spare`` names jobs this process is about to run again itself (the embedded server's
-    recovered jobs): their next attempt decides, as it always did, so that one that never
-    read the data runs again rather than failing."""
+    name = "dpsyn-periodic"
 
-    def __init__(
-        self,
-        database_url: str,
-        config: LeaseConfig,
-        *,
-        spare: Callable[[], Collection[str]] | None = None,
-    ) -> None:
-        self.database_url, self.config, self.spare = database_url, config, spare
+    def __init__(self) -> None:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
 
-    def start(self) -> Reaper:
+    def start(self) -> Self:
         """Start the thread (idempotent)."""
         with self._lock:
             if self._thread is None:
-                self._thread = threading.Thread(target=self._run, name="dpsyn-reaper", daemon=True)
+                self._thread = threading.Thread(target=self._run, name=self.name, daemon=True)
                 self._thread.start()
         return self
 
@@ -195,6 +192,44 @@ class Reaper:
         thread = self._thread
         if thread is not None and thread is not threading.current_thread():
             thread.join(timeout)
+
+    def _round(self) -> None:
+        raise NotImplementedError
+
+    def _interval_s(self) -> float:
+        raise NotImplementedError
+
+    def _run(self) -> None:
+        failing = False
+        while not self._stop.is_set():
+            try:
+                self._round()
+                failing = False
+            except Exception as err:  # the database may be down: try again next round
+                if not failing:
+                    log.warning("%s: %s; retrying", self.name, type(err).__name__)
+                failing = True
+            self._stop.wait(self._interval_s())
+
+
+class Reaper(_Periodic):
+    """A daemon thread ending running jobs whose lease expired (see the module docstring).
+
+    ``spare`` names jobs this process is about to run again itself (the embedded server's
+    recovered jobs): their next attempt decides, as it always did, so that one that never
+    read the data runs again rather than failing."""
+
+    name = "dpsyn-reaper"
+
+    def __init__(
+        self,
+        database_url: str,
+        config: LeaseConfig,
+        *,
+        spare: Callable[[], Collection[str]] | None = None,
+    ) -> None:
+        super().__init__()
+        self.database_url, self.config, self.spare = database_url, config, spare
 
     def reap_once(self) -> list[str]:
         """End every job whose lease expired now; returns their IDs."""
@@ -221,15 +256,91 @@ class Reaper:
             )
         return reaped
 
-    def _run(self) -> None:
-        failing = False
-        while not self._stop.is_set():
+    def _round(self) -> None:
+        self.reap_once()
+        self.config.mark_alive()
+
+    def _interval_s(self) -> float:
+        return self.config.reaper_interval_s
+
+
+# --- the outbox's dispatcher --------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class DispatchConfig:
+    """When a queued job's task is sent again: once its last send is ``after_s`` old
+    (``DPSYN_REDISPATCH_AFTER_S``), looked for every quarter of that."""
+
+    after_s: float = 60.0
+
+    @property
+    def interval_s(self) -> float:
+        return self.after_s / 4
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> DispatchConfig:
+        return cls(after_s=settings.redispatch_after_s)
+
+
+class Dispatcher(_Periodic):
+    """The outbox's sender: a daemon thread that sends the task of every queued job whose
+    last send is older than the bound again, through ``send`` (the process's queue).
+
+    Submission commits a job with its mark before it sends the task, so a task lost on its
+    way (the API killed in between, Redis emptied or restarted without persistence) leaves a
+    queued job with an old mark; one of the dispatchers (every worker and API process, and
+    the embedded server) sends it again within ``after_s`` + ``interval_s``. A job that merely
+    waits behind others longer than the bound gets one more copy per bound: the worker's
+    claim makes every copy but the first do nothing (``workers.runner``). ``exclude`` names
+    jobs the caller's own queue holds already (the embedded worker's)."""
+
+    name = "dpsyn-dispatcher"
+
+    def __init__(
+        self,
+        database_url: str,
+        send: Callable[[str], None],
+        config: DispatchConfig,
+        *,
+        exclude: Callable[[], Collection[str]] | None = None,
+    ) -> None:
+        super().__init__()
+        self.database_url, self.send, self.config, self.exclude = (
+            database_url,
+            send,
+            config,
+            exclude,
+        )
+
+    def dispatch_once(self) -> list[str]:
+        """Send every stale queued job's task again now; returns the IDs sent. The first send
+        that fails (broker down) ends the round: the rest are tried again after the bound."""
+        held = self.exclude() if self.exclude is not None else ()
+        with session_scope(self.database_url) as session:
+            due = redispatch_due(session, now(), after_s=self.config.after_s, exclude=held)
+        sent: list[str] = []
+        for job_id in due:
             try:
-                self.reap_once()
-                self.config.mark_alive()
-                failing = False
-            except Exception as err:  # the database may be down: try again next round
-                if not failing:
-                    log.warning("lease reaper: %s; retrying", type(err).__name__)
-                failing = True
-            self._stop.wait(self.config.reaper_interval_s)
+                self.send(job_id)
+            except Exception as err:
+                log.warning(
+                    "job %s: sending its task again failed (%s); next try in %g s",
+                    job_id,
+                    type(err).__name__,
+                    self.config.after_s,
+                )
+                break
+            sent.append(job_id)
+            log.info(
+                "job %s: queued, its task last sent over %g s ago; sent again",
+                job_id,
+                self.config.after_s,
+            )
+        return sent
+
+    def _round(self) -> None:
+        self.dispatch_once()
+
+    def _interval_s(self) -> float:
+        return self.config.interval_s

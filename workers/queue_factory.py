@@ -15,18 +15,23 @@ def default_provider(settings: Settings) -> BackendProvider:
 
 def make_queue(settings: Settings, provider: BackendProvider | None = None) -> JobQueue:
     """A :class:`~workers.celery_app.CeleryQueue` if ``settings.broker_url`` is set, else a
-    started :class:`~workers.inprocess.InProcessQueue` sharing ``provider`` with the API
-    (one model per process; default: built from the settings)."""
+    :class:`~workers.inprocess.InProcessQueue` sharing ``provider`` with the API (one model
+    per process; default: built from the settings). Either is returned started, with the
+    outbox's dispatcher running (``workers.lease.Dispatcher``); ``close()`` stops it."""
+    from workers.lease import DispatchConfig, LeaseConfig
+
     if settings.broker_url:
         from workers.celery_app import CeleryQueue, make_celery
 
-        return CeleryQueue(make_celery(settings))
+        return CeleryQueue(make_celery(settings)).start_dispatcher(
+            settings.database_url, DispatchConfig.from_settings(settings)
+        )
     from workers.inprocess import InProcessQueue
-    from workers.lease import LeaseConfig
 
     return InProcessQueue(
         database_url=settings.database_url,
         provider=provider or default_provider(settings),
         timeout_s=settings.job_timeout_s,
         lease=LeaseConfig.from_settings(settings),
+        dispatch=DispatchConfig.from_settings(settings),
     ).start()

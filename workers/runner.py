@@ -7,7 +7,9 @@ teachers label the texts of a public dataset (read in step 2: public texts are n
 A job runs in fenced steps, each its own transaction:
 
 1. **Claim.** Lock the job row; return if it is already finished (a redelivered task must not
-   charge twice or store a second prompt set; a job a reaper ended is finished). Otherwise
+   charge twice or store a second prompt set; a job a reaper ended is finished), or if it is
+   running under another attempt's live lease (a second copy of its task, such as the one
+   the outbox's dispatcher sends for a job that waited longer than its bound). Otherwise
    mark it running, count the attempt and take the job's lease (``workers.lease``), which a
    heartbeat thread renews until the attempt ends. The attempt number is a fencing token:
    every later write checks it, so a stale delivery that lost the job to a newer one (or to
@@ -28,16 +30,17 @@ away longer the attempt gives up and ends, its heartbeat stops, and once the lea
 a reaper settles the job (charged if it read the data). A progress write that meets an
 outage is skipped: progress is advisory, and the mechanism keeps running.
 
-A job found ``running`` with ``touched_data`` set belongs to a worker that died after reading
-the data (its task was redelivered, or the embedded server restarted). Running it again would
-run the mechanism twice for one charge, so it fails, charged.
+A job found ``running`` with ``touched_data`` set and an expired lease (or ``take_over``: the
+embedded server restarted) belongs to a worker that died after reading the data. Running it
+again would run the mechanism twice for one charge, so it fails, charged.
 
 Backend calls that fail transiently (a timeout, a lost connection, HTTP 429 or 5xx: a
 :class:`~app.llm.base.TransientBackendError`) are retried with exponential backoff inside the
 same run, by :mod:`app.llm.retry` (the only retry layer; a final error such as HTTP 400 fails
 at once): the call is deterministic in its inputs, so a retry does not change what the
 mechanism releases. Nothing here logs or stores record text or prompts; errors of unknown
-kind are reported by type name only.
+kind are reported by type name only, and a backend's failure by a code, a fixed sentence and
+its HTTP status, never its message (model servers quote their input in errors).
 """
 
 from __future__ import annotations
@@ -57,14 +60,14 @@ from sqlalchemy.orm import Session
 
 from app.db.models import TERMINAL_STATUSES, Dataset, DatasetRecord, Job, JobStatus, now
 from app.db.session import session_scope
-from app.llm.base import BackendError, LLMBackend
+from app.llm.base import BackendError, LLMBackend, TransientBackendError
 from app.llm.provider import BackendProvider
 from app.llm.retry import RetryingBackend, RetryPolicy
 from app.methods.registry import get_method
 from app.privacy.calibration import CalibrationError
 from app.privacy.events import to_dict
 from app.services.datasets import load_public_texts, load_records
-from app.services.jobs import close_job, store_result, stored_plan
+from app.services.jobs import close_job, lease_live, store_result, stored_plan
 from app.synthesis.data import Record
 from app.synthesis.generator import SynthesisError, SynthesisResult
 from app.synthesis.scoring import ScoringError
@@ -74,7 +77,7 @@ from workers.lease import Heartbeat, LeaseConfig, is_connection_error, new_owner
 log = logging.getLogger(__name__)
 
 MAX_ATTEMPTS = 3  # deliveries that may start a job before it is given up (before touching data)
-# The backend failed (its messages name the server and the reason, never a prompt). Only a
+# The backend failed (described by _describe_backend, never by its message). Only a
 # TransientBackendError among them is retried, by app.llm.retry: see RetryingBackend below.
 BACKEND_FAILURES = (BackendError, httpx.HTTPError)
 
@@ -147,6 +150,7 @@ def run_job(
     stop: threading.Event | None = None,
     lease: LeaseConfig | None = None,
     sleep: Callable[[float], None] = time.sleep,
+    take_over: bool = False,
 ) -> None:
     """Run job ``job_id`` to a final state; safe to call again with the same ID.
 
@@ -154,14 +158,19 @@ def run_job(
     small transaction); ``timeout_s`` fails a job that runs longer; ``stop`` interrupts it
     between tokens (failed, charged, if it had read the data; else queued again); ``lease``
     times the attempt's lease and how long its final write is retried (``sleep`` waits
-    between those retries). Raises :class:`DatabaseUnavailableError` if the job could not be
-    claimed within that time (it is still queued).
+    between those retries). ``take_over``: the caller knows that no other attempt of the job
+    is alive (the embedded server's previous process left it), so a lease that has not
+    expired yet is taken over instead of left to its holder. Raises
+    :class:`DatabaseUnavailableError` if the job could not be claimed within that time (it
+    is still queued).
     """
     lease = lease or LeaseConfig()
     owner = new_owner()
     fence = _Fence(database_url, job_id, 0, owner, lease, sleep)
     try:
-        claim = fence.durably(lambda: _claim(database_url, job_id, owner, lease), "claiming it")
+        claim = fence.durably(
+            lambda: _claim(database_url, job_id, owner, lease, take_over), "claiming it"
+        )
     except OutcomeNotStoredError:
         raise DatabaseUnavailableError(
             f"job {job_id}: the database was unreachable for {lease.store_retry_s:g} s"
@@ -269,8 +278,7 @@ def _attempt(
 def _describe(err: Exception, job_id: str, timeout_s: float | None) -> str:
     """A one-line error for the job's record and the API: never record text or prompts."""
     if isinstance(err, BACKEND_FAILURES):
-        detail = str(err) if isinstance(err, BackendError) else type(err).__name__
-        return f"the model backend failed: {detail}"
+        return _describe_backend(err)
     if isinstance(err, JobTimeoutError):
         return f"the job ran longer than the limit of {timeout_s:g} s"
     if isinstance(err, WorkerStoppingError):
@@ -284,7 +292,30 @@ def _describe(err: Exception, job_id: str, timeout_s: float | None) -> str:
     return f"internal error ({type(err).__name__}) in job {job_id}; see the worker log"
 
 
-def _claim(database_url: str, job_id: str, owner: str, lease: LeaseConfig) -> _Claim | None:
+def _describe_backend(err: BackendError | httpx.HTTPError) -> str:
+    """A backend failure as a code and a fixed sentence, with the HTTP status if there was one.
+
+    Never the exception's message, nor anything it was raised from: a model server quotes
+    its input in errors (a prompt, whole or cut, escaped, as token ids) and a backend may pass
+    that on, so only the type and :attr:`BackendError.status` are read (docs/service.md).
+    """
+    status = err.status if isinstance(err, BackendError) else None
+    http = f" (HTTP {status})" if isinstance(status, int) else ""
+    if isinstance(err, TransientBackendError | httpx.TransportError):
+        if http:
+            return f"backend_unavailable: the model server did not answer after the retries{http}"
+        return (
+            "backend_unreachable: the model server could not be reached "
+            "(timeout or lost connection)"
+        )
+    if http:
+        return f"backend_rejected: the model server refused the request{http}"
+    return f"backend_failed: the model backend could not answer ({type(err).__name__})"
+
+
+def _claim(
+    database_url: str, job_id: str, owner: str, lease: LeaseConfig, take_over: bool
+) -> _Claim | None:
     """Lock the job, mark it running under ``owner``'s lease, or return None if there is
     nothing to do."""
     with session_scope(database_url) as session:
@@ -294,6 +325,13 @@ def _claim(database_url: str, job_id: str, owner: str, lease: LeaseConfig) -> _C
             return None
         if job.status in TERMINAL_STATUSES:
             log.info("job %s: already %s; nothing to do", job_id, job.status)
+            return None
+        if not take_over and lease_live(job, now()):  # another copy of its task runs it
+            log.info(
+                "job %s: running under the live lease of %s; nothing to do",
+                job_id,
+                job.lease_owner,
+            )
             return None
         if job.status == JobStatus.RUNNING and job.touched_data:
             close_job(

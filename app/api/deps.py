@@ -3,7 +3,8 @@
 ``SessionDep`` is one session per request; services commit explicitly, and whatever is not
 committed is rolled back when the request ends. ``AdminKey`` admits only ``admin`` keys;
 ``AnyKey`` also ``prompts:read`` keys (for the prompt routes). Both carry the tenant, which
-every service call is scoped to.
+every service call is scoped to, and both apply the rate limits of :mod:`app.api.limits`
+(the key's own, and its client address's failed checks).
 
 Connections are held as briefly as the handlers allow (issue 10: under load every request
 thread waited for a connection that finished requests could not give back, because giving it
@@ -25,6 +26,7 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy.orm import Session, sessionmaker
 
+from app.api.limits import Limiter, client_address
 from app.db.models import KeyScope
 from app.llm.provider import BackendProvider
 from app.services.errors import ForbiddenError, UnauthorizedError
@@ -110,6 +112,13 @@ async def get_principal(
 ) -> Principal:
     if credentials is None or not credentials.credentials:
         raise UnauthorizedError("missing API key: send 'Authorization: Bearer <key>'")
+    # Rates are counted for what is known, never for what is presented (app.api.limits): an
+    # address that failed too often is refused before its key costs a lookup (each attempt
+    # is counted first, and given back if the key checks out), and a key's bucket is spent
+    # only once the key has checked out, under its ID.
+    limiter: Limiter = request.app.state.limiter
+    address = client_address(request.scope)
+    await limiter.attempt(limiter.auth_failures, address)
     # The read-only sessions: on SQLite a key lookup never takes the write lock, whatever
     # the request's method.
     principal = await run_in_threadpool(
@@ -117,6 +126,8 @@ async def get_principal(
     )
     if principal is None:
         raise UnauthorizedError("invalid or revoked API key")
+    await limiter.succeeded(limiter.auth_failures, address)
+    await limiter.charge(limiter.key, principal.key_id)
     return principal
 
 

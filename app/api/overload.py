@@ -16,6 +16,14 @@ and ``/healthz`` stopped answering. Now:
 * A connection that still cannot be had within ``db_pool_timeout_s`` (something outside the
   gate holds the pool: an in-process job, a long upload) answers the same 503 rather than a
   500 after 30 s.
+* Job submissions (and the dashboard's quotes) plan the job before they answer: a second or
+  more of calibration. Each would hold a slot meanwhile, so a burst of 50 filled the gate and
+  readers got 503 (issue 21). They first pass a gate of their own, the planning lane, in
+  front of the main one: ``planning_concurrency`` at once (so at most that many slots of the
+  main gate plan; it is kept below the main gate's limit), ``planning_queue`` more waiting up
+  to ``planning_wait_s`` each, first come first served, and a 503 naming the lane only when
+  its own queue is full or the wait runs out. A waiting submission holds no slot and no
+  thread.
 
 It is plain ASGI middleware: a 503 is built without running the rest of the stack.
 """
@@ -23,7 +31,7 @@ It is plain ASGI middleware: a 503 is built without running the rest of the stac
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 
 import anyio
 import anyio.to_thread
@@ -37,6 +45,18 @@ from app.settings import Settings
 
 OVERLOADED = "overloaded"
 UNGATED_PATHS = frozenset({"/healthz"})
+# The routes that plan a job before they answer: they queue in the planning lane.
+PLANNING_ROUTES = frozenset(
+    {("POST", "/v1/jobs"), ("POST", "/ui/jobs"), ("POST", "/ui/jobs/quote")}
+)
+PLANNING_FULL = (
+    "too many job submissions waiting to be planned: DPSYN_PLANNING_QUEUE, DPSYN_PLANNING_WAIT_S"
+)
+
+
+def plans_a_job(scope: Scope) -> bool:
+    """Whether the request plans a job (a submission or the dashboard's quote)."""
+    return (scope.get("method"), scope["path"].rstrip("/")) in PLANNING_ROUTES
 
 
 def overloaded_response(retry_after_s: int, reason: str) -> JSONResponse:
@@ -53,6 +73,8 @@ def overloaded_response(retry_after_s: int, reason: str) -> JSONResponse:
 class AdmissionGate:
     """Admit at most ``limit`` requests at once; up to ``max_waiting`` more wait at most
     ``wait_s``; everyone else gets 503 with Retry-After at once. ``limit=0`` admits all.
+    ``admits`` picks the requests this gate is for (default: all but ``ungated`` paths);
+    others pass straight through. ``reason`` goes into its 503's message.
 
     A slot is handed from a finishing request straight to the oldest waiter, so a waiter
     cannot be overtaken by a newcomer. State is per gate, touched only from the event loop.
@@ -68,6 +90,8 @@ class AdmissionGate:
         retry_after_s: int,
         threads: int | None = None,
         ungated: Collection[str] = UNGATED_PATHS,
+        admits: Callable[[Scope], bool] | None = None,
+        reason: str = "too many requests in progress",
     ) -> None:
         self.app = app
         self.limit = limit
@@ -75,9 +99,10 @@ class AdmissionGate:
         self.wait_s = wait_s
         self.threads = threads
         self.ungated = frozenset(ungated)
+        self.admits = admits or (lambda scope: scope["path"] not in self.ungated)
         self.active = 0
         self.waiters: deque[anyio.Event] = deque()
-        body = overloaded_response(retry_after_s, "too many requests in progress")
+        body = overloaded_response(retry_after_s, reason)
         self._reject_start = {
             "type": "http.response.start",
             "status": 503,
@@ -90,7 +115,7 @@ class AdmissionGate:
             await self.app(scope, receive, send)
             return
         self._size_thread_pool()
-        if self.limit <= 0 or scope["path"] in self.ungated:
+        if self.limit <= 0 or not self.admits(scope):
             await self.app(scope, receive, send)
             return
         if not await self._admit():
@@ -148,8 +173,18 @@ async def _pool_timeout(request: Request, _exc: Exception) -> JSONResponse:
     )
 
 
+def planning_lane_size(settings: Settings) -> int:
+    """Submissions planned at once: the setting, kept below the main gate's limit so that
+    planning never takes every slot (0: no lane)."""
+    gate = settings.max_concurrent_requests or 0
+    if gate <= 0 or settings.planning_concurrency <= 0:
+        return settings.planning_concurrency
+    return min(settings.planning_concurrency, max(1, gate - 1))
+
+
 def install_overload_protection(app: FastAPI, settings: Settings) -> None:
-    """Gate requests and answer pool timeouts with 503 (see the module docstring)."""
+    """Gate requests, queue job planning in its lane, and answer pool timeouts with 503
+    (see the module docstring)."""
     app.add_middleware(
         AdmissionGate,
         limit=settings.max_concurrent_requests or 0,
@@ -157,5 +192,15 @@ def install_overload_protection(app: FastAPI, settings: Settings) -> None:
         wait_s=settings.admission_wait_s,
         retry_after_s=settings.retry_after_s,
         threads=settings.request_threads,
+    )
+    # Added last, so it runs first: a submission waits here, holding no slot of the gate.
+    app.add_middleware(
+        AdmissionGate,
+        limit=planning_lane_size(settings),
+        max_waiting=settings.planning_queue,
+        wait_s=settings.planning_wait_s,
+        retry_after_s=settings.retry_after_s,
+        admits=plans_a_job,
+        reason=PLANNING_FULL,
     )
     app.add_exception_handler(PoolTimeoutError, _pool_timeout)

@@ -24,7 +24,7 @@ from app.methods.registry import MethodKind, Stored, get_method, param_fields
 from app.privacy.accounting import Accounting
 from app.privacy.budget import Epsilon
 from app.services.budgets import BudgetView
-from app.services.storable import find_problem
+from app.services.storable import DATASET_NAME_MAX_CHARS, find_problem
 
 
 def _utc(value: datetime) -> datetime:
@@ -35,14 +35,15 @@ def _utc(value: datetime) -> datetime:
 Timestamp = Annotated[datetime, AfterValidator(_utc)]
 # Numbers are strict: JSON true is not an epsilon of 1, nor "2" a count of 2 (see Epsilon).
 Delta = Annotated[float, Field(gt=0, lt=1, allow_inf_nan=False, strict=True)]
-Name = Annotated[str, Field(min_length=1, max_length=200)]
+Name = Annotated[str, Field(min_length=1, max_length=DATASET_NAME_MAX_CHARS)]  # its column's
 ResourceId = Annotated[str, Field(min_length=1, max_length=128)]  # IDs are 32 hex digits
 # Paging: a page of at most 500; an offset the databases' 64-bit integers can hold.
 MAX_OFFSET = 2**63 - 1
 Limit = Annotated[int, Query(ge=1, le=500)]
 Offset = Annotated[int, Query(ge=0, le=MAX_OFFSET)]
 IdFilter = Annotated[str | None, Query(max_length=128)]
-Column = Annotated[str, Field(min_length=1, max_length=200)]
+COLUMN_NAME_MAX_CHARS = 200  # a header name the readers look up; never stored
+Column = Annotated[str, Field(min_length=1, max_length=COLUMN_NAME_MAX_CHARS)]
 
 
 class _Request(BaseModel):
@@ -124,7 +125,8 @@ class DatasetUploadForm(_Request):
     )
 
 
-_BOUNDED: dict[str, Any] = {"type": "string", "minLength": 1, "maxLength": 200}
+_NAME: dict[str, Any] = {"type": "string", "minLength": 1, "maxLength": DATASET_NAME_MAX_CHARS}
+_BOUNDED: dict[str, Any] = {"type": "string", "minLength": 1, "maxLength": COLUMN_NAME_MAX_CHARS}
 UPLOAD_OPENAPI: dict[str, Any] = {
     "requestBody": {
         "required": True,
@@ -149,7 +151,7 @@ UPLOAD_OPENAPI: dict[str, Any] = {
                             "default": False,
                             "description": PUBLIC_DESCRIPTION,
                         },
-                        "name": _BOUNDED,
+                        "name": _NAME,
                         "text_column": {**_BOUNDED, "default": "text"},
                         "label_column": {**_BOUNDED, "default": "label"},
                         "format": {"type": "string", "enum": ["csv", "tsv", "jsonl"]},
@@ -170,7 +172,7 @@ UPLOAD_OPENAPI: dict[str, Any] = {
                             "default": False,
                             "description": PUBLIC_DESCRIPTION,
                         },
-                        "name": _BOUNDED,
+                        "name": _NAME,
                         "text_column": {**_BOUNDED, "default": "text"},
                         "label_column": {**_BOUNDED, "default": "label"},
                         "records": {

@@ -148,10 +148,11 @@ def tenants_create(
     data_dir: DataDirOpt = Path(".dpsyn"),
 ) -> None:
     """Create a tenant and its first admin key (printed once)."""
+    from app.services.storable import TENANT_NAME_MAX_CHARS
     from app.services.tenants import create_tenant
 
-    if not name.strip() or len(name) > 200:
-        raise fail("the tenant name must be 1 to 200 characters")
+    if not name.strip() or len(name) > TENANT_NAME_MAX_CHARS:
+        raise fail(f"the tenant name must be 1 to {TENANT_NAME_MAX_CHARS} characters")
     with _session(data_dir) as session:
         tenant, raw = create_tenant(session, name)
         row = _tenant_row(tenant)

@@ -69,6 +69,17 @@ class ApiKey(Base):
     revoked: Mapped[bool] = mapped_column(Boolean, default=False)
 
 
+class DashboardSession(Base):
+    """A dashboard sign-in (``app.ui.store``), named by the SHA-256 of its cookie's nonce.
+    Signing out deletes the row, so a copy of the cookie opens nothing afterwards."""
+
+    __tablename__ = "ui_sessions"
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    key_id: Mapped[str] = mapped_column(ForeignKey("api_keys.id"), index=True)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=now)
+    expires_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), index=True)
+
+
 class DatasetKind(StrEnum):
     PRIVATE = "private"  # labelled records; every job on it is charged to its budget
     PUBLIC = "public"  # unlabelled texts for PromptPATE; never charged
@@ -149,6 +160,12 @@ class Job(Base):
     lease_owner: Mapped[str | None] = mapped_column(String(200), nullable=True)
     lease_expires_at: Mapped[datetime | None] = mapped_column(
         DateTime(timezone=True), nullable=True
+    )
+    # The outbox mark: when the job's task was last sent to the queue (set with the row, in
+    # the transaction that admits it). Dispatchers send a queued job again once it is older
+    # than DPSYN_REDISPATCH_AFTER_S; NULL (written by older code) counts as never sent.
+    dispatched_at: Mapped[datetime | None] = mapped_column(
+        DateTime(timezone=True), nullable=True, default=now
     )
     error: Mapped[str | None] = mapped_column(Text, nullable=True)
     prompt_set_id: Mapped[str | None] = mapped_column(String(32), nullable=True)

@@ -19,7 +19,15 @@ class BackendError(RuntimeError):
 
     A plain ``BackendError`` is final (a request the server rejects, HTTP 4xx, an empty
     batch): asking again would fail the same way, so it is never retried.
+
+    ``status`` is the model server's HTTP status when it answered one. A job's stored error,
+    the API and the worker log describe a backend failure by its type and ``status`` only
+    (``workers.runner``), never by the message: a backend may put a prompt in it.
     """
+
+    def __init__(self, message: str, *, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 class TransientBackendError(BackendError):

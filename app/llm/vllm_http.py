@@ -39,15 +39,18 @@ Every failure surfaces as :class:`~app.llm.base.BackendError` naming the server,
 and the reason; one that may pass (a timeout, a refused or dropped connection, HTTP 429 or
 5xx) as its subclass :class:`~app.llm.base.TransientBackendError`. Each request is sent
 once: retrying is the caller's, through :mod:`app.llm.retry` (the one retry layer), so a
-call is never retried at two levels and a rejected request (HTTP 4xx) never again. Prompts
-hold private data, so messages never carry prompt text or token ids: the server's own error
-text is redacted before it is quoted.
+call is never retried at two levels and a rejected request (HTTP 4xx) never again.
+
+Prompts hold private data and servers quote their input in error messages (whole, cut,
+escaped, as token ids), so no message here carries anything the server wrote: an error names
+the server, the endpoint, the HTTP status with a fixed description of it and, where the
+server's text contains one of a few known vLLM phrases, a fixed hint in our words
+(:func:`_hint`). The status also travels as :attr:`BackendError.status`.
 """
 
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Sequence
 from typing import Any, Literal
 
@@ -68,19 +71,33 @@ TOKENIZER_INFO = "/tokenizer_info"
 MODELS = "/v1/models"
 
 _TOKEN_ID_PREFIX = "token_id:"
-_MAX_QUOTED_CHARS = 300
-# What a token-id list looks like once a server quotes it back in a validation error: a
-# bracketed list of integers, or a run of two or more integers separated by commas/spaces.
-_ID_RUN = re.compile(r"\[[\d\s,\[\]]*\]|\d+(?:[\s,]+\d+)+")
-_INPUT_VALUE = re.compile(r"input_value=.*?(?=, input_type=|\]|$)", re.DOTALL)
+# What an HTTP status means, in our words: the only description of a refused request.
+_STATUS_WORDS = {
+    400: "the server refused the request as invalid",
+    401: "the server asks for credentials",
+    403: "the server refused access",
+    404: "the server has no such endpoint or model",
+    408: "the server timed out reading the request",
+    413: "the request is too large for the server",
+    422: "the server could not process the request",
+    429: "the server is limiting the rate of requests",
+}
+# Known vLLM error phrases (lower case, all must occur) and the fixed hint each gives. The
+# server's text is only searched for them, never quoted.
+_HINTS: tuple[tuple[tuple[str, ...], str], ...] = (
+    (("logprobs", "max allowed"), "more log-probabilities asked than the server's --max-logprobs"),
+    (("context length",), "a prompt is longer than the model's context (--max-model-len)"),
+    (("model", "does not exist"), "the server does not serve this model name"),
+)
 
 
 class _ServerRejectedError(BackendError):
     """A final HTTP error status (4xx but 429); ``status`` lets ``auto`` mode react to 400."""
 
+    status: int
+
     def __init__(self, message: str, status: int) -> None:
-        super().__init__(message)
-        self.status = status
+        super().__init__(message, status=status)
 
 
 class VLLMHttpBackend:
@@ -352,7 +369,9 @@ class VLLMHttpBackend:
             choices = payload["choices"]
             by_index = {int(c["index"]): c["logprobs"]["top_logprobs"][0] for c in choices}
         except (KeyError, IndexError, TypeError, ValueError) as err:
-            raise BackendError(f"{where}: unexpected response shape ({err!r})") from None
+            raise BackendError(
+                f"{where}: unexpected response shape ({type(err).__name__})"
+            ) from None
         if sorted(by_index) != list(range(n_prompts)):
             raise BackendError(
                 f"{where}: expected choices 0..{n_prompts - 1}, got {len(by_index)} distinct"
@@ -363,7 +382,7 @@ class VLLMHttpBackend:
 
     def _tokenize(self, text: str, *, add_special_tokens: bool) -> list[int]:
         body = {"model": self._model, "prompt": text, "add_special_tokens": add_special_tokens}
-        payload = self._post(TOKENIZE, body, secret=text)
+        payload = self._post(TOKENIZE, body)
         try:
             return [int(t) for t in payload["tokens"]]
         except (KeyError, TypeError, ValueError):
@@ -417,12 +436,10 @@ class VLLMHttpBackend:
     def _where(self, endpoint: str) -> str:
         return f"vLLM server {self._url} {endpoint}"
 
-    def _post(self, endpoint: str, body: dict[str, Any], secret: str | None = None) -> Any:
-        return self._request("POST", endpoint, body, secret)
+    def _post(self, endpoint: str, body: dict[str, Any]) -> Any:
+        return self._request("POST", endpoint, body)
 
-    def _request(
-        self, method: str, endpoint: str, body: dict[str, Any] | None, secret: str | None = None
-    ) -> Any:
+    def _request(self, method: str, endpoint: str, body: dict[str, Any] | None) -> Any:
         """Send once; return the decoded JSON body.
 
         Connection errors, timeouts, 429 and 5xx raise :class:`TransientBackendError` (a
@@ -431,17 +448,18 @@ class VLLMHttpBackend:
         """
         where = self._where(endpoint)
         response = _send(self._client, method, self._url + endpoint, where, body)
-        return self._decode_response(response, where, secret)
+        return self._decode_response(response, where)
 
     @staticmethod
-    def _decode_response(response: httpx.Response, where: str, secret: str | None) -> Any:
-        if response.status_code != 200:
-            reason = _redact(_server_message(response), secret)
-            if response.status_code == 429 or response.status_code >= 500:
-                raise TransientBackendError(f"{where}: HTTP {response.status_code}: {reason}")
-            raise _ServerRejectedError(
-                f"{where}: HTTP {response.status_code}: {reason}", response.status_code
-            )
+    def _decode_response(response: httpx.Response, where: str) -> Any:
+        status = response.status_code
+        if status != 200:
+            message = f"{where}: HTTP {status}: {_status_words(status)}"
+            if hint := _hint(response):
+                message = f"{message} ({hint})"
+            if status == 429 or status >= 500:
+                raise TransientBackendError(message, status=status)
+            raise _ServerRejectedError(message, status)
         try:
             return response.json()
         except ValueError:
@@ -452,15 +470,14 @@ def _send(
     client: httpx.Client, method: str, url: str, where: str, body: Any = None
 ) -> httpx.Response:
     """One request; a timeout or a connection failure is transient (the server may be
-    restarting), named by ``where`` and the error's type, never by the request body."""
+    restarting), named by ``where`` and the error's type, never by its message (which may
+    quote what was sent or received)."""
     try:
         return client.request(method, url, json=body)
     except httpx.TimeoutException as err:
         raise TransientBackendError(f"{where}: timed out ({type(err).__name__})") from None
     except httpx.TransportError as err:
-        raise TransientBackendError(
-            f"{where}: connection failed ({type(err).__name__}: {err})"
-        ) from None
+        raise TransientBackendError(f"{where}: connection failed ({type(err).__name__})") from None
 
 
 def served_model(url: str, *, timeout: float = 10.0) -> str:
@@ -485,7 +502,7 @@ def _served_names(client: httpx.Client, base: str) -> list[str]:
     """The model names of ``GET /v1/models`` (transport errors are transient)."""
     where = f"vLLM server {base} {MODELS}"
     response = _send(client, "GET", base + MODELS, where)
-    payload = VLLMHttpBackend._decode_response(response, where, None)
+    payload = VLLMHttpBackend._decode_response(response, where)
     try:
         return [str(entry["id"]) for entry in payload["data"]]
     except (KeyError, TypeError):
@@ -542,28 +559,27 @@ def _renormalise(logprobs: np.ndarray) -> np.ndarray:
     return weights / weights.sum(axis=1, keepdims=True)
 
 
-def _server_message(response: httpx.Response) -> str:
-    """The error text of a vLLM error body (``{"error": {"message"}}`` or flat ``message``)."""
+def _status_words(status: int) -> str:
+    """A fixed description of an HTTP error status."""
+    if status in _STATUS_WORDS:
+        return _STATUS_WORDS[status]
+    if status >= 500:
+        return "the server failed or is unavailable"
+    return "the server refused the request"
+
+
+def _hint(response: httpx.Response) -> str | None:
+    """A fixed hint when the server's error text holds a known vLLM phrase, else None.
+
+    Why search rather than quote: the text may quote the prompt in any form (whole, cut,
+    ``repr``- or JSON-escaped, as token ids), so no part of it can be shown safely; but a few
+    failures are a server setting the operator can fix, and their phrases name it.
+    """
     try:
-        payload = response.json()
-    except ValueError:
-        return response.text.strip() or response.reason_phrase
-    if isinstance(payload, dict):
-        error = payload.get("error")
-        if isinstance(error, dict) and isinstance(error.get("message"), str):
-            return error["message"]
-        for key in ("message", "detail"):
-            if isinstance(payload.get(key), str):
-                return payload[key]
-    return str(payload)
-
-
-def _redact(message: str, secret: str | None) -> str:
-    """Drop what could be private from a server error: quoted inputs and id lists."""
-    if secret:
-        message = message.replace(secret, "<text>")
-    message = _INPUT_VALUE.sub("input_value=<redacted>", message)
-    message = _ID_RUN.sub("<ids>", message)
-    if len(message) > _MAX_QUOTED_CHARS:
-        message = message[:_MAX_QUOTED_CHARS] + "..."
-    return message.strip() or "no error message"
+        text = response.text.casefold()
+    except (UnicodeDecodeError, LookupError):
+        return None
+    for phrases, hint in _HINTS:
+        if all(phrase in text for phrase in phrases):
+            return hint
+    return None

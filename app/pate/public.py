@@ -53,9 +53,11 @@ def _table(path: Path, lines: list[str], field: str) -> list[str]:
     texts = []
     try:
         header = reader.fieldnames or []
-        if field not in header:
-            listed = ", ".join(repr(name) for name in header) or "none"
-            raise DataError(f"{path}: no column {field!r} (available: {listed})")
+        if field not in header:  # the names are not shown: without a header, a text
+            raise DataError(
+                f"{path}: no column {field!r} in the header row (line 1, {len(header)} "
+                "columns); the file needs a header row naming its columns"
+            )
         for row in reader:
             value = row.get(field)
             if value is None or not value.strip():

@@ -42,7 +42,7 @@ from app.synthesis.generator import partition_sizes
 from app.synthesis.tasks import BUILTIN_TASKS, TaskSpec, describe_validation_error
 
 from .errors import ConflictError, InvalidError, NotFoundError, TooLargeError
-from .storable import text_problem
+from .storable import DATASET_NAME_MAX_CHARS, LABEL_MAX_CHARS, text_problem, too_long
 
 FORMATS = {".csv": ".csv", ".tsv": ".tsv", ".jsonl": ".jsonl", ".ndjson": ".jsonl"}
 _CHUNK = 1 << 20
@@ -73,9 +73,24 @@ def parse_task(value: str | Mapping[str, Any]) -> TaskSpec:
         if not isinstance(value, dict):
             raise InvalidError("task: a custom task spec must be a JSON object")
     try:
-        return TaskSpec.model_validate(dict(value))
+        spec = TaskSpec.model_validate(dict(value))
     except ValidationError as err:
         raise InvalidError(f"task: invalid task spec: {describe_validation_error(err)}") from None
+    check_task_sizes(spec)
+    return spec
+
+
+def check_task_sizes(spec: TaskSpec) -> None:
+    """Refuse a custom task whose labels or candidates the label column cannot hold (422).
+
+    A classification record is stored under one of the task's labels, and an extraction
+    task's candidates are values of its label; the rest of a spec is stored as JSON, which has
+    no size of its own (an upload's size bounds it).
+    """
+    for field in ("labels", "candidates"):
+        for i, value in enumerate(getattr(spec, field)):
+            if problem := too_long("a label", len(value), LABEL_MAX_CHARS):
+                raise InvalidError(f"task.{field}[{i}]: {problem}")
 
 
 def upload_suffix(filename: str | None, fmt: str | None) -> str:
@@ -127,7 +142,9 @@ def read_upload(
         with path.open("wb") as handle:
             write(handle)
         try:
-            return load_dataset(task, path, text_column, label_column)
+            return load_dataset(
+                task, path, text_column, label_column, max_label_chars=LABEL_MAX_CHARS
+            )
         except DataError as err:
             raise InvalidError(str(err).replace(str(path), display_name)) from None
 
@@ -186,7 +203,7 @@ def store_upload(
     name = name or (spec.name if spec is not None else "public")
     if problem := text_problem(name):
         raise InvalidError(f"name: {problem}")  # it may come from the uploaded file's name
-    name = name[:200]
+    name = name[:DATASET_NAME_MAX_CHARS]  # only a default can be longer: a given one is checked
     if public:
         texts = read_public_upload(
             write, suffix=suffix, text_column=text_column, display_name=display_name

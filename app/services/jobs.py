@@ -3,9 +3,12 @@
 Submission plans the job before it can read a record (label schedule from a secure
 generator, noise calibrated to the requested epsilon), then inserts the job row and its
 ledger reservation in one transaction and commits; only then is the job id handed to the
-queue. Planning needs only the dataset's label counts, which never change, so it runs
-outside the write transaction (it can take seconds; the budget stays unlocked meanwhile);
-the dataset and budget are checked again under lock before the reservation.
+queue. The row carries an outbox mark (``dispatched_at``, committed with it): a job whose
+task was lost on its way (the API killed before sending it, Redis emptied) is sent again by
+a dispatcher once the mark is older than a bound (:func:`redispatch_due`). Planning needs
+only the dataset's label counts, which never change, so it runs outside the write
+transaction (it can take seconds; the budget stays unlocked meanwhile); the dataset and
+budget are checked again under lock before the reservation.
 
 A PromptPATE job (``method=promptpate``) is admitted the same way. It also names a *public*
 dataset of unlabelled texts that its teachers label; that dataset is never charged, and it
@@ -27,7 +30,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import or_, select, update
@@ -363,7 +366,10 @@ def submit_job(
     the local model (PromptDPSGD) is refused on vLLM. Errors: 404 unknown dataset; 409
     deleted dataset, no budget, the job does not fit the budget (``remaining`` in the error),
     or the method cannot run on this backend; 422 parameters that cannot run, or a dataset of
-    the wrong kind. A failed submission stores nothing (nor reserves anything).
+    the wrong kind. A failed submission stores nothing (nor reserves anything). The job is
+    committed with its outbox mark before its task is sent: if this process dies in between,
+    a dispatcher sends it later. A send that fails is a 503 and the job fails, released,
+    unless a dispatcher's copy started it meanwhile.
     """
     planned = plan_submission(
         session,
@@ -406,12 +412,18 @@ def submit_job(
     except BaseException:
         session.rollback()
         raise
+    # The outbox mark, committed with the job: if this process dies before the task reaches
+    # the queue, a dispatcher sends it once the mark is older than the bound.
+    job.dispatched_at = now()
     session.commit()
 
     try:
         queue.enqueue(job.id)
     except Exception as err:
-        session.refresh(job)
+        session.refresh(job, with_for_update=True)
+        if job.status != JobStatus.QUEUED:  # a dispatcher's copy got through meanwhile
+            session.commit()  # nothing written: ends the lock, keeps the row as read
+            return job
         close_job(
             session,
             job,
@@ -638,6 +650,60 @@ def reap_job(session: Session, job_id: str, at: datetime) -> Job | None:
     status = JobStatus.CANCELLED if job.cancel_requested else JobStatus.FAILED
     close_job(session, job, status=status, error=lease_error(job))
     return job
+
+
+def lease_live(job: Job, at: datetime) -> bool:
+    """Whether ``job`` is running under a lease still valid at ``at``: a live attempt runs
+    it (its heartbeat renews the lease), so another delivery of its task must leave it be."""
+    return (
+        job.status == JobStatus.RUNNING
+        and job.lease_expires_at is not None
+        and not lease_expired(job, at)
+    )
+
+
+# --- the outbox: sending queued jobs again, shared with the workers -------------------------
+
+
+def redispatch_due(
+    session: Session,
+    at: datetime,
+    *,
+    after_s: float,
+    exclude: Collection[str] = (),
+    limit: int = 100,
+) -> list[str]:
+    """Queued jobs whose task was last sent more than ``after_s`` before ``at`` (or never),
+    oldest first, with their mark moved to ``at``; the caller commits, then sends them.
+
+    The rows are locked with ``SKIP LOCKED`` (PostgreSQL): a row another dispatcher is
+    marking, or a worker is claiming, is left to it, so dispatchers never wait on each other
+    and each stale job is sent once per bound. (SQLite serialises writers at BEGIN instead.)
+    ``exclude`` are jobs the caller holds in its own queue already (the embedded worker).
+    Committing the mark before sending means a dispatcher that dies in between costs one
+    more bound, never a job."""
+    cutoff = at - timedelta(seconds=after_s)
+    query = (
+        select(Job.id)
+        .where(
+            Job.status == JobStatus.QUEUED.value,
+            or_(Job.dispatched_at.is_(None), Job.dispatched_at <= cutoff),
+        )
+        .order_by(Job.dispatched_at.nulls_first(), Job.created_at)
+        .limit(limit)
+        .with_for_update(skip_locked=True)
+    )
+    if exclude:
+        query = query.where(Job.id.not_in(list(exclude)))
+    due = list(session.scalars(query))
+    if due:
+        session.execute(
+            update(Job)
+            .where(Job.id.in_(due))
+            .values(dispatched_at=at)
+            .execution_options(synchronize_session=False)
+        )
+    return due
 
 
 def stored_plan(job: Job) -> Stored:

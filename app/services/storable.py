@@ -6,11 +6,43 @@ produce). Left to the insert, either fails deep in the driver with an error whos
 parameters quote the records; checked here, the client gets a 422 naming the field, and the
 check is the same on SQLite so that a dataset does not upload on one database and fail on the
 other.
+
+The same holds for size: PostgreSQL refuses a string longer than its ``String(n)`` column
+(SQLite stores it anyway). The limits below are read from the columns themselves, so that a
+validator never disagrees with the schema; ``tests/api/test_column_limits.py`` sends an
+over-long value for every sized column a request can write.
 """
 
 from __future__ import annotations
 
 from typing import Any
+
+from sqlalchemy.orm import InstrumentedAttribute
+
+from app.db.models import Dataset, DatasetRecord, Tenant
+
+
+def column_size(column: InstrumentedAttribute[Any]) -> int:
+    """The ``n`` of a ``String(n)`` column, e.g. ``column_size(Dataset.name)``."""
+    length = getattr(column.type, "length", None)
+    if not isinstance(length, int):
+        raise TypeError(f"{column} is not a sized string column")
+    return length
+
+
+# Characters of a record's label: also the bound on a task's labels and candidates, which
+# become record labels.
+LABEL_MAX_CHARS = column_size(DatasetRecord.label)
+DATASET_NAME_MAX_CHARS = column_size(Dataset.name)
+TENANT_NAME_MAX_CHARS = column_size(Tenant.name)
+
+
+def too_long(what: str, length: int, limit: int) -> str | None:
+    """Why a value of ``length`` characters does not fit ``limit`` (its column), or None.
+    Says the sizes only: the value itself may be private."""
+    if length <= limit:
+        return None
+    return f"{what} has {length} characters, more than the {limit} the database can store"
 
 
 def text_problem(text: str, *, nul: bool = True) -> str | None:

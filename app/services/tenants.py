@@ -16,7 +16,8 @@ from sqlalchemy import func, or_, select
 from sqlalchemy.orm import Session
 
 from app.db.models import ApiKey, KeyScope, Tenant, now
-from app.services.errors import ConflictError, NotFoundError
+from app.services.errors import ConflictError, InvalidError, NotFoundError
+from app.services.storable import TENANT_NAME_MAX_CHARS, text_problem, too_long
 
 KEY_PREFIX = "dpsyn_"
 BOOTSTRAP_TENANT = "default"
@@ -45,8 +46,10 @@ def create_api_key(
 def create_tenant(session: Session, name: str) -> tuple[Tenant, str]:
     """A new tenant and its first admin key: ``(tenant, raw_admin_key)``.
 
-    Raises :class:`ConflictError` when the name is taken. The caller commits.
+    Raises :class:`InvalidError` for a name the tenants table cannot hold (blank, too long,
+    not storable text) and :class:`ConflictError` when the name is taken. The caller commits.
     """
+    check_tenant_name(name)
     if session.scalars(select(Tenant).where(Tenant.name == name)).first() is not None:
         raise ConflictError(f"a tenant named {name!r} already exists", code="tenant_exists")
     tenant = Tenant(name=name)
@@ -54,6 +57,15 @@ def create_tenant(session: Session, name: str) -> tuple[Tenant, str]:
     session.flush()
     _, raw = create_api_key(session, tenant.id, KeyScope.ADMIN)
     return tenant, raw
+
+
+def check_tenant_name(name: str) -> None:
+    """Refuse a tenant name that is blank or that its column cannot store (422)."""
+    if not name.strip():
+        raise InvalidError("name: a tenant name must not be blank")
+    problem = too_long("the tenant name", len(name), TENANT_NAME_MAX_CHARS) or text_problem(name)
+    if problem:
+        raise InvalidError(f"name: {problem}")
 
 
 def authenticate(session: Session, raw_key: str) -> ApiKey | None:

@@ -180,19 +180,25 @@ def _cell(value: Any) -> str:
     return _one_line(str(value))
 
 
-def _check_columns(path: Path, available: Iterable[str], *wanted: str) -> None:
-    names = list(available)
-    for column in wanted:
-        if column not in names:
-            listed = ", ".join(repr(name) for name in names) or "none"
-            raise DataError(f"{path}: no column {column!r} (available: {listed})")
+def _missing(available: Iterable[str], *wanted: str) -> str | None:
+    """The first wanted column that is not available, else None.
+
+    Messages about it count the names found but never show them: the first row of a CSV
+    file without a header row is a record, and a JSON line's keys may be private too.
+    """
+    names = set(available)
+    return next((column for column in wanted if column not in names), None)
 
 
 def _read_csv(path: Path, lines: list[str], text_col: str, label_col: str) -> list[Record]:
     reader = csv.DictReader(lines, delimiter="\t" if path.suffix.lower() == ".tsv" else ",")
     try:
         header = reader.fieldnames or []
-        _check_columns(path, header, text_col, label_col)
+        if (column := _missing(header, text_col, label_col)) is not None:
+            raise DataError(
+                f"{path}: no column {column!r} in the header row (line 1, {len(header)} "
+                "columns); the file needs a header row naming its columns"
+            )
         return [Record(_cell(row[text_col]), _cell(row[label_col])) for row in reader]
     except csv.Error:
         raise DataError(f"{path}: line {reader.line_num} is not valid CSV") from None
@@ -209,9 +215,37 @@ def _read_jsonl(path: Path, lines: list[str], text_col: str, label_col: str) -> 
             raise DataError(f"{path}: line {number} is JSON nested too deeply") from None
         if not isinstance(row, dict):
             raise DataError(f"{path}: line {number} is not a JSON object")
-        _check_columns(path, row, text_col, label_col)
-        records.append(Record(_cell(row[text_col]), _cell(row[label_col])))
+        if (column := _missing(row, text_col, label_col)) is not None:
+            raise DataError(
+                f"{path}: line {number} has no field {column!r} (it has {len(row)} fields)"
+            )
+        text = _json_value(path, number, row, text_col, label=False)
+        records.append(Record(text, _json_value(path, number, row, label_col, label=True)))
     return records
+
+
+def _json_type(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return "a number"
+    return "an object" if isinstance(value, dict) else "an array"
+
+
+def _json_value(path: Path, number: int, row: dict[str, Any], field: str, *, label: bool) -> str:
+    """A JSON line's text (a string) or label (a string, a number: a label id, or null: no
+    slot value), refused otherwise as the JSON upload refuses a text that is not a string,
+    by line, field and JSON type: an object's ``str`` would be stored as if it were text."""
+    value = row[field]
+    if isinstance(value, str):
+        return _cell(value)
+    numeric = isinstance(value, int | float) and not isinstance(value, bool)
+    if label and (value is None or numeric):
+        return _cell(value)
+    wanted = "a string or a number" if label else "a string"
+    raise DataError(f"{path}: line {number}: field {field!r} is {_json_type(value)}, not {wanted}")
 
 
 # A column of a table: its header name, or 1-based column numbers of a CSV/TSV without a
@@ -335,12 +369,24 @@ def _check_labels(path: Path, task: TaskSpec, records: list[Record]) -> list[Rec
     return result
 
 
+def _check_label_lengths(path: Path, records: list[Record], limit: int) -> None:
+    """Refuse the first label longer than ``limit`` characters, by its record number and
+    length (never its text): a store with a sized label column cannot hold it."""
+    for number, record in enumerate(records, start=1):
+        if len(record.label) > limit:
+            raise DataError(
+                f"{path}: record {number}: the label has {len(record.label)} characters, "
+                f"more than the {limit} the database can store"
+            )
+
+
 def load_dataset(
     task: TaskSpec,
     path: str | Path,
     text_col: Column | None = None,
     label_col: Column | None = None,
     label_map: Mapping[str, str] | None = None,
+    max_label_chars: int | None = None,
 ) -> list[Record]:
     """The task's validated private records from ``path``.
 
@@ -350,6 +396,7 @@ def load_dataset(
     Classification labels become the task's public label names; extraction records without
     a slot value are skipped. Every text must be non-empty. ``label_map`` turns raw label
     values (e.g. ids ``1``..``14``) into label names first; unmapped values stay as they are.
+    ``max_label_chars`` (the service's label column) refuses a longer label.
     """
     path = Path(path)
     if task.name in _READERS and text_col is None and label_col is None:
@@ -367,7 +414,9 @@ def load_dataset(
         records = [Record(r.text, label_map.get(r.label, r.label)) for r in records]
     if task.kind == TaskKind.CLASSIFICATION:
         records = _check_labels(path, task, records)
-    else:
+    if max_label_chars is not None:  # before extraction skips records: numbers stay the file's
+        _check_label_lengths(path, records, max_label_chars)
+    if task.kind != TaskKind.CLASSIFICATION:
         records = [record for record in records if record.label]
     if not records:
         what = "records" if task.kind == TaskKind.CLASSIFICATION else f"records with a {task.slot}"

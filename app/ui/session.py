@@ -3,7 +3,8 @@
 The cookie never holds the key: it holds the key's *ID*, an expiry and a random nonce,
 signed with HMAC-SHA256 under a server secret (``DPSYN_UI_SECRET``, or one kept by ``dpsyn
 serve``, or a random one per process). Every request re-reads the key by ID and refuses a
-revoked key or a disabled tenant, so a session never outlives its key's access. The cookie
+revoked key or a disabled tenant, so a session never outlives its key's access, and needs the
+session's row on the server (:mod:`app.ui.store`), which signing out deletes. The cookie
 is HttpOnly (scripts cannot read it), SameSite=Strict (no other site's request carries it)
 and Secure when served over HTTPS.
 

@@ -11,10 +11,11 @@ from __future__ import annotations
 import io
 import json
 import logging
+import re
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import httpx
@@ -84,6 +85,33 @@ class Served:
         self.bodies.append(response.text)
         return response
 
+    def ui(self) -> httpx.Client:
+        """A client signed in to the dashboard (the bootstrap key's tenant)."""
+        client = httpx.Client(base_url=str(self.client.base_url), timeout=30)
+        token = re.search(r'name="csrf" value="([^"]+)"', client.get("/ui/login").text)
+        assert token, "no sign-in form"
+        form = {"csrf": token.group(1), "api_key": BOOTSTRAP_KEY}
+        assert client.post("/ui/login", data=form).status_code == 303
+        return client
+
+    def ui_uploads(self, files: Iterable[tuple[str, bytes]]) -> list[int]:
+        """Upload each file through the dashboard's form; returns the statuses."""
+        statuses = []
+        ui = self.ui()
+        try:
+            token = re.search(r'name="csrf" value="([^"]+)"', ui.get("/ui/datasets").text)
+            assert token, "no upload form"
+            for name, content in files:
+                form = {"csrf": token.group(1), "task": "custom", "task_spec": json.dumps(TOY_TASK)}
+                response = ui.post(
+                    "/ui/datasets/upload", data=form, files={"file": (name, content)}
+                )
+                self.bodies.append(response.text)
+                statuses.append(response.status_code)
+        finally:
+            ui.close()
+        return statuses
+
     def close(self) -> None:
         self.client.close()
         self.server.should_exit = True
@@ -98,6 +126,18 @@ def served_sqlite(sqlite_url: str) -> Iterator[Served]:
     served = Served(sqlite_url)
     yield served
     served.close()
+
+
+# Files whose every line is a record (issue 21, parts 2 and 6a): a CSV/TSV without a header
+# row (its first row is read as the header), JSON lines with private keys, and JSON lines
+# whose text or label is an object (refused as the JSON route refuses it, not stored).
+UNSAFE_FILES = (
+    ("headerless.csv", f"{CANARY} secret,Location\n{CANARY} more,w5\n".encode()),
+    ("headerless.tsv", f"{CANARY} secret\tw5\n".encode()),
+    ("keys.jsonl", f'{{"{CANARY}": "x", "label": "w5"}}\n'.encode()),
+    ("object.jsonl", f'{{"text": {{"nested": "{CANARY}"}}, "label": "w5"}}\n'.encode()),
+    ("label.jsonl", f'{{"text": "fine", "label": ["{CANARY}"]}}\n'.encode()),
+)
 
 
 def _records(url: str) -> int:
@@ -125,6 +165,8 @@ def _provoke(served: Served, failing_insert: str) -> list[int]:
     upload([*_rows(), {"text": CANARY, "label": f"unknown {CANARY}"}])
     upload([*_rows(), {"text": CANARY + "x" * 600, "label": "w5"}])
     upload([*_rows(), {"txt": CANARY, "label": "w5"}])
+    upload([*_rows(), {CANARY: "a key", "label": "w5"}])  # a line's keys may be private
+    upload([*_rows(), {"text": "fine", "label": {"nested": CANARY}}])
     upload(_rows(), text_column="missing")
     bad_csv = f'text,label\n"{CANARY} unterminated,w5\n"{CANARY}\x00",w7\n'.encode()
     for name, content in (
@@ -132,6 +174,7 @@ def _provoke(served: Served, failing_insert: str) -> list[int]:
         ("bad.jsonl", f'{{"text": "{CANARY}\\u0000", "label": "w5"}}\n'.encode()),
         ("bad.jsonl", f'{{"text": "{CANARY}", "label": "w5"'.encode()),
         ("bad.tsv", f"text\tlabel\n{CANARY}\tnope\n".encode()),
+        *UNSAFE_FILES,
     ):
         response = served.post(
             "/v1/datasets",
@@ -139,6 +182,7 @@ def _provoke(served: Served, failing_insert: str) -> list[int]:
             data={"task": json.dumps(TOY_TASK)},
         )
         statuses.append(response.status_code)
+    statuses += served.ui_uploads(UNSAFE_FILES)
     deep = b'{"records": [{"text": "' + CANARY.encode() + b'"}, ' + b"[" * 50_000 + b"]}"
     statuses.append(
         served.post(
@@ -232,10 +276,12 @@ def test_log_records_keep_type_and_location_only() -> None:
             logger.exception("failed with %s", "an argument")
             logger.error("failed again", exc_info=True)
         logger.warning("an exception as an argument: %s", RuntimeError(CANARY))
+        logger.error(LookupError(CANARY))  # an exception as the message itself
     finally:
         logger.removeHandler(handler)
     logged = stream.getvalue()
     assert CANARY not in logged
     assert "failed with an argument" in logged and "failed again" in logged
     assert "ValueError" in logged and "KeyError" in logged and "RuntimeError" in logged
+    assert "LookupError (message withheld)" in logged
     assert "test_private_text.py" in logged  # where it was raised

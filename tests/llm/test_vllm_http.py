@@ -16,11 +16,12 @@ import re
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+import httpx
 import numpy as np
 import pytest
 
@@ -503,8 +504,9 @@ def test_transient_statuses_are_retried_once_by_the_retry_layer(
 def test_retries_give_up_after_the_policy_retries(server: FakeServer) -> None:
     server.state.fail_statuses = [503, 503, 503, 503]
     sleeps: list[float] = []
-    with pytest.raises(TransientBackendError, match="HTTP 503: Service Unavailable") as err:
+    with pytest.raises(TransientBackendError, match="HTTP 503: the server failed") as err:
         retrying(server.backend(), 2, sleeps).top_k(PROMPTS, 3)
+    assert err.value.status == 503
     assert len(server.state.calls("/v1/completions")) == 3  # not 3 x (1 + the client's own)
     assert sleeps == [0.05, 0.10]
     assert server.url in str(err.value) and "/v1/completions" in str(err.value)
@@ -576,6 +578,115 @@ def test_error_messages_do_not_contain_tokenized_text(server: FakeServer) -> Non
     with pytest.raises(BackendError, match="/tokenize: HTTP 400") as err:
         server.backend().tokenize("patient Jane Roe \u2603")  # the fake cannot tokenize the ☃
     assert "Jane" not in str(err.value)
+
+
+# -- whatever a server quotes, no message carries it (issue 21) ------------------------------
+
+SECRET_TEXT = "Question: patient Zorblax Quimby has condition 7\nType:"
+# How real servers quote their input in an error: whole, cut, escaped, as ids, in a list.
+QUOTES: dict[str, Callable[[str], Any]] = {
+    "whole": lambda text: {"error": {"message": f"cannot tokenize {text}"}},
+    "partial": lambda text: {"error": {"message": f"cannot tokenize '…{text[10:40]}…'"}},
+    "truncated": lambda text: {"message": f"input too long: {text[:30]}..."},
+    "repr": lambda text: {"error": {"message": f"bad input {text!r}"}},
+    "json": lambda text: {"error": {"message": f"bad input {json.dumps(text)}"}},
+    "ascii": lambda text: {"error": {"message": ascii(text.replace("a", "\u00e4"))}},
+    "pydantic": lambda text: {"detail": [{"msg": "bad", "input": text[5:25]}]},
+    "param": lambda text: {"error": {"message": "invalid", "param": text}},
+    "plain": lambda text: f"Bad Request: {text[8:]}",
+}
+
+
+def _echoing_backend(quote: Callable[[str], Any], status: int = 400) -> VLLMHttpBackend:
+    """A backend whose server answers every tokenize or completion with ``status``, quoting
+    the request's text (a completion's ids decoded, one character per id) in ``quote``'s
+    style."""
+
+    def handle(request: httpx.Request) -> httpx.Response:
+        body = json.loads(request.content)
+        prompt = body["prompt"]
+        text = prompt if isinstance(prompt, str) else "".join(chr(t) for t in prompt[0])
+        quoted = quote(text)
+        if isinstance(quoted, str):
+            return httpx.Response(status, text=quoted)
+        return httpx.Response(status, json=quoted)
+
+    client = httpx.Client(transport=httpx.MockTransport(handle))
+    return VLLMHttpBackend(url="http://gpu:8000", model=MODEL, eos_id=EOS, client=client)
+
+
+def _assert_nothing_quoted(message: str) -> None:
+    for word in ("Zorblax", "Quimby", "condition", "Zörbläx"):
+        assert word not in message, message
+    ids = [str(ord(c)) for c in "Zorblax"]
+    assert not re.search(r"\D+".join(ids), message), message
+
+
+@pytest.mark.parametrize("style", sorted(QUOTES))
+@pytest.mark.parametrize("status", [400, 422, 503])
+def test_no_message_quotes_what_the_server_echoes(style: str, status: int) -> None:
+    backend = _echoing_backend(QUOTES[style], status)
+    kind = TransientBackendError if status >= 500 else BackendError
+    with pytest.raises(kind) as tokenizing:
+        backend.tokenize(SECRET_TEXT)
+    backend._bos_prefix = ()  # skip the BOS request: the next call scores at once
+    with pytest.raises(kind) as scoring:
+        backend.top_k([[ord(c) for c in SECRET_TEXT]], 3)
+    for err, endpoint in ((tokenizing, "/tokenize"), (scoring, "/v1/completions")):
+        message = str(err.value)
+        _assert_nothing_quoted(message)
+        assert message.startswith(f"vLLM server http://gpu:8000 {endpoint}: HTTP {status}: ")
+        assert err.value.status == status
+        assert err.value.__cause__ is None and err.value.__context__ is None
+
+
+@pytest.mark.parametrize(
+    ("server_says", "hint"),
+    [
+        (
+            "Requested sample logprobs of 120, which is greater than max allowed: 20",
+            "--max-logprobs",
+        ),
+        (
+            "This model's maximum context length is 4096 tokens. However, you requested",
+            "--max-model-len",
+        ),
+        ("The model `other` does not exist.", "does not serve this model name"),
+    ],
+)
+def test_known_vllm_failures_get_a_fixed_hint_without_the_text(server_says: str, hint: str) -> None:
+    backend = _echoing_backend(
+        lambda text: {"error": {"message": f"{server_says} ({text})"}}, status=400
+    )
+    with pytest.raises(BackendError) as err:
+        backend.tokenize(SECRET_TEXT)
+    message = str(err.value)
+    assert hint in message
+    assert server_says[:20] not in message
+    _assert_nothing_quoted(message)
+
+
+def test_transport_and_shape_errors_name_the_type_only() -> None:
+    def dropped(request: httpx.Request) -> httpx.Response:
+        raise httpx.RemoteProtocolError(f"illegal header {SECRET_TEXT}", request=request)
+
+    client = httpx.Client(transport=httpx.MockTransport(dropped))
+    backend = VLLMHttpBackend(url="http://gpu:8000", model=MODEL, eos_id=EOS, client=client)
+    with pytest.raises(TransientBackendError, match="connection failed") as err:
+        backend.tokenize(SECRET_TEXT)
+    assert "RemoteProtocolError" in str(err.value)
+    _assert_nothing_quoted(str(err.value))
+
+    def odd_index(request: httpx.Request) -> httpx.Response:
+        choice = {"index": SECRET_TEXT, "logprobs": {"top_logprobs": [{}]}}
+        return httpx.Response(200, json={"choices": [choice]})
+
+    client = httpx.Client(transport=httpx.MockTransport(odd_index))
+    backend = VLLMHttpBackend(url="http://gpu:8000", model=MODEL, eos_id=EOS, client=client)
+    backend._bos_prefix = ()
+    with pytest.raises(BackendError, match="unexpected response shape") as err:
+        backend.top_k([[65]], 3)
+    _assert_nothing_quoted(str(err.value))
 
 
 # -- the served model and the start-up check ---------------------------------------------------

@@ -57,7 +57,7 @@ def test_plain_text_is_one_input_per_non_blank_line(tmp_path):
         ("p.jsonl", '{"text": null}\n', "text", "line 1: field 'text' is null, not a string"),
         ("p.jsonl", '{"text": 5}\n', "text", "line 1: field 'text' is int, not a string"),
         ("p.jsonl", '{"text": "  "}\n', "text", "line 1: field 'text' is empty"),
-        ("p.csv", "body,label\nx,1\n", "text", "no column 'text' (available: 'body', 'label')"),
+        ("p.csv", "body,label\nx,1\n", "text", "no column 'text' in the header row (line 1, 2"),
         ("p.csv", "text,label\nx,1\n,0\n", "text", "line 3: column 'text' is empty"),
         ("p.parquet", "x", "text", "unsupported public data file type '.parquet'"),
         ("p.txt", "   \n\n", "text", "file is empty"),

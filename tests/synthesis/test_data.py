@@ -239,16 +239,49 @@ def test_unparsable_lines_are_numbered(tmp_path):
     assert "line 1 is not a JSON object" in data_error(read_table, jsonl)
 
 
-def test_unknown_column_lists_the_columns(tmp_path):
+def test_unknown_column_counts_the_columns_without_naming_them(tmp_path):
+    # A file without a header row: its first line is a record, read as the header.
     path = tmp_path / "t.csv"
+    path.write_text(f"{SECRET} said hi,Billing\nanother,Network\n")
+    message = data_error(read_table, path, "text", "label")
+    assert message == (
+        f"{path}: no column 'text' in the header row (line 1, 2 columns); the file needs a "
+        "header row naming its columns"
+    )
+    assert "Billing" not in message
     path.write_text(f"body,team\n{SECRET},Billing\n")
-    message = data_error(read_table, path, "text", "team")
-    assert message == f"{path}: no column 'text' (available: 'body', 'team')"
     message = data_error(load_dataset, TICKETS, path, "body", "label")
-    assert "no column 'label' (available: 'body', 'team')" in message
+    assert "no column 'label' in the header row (line 1, 2 columns)" in message
+    assert "body" not in message and "team" not in message
+    # A JSON line's keys may be private too.
     jsonl = tmp_path / "t.jsonl"
-    jsonl.write_text(json.dumps({"body": SECRET, "label": "x"}) + "\n")
-    assert "no column 'text' (available: 'body', 'label')" in data_error(read_table, jsonl)
+    lines = [{"text": "a", "label": "x"}, {SECRET: "a", "label": "x", "Billing": 1}]
+    jsonl.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    message = data_error(read_table, jsonl)
+    assert message == f"{jsonl}: line 2 has no field 'text' (it has 3 fields)"
+    assert "Billing" not in message
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "kind"),
+    [
+        ("text", {"nested": SECRET}, "is an object, not a string"),
+        ("text", [SECRET], "is an array, not a string"),
+        ("text", 5, "is a number, not a string"),
+        ("text", None, "is null, not a string"),
+        ("text", True, "is a boolean, not a string"),
+        ("label", {"name": SECRET}, "is an object, not a string or a number"),
+        ("label", [SECRET], "is an array, not a string or a number"),
+        ("label", False, "is a boolean, not a string or a number"),
+    ],
+)
+def test_jsonl_text_and_label_must_be_strings(tmp_path, field, value, kind):
+    """An object's str() must not be stored as a text or a label (the JSON route refuses
+    a non-string text too); numbers and null stay labels (ids, or no slot value)."""
+    path = tmp_path / "t.jsonl"
+    rows = [{"text": "fine", "label": "x"}, {"text": f"{SECRET} ok", "label": "x", field: value}]
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    assert data_error(read_table, path) == f"{path}: line 2: field {field!r} {kind}"
 
 
 def test_unknown_labels_are_counted_not_shown(tmp_path):

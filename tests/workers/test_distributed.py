@@ -50,6 +50,7 @@ def worker(postgres_url, redis_url, tmp_path):
         "DPSYN_DATABASE_URL": postgres_url,
         "DPSYN_BROKER_URL": redis_url,
         "DPSYN_TEST_FAKE_BACKEND": "1",
+        "DPSYN_REDISPATCH_AFTER_S": "3600",  # other tests' queued jobs in this database
         "PYTHONPATH": str(ROOT),
     }
     command = [

@@ -81,6 +81,9 @@ def worker_env(database_url: str, broker_url: str, **settings: str) -> dict[str,
         "DPSYN_BROKER_URL": broker_url,
         "DPSYN_TEST_FAKE_BACKEND": "1",
         "DPSYN_TEST_FAKE_BACKEND_DELAY_S": "0.2",  # about 3 s per job
+        # The database may be shared with other tests, whose queued jobs are not for these
+        # workers' dispatchers to send (tests/workers/test_outbox.py uses a bound of 1 s).
+        "DPSYN_REDISPATCH_AFTER_S": "3600",
         **SHORT_LEASE,
         **settings,
     }

@@ -97,6 +97,7 @@ def test_make_queue_picks_celery_only_with_a_broker(sqlite_url):
         queue.close()
     celery = make_queue(Settings(database_url=sqlite_url, broker_url="redis://127.0.0.1:1/0"))
     assert isinstance(celery, CeleryQueue)
+    celery.close()  # its dispatcher (the outbox: tests/workers/test_dispatch.py)
     conf = celery.celery.conf
     assert conf.task_acks_late and conf.task_reject_on_worker_lost
     assert conf.worker_prefetch_multiplier == 1

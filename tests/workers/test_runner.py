@@ -167,7 +167,7 @@ def test_a_backend_that_cannot_be_built_fails_before_touching_and_releases(
     assert Broken.builds == 4 and sleeps == [1.0, 2.0, 4.0]
     assert job.status == JobStatus.FAILED and not job.touched_data
     assert job.error == (
-        "the model backend failed: vLLM server http://gpu:8000 /tokenize: connection refused"
+        "backend_unreachable: the model server could not be reached (timeout or lost connection)"
     )
     assert ledger_kinds(sqlite_url, job_id) == ["reserve", "release"]
 
@@ -193,25 +193,39 @@ def test_transient_backend_errors_are_retried_with_backoff_then_succeed(
 def test_backend_errors_that_persist_fail_the_job_charged(sqlite_url, job_id, run, sleeps):
     def down(n: int) -> None:
         if n >= 2:
-            raise TransientBackendError("server down")
+            raise TransientBackendError(f"server down at {SECRET}", status=503)
 
     run(job_id, HookedBackend(down))
     job = get_job(sqlite_url, job_id)
     assert sleeps == [1.0, 2.0, 4.0]
     assert job.status == JobStatus.FAILED and job.touched_data
-    assert job.error == "the model backend failed: server down"
+    assert job.error == (
+        "backend_unavailable: the model server did not answer after the retries (HTTP 503)"
+    )
     assert ledger_kinds(sqlite_url, job_id) == ["reserve", "commit"]
 
 
 @pytest.mark.parametrize(
-    "error",
+    ("error", "expected"),
     [
-        BackendError("vLLM server http://gpu:8000 /v1/completions: HTTP 400: bad request"),
-        BackendError("fake: empty batch"),
-        httpx.ConnectError("refused"),  # a backend must wrap its transport errors
+        (
+            BackendError(f"/v1/completions: HTTP 400: cannot tokenize {SECRET}", status=400),
+            "backend_rejected: the model server refused the request (HTTP 400)",
+        ),
+        (
+            BackendError(f"fake: empty batch {SECRET}"),
+            "backend_failed: the model backend could not answer (BackendError)",
+        ),
+        (  # a backend must wrap its transport errors
+            httpx.ConnectError(f"refused {SECRET}"),
+            "backend_unreachable: the model server could not be reached (timeout or lost "
+            "connection)",
+        ),
     ],
 )
-def test_final_backend_errors_fail_at_once_without_retry(sqlite_url, job_id, run, sleeps, error):
+def test_final_backend_errors_fail_at_once_without_retry(
+    sqlite_url, job_id, run, sleeps, error, expected
+):
     def rejected(n: int) -> None:
         if n == 2:
             raise error
@@ -221,7 +235,7 @@ def test_final_backend_errors_fail_at_once_without_retry(sqlite_url, job_id, run
     job = get_job(sqlite_url, job_id)
     assert sleeps == [] and backend.probs_calls == 2  # asked once, never again
     assert job.status == JobStatus.FAILED and job.touched_data
-    assert job.error.startswith("the model backend failed: ")
+    assert job.error == expected  # a code and our words: never the message (issue 21)
     assert ledger_kinds(sqlite_url, job_id) == ["reserve", "commit"]
 
 

@@ -5,6 +5,11 @@ re-checks that key, scopes every query to its tenant (another tenant's IDs are 4
 API) and renders the API's own public schemas, so the dashboard shows exactly what the API
 would: metadata and DP outputs, never a private record. A ``prompts:read`` session sees the
 prompt pages only. Every POST carries the session's CSRF token. See docs/dashboard.md.
+
+Each sign-in is also a row on the server (:mod:`app.ui.store`), deleted at sign-out, so a
+copy of the cookie opens nothing afterwards. Every signed-in request spends the key's rate
+limit as its API calls do, a model call also the stricter dashboard one, and failed sign-ins
+are throttled per client address (:mod:`app.api.limits`).
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from starlette.formparsers import MultiPartException
 
 from app.api.deps import Principal, ProviderDep, QueueDep, SessionDep, SettingsDep
 from app.api.errors import describe_request_errors
+from app.api.limits import Limiter, RateLimitedError, client_address
 from app.api.routes.datasets import store_file_upload
 from app.api.schemas import (
     BudgetPublic,
@@ -51,6 +57,7 @@ from app.services.tenants import authenticate, live_key
 from app.synthesis.tasks import BUILTIN_TASKS
 from app.ui.charts import ChartPoint, spend_bar, spend_chart
 from app.ui.session import LOGIN_COOKIE, LOGIN_TTL_S, SESSION_COOKIE, Signer, UiSession
+from app.ui.store import close_session, is_open, open_session
 
 TEMPLATES = Jinja2Templates(directory=Path(__file__).resolve().parents[2] / "ui" / "templates")
 TEMPLATES.env.globals.update(spend_bar=spend_bar)
@@ -109,6 +116,10 @@ class UiRoute(APIRoute):
                 return response
             except ServiceError as exc:
                 return _error_page(request, exc.status, exc.message)
+            except RateLimitedError as exc:
+                response = _error_page(request, 429, exc.message)
+                response.headers["Retry-After"] = str(exc.retry_after_s)
+                return response
             except RequestValidationError as exc:
                 return _error_page(request, 422, describe_request_errors(list(exc.errors()))[0])
 
@@ -126,27 +137,42 @@ def _signer(request: Request) -> Signer:
     return signer
 
 
-def _principal_of(sessions: sessionmaker[Session], key_id: str) -> Principal | None:
+def _limiter(request: Request) -> Limiter:
+    limiter: Limiter = request.app.state.limiter
+    return limiter
+
+
+def _principal_of(sessions: sessionmaker[Session], ui_session: UiSession) -> Principal | None:
+    """The session's key, if the session is still open and its key still live."""
     with sessions() as session:
-        key = live_key(session, key_id)
+        if not is_open(session, ui_session):
+            return None
+        key = live_key(session, ui_session.key_id)
         if key is None:
             return None
         return Principal(tenant_id=key.tenant_id, key_id=key.id, scope=KeyScope(key.scope))
 
 
-async def current_ui(request: Request) -> Ui:
-    """The signed-in session, its key re-checked now (revoked or disabled: signed out)."""
+async def _signed_in(request: Request) -> Ui:
+    """The signed-in session: signed by this server, not signed out, its key re-checked now
+    (revoked or disabled: signed out)."""
     signer = _signer(request)
     session = signer.read_session(request.cookies.get(SESSION_COOKIE))
     if session is None:
         raise SignInRequiredError
-    principal = await run_in_threadpool(
-        _principal_of, request.app.state.read_sessions, session.key_id
-    )
+    principal = await run_in_threadpool(_principal_of, request.app.state.read_sessions, session)
     if principal is None:
         raise SignInRequiredError
     ui = Ui(principal=principal, session=session, csrf=signer.csrf_token(session.nonce))
     request.state.ui = ui
+    return ui
+
+
+async def current_ui(request: Request) -> Ui:
+    """The signed-in session, charged to its key's rate limit as the API's requests are."""
+    ui = await _signed_in(request)
+    limiter = _limiter(request)
+    await limiter.charge(limiter.key, ui.principal.key_id)
     return ui
 
 
@@ -228,8 +254,20 @@ def _authenticate(sessions: sessionmaker[Session], raw_key: str) -> str | None:
         return None if key is None else key.id
 
 
+def _open(sessions: sessionmaker[Session], ui_session: UiSession) -> None:
+    with sessions() as session:
+        open_session(session, ui_session)
+
+
+def _close(sessions: sessionmaker[Session], ui_session: UiSession) -> None:
+    with sessions() as session:
+        close_session(session, ui_session)
+
+
 @router.post("/login", response_class=HTMLResponse)
 async def login(request: Request, settings: SettingsDep) -> Response:
+    """Exchange a key for a session. Failed sign-ins are throttled per client address: past
+    ``DPSYN_SIGNIN_FAILURES_PER_MINUTE`` the form answers 429 before any key is looked up."""
     signer = _signer(request)
     form = await request.form()
     token = form.get("csrf")
@@ -239,19 +277,35 @@ async def login(request: Request, settings: SettingsDep) -> Response:
     raw_key = _text(form, "api_key")
     if raw_key is None:
         return _login_form(request, "Enter an API key.", 422)
-    key_id = await run_in_threadpool(_authenticate, request.app.state.read_sessions, raw_key)
-    if key_id is None:
-        return _login_form(request, "Invalid or revoked API key.", 401)
-    response = _see_other("/ui")
+    limiter, address = _limiter(request), client_address(request.scope)
+    try:
+        await limiter.attempt(limiter.signin_failures, address)
+        key_id = await run_in_threadpool(_authenticate, request.app.state.read_sessions, raw_key)
+        if key_id is None:
+            return _login_form(request, "Invalid or revoked API key.", 401)
+        await limiter.succeeded(limiter.signin_failures, address)
+        await limiter.charge(limiter.key, key_id)
+    except RateLimitedError as exc:
+        refused = _login_form(request, exc.message, 429)
+        refused.headers["Retry-After"] = str(exc.retry_after_s)
+        return refused
     ttl = settings.ui_session_ttl_s
-    _set_cookie(request, response, SESSION_COOKIE, signer.new_session(key_id, ttl), ttl)
+    cookie = signer.new_session(key_id, ttl)
+    session = signer.read_session(cookie)
+    assert session is not None  # just signed
+    await run_in_threadpool(_open, request.app.state.sessions, session)
+    response = _see_other("/ui")
+    _set_cookie(request, response, SESSION_COOKIE, cookie, ttl)
     response.delete_cookie(LOGIN_COOKIE, path="/ui")
     return response
 
 
 @router.post("/logout", response_class=HTMLResponse)
-async def logout(request: Request, ui: AnyUi) -> Response:
+async def logout(request: Request, ui: Annotated[Ui, Depends(_signed_in)]) -> Response:
+    """End the session on the server (a copy of the cookie opens nothing afterwards). Not
+    charged to the key's rate limit: signing out must work when the key is over it."""
     await _checked_form(request, ui)
+    await run_in_threadpool(_close, request.app.state.sessions, ui.session)
     response = _see_other("/ui/login")
     response.delete_cookie(SESSION_COOKIE, path="/ui")
     return response
@@ -599,6 +653,8 @@ async def complete(
     )
     prompt, source = PromptPublic.from_row(row), prompt_service.PromptSource.from_row(row)
     await run_in_threadpool(session.rollback)
+    limiter = _limiter(request)  # a model call: a stricter limit than the key's pages
+    await limiter.charge(limiter.model_calls, ui.principal.key_id)
     result = await run_in_threadpool(prompt_service.complete, source, query, provider)
     answer = {
         "kind": result.kind.value,

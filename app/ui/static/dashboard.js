@@ -26,6 +26,11 @@
         const response = await fetch("/ui/jobs/" + encodeURIComponent(id) + "/status", {
           headers: JSON_HEADERS, credentials: "same-origin",
         });
+        if (response.status === 429) { // over the key's rate limit: wait as told, go on
+          const wait = Number(response.headers.get("Retry-After")) || 5;
+          window.setTimeout(tick, wait * 1000);
+          return;
+        }
         if (!response.ok) return; // signed out or gone: stop quietly
         state = await response.json();
       } catch (err) {

@@ -1,0 +1,50 @@
+"""Dashboard sessions on the server: one ``ui_sessions`` row per sign-in.
+
+The signed cookie (:mod:`app.ui.session`) proves that this server issued it; the row says that
+it has not been signed out since. Signing out deletes the row, so a copy of the cookie
+replayed afterwards is refused (issue 21, item 7b), on every replica alike, since the rows
+live in the shared database. A row is named by the SHA-256 of the cookie's nonce, not the
+nonce itself: the nonce also keys the session's CSRF tokens, and a database reader should get
+nothing a browser would need.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from datetime import UTC, datetime
+
+from sqlalchemy import delete
+from sqlalchemy.orm import Session
+
+from app.db.models import DashboardSession, now
+from app.ui.session import UiSession
+
+
+def session_id(ui_session: UiSession) -> str:
+    return hashlib.sha256(ui_session.nonce.encode("utf-8")).hexdigest()
+
+
+def open_session(db: Session, ui_session: UiSession) -> None:
+    """Record a new sign-in (and forget sessions that have expired meanwhile); commits."""
+    db.execute(delete(DashboardSession).where(DashboardSession.expires_at < now()))
+    db.add(
+        DashboardSession(
+            id=session_id(ui_session),
+            key_id=ui_session.key_id,
+            expires_at=datetime.fromtimestamp(ui_session.expires, UTC),
+        )
+    )
+    db.commit()
+
+
+def is_open(db: Session, ui_session: UiSession) -> bool:
+    """Whether the cookie's session was opened here and not closed since. (Its expiry is the
+    signed cookie's own, checked before this.)"""
+    row = db.get(DashboardSession, session_id(ui_session))
+    return row is not None and row.key_id == ui_session.key_id
+
+
+def close_session(db: Session, ui_session: UiSession) -> None:
+    """Sign out: the cookie, and any copy of it, opens nothing from now on; commits."""
+    db.execute(delete(DashboardSession).where(DashboardSession.id == session_id(ui_session)))
+    db.commit()

@@ -1,0 +1,113 @@
+"""A burst of job submissions does not take the API away from readers (issue 21, item 6).
+
+Before, each submission held one of the admission gate's request slots while it planned (a
+second or more of calibration), so 50 simultaneous submissions filled the gate: readers and
+most of the submissions themselves got 503 ``overloaded``. Now submissions wait for planning
+in a lane of their own (``DPSYN_PLANNING_CONCURRENCY`` at once, ``DPSYN_PLANNING_QUEUE``
+waiting) and hold a request slot only while they plan; the lane answers 503 only when its own
+queue is full. The timing under real planning is ``bench/submission_burst.py``'s; here
+planning is made slow (a sleep, so the test's CPU stays free) to make the overlap certain.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import Counter
+from typing import Any
+
+import httpx
+import pytest
+
+import app.services.jobs as job_service
+from tests.api.conftest import FAST_PARAMS, Api, auth, error_of, make_api
+
+PLAN_S = 0.4
+EPSILON = 0.5  # of every job here: the first plans it, and the planner's caches keep it
+
+
+@pytest.fixture
+def slow_planning(monkeypatch: pytest.MonkeyPatch) -> None:
+    real = job_service.configure
+
+    def slow(*args: Any, **kwargs: Any) -> Any:
+        time.sleep(PLAN_S)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(job_service, "configure", slow)
+
+
+def _funded(api: Api) -> tuple[str, str]:
+    """A dataset with room for many jobs, and a prompt set for the readers. Its job is
+    planned as the burst's are, so theirs come from the planner's caches: the test's planning
+    is its sleep, which holds a thread and a slot but leaves the CPU to the readers."""
+    dataset = api.upload()
+    assert api.budget(dataset["id"], 100.0).status_code == 200
+    job = api.submit(dataset["id"], epsilon=EPSILON)
+    assert job.status_code == 201, job.text
+    api.run_job(job.json()["id"])
+    prompts = api.client.get("/v1/prompts", headers=auth(api.reader)).json()
+    return dataset["id"], prompts[0]["id"]
+
+
+async def _burst(
+    api: Api, dataset_id: str, prompt_id: str, submissions: int
+) -> tuple[list[httpx.Response], Counter, float]:
+    """``submissions`` at once while four readers GET the prompt until they are all answered:
+    the submissions' answers, the readers' statuses and their slowest answer."""
+    transport = httpx.ASGITransport(api.client.app)
+    body = {"dataset_id": dataset_id, "method": "tang", "epsilon": EPSILON, "shots": 2}
+    done = asyncio.Event()
+    readers: Counter = Counter()
+    slowest = 0.0
+    async with httpx.AsyncClient(transport=transport, base_url="http://t", timeout=60) as http:
+
+        async def submit() -> httpx.Response:
+            return await http.post(
+                "/v1/jobs", json={**body, "params": FAST_PARAMS}, headers=auth(api.admin)
+            )
+
+        async def read() -> None:
+            nonlocal slowest
+            while not done.is_set():
+                start = time.monotonic()
+                answer = await http.get(f"/v1/prompts/{prompt_id}", headers=auth(api.reader))
+                slowest = max(slowest, time.monotonic() - start)
+                readers[answer.status_code] += 1
+                await asyncio.sleep(0.01)
+
+        reading = [asyncio.create_task(read()) for _ in range(4)]
+        await asyncio.sleep(0.05)
+        answers = await asyncio.gather(*(submit() for _ in range(submissions)))
+        done.set()
+        await asyncio.gather(*reading)
+    return list(answers), readers, slowest
+
+
+def test_readers_keep_the_api_while_submissions_plan(sqlite_url: str, slow_planning) -> None:
+    # Four request slots and two planning at once: twelve slow plans would fill the gate
+    # for over a second if each held a slot while it waited.
+    for api in make_api(sqlite_url, request_threads=4, planning_concurrency=2):
+        dataset_id, prompt_id = _funded(api)
+        answers, readers, slowest = asyncio.run(_burst(api, dataset_id, prompt_id, 12))
+        assert Counter(a.status_code for a in answers) == {201: 12}, [a.text for a in answers]
+        assert set(readers) == {200} and readers[200] >= 8, readers
+        # Twelve plans two at a time take six rounds of PLAN_S: a reader queued behind
+        # them (a slot freed only as plans end) would wait that long.
+        assert slowest < 6 * PLAN_S, slowest
+
+
+def test_the_lane_answers_503_only_when_its_own_queue_is_full(
+    sqlite_url: str, slow_planning
+) -> None:
+    settings = {"request_threads": 4, "planning_concurrency": 1, "planning_queue": 2}
+    for api in make_api(sqlite_url, **settings):
+        dataset_id, prompt_id = _funded(api)
+        answers, readers, _ = asyncio.run(_burst(api, dataset_id, prompt_id, 6))
+        statuses = Counter(a.status_code for a in answers)
+        assert statuses == {201: 3, 503: 3}, statuses  # one planning, two waiting
+        refused = next(a for a in answers if a.status_code == 503)
+        error = error_of(refused)
+        assert error["code"] == "overloaded" and "DPSYN_PLANNING_QUEUE" in error["message"]
+        assert refused.headers["Retry-After"] == "1"
+        assert set(readers) == {200}, readers
