@@ -23,13 +23,13 @@ from app.api.overload import install_overload_protection
 from app.api.routes import budgets, datasets, health, jobs, keys, prompts, ui
 from app.db.migrate import upgrade
 from app.db.session import PoolLimits, get_engine
-from app.llm.provider import BackendProvider
+from app.llm.provider import BackendProvider, provider_for
 from app.log_redaction import install_log_redaction
 from app.services.metrics import make_registry
+from app.services.queue import JobQueue, load_runtime
 from app.services.tenants import ensure_bootstrap_key
 from app.settings import Settings, get_settings
 from app.ui.web import install_dashboard
-from workers.queue import JobQueue
 
 DESCRIPTION = """Differentially private prompt synthesis (AdaDPSyn, DP few-shot generation).
 
@@ -56,7 +56,8 @@ def create_app(
     """The application.
 
     ``backend_provider`` defaults to one built from the settings; ``queue`` to
-    ``workers.queue_factory.make_queue(settings, provider)``, which shares that provider (an
+    the runtime's ``make_queue(settings, provider)`` (``DPSYN_RUNTIME``, default
+    ``workers.runtime``: :func:`app.services.queue.load_runtime`), which shares that provider (an
     in-process worker then uses the same model as ``/complete``). The queue's lifecycle is
     its maker's: ``make_queue`` returns it started (so the schema is migrated before it is
     made), with the outbox's dispatcher running, which sends the task of a job left queued
@@ -64,15 +65,11 @@ def create_app(
     in is used as it is (tests pass their own: no dispatcher then).
     """
     settings = settings or get_settings()
-    provider = backend_provider or BackendProvider(
-        settings.backend, model=settings.model, url=settings.vllm_url, dtype=settings.dtype
-    )
+    provider = backend_provider or provider_for(settings)
     if queue is None:
-        from workers.queue_factory import make_queue
-
         if settings.migrate_on_start:  # an in-process queue reads unfinished jobs at once
             upgrade(settings.database_url)
-        queue = make_queue(settings, provider)
+        queue = load_runtime(settings).make_queue(settings, provider)
     # The API's pools are sized by the settings (one connection per request thread, a short
     # checkout timeout); scripts and workers keep the default engines.
     pool = PoolLimits(

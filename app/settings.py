@@ -27,6 +27,11 @@ class Settings(BaseSettings):
     broker_url: str | None = Field(
         None, description="Celery broker (redis://...). None: run jobs in an in-process worker."
     )
+    runtime: str = Field(
+        "workers.runtime",
+        pattern=r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$",
+        description="Module that runs jobs (its queue and worker; app.services.queue.Runtime).",
+    )
     backend: BackendKind = BackendKind.TRANSFORMERS
     model: str | None = Field(None, description="Model name or path (see app.llm.models).")
     vllm_url: str | None = None

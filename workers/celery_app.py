@@ -18,7 +18,7 @@ queued again once its last send is ``DPSYN_REDISPATCH_AFTER_S`` old; a copy that
 job running under a live lease, or finished, does nothing.
 
 Test hook: ``DPSYN_TEST_FAKE_BACKEND=1`` makes the worker use the deterministic fake backend
-of the test suite (``tests.synthesis.fake_backend``) instead of a model, slowed down by
+(:mod:`app.llm.fake`, which the test suite uses too) instead of a model, slowed down by
 ``DPSYN_TEST_FAKE_BACKEND_DELAY_S`` seconds per model call if set (so that a fault test can
 kill the worker mid-job). Both are read only here, only by the test suite's end-to-end tests,
 and refused in production.
@@ -35,7 +35,8 @@ from celery import Celery, Task
 from celery.signals import worker_process_init, worker_ready, worker_shutdown
 
 from app.db.session import get_engine
-from app.llm.provider import BackendProvider, StaticProvider
+from app.llm.fake import FakeBackend, SlowBackend
+from app.llm.provider import BackendProvider, StaticProvider, provider_for
 from app.log_redaction import describe_exception, install_log_redaction
 from app.settings import Settings, get_settings
 from workers.lease import DispatchConfig, Dispatcher, LeaseConfig, Reaper
@@ -72,20 +73,12 @@ def make_provider(settings: Settings) -> BackendProvider:
         if settings.environment == "production":
             raise RuntimeError(f"{TEST_FAKE_BACKEND_ENV} is a test hook; unset it in production")
         delay_s = float(os.environ.get(TEST_FAKE_DELAY_ENV) or 0)
-        if delay_s > 0:
-            from tests.workers.slow_backend import SlowBackend
-
-            return StaticProvider(SlowBackend(delay_s))
-        from tests.synthesis.fake_backend import FakeBackend
-
-        return StaticProvider(FakeBackend())
-    return BackendProvider(
-        settings.backend, model=settings.model, url=settings.vllm_url, dtype=settings.dtype
-    )
+        return StaticProvider(SlowBackend(delay_s) if delay_s > 0 else FakeBackend())
+    return provider_for(settings)
 
 
 class CeleryQueue:
-    """:class:`~workers.queue.JobQueue` that sends the job ID to the Celery workers."""
+    """:class:`~app.services.queue.JobQueue` that sends the job ID to the Celery workers."""
 
     def __init__(self, celery: Celery, *, queue: str = DEFAULT_QUEUE) -> None:
         self.celery, self.queue = celery, queue

@@ -31,7 +31,7 @@ _STOP = object()
 
 
 class InProcessQueue:
-    """:class:`~workers.queue.JobQueue` running jobs one at a time in a daemon thread."""
+    """:class:`~app.services.queue.JobQueue` running jobs one at a time in a daemon thread."""
 
     def __init__(
         self,

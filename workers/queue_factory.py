@@ -2,15 +2,9 @@
 
 from __future__ import annotations
 
-from app.llm.provider import BackendProvider
+from app.llm.provider import BackendProvider, provider_for
+from app.services.queue import JobQueue
 from app.settings import Settings
-from workers.queue import JobQueue
-
-
-def default_provider(settings: Settings) -> BackendProvider:
-    return BackendProvider(
-        settings.backend, model=settings.model, url=settings.vllm_url, dtype=settings.dtype
-    )
 
 
 def make_queue(settings: Settings, provider: BackendProvider | None = None) -> JobQueue:
@@ -30,7 +24,7 @@ def make_queue(settings: Settings, provider: BackendProvider | None = None) -> J
 
     return InProcessQueue(
         database_url=settings.database_url,
-        provider=provider or default_provider(settings),
+        provider=provider or provider_for(settings),
         timeout_s=settings.job_timeout_s,
         lease=LeaseConfig.from_settings(settings),
         dispatch=DispatchConfig.from_settings(settings),

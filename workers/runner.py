@@ -66,10 +66,10 @@ from app.llm.retry import RetryingBackend, RetryPolicy
 from app.methods.registry import get_method
 from app.privacy.calibration import CalibrationError
 from app.privacy.events import to_dict
+from app.results import SynthesisError, SynthesisResult
 from app.services.datasets import load_public_texts, load_records
 from app.services.jobs import close_job, lease_live, store_result, stored_plan
 from app.synthesis.data import Record
-from app.synthesis.generator import SynthesisError, SynthesisResult
 from app.synthesis.scoring import ScoringError
 from app.synthesis.tasks import TaskError, TaskSpec
 from workers.lease import Heartbeat, LeaseConfig, is_connection_error, new_owner

@@ -30,9 +30,9 @@ from app.api.limits import Limiter, client_address
 from app.db.models import KeyScope
 from app.llm.provider import BackendProvider
 from app.services.errors import ForbiddenError, UnauthorizedError
+from app.services.queue import JobQueue
 from app.services.tenants import authenticate
 from app.settings import Settings
-from workers.queue import JobQueue
 
 
 async def get_session(request: Request) -> AsyncIterator[Session]:

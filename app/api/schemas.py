@@ -24,7 +24,9 @@ from app.methods.registry import MethodKind, Stored, get_method, param_fields
 from app.privacy.accounting import Accounting
 from app.privacy.budget import Epsilon
 from app.services.budgets import BudgetView
+from app.services.job_request import JobRequest
 from app.services.storable import DATASET_NAME_MAX_CHARS, find_problem
+from app.synthesis.config import DEFAULT_SHOTS
 
 
 def _utc(value: datetime) -> datetime:
@@ -328,7 +330,7 @@ class JobCreate(_Request):
     epsilon: Epsilon = Field(description="Target epsilon of this job; noise is calibrated to it.")
     delta: Delta | None = Field(None, description="Default: the budget's delta.")
     shots: int = Field(
-        4,
+        DEFAULT_SHOTS,
         strict=True,
         ge=1,
         le=64,
@@ -337,6 +339,21 @@ class JobCreate(_Request):
     )
     accounting: Accounting | None = Field(None, description="Must be the budget's (default).")
     params: JobParams | None = None  # type: ignore[valid-type]
+
+    def to_request(self) -> JobRequest:
+        """The services' job request: the same fields; unset params are left out, so the
+        method's defaults apply."""
+        params = self.params.model_dump(exclude_none=True) if self.params else None
+        return JobRequest(
+            dataset_id=self.dataset_id,
+            method=self.method,
+            epsilon=self.epsilon,
+            delta=self.delta,
+            accounting=self.accounting,
+            shots=self.shots,
+            params=params,
+            public_dataset_id=self.public_dataset_id,
+        )
 
 
 class Progress(BaseModel):

@@ -39,6 +39,7 @@ from app.db.models import TERMINAL_STATUSES
 from app.methods.kinds import MethodKind
 from app.privacy.accounting import Accounting
 from app.privacy.budget import is_epsilon
+from app.synthesis.config import DEFAULT_SHOTS
 from app.synthesis.data import Column
 
 TABLE_SUFFIXES = {".csv", ".tsv", ".jsonl", ".ndjson"}
@@ -605,7 +606,7 @@ def jobs_submit(
     shots: Annotated[
         int,
         typer.Option("--shots", help="Demonstrations to generate (promptpate: student shots)."),
-    ] = 4,
+    ] = DEFAULT_SHOTS,
     delta: Annotated[
         float | None, typer.Option("--delta", help="Default: the budget's delta.")
     ] = None,

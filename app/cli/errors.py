@@ -11,8 +11,8 @@ from rich.console import Console
 
 from app.llm.base import BackendError
 from app.privacy.calibration import CalibrationError
+from app.results import SynthesisError
 from app.synthesis.data import DataError
-from app.synthesis.generator import SynthesisError
 from app.synthesis.tasks import TaskError
 
 err = Console(stderr=True)

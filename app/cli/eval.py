@@ -25,6 +25,7 @@ from app.eval.experiment import (
 from app.llm.factory import BackendKind, Dtype, make_backend
 from app.privacy.budget import is_epsilon
 from app.privacy.params import AdaDPSynVariant
+from app.synthesis.config import DEFAULT_SHOTS
 from app.synthesis.tasks import BUILTIN_TASKS
 
 
@@ -99,7 +100,7 @@ def eval_command(
     data_dir: Annotated[
         Path | None, typer.Option("--data-dir", help="Default $DATA_DIR or ../shared/data.")
     ] = None,
-    shots: Annotated[int, typer.Option("--shots")] = 4,
+    shots: Annotated[int, typer.Option("--shots")] = DEFAULT_SHOTS,
     M: Annotated[int | None, typer.Option("--M")] = None,
     N: Annotated[int | None, typer.Option("--N")] = None,
     tmax: Annotated[int | None, typer.Option("--tmax")] = None,

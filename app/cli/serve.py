@@ -264,9 +264,9 @@ def worker_command(
         raise fail("dpsyn worker needs DPSYN_BROKER_URL (e.g. redis://127.0.0.1:6379/0)")
     if settings.backend is BackendKind.VLLM and os.environ.get("DPSYN_TEST_FAKE_BACKEND") != "1":
         _check_engine(settings)
-    from workers.celery_app import app
+    from app.services.queue import load_runtime
 
-    app.worker_main(
+    load_runtime(settings).worker_main(
         [
             "worker",
             f"--pool={pool}",

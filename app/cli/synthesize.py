@@ -35,9 +35,10 @@ from app.methods.registry import Counts, Method, MethodKind, get_method, kinds_w
 from app.pate.public import read_public
 from app.privacy.accounting import Accounting
 from app.privacy.params import AdaDPSynVariant
+from app.results import SynthesisResult
 from app.synthesis.config import SynthesisConfig
 from app.synthesis.data import load_dataset
-from app.synthesis.generator import SynthesisResult, partition_sizes
+from app.synthesis.generator import partition_sizes
 from app.synthesis.tasks import TaskSpec, get_task
 
 # The options that set a method's parameters, by parameter name (this command's argument

@@ -356,6 +356,7 @@ def run_promptdpsgd(
     progress: Progress | None = None,
 ) -> AttackSummary:
     """Attack (c): soft prompts trained with DP-SGD on a member subset."""
+    from app.promptdpsgd.artifact import SoftPrompt
     from app.promptdpsgd.backend import SoftPromptedBackend
     from app.promptdpsgd.config import PromptDpsgdConfig
     from app.promptdpsgd.plan import plan_promptdpsgd
@@ -377,7 +378,7 @@ def run_promptdpsgd(
         )
         plan = plan_promptdpsgd(task, len(members), dpsgd)
         result = run_promptdpsgd(task, members, plan, backend)
-        assert result.soft_prompt is not None
+        assert isinstance(result.soft_prompt, SoftPrompt)  # what PromptDPSGD releases
         spent.append(result.epsilon)
         non = []
         for label in task.labels:

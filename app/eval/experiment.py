@@ -34,7 +34,7 @@ from app.llm.base import LLMBackend
 from app.privacy.budget import is_epsilon
 from app.privacy.params import Method
 from app.privacy.plan import label_schedule
-from app.synthesis.config import SynthesisConfig
+from app.synthesis.config import DEFAULT_SHOTS, SynthesisConfig
 from app.synthesis.data import Record
 from app.synthesis.generator import synthesize
 from app.synthesis.prompts import demonstration_prompt
@@ -118,7 +118,7 @@ class ExperimentConfig:
     test_size: int | None = None  # None: the whole test set
     epsilons: tuple[float, ...] = (1.0, 2.0, 4.0, 8.0)
     methods: tuple[str, ...] = ("adadpsyn", "tang")
-    shots: int = 4
+    shots: int = DEFAULT_SHOTS
     # M, N, tmax, K (and the AdaDPSyn variant) for SynthesisConfig.for_task
     overrides: dict[str, Any] = field(default_factory=dict)
     calibrated: bool = True
@@ -314,6 +314,7 @@ def _promptdpsgd(
     """A soft prompt trained on ``train`` with DP-SGD, and the backend that answers with it.
 
     The run records the soft prompt's hash and shape, not its embeddings."""
+    from app.promptdpsgd.artifact import SoftPrompt
     from app.promptdpsgd.backend import SoftPromptedBackend
     from app.promptdpsgd.config import PromptDpsgdConfig
     from app.promptdpsgd.plan import plan_promptdpsgd
@@ -323,7 +324,7 @@ def _promptdpsgd(
     plan = plan_promptdpsgd(task, len(train), dpsgd)
     result = run_promptdpsgd(task, train, plan, backend)
     soft = result.soft_prompt
-    assert soft is not None
+    assert isinstance(soft, SoftPrompt)  # what PromptDPSGD releases
     info: list[dict[str, object]] = [
         {
             "soft_prompt_sha256": soft.sha256,

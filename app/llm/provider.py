@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from typing import Protocol
 
 from app.llm.base import LLMBackend
 from app.llm.factory import BackendKind, make_backend
@@ -28,6 +29,31 @@ class BackendProvider:
                     self.kind, model=self.model, url=self.url, dtype=self.dtype, retry=None
                 )
             return self._backend
+
+
+class BackendSettings(Protocol):
+    """The settings a provider is built from (``app.settings.Settings`` has them; this
+    package does not import the settings, which import it)."""
+
+    @property
+    def backend(self) -> BackendKind: ...
+
+    @property
+    def model(self) -> str | None: ...
+
+    @property
+    def vllm_url(self) -> str | None: ...
+
+    @property
+    def dtype(self) -> str: ...
+
+
+def provider_for(settings: BackendSettings) -> BackendProvider:
+    """The provider of the configured backend: the one place the API, the in-process worker
+    and the Celery worker build theirs."""
+    return BackendProvider(
+        settings.backend, model=settings.model, url=settings.vllm_url, dtype=settings.dtype
+    )
 
 
 class StaticProvider(BackendProvider):

@@ -22,8 +22,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 from app.llm.base import LLMBackend
 from app.privacy.accounting import Accounting
 from app.privacy.events import DatasetEvent
+from app.results import SynthesisResult
 from app.synthesis.data import Record
-from app.synthesis.generator import SynthesisResult
 from app.synthesis.tasks import TaskSpec, describe_validation_error
 
 from .kinds import MethodKind
@@ -91,7 +91,7 @@ class MethodPlan(ABC):
         """What the job row keeps, for :meth:`Method.rebuild`."""
 
     def check_backend(self, backend: LLMBackend) -> None:
-        """Raise (a :class:`~app.synthesis.generator.SynthesisError`) if the job cannot run
+        """Raise (a :class:`~app.results.SynthesisError`) if the job cannot run
         on ``backend``; the worker asks before the job touches data, so such a job fails
         without being charged. Every backend will do unless a method says otherwise."""
         del backend

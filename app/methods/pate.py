@@ -19,8 +19,8 @@ from app.pate.plan import PatePlan, plan_pate
 from app.pate.run import run_pate
 from app.privacy.accounting import Accounting
 from app.privacy.events import PateEvent
+from app.results import SynthesisResult
 from app.synthesis.data import Record
-from app.synthesis.generator import SynthesisResult
 from app.synthesis.tasks import TaskSpec
 
 from .base import (

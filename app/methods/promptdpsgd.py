@@ -20,8 +20,8 @@ from app.privacy.accounting import Accounting
 from app.privacy.events import DpsgdEvent
 from app.promptdpsgd.config import PromptDpsgdConfig
 from app.promptdpsgd.plan import DpsgdPlan, plan_promptdpsgd
+from app.results import SynthesisResult
 from app.synthesis.data import Record
-from app.synthesis.generator import SynthesisResult
 from app.synthesis.tasks import TaskSpec
 
 from .base import (

@@ -19,9 +19,10 @@ from app.privacy.events import SynthesisEvent
 from app.privacy.params import Method as Aggregator
 from app.privacy.plan import PrivacyPlan
 from app.privacy.rng import make_rng
+from app.results import SynthesisResult
 from app.synthesis.config import SynthesisConfig
 from app.synthesis.data import Record
-from app.synthesis.generator import JobPlan, SynthesisResult, plan_job, synthesize
+from app.synthesis.generator import JobPlan, plan_job, synthesize
 from app.synthesis.tasks import TaskSpec
 
 from .base import (

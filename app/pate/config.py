@@ -11,7 +11,7 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from app.privacy.accounting import Accounting
-from app.synthesis.generator import SynthesisError
+from app.results import SynthesisError
 
 
 class PateError(SynthesisError):

@@ -31,8 +31,8 @@ from app.pate.teachers import draw_key, teacher_prompts, teacher_votes
 from app.privacy.events import to_dict
 from app.privacy.pate import GdpFilter
 from app.privacy.rng import make_rng
+from app.results import Demonstration, SynthesisResult
 from app.synthesis.data import Record
-from app.synthesis.generator import Demonstration, SynthesisResult
 from app.synthesis.prompts import demonstration_prompt
 from app.synthesis.tasks import TaskSpec
 

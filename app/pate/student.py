@@ -15,7 +15,7 @@ import numpy as np
 
 from app.llm.base import LLMBackend
 from app.pate.config import PateError
-from app.synthesis.generator import Demonstration
+from app.results import Demonstration
 from app.synthesis.prompts import demonstration_prompt
 from app.synthesis.scoring import label_probabilities
 from app.synthesis.tasks import TaskSpec

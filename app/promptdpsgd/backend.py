@@ -26,7 +26,7 @@ from app.llm.base import BackendError, LLMBackend
 from app.llm.transformers_backend import LastLogitsAnswers, TransformersBackend
 from app.promptdpsgd.artifact import SoftPrompt
 from app.promptdpsgd.forward import soft_prompt_logits
-from app.synthesis.generator import SynthesisError
+from app.results import SynthesisError
 
 __all__ = [
     "GradientAccessError",

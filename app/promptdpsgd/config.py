@@ -12,7 +12,7 @@ from enum import StrEnum
 from pydantic import BaseModel, ConfigDict, Field
 
 from app.privacy.accounting import Accounting
-from app.synthesis.generator import SynthesisError
+from app.results import SynthesisError
 
 
 class PromptDpsgdError(SynthesisError):

@@ -49,8 +49,8 @@ from app.promptdpsgd.backend import hidden_size, local_backend, model_lock, trai
 from app.promptdpsgd.config import PromptDpsgdConfig, PromptDpsgdError, SoftPromptInit
 from app.promptdpsgd.forward import soft_prompt_logits
 from app.promptdpsgd.plan import METHOD, DpsgdPlan
+from app.results import SynthesisResult
 from app.synthesis.data import Record
-from app.synthesis.generator import SynthesisResult
 from app.synthesis.prompts import answer_text, query_suffix
 from app.synthesis.tasks import TaskSpec
 

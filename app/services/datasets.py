@@ -35,13 +35,13 @@ from app.db.models import (
     JobStatus,
     now,
 )
-from app.ledger import ledger
 from app.pate.public import read_public
 from app.synthesis.data import DataError, Record, load_dataset
 from app.synthesis.generator import partition_sizes
 from app.synthesis.tasks import BUILTIN_TASKS, TaskSpec, describe_validation_error
 
 from .errors import ConflictError, InvalidError, NotFoundError, TooLargeError
+from .job_end import close_job, lease_expired
 from .storable import DATASET_NAME_MAX_CHARS, LABEL_MAX_CHARS, text_problem, too_long
 
 FORMATS = {".csv": ".csv", ".tsv": ".tsv", ".jsonl": ".jsonl", ".ndjson": ".jsonl"}
@@ -358,11 +358,9 @@ def delete_dataset(session: Session, tenant_id: str, dataset_id: str) -> Dataset
     Queued jobs on it, or using it as their public dataset, are cancelled (their reservations
     released: they never read a record). A running job blocks deletion (409): cancel it and
     wait for it to stop. A running job whose lease expired has no worker left: it is
-    cancelled here as :func:`app.services.jobs.cancel_job` would (charged if it read the
-    data). Deleting a deleted dataset changes nothing.
+    cancelled here by the rule of :func:`app.services.job_end.close_job` (charged if it read
+    the data). Deleting a deleted dataset changes nothing.
     """
-    from .jobs import lease_expired  # jobs imports this module
-
     dataset = get_dataset(session, tenant_id, dataset_id, lock=True)
     if dataset.deleted_at is not None:
         return dataset
@@ -389,17 +387,12 @@ def delete_dataset(session: Session, tenant_id: str, dataset_id: str) -> Dataset
         )
     for job in active:
         job.cancel_requested = True
-        job.status = JobStatus.CANCELLED.value
-        job.error = (
+        error = (
             "cancelled: the dataset was deleted"
             if job.dataset_id == dataset.id
             else "cancelled: its public dataset was deleted"
         )
-        job.finished_at = now()
-        if job.touched_data:
-            ledger.commit(session, job.id)
-        else:
-            ledger.release(session, job.id)
+        close_job(session, job, status=JobStatus.CANCELLED, error=error)
     session.execute(delete(DatasetRecord).where(DatasetRecord.dataset_id == dataset.id))
     dataset.deleted_at = now()
     session.commit()

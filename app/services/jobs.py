@@ -30,8 +30,8 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from datetime import datetime, timedelta
+from typing import Any
 
 from sqlalchemy import or_, select, update
 from sqlalchemy.orm import Session
@@ -52,7 +52,6 @@ from app.llm.factory import BackendKind
 from app.methods.registry import (
     Counts,
     Method,
-    MethodKind,
     MethodPlan,
     ParamsError,
     Stored,
@@ -63,16 +62,15 @@ from app.methods.registry import (
 from app.privacy.accounting import Accounting
 from app.privacy.budget import EPSILON_RULE, fits_budget, is_epsilon
 from app.privacy.events import to_dict
-from app.promptdpsgd.artifact import SoftPrompt
+from app.results import SoftPromptRelease, SynthesisResult
 from app.synthesis.data import Record
-from app.synthesis.generator import SynthesisResult
 from app.synthesis.tasks import TaskSpec
 
 from .datasets import get_dataset, get_live_dataset, load_records
 from .errors import ConflictError, InvalidError, NotFoundError, UnavailableError
-
-if TYPE_CHECKING:
-    from workers.queue import JobQueue
+from .job_end import close_job, lease_expired
+from .job_request import JobRequest
+from .queue import JobQueue
 
 
 def _no_budget(dataset_id: str) -> ConflictError:
@@ -170,18 +168,29 @@ def check_backend(method: Method, backend: BackendKind) -> None:
         )
 
 
+def _check_request(spec: Method, request: JobRequest) -> None:
+    """422 for a request that cannot run whatever the data: a bad epsilon, or a public
+    dataset missing for a method that reads one (or given to one that does not)."""
+    if not is_epsilon(request.epsilon):
+        raise InvalidError(f"epsilon: {EPSILON_RULE}, got {request.epsilon}")
+    readers = " or ".join(kinds_where(lambda m: m.reads_public))
+    if spec.reads_public and request.public_dataset_id is None:
+        raise InvalidError(
+            f"public_dataset_id: required for method {spec.kind.value} (the ID of the public "
+            "dataset of unlabelled texts it reads)"
+        )
+    if not spec.reads_public and request.public_dataset_id is not None:
+        raise InvalidError(
+            f"public_dataset_id: only method {readers} reads a public dataset, not "
+            f"{spec.kind.value}"
+        )
+
+
 def plan_submission(
     session: Session,
+    request: JobRequest,
     *,
     tenant_id: str,
-    dataset_id: str,
-    method: MethodKind | str,
-    epsilon: float,
-    delta: float | None = None,
-    shots: int = 4,
-    accounting: Accounting | None = None,
-    params: Mapping[str, Any] | None = None,
-    public_dataset_id: str | None = None,
     backend: BackendKind | None = None,
 ) -> PlannedJob:
     """Check and plan a job as :func:`submit_job` admits it; nothing is stored, and the
@@ -193,27 +202,11 @@ def plan_submission(
     (``remaining`` in the error); 422 parameters that cannot run, or a dataset of the wrong
     kind. A failed submission stores nothing.
     """
-    try:
-        spec = get_method(method)
-    except ValueError:
-        raise InvalidError(
-            f"method: {method!r} is not one of {', '.join(kinds_where(bool))}"
-        ) from None
+    dataset_id, public_dataset_id = request.dataset_id, request.public_dataset_id
+    spec = get_method(request.method)  # a MethodKind: always registered
     if backend is not None:
         check_backend(spec, backend)
-    if not is_epsilon(epsilon):
-        raise InvalidError(f"epsilon: {EPSILON_RULE}, got {epsilon}")
-    readers = " or ".join(kinds_where(lambda m: m.reads_public))
-    if spec.reads_public and public_dataset_id is None:
-        raise InvalidError(
-            f"public_dataset_id: required for method {spec.kind.value} (the ID of the public "
-            "dataset of unlabelled texts it reads)"
-        )
-    if not spec.reads_public and public_dataset_id is not None:
-        raise InvalidError(
-            f"public_dataset_id: only method {readers} reads a public dataset, not "
-            f"{spec.kind.value}"
-        )
+    _check_request(spec, request)
     dataset = get_live_dataset(session, tenant_id, dataset_id)
     if dataset.kind == DatasetKind.PUBLIC:
         raise InvalidError(
@@ -230,11 +223,12 @@ def plan_submission(
     if budget is None:
         raise _no_budget(dataset_id)
     budget_accounting = Accounting(budget.accounting)
-    if accounting is not None and Accounting(accounting) is not budget_accounting:
+    if request.accounting is not None and request.accounting is not budget_accounting:
         raise InvalidError(
             f"accounting: the dataset's budget uses {budget_accounting.value} accounting; "
             f"submit the job with accounting={budget_accounting.value}"
         )
+    delta, epsilon = request.delta, request.epsilon
     if delta is not None and delta > budget.delta:
         raise InvalidError(f"delta: {delta:g} exceeds the budget's delta {budget.delta:g}")
     if not fits_budget(epsilon, budget.epsilon):  # composition never costs less than one job
@@ -257,9 +251,9 @@ def plan_submission(
             task,
             epsilon=epsilon,
             delta=job_delta,
-            shots=shots,
+            shots=request.shots,
             accounting=budget_accounting,
-            params=_overrides(params),
+            params=_overrides(request.params),
         )
     except ParamsError as err:
         raise InvalidError(str(err)) from None
@@ -300,38 +294,19 @@ class Quote:
 
 def quote_job(
     session: Session,
+    request: JobRequest,
     *,
     tenant_id: str,
-    dataset_id: str,
-    method: MethodKind | str,
-    epsilon: float,
-    delta: float | None = None,
-    shots: int = 4,
-    accounting: Accounting | None = None,
-    params: Mapping[str, Any] | None = None,
-    public_dataset_id: str | None = None,
     backend: BackendKind | None = None,
 ) -> Quote:
     """The planner's answer for a job, without submitting it (the dashboard shows it before
     the admin submits). The same checks and plan as :func:`submit_job`, so a job refused
     there is refused here with the same error. The plan is discarded: a submission plans
     afresh, and another admission may change the spend meanwhile."""
-    planned = plan_submission(
-        session,
-        tenant_id=tenant_id,
-        dataset_id=dataset_id,
-        method=method,
-        epsilon=epsilon,
-        delta=delta,
-        shots=shots,
-        accounting=accounting,
-        params=params,
-        public_dataset_id=public_dataset_id,
-        backend=backend,
-    )
-    budget = session.get(Budget, dataset_id)
+    planned = plan_submission(session, request, tenant_id=tenant_id, backend=backend)
+    budget = session.get(Budget, request.dataset_id)
     if budget is None:
-        raise _no_budget(dataset_id)
+        raise _no_budget(request.dataset_id)
     quote = Quote(
         epsilon=planned.job.epsilon,
         delta=planned.job.delta,
@@ -346,16 +321,9 @@ def quote_job(
 def submit_job(
     session: Session,
     queue: JobQueue,
+    request: JobRequest,
     *,
     tenant_id: str,
-    dataset_id: str,
-    method: MethodKind | str,
-    epsilon: float,
-    delta: float | None = None,
-    shots: int = 4,
-    accounting: Accounting | None = None,
-    params: Mapping[str, Any] | None = None,
-    public_dataset_id: str | None = None,
     backend: BackendKind | None = None,
 ) -> Job:
     """Plan, admit and enqueue a job; returns the committed row.
@@ -371,20 +339,9 @@ def submit_job(
     a dispatcher sends it later. A send that fails is a 503 and the job fails, released,
     unless a dispatcher's copy started it meanwhile.
     """
-    planned = plan_submission(
-        session,
-        tenant_id=tenant_id,
-        dataset_id=dataset_id,
-        method=method,
-        epsilon=epsilon,
-        delta=delta,
-        shots=shots,
-        accounting=accounting,
-        params=params,
-        public_dataset_id=public_dataset_id,
-        backend=backend,
-    )
+    planned = plan_submission(session, request, tenant_id=tenant_id, backend=backend)
     job, event, budget_accounting = planned.job, planned.plan.event(), planned.accounting
+    dataset_id, public_dataset_id = request.dataset_id, request.public_dataset_id
 
     try:
         get_live_dataset(session, tenant_id, dataset_id, lock=True)
@@ -533,7 +490,7 @@ def store_result(session: Session, job: Job, result: SynthesisResult) -> PromptS
     return existing
 
 
-def attach_soft_prompt(prompt_set: PromptSet, soft_prompt: SoftPrompt) -> None:
+def attach_soft_prompt(prompt_set: PromptSet, soft_prompt: SoftPromptRelease) -> None:
     """Put a PromptDPSGD result's soft prompt into its prompt set: the safetensors bytes,
     their SHA-256 and the shape. It must be for the prompt set's model (the one the job ran
     on): /complete refuses it on any other, by that name."""
@@ -549,41 +506,7 @@ def attach_soft_prompt(prompt_set: PromptSet, soft_prompt: SoftPrompt) -> None:
     prompt_set.soft_prompt_hidden = soft_prompt.hidden
 
 
-def close_job(session: Session, job: Job, *, status: JobStatus, error: str | None = None) -> None:
-    """End a job that produced no result (failed or cancelled).
-
-    Its charge becomes final if it touched the data (``job.touched_data``), else its
-    reservation is released. ``error`` is shown to clients: it must not contain record text.
-    Flushes; the caller commits.
-    """
-    status = JobStatus(status)
-    if status not in (JobStatus.FAILED, JobStatus.CANCELLED):
-        raise ValueError(f"close_job ends a job as failed or cancelled, not {status}")
-    job.status = status.value
-    job.error = error
-    job.finished_at = now()
-    if job.touched_data:
-        ledger.commit(session, job.id)
-    else:
-        ledger.release(session, job.id)
-    session.flush()
-
-
 # --- leases, shared with the workers -------------------------------------------------------
-
-
-def lease_expired(job: Job, at: datetime) -> bool:
-    """Whether ``job`` is running under a lease that ran out by ``at``.
-
-    A running job without a lease was claimed by code older than leases; migration 0003 gives
-    those an expired one, so None only occurs for rows written by hand (tests).
-    """
-    expiry = job.lease_expires_at
-    if job.status != JobStatus.RUNNING or expiry is None:
-        return False
-    if expiry.tzinfo is None:  # SQLite keeps no zone; every timestamp here is UTC
-        expiry = expiry.replace(tzinfo=UTC)
-    return expiry <= at
 
 
 def lease_error(job: Job) -> str:

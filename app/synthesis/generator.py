@@ -33,7 +33,7 @@ from app.privacy.plan import PrivacyPlan, label_schedule, shots_per_label
 from app.privacy.planner import PlannerShape, plan_adadpsyn
 from app.privacy.rng import make_rng
 from app.privacy.tang import AggregationResult, gaussian_aggregate
-from app.promptdpsgd.artifact import SoftPrompt
+from app.results import Demonstration, SynthesisError, SynthesisResult
 from app.synthesis.config import SynthesisConfig
 from app.synthesis.data import Record
 from app.synthesis.prompts import demonstration_prompt, public_prompt, teacher_prompt
@@ -41,57 +41,6 @@ from app.synthesis.tasks import TaskKind, TaskSpec
 
 ALL_RECORDS = "*"  # the single partition of an extraction task
 Progress = Callable[[int, int], None]  # (tokens done, tokens planned)
-
-
-class SynthesisError(ValueError):
-    """The job cannot run as asked (the message names the problem, never a record)."""
-
-
-@dataclass(frozen=True)
-class Demonstration:
-    label: str
-    text: str
-
-
-@dataclass
-class SynthesisResult:
-    """What a job produces: demonstrations, the prompt built from them, and their cost."""
-
-    task: str
-    method: str
-    model: str
-    demonstrations: list[Demonstration]
-    prompt: str
-    epsilon: float
-    delta: float
-    plan: dict[str, object]
-    event: dict[str, object]
-    # Public or DP-derived only (tests/cli/test_synthesize_cli.py checks every field written).
-    stats: dict[str, float | int | bool] = field(default_factory=dict)
-    # PromptDPSGD's output (its demonstrations are empty); None for every other method.
-    soft_prompt: SoftPrompt | None = None
-
-    def to_dict(self) -> dict[str, object]:
-        out: dict[str, object] = {
-            "task": self.task,
-            "method": self.method,
-            "model": self.model,
-            "demonstrations": [{"label": d.label, "text": d.text} for d in self.demonstrations],
-            "prompt": self.prompt,
-            "epsilon": self.epsilon,
-            "delta": self.delta,
-            "plan": self.plan,
-            "event": self.event,
-            "stats": self.stats,
-        }
-        if self.soft_prompt is not None:  # its metadata; the tensor is stored apart
-            out["soft_prompt"] = {
-                "model": self.soft_prompt.model,
-                "length": self.soft_prompt.length,
-                "hidden": self.soft_prompt.hidden,
-                "sha256": self.soft_prompt.sha256,
-            }
-        return out
 
 
 def _partitions(task: TaskSpec, records: Sequence[Record]) -> dict[str, list[Record]]:

@@ -120,6 +120,7 @@ def test_the_planners_quote_refuses_it_too(vllm_api: Api) -> None:
     """The dashboard quotes a job with the same checks as a submission (``plan_submission``)."""
     from app.db.models import Dataset
     from app.services.errors import ConflictError
+    from app.services.job_request import JobRequest
     from app.services.jobs import quote_job
 
     api = vllm_api
@@ -128,8 +129,9 @@ def test_the_planners_quote_refuses_it_too(vllm_api: Api) -> None:
     with session_scope(api.url) as session:
         row = session.get(Dataset, dataset["id"])
         assert row is not None
-        args = {"tenant_id": row.tenant_id, "dataset_id": row.id, "epsilon": 1.0}
+        asked = JobRequest(dataset_id=row.id, method="promptdpsgd", epsilon=1.0)
+        tenant = row.tenant_id
         with pytest.raises(ConflictError, match="needs the local transformers backend"):
-            quote_job(session, method="promptdpsgd", backend=BackendKind.VLLM, **args)
-        quote = quote_job(session, method="promptdpsgd", backend=BackendKind.TRANSFORMERS, **args)
+            quote_job(session, asked, tenant_id=tenant, backend=BackendKind.VLLM)
+        quote = quote_job(session, asked, tenant_id=tenant, backend=BackendKind.TRANSFORMERS)
         assert 0 < quote.epsilon <= 1.0 and quote.fits

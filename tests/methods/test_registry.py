@@ -3,9 +3,12 @@ the parameter rules the API and the service share; the budget helpers."""
 
 from __future__ import annotations
 
+import ast
 import math
 import subprocess
 import sys
+from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -22,7 +25,7 @@ from app.methods.registry import (
 from app.privacy.accounting import Accounting
 from app.privacy.budget import FIT_TOLERANCE, fits_budget, is_epsilon
 from app.privacy.events import to_dict
-from app.synthesis.generator import SynthesisResult
+from app.results import SynthesisResult
 from app.synthesis.tasks import BUILTIN_TASKS
 
 TREC = BUILTIN_TASKS["trec"]
@@ -137,3 +140,135 @@ def test_the_methods_never_load_the_web_or_database_layers() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, check=True
     ).stdout.strip()
     assert loaded == "[]"
+
+
+# --- layering: parsed from the source, so a function-level or TYPE_CHECKING import counts ---
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _imported(path: Path) -> Iterator[str]:
+    """Every module name ``path`` imports, anywhere in it (``from a import b`` yields ``a``
+    and ``a.b``: ``b`` may be a module); relative imports resolved."""
+    name = _module_name(path)
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            yield from (alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*anchor, *([node.module] if node.module else [])])
+            yield base
+            yield from (f"{base}.{alias.name}" for alias in node.names)
+
+
+def _imports(*packages: str) -> dict[str, set[str]]:
+    return {
+        _module_name(path): set(_imported(path))
+        for package in packages
+        for path in sorted((ROOT / package).rglob("*.py"))
+    }
+
+
+def _under(module: str, package: str) -> bool:
+    return module == package or module.startswith(package + ".")
+
+
+def test_app_never_imports_workers() -> None:
+    offenders = sorted(
+        (module, target)
+        for module, targets in _imports("app").items()
+        for target in targets
+        if _under(target, "workers")
+    )
+    assert offenders == []
+
+
+def test_no_production_module_imports_the_tests() -> None:
+    offenders = sorted(
+        (module, target)
+        for module, targets in _imports("app", "workers").items()
+        for target in targets
+        if _under(target, "tests")
+    )
+    assert offenders == []
+
+
+def _package_graph() -> dict[str, set[str]]:
+    """``app``'s top-level packages and modules (``app.synthesis``, ``app.results``...) and
+    the others each imports."""
+    tops = {
+        _module_name(p)
+        for p in (ROOT / "app").iterdir()
+        if p.suffix == ".py" or (p.is_dir() and (p / "__init__.py").exists())
+    } - {"app"}
+
+    def top(module: str) -> str | None:
+        return next((t for t in tops if _under(module, t)), None)
+
+    graph: dict[str, set[str]] = {t: set() for t in tops}
+    for module, targets in _imports("app").items():
+        source = top(module)
+        for target in targets:
+            if source and (dest := top(target)) and dest != source:
+                graph[source].add(dest)
+    return graph
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one node (Tarjan's algorithm)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        for nxt in sorted(graph[node]):
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            component = []
+            while (member := stack.pop()) != node:
+                component.append(member)
+            if component:
+                found.append(sorted([node, *component]))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def test_the_packages_of_app_import_each_other_without_cycles() -> None:
+    graph = _package_graph()
+    assert {"app.synthesis", "app.promptdpsgd", "app.results", "app.services"} <= set(graph)
+    assert "app.promptdpsgd" in graph["app.methods"]  # the graph does see imports
+    assert _cycles(graph) == []
+
+
+def test_the_cycle_finder_finds_a_cycle() -> None:
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
+    assert _cycles(graph) == [["a", "b", "c"]]
+
+
+def test_the_shared_result_types_do_not_load_the_token_loop_or_safetensors() -> None:
+    code = (
+        "import sys, app.results\n"
+        "print(sorted(m for m in sys.modules if m.startswith(('app.', 'safetensors'))))"
+    )
+    loaded = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout.strip()
+    assert loaded == "['app.results']"

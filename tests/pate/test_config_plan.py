@@ -11,7 +11,7 @@ from app.pate.config import PateConfig, PateError
 from app.pate.plan import plan_pate
 from app.privacy.accounting import Accounting
 from app.privacy.calibration import CalibrationError
-from app.synthesis.generator import SynthesisError
+from app.results import SynthesisError
 from app.synthesis.tasks import BUILTIN_TASKS
 from tests.pate.helpers import SST2
 

@@ -9,7 +9,7 @@ import pytest
 
 from app.pate.config import PateError
 from app.pate.student import draw_candidate, select_student, split
-from app.synthesis.generator import Demonstration
+from app.results import Demonstration
 from app.synthesis.prompts import demonstration_prompt
 from tests.pate.fake_backend import PateFakeBackend
 from tests.pate.helpers import SST2

@@ -13,8 +13,8 @@ from app.privacy.events import DpsgdEvent, from_dict
 from app.promptdpsgd.artifact import SoftPrompt
 from app.promptdpsgd.backend import GradientAccessError, SoftPromptedBackend
 from app.promptdpsgd.config import PromptDpsgdError
+from app.results import SynthesisError
 from app.synthesis.data import Record
-from app.synthesis.generator import SynthesisError
 from app.synthesis.scoring import label_probabilities
 from app.synthesis.tasks import BUILTIN_TASKS
 from tests.synthesis.fake_backend import FakeBackend

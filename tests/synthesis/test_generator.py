@@ -13,9 +13,10 @@ from app.privacy.events import FixedSizeSampling, PoissonSampling, from_dict
 from app.privacy.params import AdaDPSynVariant, Method, adadpsyn_defaults
 from app.privacy.planner import PlannerShape, plan_adadpsyn
 from app.privacy.rng import make_rng
+from app.results import SynthesisError
 from app.synthesis.config import SynthesisConfig
 from app.synthesis.data import Record
-from app.synthesis.generator import SynthesisError, partition_sizes, plan_job, synthesize
+from app.synthesis.generator import partition_sizes, plan_job, synthesize
 from app.synthesis.tasks import BUILTIN_TASKS
 from tests.synthesis.fake_backend import FakeBackend
 

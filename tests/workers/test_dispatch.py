@@ -22,6 +22,7 @@ from app.db.migrate import alembic_config, upgrade
 from app.db.models import Base, Dataset, Job, JobStatus, now
 from app.db.session import get_engine, session_scope
 from app.llm.provider import StaticProvider
+from app.services.job_request import JobRequest
 from app.services.jobs import redispatch_due, submit_job
 from tests.api.test_migration_0002 import empty_url  # noqa: F401 (the fixture)
 from tests.synthesis.fake_backend import FakeBackend
@@ -336,16 +337,14 @@ def test_a_submission_whose_send_failed_after_a_copy_started_its_job_is_admitted
 
     with session_scope(sqlite_url) as session:
         tenant = session.get(Dataset, dataset).tenant_id
-        job = submit_job(
-            session,
-            SlowBrokerQueue(),
-            tenant_id=tenant,
+        asked = JobRequest(
             dataset_id=dataset,
             method="adadpsyn",
             epsilon=2.0,
             shots=2,
             params={"M": 4, "N": 2, "tmax": 4, "K": 10},
         )
+        job = submit_job(session, SlowBrokerQueue(), asked, tenant_id=tenant)
     assert job.status == JobStatus.RUNNING and job.error is None
     assert get_job(sqlite_url, job.id).status == JobStatus.RUNNING
     assert ledger_kinds(sqlite_url, job.id) == ["reserve"]  # the running attempt settles it

@@ -26,18 +26,7 @@ def submit_job(
     provider: ProviderDep,
 ) -> JobPublic:
     job = service.submit_job(
-        session,
-        queue,
-        tenant_id=principal.tenant_id,
-        dataset_id=body.dataset_id,
-        method=body.method,
-        public_dataset_id=body.public_dataset_id,
-        epsilon=body.epsilon,
-        delta=body.delta,
-        shots=body.shots,
-        accounting=body.accounting,
-        params=body.params.model_dump(exclude_none=True) if body.params else None,
-        backend=provider.kind,
+        session, queue, body.to_request(), tenant_id=principal.tenant_id, backend=provider.kind
     )
     return JobPublic.from_row(job)
 

@@ -54,6 +54,7 @@ from app.services import jobs as job_service
 from app.services import prompts as prompt_service
 from app.services.errors import ForbiddenError, InvalidError, NotFoundError, ServiceError
 from app.services.tenants import authenticate, live_key
+from app.synthesis.config import DEFAULT_SHOTS
 from app.synthesis.tasks import BUILTIN_TASKS
 from app.ui.charts import ChartPoint, spend_bar, spend_chart
 from app.ui.session import LOGIN_COOKIE, LOGIN_TTL_S, SESSION_COOKIE, Signer, UiSession
@@ -496,7 +497,8 @@ def _job_request(form: FormData) -> JobCreate:
         "public_dataset_id": _text(form, "public_dataset_id"),
         "epsilon": _number(form, "epsilon", float),
         "delta": _number(form, "delta", float),
-        "shots": _number(form, "shots", int) or 4,
+        "accounting": _text(form, "accounting"),  # missing: the budget's
+        "shots": _number(form, "shots", int) or DEFAULT_SHOTS,
         "params": params or None,
     }
     try:
@@ -505,28 +507,16 @@ def _job_request(form: FormData) -> JobCreate:
         raise InvalidError(describe_request_errors(err.errors(include_input=False))[0]) from None
 
 
-def _service_args(body: JobCreate) -> dict[str, Any]:
-    return {
-        "dataset_id": body.dataset_id,
-        "method": body.method,
-        "public_dataset_id": body.public_dataset_id,
-        "epsilon": body.epsilon,
-        "delta": body.delta,
-        "shots": body.shots,
-        "params": body.params.model_dump(exclude_none=True) if body.params else None,
-    }
-
-
 @router.post("/jobs/quote")
 async def quote(request: Request, ui: AdminUi, session: SessionDep) -> Response:
     """What the job in the form would cost, from the planner (nothing is reserved)."""
-    body = _job_request(await _checked_form(request, ui))
+    asked = _job_request(await _checked_form(request, ui)).to_request()
     result = await run_in_threadpool(
         lambda: job_service.quote_job(
             session,
+            asked,
             tenant_id=ui.principal.tenant_id,
             backend=request.app.state.backend_provider.kind,  # promptdpsgd: not on vLLM
-            **_service_args(body),
         )
     )
     return JSONResponse(
@@ -544,14 +534,14 @@ async def quote(request: Request, ui: AdminUi, session: SessionDep) -> Response:
 
 @router.post("/jobs", response_class=HTMLResponse)
 async def submit(request: Request, ui: AdminUi, session: SessionDep, queue: QueueDep) -> Response:
-    body = _job_request(await _checked_form(request, ui))
+    asked = _job_request(await _checked_form(request, ui)).to_request()
     job = await run_in_threadpool(
         lambda: job_service.submit_job(
             session,
             queue,
+            asked,
             tenant_id=ui.principal.tenant_id,
             backend=request.app.state.backend_provider.kind,  # promptdpsgd: not on vLLM
-            **_service_args(body),
         )
     )
     return _see_other(f"/ui/jobs/{job.id}")
