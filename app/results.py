@@ -1,4 +1,5 @@
-"""The types every method and the service share: what a job produces, and why it cannot run.
+"""The types every method and the service share: what a job produces, why it cannot run, and
+how a run reports its progress.
 
 They live here, outside any one method's package, because the token loop, PromptPATE,
 PromptDPSGD, the service and the workers all use them: kept in the token loop
@@ -11,8 +12,14 @@ result types does not load the soft prompt's file format (safetensors).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
+
+# How a run reports progress: (units done, units planned), in the method's unit (tokens,
+# public inputs, steps: ``Method.unit``). The worker writes it and raises from it to cancel a
+# job, so a run must call it between units and let what it raises stop the run.
+Progress = Callable[[int, int], None]
 
 
 class SoftPromptRelease(Protocol):

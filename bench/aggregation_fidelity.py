@@ -38,10 +38,10 @@ import time
 import numpy as np
 
 from app.privacy.adadpsyn import pooled_aggregate_steps
-from app.privacy.calibration import calibrate
+from app.privacy.calibration import calibrate_noise
 from app.privacy.params import AdaDPSynParams, TangParams
-from app.privacy.plan import PrivacyPlan
 from app.privacy.planner import PlannerShape, plan_adadpsyn
+from app.privacy.synthesis import SynthesisPrivacy
 from app.privacy.tang import gaussian_aggregate
 
 N, TMAX = 2, 30
@@ -106,15 +106,15 @@ def methods(labels: int, M: int, K: int, epsilon: float) -> tuple[TangParams, Ad
     job = shape(labels, M, K, epsilon)
     out = []
     for params in (TangParams(sigma=1.0), plan_adadpsyn(job).params()):
-        plan = PrivacyPlan(params=params, M=M, N=N, tmax=TMAX)
-        result = calibrate(
-            plan,
+        privacy = SynthesisPrivacy(params=params, M=M, N=N, tmax=TMAX)
+        result = calibrate_noise(
+            privacy,
             label_sizes=job.label_sizes,
             shots=job.shots,
             target_epsilon=epsilon,
             delta=job.delta,
         )
-        out.append(result.plan.params)
+        out.append(result.privacy.params)
     tang, pooled = out
     assert isinstance(tang, TangParams) and isinstance(pooled, AdaDPSynParams)
     return tang, pooled

@@ -12,9 +12,9 @@ import sys
 import time
 
 from app.privacy.accounting import Accounting
-from app.privacy.calibration import calibrate
+from app.privacy.calibration import calibrate_noise
 from app.privacy.params import AdaDPSynParams, TangParams
-from app.privacy.plan import PrivacyPlan
+from app.privacy.synthesis import SynthesisPrivacy
 
 TARGET_SECONDS = 2.0
 SIZES, SHOTS, DELTA = {"World": 2600}, {"World": 1}, 1 / 10429
@@ -25,19 +25,19 @@ def main() -> int:
     print(f"{'method':9} {'accounting':10} {'epsilon':>7} {'multiplier':>10} {'seconds':>8}")
     for params in (TangParams(sigma=1.0), AdaDPSynParams(sigma0=10, sigma1=1.0, sigma2=3, T=2)):
         for accounting in Accounting:
-            plan = PrivacyPlan(params=params, accounting=accounting, M=10, N=2, tmax=100)
+            privacy = SynthesisPrivacy(params=params, accounting=accounting, M=10, N=2, tmax=100)
             for target in (1.0, 4.0, 8.0):
                 times = []
                 for _ in range(3):
                     start = time.perf_counter()
-                    result = calibrate(
-                        plan, label_sizes=SIZES, shots=SHOTS, target_epsilon=target, delta=DELTA
+                    result = calibrate_noise(
+                        privacy, label_sizes=SIZES, shots=SHOTS, target_epsilon=target, delta=DELTA
                     )
                     times.append(time.perf_counter() - start)
                 seconds = statistics.median(times)
                 worst = max(worst, seconds)
                 print(
-                    f"{plan.method.value:9} {accounting.value:10} {target:7.1f} "
+                    f"{privacy.aggregator.value:9} {accounting.value:10} {target:7.1f} "
                     f"{result.multiplier:10.4f} {seconds:8.3f}"
                 )
     verdict = "meets" if worst < TARGET_SECONDS else "MISSES"

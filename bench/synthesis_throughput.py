@@ -43,11 +43,11 @@ import torch
 from app.eval.datasets import paths
 from app.llm.models import DEFAULT_MODEL
 from app.llm.transformers_backend import TransformersBackend
-from app.privacy.params import Method
+from app.privacy.params import Aggregator
 from app.privacy.rng import make_rng
 from app.synthesis.config import SynthesisConfig
 from app.synthesis.data import load_dataset
-from app.synthesis.generator import JobPlan, partition_sizes, plan_job, synthesize
+from app.synthesis.generator import SynthesisPlan, partition_sizes, plan_synthesis, synthesize
 from app.synthesis.prompts import public_prompt, teacher_prompt
 from app.synthesis.tasks import get_task
 
@@ -150,7 +150,7 @@ def engine_comparison(args: argparse.Namespace, task, records, config) -> int:
     """The same job on the vLLM server and on the local backend: times and cache hits."""
     from app.llm.vllm_http import VLLMHttpBackend, served_model
 
-    job = plan_job(task, partition_sizes(task, records), config, make_rng(args.seed))
+    job = plan_synthesis(task, partition_sizes(task, records), config, make_rng(args.seed))
     runs = []
     with VLLMHttpBackend(url=args.vllm, model=served_model(args.vllm), timeout=600) as remote:
         _ = remote.eos_id, remote.newline_ids  # one-time lookups, not the job's
@@ -216,7 +216,7 @@ def best_of(repeats: int, call: Callable[[], object]) -> float:
     return min(times)
 
 
-def step_batch(backend, task, records, job: JobPlan, seed: int):
+def step_batch(backend, task, records, job: SynthesisPlan, seed: int):
     """The first step's teacher prompts and token sets, drawn as ``synthesize`` draws them."""
     rng = make_rng(seed)
     schedule, sizes = job.schedule, job.sizes
@@ -225,7 +225,7 @@ def step_batch(backend, task, records, job: JobPlan, seed: int):
     top = backend.top_k(public, job.config.K)
     batch, sets = [], []
     for label, token_set in zip(schedule, top, strict=True):
-        sampling = job.plan.sampling(sizes[label])
+        sampling = job.privacy.sampling(sizes[label])
         for group in sampling.draw(len(parts[label]), rng):
             examples = [parts[label][i] for i in group]
             batch.append(backend.tokenize(teacher_prompt(task, examples, label, "")))
@@ -251,7 +251,7 @@ def main() -> int:
     records = load_dataset(task, data)
     config = SynthesisConfig.for_task(
         task.name,
-        method=Method.ADADPSYN,
+        method=Aggregator.ADADPSYN,
         epsilon=8.0,
         shots=args.shots,
         tmax=args.tmax,
@@ -270,7 +270,7 @@ def main() -> int:
     _ = backend.newline_ids  # a one-time cost of the backend (decodes the vocabulary), not the loop
     # Planning (calibration) happens before the loop: the service does it at admission.
     start = time.perf_counter()
-    job = plan_job(task, partition_sizes(task, records), config, make_rng(args.seed))
+    job = plan_synthesis(task, partition_sizes(task, records), config, make_rng(args.seed))
     plan_s = time.perf_counter() - start
     batch, sets = step_batch(backend, task, records, job, args.seed)
     tokens = sum(len(p) for p in batch)  # counted as the generator counts them (no BOS)

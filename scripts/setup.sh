@@ -3,16 +3,18 @@
 # Idempotent. The first model load converts the GGUF once into ~/.cache/dpsyn (about a minute).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-# The dashboard's browser tests (tests/ui) drive Debian's Chromium through its chromedriver;
-# install both when either is missing (apt-get needs root: sudo when not root, if there is one).
-if ! command -v chromium >/dev/null 2>&1 || ! command -v chromedriver >/dev/null 2>&1; then
+# The dashboard's browser tests (tests/ui) drive Debian's Chromium through its chromedriver,
+# and tests/deploy checks docker-compose.yml with docker-compose itself: install what is
+# missing (apt-get needs root: sudo when not root, if there is one).
+if ! command -v chromium >/dev/null 2>&1 || ! command -v chromedriver >/dev/null 2>&1 ||
+  ! command -v docker-compose >/dev/null 2>&1; then
   SUDO=""
   if [ "$(id -u)" -ne 0 ] && command -v sudo >/dev/null 2>&1; then SUDO="sudo"; fi
   if ! { $SUDO env DEBIAN_FRONTEND=noninteractive apt-get update -qq &&
     $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
-      chromium chromium-driver; }; then
-    echo "setup.sh: could not install chromium and chromium-driver: the browser tests" \
-      "will skip (and fail under REQUIRE_SERVICES=1)" >&2
+      chromium chromium-driver docker-compose; }; then
+    echo "setup.sh: could not install chromium, chromium-driver and docker-compose: the" \
+      "browser and compose tests will skip (and fail under REQUIRE_SERVICES=1)" >&2
   fi
 fi
 PYTHON=${PYTHON:-python3.11}

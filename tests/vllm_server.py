@@ -3,7 +3,16 @@
 It is started exactly as a deployment starts it, by ``scripts/vllm_serve.sh PORT`` (the CPU
 build from ``.venv-vllm`` here, the GPU build on a GPU machine), on the packaged model's
 converted folder, so the local transformers backend and the server score the same weights.
-Starting takes about two minutes on two cores, hence one server per session, shared.
+Starting takes 80-95 s on two cores, hence one server per session, shared.
+
+Some tests need a server started with other flags (``tests/workers/test_engine_start.py``: one
+without ``/tokenizer_info``). :class:`ServerPool` starts every variant the session's selected
+tests use *together*, in the background as soon as the tests are collected
+(``tests/conftest.py``), and a test that needs one waits for it. A start is mostly
+single-threaded imports in three processes at ``nice 10``: it runs on the core the test
+process leaves idle and yields to the tests, so by the first vLLM test (a third into the
+suite) both servers are up, where they used to cost 74 s + 94 s of waiting one after the
+other.
 
 ``DPSYN_TEST_VLLM_URL`` points the tests at a server already running (started by the same
 script) instead. Without vLLM the tests skip, naming what is missing, unless
@@ -18,6 +27,7 @@ import signal
 import subprocess
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -84,9 +94,21 @@ def vllm_installed() -> str | None:
 
 def start(port: int, *extra_args: str) -> VLLMServer:
     """Start ``scripts/vllm_serve.sh port TEST_ARGS extra_args...``, wait for ``/health``."""
+    server = launch(port, *extra_args)
+    try:
+        wait_healthy(server, START_TIMEOUT_S)
+    except BaseException:
+        server.close()
+        raise
+    return server
+
+
+def launch(port: int, *extra_args: str, env: dict[str, str] | None = None) -> VLLMServer:
+    """Run ``scripts/vllm_serve.sh port TEST_ARGS extra_args...`` without waiting for it;
+    ``env`` adds to (or overrides) the environment the script reads."""
     extra_args = (*TEST_ARGS, *extra_args)
     log = Path(tempfile.mkdtemp(prefix="dpsyn-vllm-")) / f"vllm-{port}.log"
-    env = {**os.environ, "DPSYN_MODEL": MODEL}
+    env = {**os.environ, "DPSYN_MODEL": MODEL, **(env or {})}
     env.pop("VLLM_MODEL", None)
     env.pop("VLLM_SERVED_NAME", None)
     with log.open("wb") as out:
@@ -98,13 +120,7 @@ def start(port: int, *extra_args: str) -> VLLMServer:
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
-    server = VLLMServer(f"http://127.0.0.1:{port}", MODEL, log, process, extra_args)
-    try:
-        wait_healthy(server, START_TIMEOUT_S)
-    except BaseException:
-        server.close()
-        raise
-    return server
+    return VLLMServer(f"http://127.0.0.1:{port}", MODEL, log, process, extra_args)
 
 
 def wait_healthy(server: VLLMServer, timeout: float) -> None:
@@ -134,3 +150,69 @@ def external() -> VLLMServer | None:
     server = VLLMServer(url.rstrip("/"), MODEL, Path(os.devnull))
     wait_healthy(server, 30)
     return server
+
+
+#: The flags of the server without ``/tokenizer_info`` (the last flag wins over the script's).
+NO_TOKENIZER_INFO = ("--no-enable-tokenizer-info-endpoint",)
+#: Environment of a variant: the server without ``/tokenizer_info`` never runs a job (the
+#: worker's start check stops at that endpoint), so 1 GiB of KV cache instead of the
+#: script's 2 keeps the two servers that run side by side 1 GiB smaller.
+VARIANT_ENV = {NO_TOKENIZER_INFO: {"VLLM_CPU_KVCACHE_SPACE": "1"}}
+
+
+class ServerPool:
+    """The vLLM servers of one test session, keyed by their extra flags (``()``: the script's
+    own), each started once and shared.
+
+    ``needed`` are the variants the session's selected tests use (``tests/conftest.py``
+    reads them from the collected tests, so a run of one vLLM test starts one server).
+    :meth:`start_needed` starts them all at once without waiting; :meth:`get` waits until
+    every started server answers ``/health`` (so none is still starting while a test runs)
+    and returns the one asked for, starting it first if nobody did.
+    """
+
+    def __init__(self, needed: list[tuple[str, ...]], port: Callable[[], int]) -> None:
+        self.needed = list(dict.fromkeys(needed))
+        self.port = port
+        self.servers: dict[tuple[str, ...], VLLMServer] = {}
+        self.ready: set[tuple[str, ...]] = set()
+        self.released: set[tuple[str, ...]] = set()
+
+    def start_needed(self, *also: tuple[str, ...]) -> None:
+        """Start every needed variant (and ``also``) that is not running, without waiting."""
+        if (reason := vllm_installed()) is not None:
+            unavailable(reason)
+        ports = {int(server.url.rsplit(":", 1)[1]) for server in self.servers.values()}
+        wanted = [*also, *(v for v in self.needed if v not in self.released)]
+        for args in dict.fromkeys(wanted):
+            if args in self.servers:
+                continue
+            while (port := self.port()) in ports:  # a server still starting has not bound it
+                pass
+            ports.add(port)
+            self.servers[args] = launch(port, *args, env=VARIANT_ENV.get(args))
+
+    def get(self, extra_args: tuple[str, ...] = ()) -> VLLMServer:
+        if extra_args not in self.servers:
+            self.start_needed(extra_args)
+        for args, server in list(self.servers.items()):
+            if args not in self.ready:
+                try:
+                    wait_healthy(server, START_TIMEOUT_S)
+                except BaseException:
+                    self.release(args)
+                    raise
+                self.ready.add(args)
+        return self.servers[extra_args]
+
+    def release(self, extra_args: tuple[str, ...]) -> None:
+        """Stop a variant whose tests are done (its memory goes back before the session ends)."""
+        self.released.add(extra_args)
+        self.ready.discard(extra_args)
+        server = self.servers.pop(extra_args, None)
+        if server is not None:
+            server.close()
+
+    def close(self) -> None:
+        for args in list(self.servers):
+            self.release(args)

@@ -1,8 +1,9 @@
 """Run one job by its ID: the body of the Celery task and of the in-process worker.
 
-The steps are the same for every method; what runs in step 4 is the plan of the job's method
-from the registry (``app.methods``): the token loop (tang, adadpsyn) or PromptPATE, whose
-teachers label the texts of a public dataset (read in step 2: public texts are never charged).
+The steps are the same for every method; what runs in step 4 is the plan of the job's method,
+whichever the registry (``app.methods.registry``) holds under the job's name: the runner never
+branches on it. A method that reads a public dataset has its texts read in step 2 (public
+texts are never charged).
 
 A job runs in fenced steps, each its own transaction:
 
@@ -16,12 +17,12 @@ A job runs in fenced steps, each its own transaction:
    a reaper) stops without writing anything.
 2. **Prepare** without private data: rebuild the method's plan (``app.methods``) from what
    admission stored (it must describe exactly the reserved event), check the dataset, load
-   the public texts of a method that reads some (PromptPATE), and build the model backend.
+   the public texts of a method that reads some, and build the model backend.
    A failure here releases the reservation.
 3. **Touch.** Set ``touched_data`` and commit *before* the first private record is read. From
    here on the job stays charged whatever happens: a failure or cancellation commits it.
-4. **Synthesise**, writing progress and checking for cancellation between tokens
-   (PromptPATE: between groups of public inputs).
+4. **Run** the method's plan; when it reports progress (between units of its own: tokens,
+   public inputs, steps), write the progress and check for cancellation (throttled).
 5. **Store** the prompt set, mark the job succeeded and commit its charge, in one transaction.
 
 The final write (step 5, or recording a failure or cancellation) is retried through a
@@ -66,7 +67,7 @@ from app.llm.retry import RetryingBackend, RetryPolicy
 from app.methods.registry import get_method
 from app.privacy.calibration import CalibrationError
 from app.privacy.events import to_dict
-from app.results import SynthesisError, SynthesisResult
+from app.results import Progress, SynthesisError, SynthesisResult
 from app.services.datasets import load_public_texts, load_records
 from app.services.jobs import close_job, lease_live, store_result, stored_plan
 from app.synthesis.data import Record
@@ -85,7 +86,7 @@ T = TypeVar("T")
 
 
 class JobCancelled(Exception):  # noqa: N818 (a signal, not an error)
-    """The job's ``cancel_requested`` flag was set; raised between tokens."""
+    """The job's ``cancel_requested`` flag was set; raised between progress units."""
 
 
 class JobSupersededError(Exception):
@@ -126,15 +127,12 @@ class _Claim:
     task: dict[str, Any] | None  # None: the dataset is gone or deleted
 
 
-Progress = Callable[[int, int], None]
-
-
 @dataclass(frozen=True)
 class _Work:
     """A prepared job: what step 4 runs on the private records, and what to check first."""
 
     expected_records: int  # private records the job was admitted for
-    planned: int  # progress total: tokens, or PromptPATE's public inputs
+    planned: int  # progress total, in the method's unit (``MethodPlan.progress_total``)
     run: Callable[[list[Record], LLMBackend, Progress], SynthesisResult]
     check_backend: Callable[[LLMBackend], None]  # raises if the job cannot run on it
 
@@ -156,9 +154,9 @@ def run_job(
 
     ``progress_interval_s`` throttles progress writes and cancellation checks (both are one
     small transaction); ``timeout_s`` fails a job that runs longer; ``stop`` interrupts it
-    between tokens (failed, charged, if it had read the data; else queued again); ``lease``
-    times the attempt's lease and how long its final write is retried (``sleep`` waits
-    between those retries). ``take_over``: the caller knows that no other attempt of the job
+    between progress units (failed, charged, if it had read the data; else queued again);
+    ``lease`` times the attempt's lease and how long its final write is retried (``sleep``
+    waits between those retries). ``take_over``: the caller knows that no other attempt of the job
     is alive (the embedded server's previous process left it), so a lease that has not
     expired yet is taken over instead of left to its holder. Raises
     :class:`DatabaseUnavailableError` if the job could not be claimed within that time (it

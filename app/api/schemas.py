@@ -5,11 +5,18 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from enum import Enum
-from typing import Annotated, Any, ClassVar, Literal, get_args
+from typing import Annotated, Any, ClassVar, Literal
 
 from fastapi import Query
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, create_model, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from app.db.models import (
     ApiKey,
@@ -20,11 +27,21 @@ from app.db.models import (
     LedgerEntry,
     PromptSet,
 )
-from app.methods.registry import MethodKind, Stored, get_method, param_fields
+from app.methods.params import json_schema
+from app.methods.registry import (
+    DEFAULT_METHOD,
+    METHODS,
+    Method,
+    Stored,
+    find_method,
+    param_fields,
+    unknown_method,
+    validate_params,
+)
 from app.privacy.accounting import Accounting
 from app.privacy.budget import Epsilon
 from app.services.budgets import BudgetView
-from app.services.job_request import JobRequest
+from app.services.job_request import MAX_SHOTS, JobRequest
 from app.services.storable import DATASET_NAME_MAX_CHARS, find_problem
 from app.synthesis.config import DEFAULT_SHOTS
 
@@ -288,57 +305,90 @@ class BudgetPublic(BaseModel):
 # --- jobs -----------------------------------------------------------------------------------
 
 
-class _StrictRequest(_Request):
-    model_config = ConfigDict(extra="forbid", strict=True)  # numbers only, see Epsilon
+# The job schemas are generated from the method registry when a document is generated (an
+# app's OpenAPI document, at its first request) and requests are validated against it when
+# they come: a method registered before either is offered, with its parameters.
 
 
-def _job_params() -> type[BaseModel]:
-    """The ``params`` object: every method's own parameters (``app.methods``), each
-    optional and described with the methods that take it. Bounds are checked by the
-    method's config, which names the field; a parameter of another method is refused."""
-    fields: dict[str, Any] = {}
+def _by_text(texts: dict[str, str]) -> str:
+    """``method: text`` entries, methods with the same text sharing one."""
+    grouped: dict[str, list[str]] = {}
+    for name, text in texts.items():
+        grouped.setdefault(text, []).append(name)
+    return "; ".join(f"{', '.join(names)}: {text}" for text, names in grouped.items())
+
+
+def _params_schema(schema: dict[str, Any]) -> None:
+    """Every registered method's parameters, each described with the methods that take it."""
+    properties = {}
     for name, field in param_fields().items():
-        # A name (an enum) comes as a JSON string: strictness is for the numbers.
-        enum = any(isinstance(a, type) and issubclass(a, Enum) for a in get_args(field.annotation))
-        fields[name] = (
-            field.annotation,
-            Field(None, description=field.description(), strict=False if enum else None),
-        )
-    model: type[BaseModel] = create_model(
-        "JobParams",
-        __base__=_StrictRequest,
-        __doc__="Method parameters; unset ones take the defaults (the papers' settings). "
-        "Each method takes its own (see app.methods); one of another method is refused.",
-        **fields,
+        kinds = [json_schema(param) for param in field.params.values()]
+        unique = [k for i, k in enumerate(kinds) if k not in kinds[:i]]
+        typed = unique[0] if len(unique) == 1 else {"anyOf": unique}
+        properties[name] = {**typed, "description": field.description()}
+    schema["properties"] = properties
+    schema["additionalProperties"] = False
+
+
+class JobParams(BaseModel):
+    """Method parameters; unset ones take the defaults (the papers' settings). Each method
+    takes its own (see app.methods); one of another method is refused, naming who takes it."""
+
+    # Any names here: JobCreate validates them against the chosen method's parameters.
+    model_config = ConfigDict(extra="allow", frozen=True, json_schema_extra=_params_schema)
+
+
+def _shots_text(method: Method) -> str:
+    param = method.shots_param
+    return param.help.rstrip(".") if param is not None else "not used (no demonstrations)"
+
+
+def _job_create_schema(schema: dict[str, Any]) -> None:
+    """The registered methods, what the job's shots are to each, and who reads a public
+    dataset."""
+    properties = schema["properties"]
+    properties["method"]["enum"] = list(METHODS)
+    shots = _by_text({name: _shots_text(method) for name, method in METHODS.items()})
+    properties["shots"]["description"] = f"The job's shots. {shots}."
+    readers = " or ".join(n for n, m in METHODS.items() if m.reads_public) or "no method"
+    properties["public_dataset_id"]["description"] = (
+        f"{readers} only (required): a public dataset of unlabelled texts the method reads; "
+        "never charged."
     )
-    return model
-
-
-JobParams = _job_params()
 
 
 class JobCreate(_Request):
+    model_config = ConfigDict(extra="forbid", json_schema_extra=_job_create_schema)
+
     dataset_id: ResourceId = Field(
         description="The private dataset the job reads and is charged to."
     )
-    method: MethodKind = MethodKind.ADADPSYN
+    method: str = Field(DEFAULT_METHOD, description="A registered method (app.methods).")
     public_dataset_id: ResourceId | None = Field(
-        None,
-        description="promptpate only (required): a public dataset of unlabelled texts that "
-        "the teachers label; never charged.",
+        None, description="For a method that reads a public dataset."
     )
     epsilon: Epsilon = Field(description="Target epsilon of this job; noise is calibrated to it.")
     delta: Delta | None = Field(None, description="Default: the budget's delta.")
-    shots: int = Field(
-        DEFAULT_SHOTS,
-        strict=True,
-        ge=1,
-        le=64,
-        description="Demonstrations to generate (promptpate: in the student prompt; "
-        "promptdpsgd: ignored, its prompt is params.prompt_length soft tokens).",
-    )
+    shots: int = Field(DEFAULT_SHOTS, strict=True, ge=1, le=MAX_SHOTS)
     accounting: Accounting | None = Field(None, description="Must be the budget's (default).")
-    params: JobParams | None = None  # type: ignore[valid-type]
+    params: JobParams | None = None
+
+    @field_validator("method")
+    @classmethod
+    def _registered(cls, value: str) -> str:
+        if find_method(value) is None:
+            raise ValueError(unknown_method())
+        return value
+
+    @field_validator("params")
+    @classmethod
+    def _the_methods_own(cls, value: JobParams | None, info: ValidationInfo) -> JobParams | None:
+        """Validated by the chosen method's parameter model; a bad method is reported on
+        its own (its parameters are then unknown)."""
+        method = find_method(info.data.get("method", ""))
+        if value is None or method is None:
+            return value
+        return JobParams(**validate_params(method, value.model_extra or {}))
 
     def to_request(self) -> JobRequest:
         """The services' job request: the same fields; unset params are left out, so the
@@ -356,21 +406,33 @@ class JobCreate(_Request):
         )
 
 
-class Progress(BaseModel):
-    """Tokens generated out of planned; promptpate: public inputs processed out of sampled;
-    promptdpsgd: DP-SGD steps done out of planned."""
+class ProgressPublic(BaseModel):
+    """Units of the job's method done, out of those planned."""
 
     done: int
     total: int
+    unit: str = Field(description="What the method counts (tokens, public inputs, steps, ...).")
+
+
+def _job_public_schema(schema: dict[str, Any]) -> None:
+    """What each registered method's public stats hold."""
+    stats = _by_text({n: m.public_stats_help for n, m in METHODS.items() if m.public_stats_help})
+    schema["properties"]["stats"]["description"] = (
+        f"Once succeeded, the method's public stats: DP outputs or public settings only. {stats}"
+    )
 
 
 class JobPublic(BaseModel):
+    model_config = ConfigDict(json_schema_extra=_job_public_schema)
+
     id: str
     dataset_id: str
-    public_dataset_id: str | None = Field(description="promptpate: its public dataset.")
+    public_dataset_id: str | None = Field(
+        description="The public dataset of a method that reads one."
+    )
     method: str
     status: str
-    progress: Progress
+    progress: ProgressPublic
     epsilon: float = Field(description="What the ledger charges for this job.")
     delta: float
     accounting: str | None
@@ -378,14 +440,13 @@ class JobPublic(BaseModel):
     cancel_requested: bool
     error: str | None
     prompt_id: str | None
-    stats: dict[str, float | int | bool] | None = Field(
-        description="promptpate, once succeeded: processed (inputs put to the teachers), "
-        "answered (queries that passed the noisy threshold check and got a label), rejected, "
-        "budget_exhausted, spent_mu, budget_mu, holdout_accuracy. promptdpsgd: steps, "
-        "prompt_length, noise_multiplier. adadpsyn (pooled, planned): the planner's choice, "
-        "planner_T, planner_checks, planner_check_share, planner_mu, planner_shrink, "
-        "planner_margin, planner_tang_sigma, planner_agreement, planner_tang_agreement "
-        "(docs/privacy.md). DP outputs or public settings only."
+    stats: dict[str, float | int | bool] | None
+    settings: str | None = Field(
+        description="The settings the job runs with, one line naming those left at their "
+        "default; null if its method shows none."
+    )
+    summary: str | None = Field(
+        description="A phrase about the finished job from its public stats; null if none."
     )
     created_at: Timestamp
     started_at: Timestamp | None
@@ -394,14 +455,20 @@ class JobPublic(BaseModel):
     @classmethod
     def from_row(cls, row: Job) -> JobPublic:
         stored = Stored(config=row.config or {}, schedule=row.schedule or [], delta=row.delta)
-        accounting, shots = get_method(row.method).summary(stored)
+        method = find_method(row.method)  # None: a method no longer registered here
+        accounting, shots = method.summary(stored) if method else (None, 0)
+        stats = dict(row.stats) if row.stats else None
         return cls(
             id=row.id,
             dataset_id=row.dataset_id,
             public_dataset_id=row.public_dataset_id,
             method=row.method,
             status=row.status,
-            progress=Progress(done=row.progress_done, total=row.progress_total),
+            progress=ProgressPublic(
+                done=row.progress_done,
+                total=row.progress_total,
+                unit=method.unit if method else "units",
+            ),
             epsilon=row.epsilon,
             delta=row.delta,
             accounting=accounting,
@@ -409,7 +476,9 @@ class JobPublic(BaseModel):
             cancel_requested=row.cancel_requested,
             error=row.error,
             prompt_id=row.prompt_set_id,
-            stats=dict(row.stats) if row.stats else None,
+            stats=stats,
+            settings=method.settings(stored) if method else None,
+            summary=method.stats_summary(stats) if method and stats else None,
             created_at=row.created_at,
             started_at=row.started_at,
             finished_at=row.finished_at,
@@ -419,7 +488,7 @@ class JobPublic(BaseModel):
 # --- prompts --------------------------------------------------------------------------------
 
 
-class Demonstration(BaseModel):
+class DemonstrationPublic(BaseModel):
     label: str
     text: str
 
@@ -484,7 +553,7 @@ class PromptPublic(PromptSummary):
     """A synthesised prompt: a differentially private output, safe to share."""
 
     task_spec: dict[str, Any]
-    demonstrations: list[Demonstration]
+    demonstrations: list[DemonstrationPublic]
     prompt: str
 
     @classmethod
@@ -492,7 +561,7 @@ class PromptPublic(PromptSummary):
         return cls(
             **dict(PromptSummary.from_row(row)),
             task_spec=dict(row.task),
-            demonstrations=[Demonstration(**d) for d in row.demonstrations],
+            demonstrations=[DemonstrationPublic(**d) for d in row.demonstrations],
             prompt=row.prompt,
         )
 

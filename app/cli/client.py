@@ -22,7 +22,7 @@ import typer
 from rich.console import Console
 
 from app.cli.config import ConfigError, resolve, user_config_path
-from app.cli.custom_task import custom_task, parse_column, parse_pairs, settings_line
+from app.cli.custom_task import custom_task, parse_column, parse_pairs
 from app.cli.options import (
     ANSWER_WORDS,
     ICL_INSTRUCTION,
@@ -36,7 +36,6 @@ from app.cli.options import (
 )
 from app.cli.progress import progress_reporter
 from app.db.models import TERMINAL_STATUSES
-from app.methods.kinds import MethodKind
 from app.privacy.accounting import Accounting
 from app.privacy.budget import is_epsilon
 from app.synthesis.config import DEFAULT_SHOTS
@@ -334,6 +333,29 @@ def _describe_dataset(dataset: dict[str, Any]) -> str:
     )
 
 
+def _check_public_options(
+    custom: dict[str, str | None],
+    text_col: str | None,
+    label_col: str | None,
+    label_map: str | None,
+) -> None:
+    """Refuse the options of a labelled dataset on a public upload, naming the option."""
+    if label_col is not None:
+        raise ClientError("--label-col: a public dataset has no labels", code=2)
+    if given := [opt for opt, value in custom.items() if value is not None]:
+        raise ClientError(
+            f"--{given[0].replace('_', '-')}: a public dataset has no task labels", code=2
+        )
+    if label_map is not None:
+        raise ClientError("--label-map: a public dataset has no labels", code=2)
+    if isinstance(parse_column(text_col), tuple):
+        raise ClientError(
+            "--text-col: a public table needs a header and a column name "
+            "(column numbers are for private datasets)",
+            code=2,
+        )
+
+
 @datasets_app.command("upload")
 def datasets_upload(
     file: Annotated[Path, typer.Argument(help="CSV/TSV/JSONL, or a built-in task's format.")],
@@ -377,20 +399,7 @@ def datasets_upload(
     }
     try:
         if public:
-            if label_col is not None:
-                raise ClientError("--label-col: a public dataset has no labels", code=2)
-            if given := [opt for opt, value in custom.items() if value is not None]:
-                raise ClientError(
-                    f"--{given[0].replace('_', '-')}: a public dataset has no task labels", code=2
-                )
-            if label_map is not None:
-                raise ClientError("--label-map: a public dataset has no labels", code=2)
-            if isinstance(parse_column(text_col), tuple):
-                raise ClientError(
-                    "--text-col: a public table needs a header and a column name "
-                    "(column numbers are for private datasets)",
-                    code=2,
-                )
+            _check_public_options(custom, text_col, label_col, label_map)
             fields, part = _public_upload_parts(file, task, text_col, name)
         else:
             try:
@@ -511,27 +520,20 @@ def budget_show(
 jobs_app = typer.Typer(help="Synthesis jobs.", no_args_is_help=True)
 
 
-# What a job's progress counts, by method (the token loop counts tokens).
-UNITS = {MethodKind.PROMPTPATE.value: "public inputs", "promptdpsgd": "steps"}
-
-
-def _unit(job: dict[str, Any]) -> str:
-    return UNITS.get(job["method"], "tokens")
-
-
 def _describe_job(job: dict[str, Any]) -> str:
+    """One line: status, method, cost, datasets, progress in the method's unit and what the
+    server says about the finished job (all from the job's JSON: the client knows no method)."""
     progress = job["progress"]
     public = job.get("public_dataset_id")
-    shots = f", {job['shots']} shots" if job["shots"] else ""  # promptdpsgd has none
+    shots = f", {job['shots']} shots" if job["shots"] else ""  # a method may have none
     text = (
         f"job {job['id']} {job['status']}: {job['method']}{shots}, epsilon "
         f"{job['epsilon']:.4g} at delta {job['delta']:.3g}, dataset {job['dataset_id']}"
         + (f", public dataset {public}" if public else "")
-        + f", progress {progress['done']}/{progress['total']} {_unit(job)}"
+        + f", progress {progress['done']}/{progress['total']} {progress.get('unit', '')}".rstrip()
     )
-    stats = job.get("stats") or {}
-    if "answered" in stats:
-        text += f", {int(stats['answered'])} queries answered"
+    if job.get("summary"):
+        text += f", {job['summary']}"
     if job.get("prompt_id"):
         text += f"; prompt {job['prompt_id']}"
     if job.get("error"):
@@ -542,7 +544,8 @@ def _describe_job(job: dict[str, Any]) -> str:
 def _wait(api: Api, job: dict[str, Any], *, interval: float, timeout: float | None) -> dict:
     """Poll the job until it finishes, with progress on stderr (plain lines off a terminal)."""
     deadline = None if timeout is None else time.monotonic() + timeout
-    with progress_reporter(err, f"job {job['id']}", _unit(job)) as report:
+    unit = job["progress"].get("unit", "")
+    with progress_reporter(err, f"job {job['id']}", unit) as report:
         report(job["progress"]["done"], job["progress"]["total"] or None, job["status"])
         while job["status"] not in TERMINAL_STATUSES:
             if deadline is not None and time.monotonic() > deadline:
@@ -557,7 +560,7 @@ def _wait(api: Api, job: dict[str, Any], *, interval: float, timeout: float | No
 
 
 def _param_value(text: str) -> Any:
-    """A ``--param`` value: a JSON number, boolean or null, else the string itself."""
+    """A parameter's value: a JSON number, boolean or null, else the string itself."""
     try:
         value = json.loads(text)
     except ValueError:
@@ -575,37 +578,75 @@ def _parse_params(items: list[str]) -> dict[str, Any]:
     return params
 
 
-def _print_settings(
-    api: Api, dataset: str, method: str, shots: int, params: dict[str, Any]
-) -> None:
-    """The token-loop settings the job runs with, on stderr: the dataset's task decides the
-    defaults of whatever was not given."""
-    try:
-        task = api.call("GET", f"/v1/datasets/{dataset}")["task"].get("name", "")
-    except ClientError:
-        return  # the job is submitted; a missing line of information must not fail it
-    given = {name: params.get(name) for name in ("M", "N", "tmax", "K")}
-    line = settings_line(
-        task, method, shots, **{k: v for k, v in given.items() if isinstance(v, int)}
-    )
-    err.print(line, markup=False)
+PARAM_FLAGS = (
+    "method parameters go as --NAME VALUE (e.g. --M 4, --max-public 40) or --param NAME=VALUE"
+)
 
 
-@jobs_app.command("submit")
+def _flag_params(args: list[str]) -> dict[str, Any]:
+    """The method parameters given as options of their own (``--M 4``, ``--max-public=40``:
+    the server's method decides which it takes, so the client needs no list of them); the
+    flag's ``-`` stands for ``_``."""
+    params: dict[str, Any] = {}
+    rest = list(args)
+    while rest:
+        flag = rest.pop(0)
+        name, sep, value = flag.removeprefix("--").partition("=")
+        if not flag.startswith("--") or not name:
+            raise ClientError(f"unexpected argument {flag[:40]!r}; {PARAM_FLAGS}", code=2)
+        if not sep:
+            if not rest or rest[0].startswith("--"):
+                raise ClientError(f"{flag[:40]}: a value is missing; {PARAM_FLAGS}", code=2)
+            value = rest.pop(0)
+        params[name.replace("-", "_")] = _param_value(value.strip())
+    return params
+
+
+def _job_body(fields: dict[str, Any], params: list[str] | None, extra: list[str]) -> dict[str, Any]:
+    """The ``POST /v1/jobs`` body: the fields given (None: the server's default) and the
+    method parameters (``--NAME VALUE`` and ``--param NAME=VALUE``)."""
+    body = {name: value for name, value in fields.items() if value is not None}
+    given = {**_flag_params(extra), **_parse_params(params or [])}
+    if given:
+        body["params"] = given
+    return body
+
+
+def _show_submitted(job: dict[str, Any], *, wait: bool, quiet: bool, as_json: bool) -> None:
+    """What ``jobs submit`` prints once the job is submitted (and waited for)."""
+    if as_json:
+        _print_json(job)
+    elif quiet:
+        typer.echo(job["prompt_id"] if wait and job.get("prompt_id") else job["id"])
+    elif wait:
+        out.print(_describe_job(job), markup=False)
+        if job.get("prompt_id"):
+            out.print(f"see it with: dpsyn prompts get {job['prompt_id']}", markup=False)
+    if wait and job["status"] != "succeeded":
+        if quiet or as_json:
+            err.print(f"error: {_describe_job(job)}", markup=False)
+        raise typer.Exit(code=1)
+
+
+@jobs_app.command(
+    "submit", context_settings={"ignore_unknown_options": True, "allow_extra_args": True}
+)
 def jobs_submit(
+    ctx: typer.Context,
     dataset: Annotated[str, typer.Option("--dataset", help="Private dataset ID.")],
     epsilon: Annotated[float, typer.Option("--epsilon", help="This job's epsilon (> 0).")],
-    method: Annotated[MethodKind, typer.Option("--method")] = MethodKind.ADADPSYN,
+    method: Annotated[
+        str | None,
+        typer.Option("--method", help="A method the server has (default: the server's)."),
+    ] = None,
     public_dataset: Annotated[
         str | None,
         typer.Option(
-            "--public-dataset",
-            help="promptpate: ID of the public dataset whose texts the teachers label.",
+            "--public-dataset", help="ID of a public dataset, for a method that reads one."
         ),
     ] = None,
     shots: Annotated[
-        int,
-        typer.Option("--shots", help="Demonstrations to generate (promptpate: student shots)."),
+        int, typer.Option("--shots", help="The job's shots (demonstrations, for most methods).")
     ] = DEFAULT_SHOTS,
     delta: Annotated[
         float | None, typer.Option("--delta", help="Default: the budget's delta.")
@@ -613,17 +654,12 @@ def jobs_submit(
     accounting: Annotated[
         Accounting | None, typer.Option("--accounting", help="Default: the budget's.")
     ] = None,
-    M: Annotated[int | None, typer.Option("--M", help="Teacher subsets per token.")] = None,
-    N: Annotated[int | None, typer.Option("--N", help="Records per teacher subset.")] = None,
-    tmax: Annotated[int | None, typer.Option("--tmax", help="Tokens per demonstration.")] = None,
-    K: Annotated[int | None, typer.Option("--K", help="Public vocabulary size.")] = None,
     param: Annotated[
         list[str] | None,
         typer.Option(
             "--param",
-            help="Any method parameter as KEY=VALUE, repeatable (promptpate: teachers, shots, "
-            "queries, max_public, threshold_fraction, sigma_ratio, ...; promptdpsgd: steps, "
-            "batch_size, prompt_length, learning_rate, clip_norm, init).",
+            help="A method parameter as NAME=VALUE, repeatable; or give it as --NAME VALUE. "
+            "The API's JobParams (GET /openapi.json) lists each method's.",
         ),
     ] = None,
     wait: Annotated[bool, typer.Option("--wait", help="Wait for the job, with progress.")] = False,
@@ -640,51 +676,34 @@ def jobs_submit(
 ) -> None:
     """Submit a synthesis job; its cost is reserved against the dataset's budget.
 
-    A PromptPATE job (--method promptpate) also needs --public-dataset: public texts (uploaded
-    with 'dpsyn datasets upload --public') that its teachers label; they are never charged.
-    A PromptDPSGD job (--method promptdpsgd) trains a soft prompt (no demonstrations, so no
-    --shots); it needs a server on the local model (DPSYN_BACKEND=transformers)."""
-    if not is_epsilon(epsilon):
-        _exit(ClientError(f"--epsilon must be a positive number, got {epsilon:g}", code=2))
-    body: dict[str, Any] = {
-        "dataset_id": dataset,
-        "method": method.value,
-        "epsilon": epsilon,
-        "shots": shots,
-    }
-    optional = {"public_dataset_id": public_dataset, "delta": delta}
-    optional["accounting"] = accounting.value if accounting is not None else None
-    body.update({k: v for k, v in optional.items() if v is not None})
-    params = {k: v for k, v in {"M": M, "N": N, "tmax": tmax, "K": K}.items() if v is not None}
+    Any method parameter goes as --NAME VALUE (--M 4, --max-public 40) or --param NAME=VALUE;
+    the server refuses one its method does not take, naming the methods that do. A method
+    that reads public texts also needs --public-dataset (uploaded with 'dpsyn datasets upload
+    --public'); they are never charged."""
     try:
-        params.update(_parse_params(param or []))
-    except ClientError as error:
-        _exit(error)
-    if params:
-        body["params"] = params
-    try:
+        if not is_epsilon(epsilon):
+            raise ClientError(f"--epsilon must be a positive number, got {epsilon:g}", code=2)
+        fields = {
+            "dataset_id": dataset,
+            "method": method,
+            "epsilon": epsilon,
+            "shots": shots,
+            "public_dataset_id": public_dataset,
+            "delta": delta,
+            "accounting": accounting.value if accounting is not None else None,
+        }
+        body = _job_body(fields, param, list(ctx.args))
         with Api(url, key) as api:
             job = api.call("POST", "/v1/jobs", json=body)
             if not quiet and not as_json:
                 out.print(_describe_job(job), markup=False)
-                if method in (MethodKind.TANG, MethodKind.ADADPSYN):  # the token loop
-                    _print_settings(api, dataset, method.value, shots, params)
+                if job.get("settings"):
+                    err.print(job["settings"], markup=False)
             if wait:
                 job = _wait(api, job, interval=poll, timeout=timeout)
     except ClientError as error:
         _exit(error)
-    if as_json:
-        _print_json(job)
-    elif quiet:
-        typer.echo(job["prompt_id"] if wait and job.get("prompt_id") else job["id"])
-    elif wait:
-        out.print(_describe_job(job), markup=False)
-        if job.get("prompt_id"):
-            out.print(f"see it with: dpsyn prompts get {job['prompt_id']}", markup=False)
-    if wait and job["status"] != "succeeded":
-        if quiet or as_json:
-            err.print(f"error: {_describe_job(job)}", markup=False)
-        raise typer.Exit(code=1)
+    _show_submitted(job, wait=wait, quiet=quiet, as_json=as_json)
 
 
 def _print_job(job: dict[str, Any], as_json: bool) -> None:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import re
 
-from app.synthesis.config import DEFAULT_K, DEFAULT_SHOTS, GENERIC_DEFAULTS, TASK_DEFAULTS
 from app.synthesis.data import Column
 from app.synthesis.tasks import TaskError, TaskSpec, classification_task
 
@@ -68,19 +67,3 @@ def custom_task(
         text_field=text_field,
         label_field=label_field,
     )
-
-
-def settings_line(task_name: str, method: str, shots: int | None, **given: int | None) -> str:
-    """Which shots, M, N, tmax and K a token-loop run uses, naming those at their default.
-
-    Printed when a run or job starts: a custom task falls back to generic values that a new
-    user could otherwise only find in the source. ``given``: M, N, tmax, K (None: default).
-    """
-    known = task_name in TASK_DEFAULTS
-    defaults = {**(TASK_DEFAULTS.get(task_name) or GENERIC_DEFAULTS), "K": DEFAULT_K}
-    values = {name: given.get(name) or default for name, default in defaults.items()}
-    defaulted = [name for name, value in values.items() if value == defaults[name]]
-    source = f"the paper's defaults for {task_name}" if known else "defaults for custom tasks"
-    note = f" ({', '.join(defaulted)}: {source}; see docs/synthesis.md)" if defaulted else ""
-    listed = ", ".join(f"{name} {value}" for name, value in values.items())
-    return f"{method}: {shots or DEFAULT_SHOTS} shots, {listed}{note}"

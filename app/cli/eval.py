@@ -1,11 +1,18 @@
-"""``dpsyn eval``: the ICL evaluation grid on one shared data set (table, JSON, plot)."""
+"""``dpsyn eval``: the ICL evaluation grid on one shared data set (table, JSON, plot).
+
+The command knows no method: ``--methods`` takes any registered method, and a method's
+parameters are ``--param NAME=VALUE`` (each method takes the names it declares and validates
+them, as it does a job's params). A few parameters keep the shorthand options that
+docs/results.md and docs/synthesis.md use (``--M``, ``--variant``, ``--dpsgd-steps``, ...).
+"""
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import asdict
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -13,20 +20,130 @@ from app.cli.errors import err, fail, reported_errors
 from app.cli.progress import progress_reporter
 from app.eval.datasets import DATASETS, load_split, public_path
 from app.eval.experiment import (
+    DEFAULT_METHODS,
     PROFILES,
     ExperimentConfig,
     aggregate,
+    check_config,
     plot,
+    reads_public,
     run_experiment,
     settings_grid,
     write_json,
     write_table,
 )
+from app.eval.methods import get, registered_methods, untaken
+from app.llm.base import LLMBackend
 from app.llm.factory import BackendKind, Dtype, make_backend
 from app.privacy.budget import is_epsilon
-from app.privacy.params import AdaDPSynVariant
 from app.synthesis.config import DEFAULT_SHOTS
+from app.synthesis.data import Record
 from app.synthesis.tasks import BUILTIN_TASKS
+
+DEFAULT_SELECTION = ",".join(DEFAULT_METHODS)
+# Shorthand options kept for documented command lines: option (its parameter name in the
+# command's signature) -> the method parameter it sets. Prefer --param NAME=VALUE.
+SHORTHANDS = {
+    "M": "M",
+    "N": "N",
+    "tmax": "tmax",
+    "K": "K",
+    "variant": "variant",
+    "dpsgd_steps": "steps",
+    "dpsgd_batch_size": "batch_size",
+}
+
+Dataset = Annotated[str, typer.Option("--dataset", help="trec|sst2|agnews|mitg|mitd")]
+Quick = Annotated[
+    bool,
+    typer.Option(
+        "--quick",
+        help="100 test queries, 2 seeds, T_max 8, K 50; AG News M 6, MIT M 20 (CPU profile).",
+    ),
+]
+Profile = Annotated[
+    str | None,
+    typer.Option(
+        "--profile",
+        help="quick (= --quick), compare (quick with 5 seeds, 300 test queries: about 90 "
+        "min for SST-2 on 2 cores) or paper (every test query, the papers' T_max and K).",
+    ),
+]
+Model = Annotated[
+    str | None, typer.Option("--model", help="gemma-3-270m, smollm2-135m, or a path.")
+]
+DtypeOption = Annotated[
+    Dtype,
+    typer.Option(
+        "--dtype",
+        help="Local model precision (auto: bfloat16 if native; float32 when a method trains).",
+    ),
+]
+Seeds = Annotated[
+    int | None, typer.Option("--seeds", help="Number of seeds (0..n-1); default 5, quick 2.")
+]
+TestSize = Annotated[
+    int | None, typer.Option("--test-size", help="Test queries; default all, quick 100.")
+]
+Epsilons = Annotated[str, typer.Option("--epsilons", help="Finite epsilons.")]
+Methods = Annotated[
+    str,
+    typer.Option(
+        "--methods", help=f"Comma-separated registered methods ({', '.join(registered_methods())})."
+    ),
+]
+Baselines = Annotated[
+    bool,
+    typer.Option(
+        "--baselines/--no-baselines",
+        help="The synthesis baselines: instruction-only (epsilon 0), noise-free and real "
+        "demonstrations (epsilon inf). Zero-shot always runs.",
+    ),
+]
+Public = Annotated[
+    Path | None,
+    typer.Option(
+        "--public",
+        help="Unlabelled inputs for a method that reads some, e.g. PromptPATE "
+        "(JSONL/CSV/TSV/text); sst2: IMDB sample.",
+    ),
+]
+PublicField = Annotated[
+    str, typer.Option("--public-field", help="Text field of a JSONL/CSV public file.")
+]
+OutDir = Annotated[Path | None, typer.Option("--out-dir", help="Default out/eval/<dataset>.")]
+DataDir = Annotated[
+    Path | None, typer.Option("--data-dir", help="Default $DATA_DIR or ../shared/data.")
+]
+Shots = Annotated[int, typer.Option("--shots", help="The job's shots (demonstrations).")]
+Params = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--param",
+        help="A method parameter, NAME=VALUE (repeat it); VALUE is read as JSON if it can be "
+        "(8, 0.5, true), else as text. Every method asked for that takes NAME gets it.",
+    ),
+]
+Calibrate = Annotated[
+    bool, typer.Option("--calibrate/--no-calibrate", help="Contextual calibration.")
+]
+
+
+MOption = Annotated[int | None, typer.Option("--M", help="Shorthand for --param M=VALUE.")]
+NOption = Annotated[int | None, typer.Option("--N", help="Shorthand for --param N=VALUE.")]
+TmaxOption = Annotated[int | None, typer.Option("--tmax", help="Shorthand for --param tmax=VALUE.")]
+KOption = Annotated[int | None, typer.Option("--K", help="Shorthand for --param K=VALUE.")]
+VariantOption = Annotated[
+    str | None, typer.Option("--variant", help="Shorthand for --param variant=VALUE.")
+]
+DpsgdSteps = Annotated[
+    int | None,
+    typer.Option("--dpsgd-steps", min=1, help="Shorthand for --param steps=VALUE."),
+]
+DpsgdBatch = Annotated[
+    int | None,
+    typer.Option("--dpsgd-batch-size", min=1, help="Shorthand for --param batch_size=VALUE."),
+]
 
 
 def _floats(text: str, option: str) -> tuple[float, ...]:
@@ -39,170 +156,134 @@ def _floats(text: str, option: str) -> tuple[float, ...]:
     return values
 
 
-def eval_command(
-    dataset: Annotated[str, typer.Option("--dataset", help="trec|sst2|agnews|mitg|mitd")],
-    quick: Annotated[
-        bool,
-        typer.Option(
-            "--quick",
-            help="100 test queries, 2 seeds, T_max 8, K 50; AG News M 6, MIT M 20 (CPU profile).",
-        ),
-    ] = False,
-    profile: Annotated[
-        str | None,
-        typer.Option(
-            "--profile",
-            help="quick (= --quick), compare (quick with 5 seeds, 300 test queries: about 90 "
-            "min for SST-2 on 2 cores) or paper (every test query, the papers' T_max and K).",
-        ),
-    ] = None,
-    model: Annotated[
-        str | None, typer.Option("--model", help="gemma-3-270m, smollm2-135m, or a path.")
-    ] = None,
-    dtype: Annotated[
-        Dtype,
-        typer.Option(
-            "--dtype",
-            help="Local model precision (auto: bfloat16 if native; float32 with promptdpsgd).",
-        ),
-    ] = Dtype.AUTO,
-    seeds: Annotated[
-        int | None, typer.Option("--seeds", help="Number of seeds (0..n-1); default 5, quick 2.")
-    ] = None,
-    test_size: Annotated[
-        int | None, typer.Option("--test-size", help="Test queries; default all, quick 100.")
-    ] = None,
-    epsilons: Annotated[str, typer.Option("--epsilons", help="Finite epsilons.")] = "1,2,4,8",
-    methods: Annotated[
-        str, typer.Option("--methods", help="adadpsyn,tang,promptpate,promptdpsgd")
-    ] = "adadpsyn,tang",
-    baselines: Annotated[
-        bool,
-        typer.Option(
-            "--baselines/--no-baselines",
-            help="The synthesis baselines: instruction-only (epsilon 0), noise-free and real "
-            "demonstrations (epsilon inf). Zero-shot always runs.",
-        ),
-    ] = True,
-    public: Annotated[
-        Path | None,
-        typer.Option(
-            "--public",
-            help="Unlabelled inputs for PromptPATE (JSONL/CSV/TSV/text); sst2: IMDB sample.",
-        ),
-    ] = None,
-    public_field: Annotated[
-        str, typer.Option("--public-field", help="Text field of a JSONL/CSV public file.")
-    ] = "text",
-    out_dir: Annotated[
-        Path | None, typer.Option("--out-dir", help="Default out/eval/<dataset>.")
-    ] = None,
-    data_dir: Annotated[
-        Path | None, typer.Option("--data-dir", help="Default $DATA_DIR or ../shared/data.")
-    ] = None,
-    shots: Annotated[int, typer.Option("--shots")] = DEFAULT_SHOTS,
-    M: Annotated[int | None, typer.Option("--M")] = None,
-    N: Annotated[int | None, typer.Option("--N")] = None,
-    tmax: Annotated[int | None, typer.Option("--tmax")] = None,
-    K: Annotated[int | None, typer.Option("--K")] = None,
-    calibrate: Annotated[
-        bool, typer.Option("--calibrate/--no-calibrate", help="Contextual calibration.")
-    ] = True,
-    variant: Annotated[
-        AdaDPSynVariant | None,
-        typer.Option("--variant", help="AdaDPSyn variant: pooled (default) or paper."),
-    ] = None,
-    dpsgd_steps: Annotated[
-        int | None, typer.Option("--dpsgd-steps", min=1, help="PromptDPSGD steps (60).")
-    ] = None,
-    dpsgd_batch_size: Annotated[
-        int | None,
-        typer.Option("--dpsgd-batch-size", min=1, help="PromptDPSGD expected batch (16)."),
-    ] = None,
-) -> None:
-    """Evaluate ICL accuracy of DP synthetic prompts against the papers' baselines."""
+def _value(text: str) -> Any:
+    """A --param value: JSON when it parses (numbers, booleans), else the text itself."""
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
+def parse_params(items: list[str] | None, shorthands: dict[str, Any]) -> dict[str, Any]:
+    """The parameters given on the command line: ``--param`` items, then the shorthands
+    that are set (a shorthand wins over a ``--param`` of the same name)."""
+    params: dict[str, Any] = {}
+    for item in items or []:
+        name, sep, text = item.partition("=")
+        if not sep or not name.strip():
+            raise fail(f"--param takes NAME=VALUE, got {item!r}")
+        params[name.strip()] = _value(text.strip())
+    for option, value in shorthands.items():
+        if value is not None:
+            params[SHORTHANDS[option]] = value
+    return params
+
+
+def _base(dataset: str, quick: bool, profile: str | None) -> tuple[str, ExperimentConfig]:
+    """The profile's name and config (--quick is --profile quick)."""
     if dataset not in DATASETS:
         raise fail(f"--dataset must be one of {', '.join(DATASETS)}, got {dataset!r}")
-    method_list = tuple(m.strip() for m in methods.split(",") if m.strip())
     if quick and profile not in (None, "quick"):
         raise fail(f"--quick is --profile quick; it cannot be combined with --profile {profile}")
     if profile is not None and profile not in PROFILES:
         raise fail(f"--profile must be one of {', '.join(PROFILES)}, got {profile!r}")
-    base = ExperimentConfig.profile(profile or ("quick" if quick else "paper"), dataset)
-    overrides = dict(base.overrides)
-    overrides.update({k: v for k, v in {"M": M, "N": N, "tmax": tmax, "K": K}.items() if v})
-    if variant is not None:
-        overrides["variant"] = variant
+    name = profile or ("quick" if quick else "paper")
+    return name, ExperimentConfig.profile(name, dataset)
+
+
+def build_config(
+    base: ExperimentConfig,
+    given: dict[str, Any],
+    *,
+    seeds: int | None,
+    test_size: int | None,
+    epsilons: str,
+    methods: str,
+    **settings: Any,
+) -> ExperimentConfig:
+    """The profile's config with the command line's settings (``shots``, ``calibrate``,
+    ``baselines``) and parameters ``given``; a parameter that no method asked for takes is
+    refused by name (a value a method refuses is refused by :func:`check_config`)."""
     if seeds is not None and seeds < 1:
         raise fail("--seeds must be at least 1")
     if test_size is not None and test_size < 1:
         raise fail("--test-size must be at least 1")
-    config = ExperimentConfig(
-        seeds=tuple(range(seeds)) if seeds else base.seeds,
-        test_size=test_size if test_size else base.test_size,
-        epsilons=_floats(epsilons, "--epsilons"),
-        methods=method_list,
-        shots=shots,
-        overrides=overrides,
-        calibrated=calibrate,
-        pate=dict(base.pate),
-        dpsgd={
-            **base.dpsgd,
-            **{
-                k: v
-                for k, v in {"steps": dpsgd_steps, "batch_size": dpsgd_batch_size}.items()
-                if v is not None
-            },
-        },
-        baselines=baselines,
-    )
-    try:
-        grid = settings_grid(config.epsilons, config.methods, config.baselines)
-    except ValueError as error:
-        raise fail(str(error)) from None
-    out = out_dir if out_dir is not None else Path("out") / "eval" / dataset
-    task = BUILTIN_TASKS[dataset]
-    started = time.perf_counter()
+    chosen = tuple(m.strip() for m in methods.split(",") if m.strip())
     with reported_errors():
-        train, test = load_split(dataset, data_dir)
-        public_texts = None
-        if "promptpate" in method_list:
-            from app.pate.public import read_public
+        settings_grid((1.0,), chosen)  # every method is registered
+    if missing := untaken(given, chosen):
+        raise fail(f"--param {missing[0]}: none of --methods {','.join(chosen)} takes it")
+    return ExperimentConfig(
+        seeds=tuple(range(seeds)) if seeds else base.seeds,
+        test_size=test_size or base.test_size,
+        epsilons=_floats(epsilons, "--epsilons"),
+        methods=chosen,
+        shots=settings["shots"],
+        params={**base.params, **given},
+        calibrated=settings["calibrate"],
+        baselines=settings["baselines"],
+    )
 
-            source = public if public is not None else public_path(dataset, data_dir)
-            if source is None:
-                raise fail(f"--methods promptpate needs --public PATH for {dataset}")
-            public_texts = read_public(source, public_field)
-        err.print(
-            f"{dataset}: {len(train)} training and {len(test)} test records; "
-            f"{len(grid)} settings x {len(config.seeds)} seeds",
-            highlight=False,
+
+def _public(
+    config: ExperimentConfig,
+    dataset: str,
+    public: Path | None,
+    data_dir: Path | None,
+    field: str,
+) -> list[str] | None:
+    """The public inputs, if a method asked for reads some (the dataset's default file
+    unless --public names one)."""
+    if not reads_public(config.methods):
+        return None
+    from app.pate.public import read_public
+
+    source = public if public is not None else public_path(dataset, data_dir)
+    if source is None:
+        readers = [m for m in config.methods if get(m).reads_public]
+        raise fail(f"--methods {','.join(readers)} needs --public PATH for {dataset}")
+    return read_public(source, field)
+
+
+def _backend(config: ExperimentConfig, model: str | None, dtype: Dtype) -> LLMBackend:
+    """The local model; auto precision is float32 when a method trains (bfloat16 backward
+    passes are 5x slower on CPU)."""
+    trains = any(get(m).needs_gradients for m in config.methods)
+    chosen = Dtype.FLOAT32 if dtype is Dtype.AUTO and trains else dtype
+    return make_backend(BackendKind.TRANSFORMERS, model=model, url=None, dtype=chosen)
+
+
+def _evaluate(
+    dataset: str,
+    config: ExperimentConfig,
+    records: tuple[list[Record], list[Record]],
+    public: list[str] | None,
+    backend: LLMBackend,
+) -> list[Any]:
+    train, test = records
+    n_settings = len(settings_grid(config.epsilons, config.methods, config.baselines))
+    err.print(
+        f"{dataset}: {len(train)} training and {len(test)} test records; "
+        f"{n_settings} settings x {len(config.seeds)} seeds",
+        highlight=False,
+    )
+    with progress_reporter(err, "evaluating", "runs") as report:
+        return run_experiment(
+            BUILTIN_TASKS[dataset],
+            train,
+            test,
+            backend,
+            config,
+            log=lambda line: err.print(line, markup=False, highlight=False),
+            public=public,
+            progress=lambda done, total: report(done, total),
         )
-        # auto: float32 when a method trains (bfloat16 backward passes are 5x slower on CPU)
-        chosen = Dtype.FLOAT32 if dtype is Dtype.AUTO and "promptdpsgd" in method_list else dtype
-        backend = make_backend(BackendKind.TRANSFORMERS, model=model, url=None, dtype=chosen)
-        with progress_reporter(err, "evaluating", "runs") as report:
-            runs = run_experiment(
-                task,
-                train,
-                test,
-                backend,
-                config,
-                log=lambda line: err.print(line, markup=False, highlight=False),
-                public=public_texts,
-                progress=lambda done, total: report(done, total),
-            )
 
-    rows = aggregate(runs, grid)
-    title = f"{dataset} ({backend.name})"
-    meta = {
-        "dataset": dataset,
-        "model": backend.name,
-        "quick": quick,
-        "profile": profile or ("quick" if quick else "paper"),
-        "config": asdict(config),
-        "seconds": time.perf_counter() - started,
-    }
+
+def _write(runs: list[Any], config: ExperimentConfig, out: Path, meta: dict[str, Any]) -> None:
+    """The table (also on stdout), the runs as JSON and the plot."""
+    rows = aggregate(runs, settings_grid(config.epsilons, config.methods, config.baselines))
+    title = f"{meta['dataset']} ({meta['model']})"
     paths = [
         write_table(rows, out / "results.md", title),
         write_json(runs, out / "runs.json", meta),
@@ -211,3 +292,62 @@ def eval_command(
     typer.echo((out / "results.md").read_text(encoding="utf-8"))
     for path in paths:
         err.print(f"wrote {path}", markup=False, highlight=False)
+
+
+def eval_command(
+    dataset: Dataset,
+    quick: Quick = False,
+    profile: Profile = None,
+    model: Model = None,
+    dtype: DtypeOption = Dtype.AUTO,
+    seeds: Seeds = None,
+    test_size: TestSize = None,
+    epsilons: Epsilons = "1,2,4,8",
+    methods: Methods = DEFAULT_SELECTION,
+    baselines: Baselines = True,
+    public: Public = None,
+    public_field: PublicField = "text",
+    out_dir: OutDir = None,
+    data_dir: DataDir = None,
+    shots: Shots = DEFAULT_SHOTS,
+    param: Params = None,
+    M: MOption = None,
+    N: NOption = None,
+    tmax: TmaxOption = None,
+    K: KOption = None,
+    calibrate: Calibrate = True,
+    variant: VariantOption = None,
+    dpsgd_steps: DpsgdSteps = None,
+    dpsgd_batch_size: DpsgdBatch = None,
+) -> None:
+    """Evaluate ICL accuracy of DP synthetic prompts against the papers' baselines."""
+    profile_name, base = _base(dataset, quick, profile)
+    shorthands = {"M": M, "N": N, "tmax": tmax, "K": K, "variant": variant}
+    shorthands |= {"dpsgd_steps": dpsgd_steps, "dpsgd_batch_size": dpsgd_batch_size}
+    config = build_config(
+        base,
+        parse_params(param, shorthands),
+        seeds=seeds,
+        test_size=test_size,
+        epsilons=epsilons,
+        methods=methods,
+        shots=shots,
+        calibrate=calibrate,
+        baselines=baselines,
+    )
+    started = time.perf_counter()
+    with reported_errors():
+        check_config(BUILTIN_TASKS[dataset], config)  # before the data and the model load
+        records = load_split(dataset, data_dir)
+        texts = _public(config, dataset, public, data_dir, public_field)
+        backend = _backend(config, model, dtype)
+        runs = _evaluate(dataset, config, records, texts, backend)
+    meta = {
+        "dataset": dataset,
+        "model": backend.name,
+        "quick": quick,
+        "profile": profile_name,
+        "config": asdict(config),
+        "seconds": time.perf_counter() - started,
+    }
+    _write(runs, config, out_dir if out_dir is not None else Path("out") / "eval" / dataset, meta)

@@ -1,5 +1,6 @@
 """Options of a custom task and of table columns, declared once for ``dpsyn synthesize``
-and ``dpsyn datasets upload`` so their names and help never drift apart."""
+and ``dpsyn datasets upload`` so their names and help never drift apart. (The method options
+of ``dpsyn synthesize`` are made from the registry: :mod:`app.cli.method_options`.)"""
 
 from __future__ import annotations
 

@@ -10,14 +10,14 @@ from pydantic import ValidationError
 
 from app.cli.errors import fail
 from app.privacy.accounting import Accounting
-from app.privacy.calibration import CalibrationError, calibrate
-from app.privacy.params import AdaDPSynParams, AdaDPSynVariant, Method, TangParams
-from app.privacy.plan import PrivacyPlan
+from app.privacy.calibration import CalibrationError, calibrate_noise
+from app.privacy.params import AdaDPSynParams, AdaDPSynVariant, Aggregator, TangParams
 from app.privacy.planner import PlannerShape, plan_adadpsyn
+from app.privacy.synthesis import SynthesisPrivacy
 
 privacy_app = typer.Typer(help="Privacy accounting: epsilon of a configuration, calibration.")
 
-MethodOpt = Annotated[Method, typer.Option("--method", help="Aggregation method.")]
+AggregatorOpt = Annotated[Aggregator, typer.Option("--method", help="The token loop's aggregator.")]
 AccountingOpt = Annotated[
     Accounting,
     typer.Option(
@@ -59,8 +59,8 @@ LabelsOpt = Annotated[
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON.")]
 
 
-def _plan(
-    method: Method,
+def _privacy(
+    aggregator: Aggregator,
     accounting: Accounting,
     *,
     sigma: float | None,
@@ -73,9 +73,10 @@ def _plan(
     tmax: int,
     good_radius: bool = True,
     free: float | None = None,
-) -> PrivacyPlan:
-    """Build and validate the plan; ``free`` stands in for a missing free multiplier."""
-    if method is Method.TANG:
+) -> SynthesisPrivacy:
+    """Build and validate the token loop's privacy; ``free`` stands in for a missing free
+    multiplier."""
+    if aggregator is Aggregator.TANG:
         value = sigma if sigma is not None else free
         if value is None:
             raise fail("--sigma is required for --method tang")
@@ -93,7 +94,7 @@ def _plan(
             sigma2=sigma2,
             T=T,
         )
-    return PrivacyPlan(params=params, accounting=accounting, M=M, N=N, tmax=tmax)
+    return SynthesisPrivacy(params=params, accounting=accounting, M=M, N=N, tmax=tmax)
 
 
 def _dataset(
@@ -122,7 +123,7 @@ def _validation_message(error: ValidationError) -> str:
 
 @privacy_app.command("epsilon")
 def epsilon_command(
-    method: MethodOpt = Method.ADADPSYN,
+    aggregator: AggregatorOpt = Aggregator.ADADPSYN,
     accounting: AccountingOpt = Accounting.TIGHT,
     sigma: SigmaOpt = None,
     sigma0: Sigma0Opt = 15.0,
@@ -142,8 +143,8 @@ def epsilon_command(
 ) -> None:
     """Epsilon that one record pays for the given configuration."""
     try:
-        plan = _plan(
-            method,
+        privacy = _privacy(
+            aggregator,
             accounting,
             sigma=sigma,
             sigma0=sigma0,
@@ -156,7 +157,7 @@ def epsilon_command(
             good_radius=good_radius,
         )
         sizes, shots, delta = _dataset(n_label, n_total, n_labels, shots_per_label, delta)
-        eps = plan.epsilon(sizes, shots, delta)
+        eps = privacy.epsilon(sizes, shots, delta)
     except ValidationError as error:
         raise fail(_validation_message(error)) from None
     except ValueError as error:
@@ -166,14 +167,15 @@ def epsilon_command(
     else:
         typer.echo(
             f"epsilon = {eps:.4f} at delta = {delta:.3g} "
-            f"({plan.accounting.value} accounting, {plan.accountant.relation.value} neighbours)"
+            f"({privacy.accounting.value} accounting, "
+            f"{privacy.accountant.relation.value} neighbours)"
         )
 
 
 @privacy_app.command("calibrate")
 def calibrate_command(
     epsilon: Annotated[float, typer.Option("--epsilon", help="Target epsilon.")],
-    method: MethodOpt = Method.ADADPSYN,
+    aggregator: AggregatorOpt = Aggregator.ADADPSYN,
     accounting: AccountingOpt = Accounting.TIGHT,
     sigma0: Sigma0Opt = 15.0,
     sigma2: Sigma2Opt = 5.0,
@@ -191,8 +193,8 @@ def calibrate_command(
 ) -> None:
     """Solve for sigma (tang) or sigma1 (adadpsyn) so that the cost meets --epsilon."""
     try:
-        plan = _plan(
-            method,
+        privacy = _privacy(
+            aggregator,
             accounting,
             sigma=None,
             sigma0=sigma0,
@@ -206,15 +208,15 @@ def calibrate_command(
             free=1.0,
         )
         sizes, shots, delta = _dataset(n_label, n_total, n_labels, shots_per_label, delta)
-        result = calibrate(
-            plan, label_sizes=sizes, shots=shots, target_epsilon=epsilon, delta=delta
+        result = calibrate_noise(
+            privacy, label_sizes=sizes, shots=shots, target_epsilon=epsilon, delta=delta
         )
     except ValidationError as error:
         raise fail(_validation_message(error)) from None
     except (CalibrationError, ValueError) as error:
         raise fail(str(error)) from None
-    solved = result.plan.params.model_dump(
-        include={"sigma"} if method is Method.TANG else {"sigma0", "sigma1", "sigma2", "T"}
+    solved = result.privacy.params.model_dump(
+        include={"sigma"} if aggregator is Aggregator.TANG else {"sigma0", "sigma1", "sigma2", "T"}
     )
     if as_json:
         typer.echo(json.dumps({**solved, "epsilon": result.epsilon, "delta": delta}))
@@ -254,15 +256,15 @@ def plan_command(
         )
         choice = plan_adadpsyn(shape)
         params = choice.params()
-        plan = PrivacyPlan(params=params, accounting=accounting, M=M, N=N, tmax=tmax)
-        result = calibrate(
-            plan, label_sizes=sizes, shots=shots, target_epsilon=epsilon, delta=delta
+        privacy = SynthesisPrivacy(params=params, accounting=accounting, M=M, N=N, tmax=tmax)
+        result = calibrate_noise(
+            privacy, label_sizes=sizes, shots=shots, target_epsilon=epsilon, delta=delta
         )
     except ValidationError as error:
         raise fail(_validation_message(error)) from None
     except (CalibrationError, ValueError) as error:
         raise fail(str(error)) from None
-    chosen = result.plan.params
+    chosen = result.privacy.params
     assert isinstance(chosen, AdaDPSynParams)
     out = {
         **choice.public_stats(),

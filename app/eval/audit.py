@@ -36,6 +36,10 @@ Design
   :class:`~app.promptdpsgd.backend.SoftPromptedBackend`. Every step samples from the small
   member set at rate ``batch_size / dpsgd_members``, the setting most favourable to the
   attacker at that epsilon.
+* **As a job.** The AdaDPSyn and PromptDPSGD runs go through the method registry the way
+  a service job does (:func:`app.eval.methods.run_method`: configure, plan from the subset's
+  counts, run), seeded from the audit's generator; so the attacked prompts are those the
+  service would release for such a subset.
 * **Score.** For each candidate as the query, the score of its true label by
   :func:`app.synthesis.scoring.label_probabilities`, the scorer ``/complete`` answers with
   (when the labels' answers start with different tokens: the probability of the first token
@@ -59,17 +63,17 @@ from pathlib import Path
 
 import numpy as np
 
+from app.eval.methods import JobSpec, run_method, scorer
 from app.llm.base import LLMBackend
 from app.privacy.accounting import Accounting
-from app.privacy.params import Method
-from app.synthesis.config import SynthesisConfig
 from app.synthesis.data import Record
-from app.synthesis.generator import partition_sizes, plan_job, synthesize
 from app.synthesis.prompts import demonstration_prompt
 from app.synthesis.scoring import label_probabilities
 from app.synthesis.tasks import TaskKind, TaskSpec
 
-Progress = Callable[[str, int, int], None]  # (which attack, trials done, trials planned)
+AuditProgress = Callable[[str, int, int], None]  # (which attack, trials done, trials planned)
+# The registered methods whose releases attacks (b) and (c) attack.
+SYNTHETIC_METHOD, SOFT_PROMPT_METHOD = "adadpsyn", "promptdpsgd"
 
 
 # --- statistics -----------------------------------------------------------------------------
@@ -281,7 +285,7 @@ def run_real(
     pools: Pools,
     config: AuditConfig,
     rng: np.random.Generator,
-    progress: Progress | None = None,
+    progress: AuditProgress | None = None,
 ) -> AttackSummary:
     """Attack (a): 1-shot prompts made of a real member record."""
     results = []
@@ -296,18 +300,25 @@ def run_real(
     return AttackSummary("real", results, config.seed, {"epsilon": "inf"})
 
 
+def _delta(pools: Pools) -> float:
+    """The audit's delta: one over the training set's (de-duplicated) size."""
+    return 1.0 / (len(pools.members) + len(pools.held_out))
+
+
 def run_synthetic(
     task: TaskSpec,
     backend: LLMBackend,
     pools: Pools,
     config: AuditConfig,
     rng: np.random.Generator,
-    progress: Progress | None = None,
+    progress: AuditProgress | None = None,
 ) -> AttackSummary:
-    """Attack (b): 1-shot prompts synthesised by AdaDPSyn from a member subset."""
+    """Attack (b): 1-shot prompts synthesised by AdaDPSyn from a member subset, each run as a
+    job runs (:func:`app.eval.methods.run_method`); the label it synthesised is the first of
+    the job's public schedule."""
     members_by, held_by = pools.by_label("members"), pools.by_label("held_out")
     size = config.M * config.N
-    delta = 1.0 / (len(pools.members) + len(pools.held_out))
+    params = {"M": config.M, "N": config.N, "tmax": config.tmax, "K": config.K}
     results, spent = [], []
     for number in range(1, config.synthetic_trials + 1):
         subset = {
@@ -315,90 +326,82 @@ def run_synthetic(
             for label in task.labels
         }
         records = [pools.members[i] for label in task.labels for i in subset[label]]
-        synth = SynthesisConfig(
-            method=Method.ADADPSYN,
+        job = JobSpec(
             epsilon=config.epsilon,
-            delta=delta,
-            accounting=config.accounting,
             shots=1,
-            M=config.M,
-            N=config.N,
-            tmax=config.tmax,
-            K=config.K,
+            accounting=config.accounting,
+            delta=_delta(pools),
             seed=int(rng.integers(2**31)),
         )
-        job_rng = np.random.default_rng(int(rng.integers(2**31)))
-        job = plan_job(task, partition_sizes(task, records), synth, job_rng)
-        label = job.schedule[0]
-        result = synthesize(task, records, synth, backend, job=job)
-        spent.append(result.epsilon)
+        ran = run_method(SYNTHETIC_METHOD, task, records, backend, job, params)
+        label = ran.plan.stored().schedule[0]
+        spent.append(ran.result.epsilon)
         members = [pools.members[i] for i in subset[label]]
         non_idx = _draw(held_by.get(label, []), size, rng, f"held-out records of {label!r}")
         non = [pools.held_out[i] for i in non_idx]
-        results.append(_result(task, backend, result.prompt, members, non))
+        results.append(_result(task, backend, ran.result.prompt, members, non))
         if progress is not None:
             progress("synthetic", number, config.synthetic_trials)
     extra: dict[str, object] = {
         "epsilon": config.epsilon,
         "epsilon_spent_max": max(spent) if spent else None,
-        "delta": delta,
+        "delta": _delta(pools),
         "member_subset_per_label": size,
     }
-    return AttackSummary("adadpsyn", results, config.seed, extra)
+    return AttackSummary(SYNTHETIC_METHOD, results, config.seed, extra)
 
 
-def run_promptdpsgd(
+def _same_labels(
+    task: TaskSpec, pools: Pools, members: Sequence[Record], rng: np.random.Generator
+) -> list[Record]:
+    """As many held-out records of each label as ``members`` has."""
+    held_by = pools.by_label("held_out")
+    non: list[Record] = []
+    for label in task.labels:
+        wanted = sum(m.label == label for m in members)
+        if wanted:
+            picked = _draw(held_by.get(label, []), wanted, rng, f"held-out of {label!r}")
+            non += [pools.held_out[i] for i in picked]
+    return non
+
+
+def run_soft_prompt(
     task: TaskSpec,
     backend: LLMBackend,
     pools: Pools,
     config: AuditConfig,
     rng: np.random.Generator,
-    progress: Progress | None = None,
+    progress: AuditProgress | None = None,
 ) -> AttackSummary:
-    """Attack (c): soft prompts trained with DP-SGD on a member subset."""
-    from app.promptdpsgd.artifact import SoftPrompt
-    from app.promptdpsgd.backend import SoftPromptedBackend
-    from app.promptdpsgd.config import PromptDpsgdConfig
-    from app.promptdpsgd.plan import plan_promptdpsgd
-    from app.promptdpsgd.train import run_promptdpsgd
-
-    held_by = pools.by_label("held_out")
-    delta = 1.0 / (len(pools.members) + len(pools.held_out))
+    """Attack (c): soft prompts trained with DP-SGD on a member subset, each run as a job
+    runs and scored through the soft prompt it released."""
+    params = {"steps": config.dpsgd_steps, "batch_size": config.dpsgd_batch_size}
     results, spent = [], []
     for number in range(1, config.dpsgd_trials + 1):
         chosen = _draw(list(range(len(pools.members))), config.dpsgd_members, rng, "members")
         members = [pools.members[i] for i in chosen]
-        dpsgd = PromptDpsgdConfig(
+        job = JobSpec(
             epsilon=config.epsilon,
-            delta=delta,
+            shots=None,
             accounting=config.accounting,
-            steps=config.dpsgd_steps,
-            batch_size=config.dpsgd_batch_size,
+            delta=_delta(pools),
             seed=int(rng.integers(2**31)),
         )
-        plan = plan_promptdpsgd(task, len(members), dpsgd)
-        result = run_promptdpsgd(task, members, plan, backend)
-        assert isinstance(result.soft_prompt, SoftPrompt)  # what PromptDPSGD releases
+        result = run_method(SOFT_PROMPT_METHOD, task, members, backend, job, params).result
         spent.append(result.epsilon)
-        non = []
-        for label in task.labels:
-            wanted = sum(m.label == label for m in members)
-            if wanted:
-                picked = _draw(held_by.get(label, []), wanted, rng, f"held-out of {label!r}")
-                non += [pools.held_out[i] for i in picked]
-        scorer = SoftPromptedBackend(backend, result.soft_prompt)
-        results.append(_result(task, scorer, result.prompt, members, non))
+        non = _same_labels(task, pools, members, rng)
+        results.append(_result(task, scorer(backend, result), result.prompt, members, non))
         if progress is not None:
             progress("promptdpsgd", number, config.dpsgd_trials)
     extra: dict[str, object] = {
         "epsilon": config.epsilon,
         "epsilon_spent_max": max(spent) if spent else None,
-        "delta": delta,
+        "delta": _delta(pools),
         "members_per_trial": config.dpsgd_members,
         "steps": config.dpsgd_steps,
         "batch_size": config.dpsgd_batch_size,
     }
-    return AttackSummary("promptdpsgd", results, config.seed, extra)
+    return AttackSummary(SOFT_PROMPT_METHOD, results, config.seed, extra)
 
 
 def run_audit(
@@ -406,7 +409,7 @@ def run_audit(
     records: Sequence[Record],
     backend: LLMBackend,
     config: AuditConfig,
-    progress: Progress | None = None,
+    progress: AuditProgress | None = None,
 ) -> dict[str, AttackSummary]:
     """Both attacks on ``records`` (a task's training set); trials are seeded by the config."""
     if task.kind != TaskKind.CLASSIFICATION:
@@ -419,7 +422,7 @@ def run_audit(
     if config.synthetic_trials > 0:
         out["adadpsyn"] = run_synthetic(task, backend, pools, config, rng, progress)
     if config.dpsgd_trials > 0:
-        out["promptdpsgd"] = run_promptdpsgd(task, backend, pools, config, rng, progress)
+        out["promptdpsgd"] = run_soft_prompt(task, backend, pools, config, rng, progress)
     if not out:
         raise ValueError("nothing to run: every trial count is 0")
     return out

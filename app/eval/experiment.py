@@ -4,15 +4,25 @@ Settings:
 
 * ``zero-shot``: the instruction and the query, no demonstrations (one run: nothing random);
 * ``instruction-only`` at epsilon = 0: demonstrations generated from the instruction alone;
-* each method (``adadpsyn``, ``tang``, ``promptpate`` when public inputs are given, and
-  ``promptdpsgd``: a soft prompt trained with DP-SGD, scored through
-  :class:`~app.promptdpsgd.backend.SoftPromptedBackend`) at each finite epsilon, its noise
-  calibrated to it;
-* ``noise-free`` at epsilon = inf: the first synthesis method run without noise;
+* each method asked for (any registered method: ``adadpsyn``, ``tang``, ``promptpate`` when
+  public inputs are given, ``promptdpsgd``, ...) at each finite epsilon, its noise calibrated
+  to it;
+* ``noise-free`` at epsilon = inf: a generating method run without noise;
 * ``real`` at epsilon = inf: randomly chosen training records, one per scheduled label.
 
+Every method setting runs as a job does (:mod:`app.eval.methods`: the registry's configure,
+plan from counts, run), so the accuracy reported is that of what the service's jobs release.
+The two generated baselines use the first method asked for that declares
+``zero_epsilon_baseline`` (its epsilon = 0 run reads no private data, and it runs without
+noise at epsilon = inf), else the first such method of the default selection. A run is scored
+by what it released (:func:`app.eval.methods.scorer`): demonstrations through their prompt, a
+soft prompt through a backend that puts it in front of every prompt.
+
+Method parameters (``ExperimentConfig.params``) are one namespace, as in the API's ``params``
+object: each method takes the names its ``params`` model declares and validates them itself.
+
 Every run draws its demonstrations with its own seed and is scored on the same test subset.
-Runs record demonstrations of the synthetic settings (DP releases, or no private data at all);
+Runs record the releases of the synthetic settings (DP releases, or no private data at all);
 for ``real`` runs they record only the label and the training record's index, never its text.
 """
 
@@ -28,28 +38,23 @@ from typing import Any
 
 import numpy as np
 
+from app.eval import methods as eval_methods
 from app.eval.icl import Score, evaluate, normalise
 from app.eval.memo import MemoBackend
 from app.llm.base import LLMBackend
+from app.privacy.accounting import Accounting
 from app.privacy.budget import is_epsilon
-from app.privacy.params import Method
-from app.privacy.plan import label_schedule
-from app.synthesis.config import DEFAULT_SHOTS, SynthesisConfig
+from app.privacy.synthesis import label_schedule
+from app.synthesis.config import DEFAULT_SHOTS
 from app.synthesis.data import Record
-from app.synthesis.generator import synthesize
 from app.synthesis.prompts import demonstration_prompt
 from app.synthesis.tasks import TaskKind, TaskSpec
 
 Log = Callable[[str], None]
-METHOD_NAMES = {
-    "adadpsyn": "AdaDPSyn",
-    "tang": "DP few-shot generation",
-    "promptpate": "PromptPATE",
-    "promptdpsgd": "PromptDPSGD",
-}
-SYNTHESIS_METHODS = ("adadpsyn", "tang")
 ZERO_SHOT, INSTRUCTION_ONLY = "zero-shot", "instruction-only"
 NOISE_FREE, REAL = "noise-free", "real"
+BASELINES = (ZERO_SHOT, INSTRUCTION_ONLY, NOISE_FREE, REAL)  # the evaluation's own settings
+DEFAULT_METHODS = ("adadpsyn", "tang")  # the selection when none is asked for
 TEST_SUBSET_SEED = 12345  # the same test queries for every setting and seed
 
 
@@ -57,13 +62,13 @@ TEST_SUBSET_SEED = 12345  # the same test queries for every setting and seed
 class Setting:
     """One row of the table: how demonstrations are obtained, at which epsilon."""
 
-    kind: str  # "instruction-only", a method name, "noise-free" or "real"
+    kind: str  # a baseline (:data:`BASELINES`) or a method name
     epsilon: float
-    method: str | None = None  # the synthesis method run (None for "real")
+    method: str | None = None  # the method run (None for zero-shot and "real")
 
     @property
     def key(self) -> str:
-        if self.kind in METHOD_NAMES:
+        if self.kind not in BASELINES:
             return f"{self.kind}@{self.epsilon:g}"
         return self.kind
 
@@ -74,31 +79,44 @@ class Setting:
         if self.kind == INSTRUCTION_ONLY:
             return "ε = 0 (instruction-only)"
         if self.kind == NOISE_FREE:
-            return f"ε = ∞ ({METHOD_NAMES.get(self.method or '', self.method)}, no noise)"
+            return f"ε = ∞ ({eval_methods.title(self.method or '')}, no noise)"
         if self.kind == REAL:
             return "ε = ∞ (random real demonstrations)"
-        return f"{METHOD_NAMES[self.kind]}, ε = {self.epsilon:g}"
+        return f"{eval_methods.title(self.kind)}, ε = {self.epsilon:g}"
+
+
+def baseline_method(methods: Sequence[str]) -> str | None:
+    """The method the generated baselines run: the first of ``methods`` (then of
+    :data:`DEFAULT_METHODS`) whose epsilon = 0 run reads no private data; None if none is."""
+    known = eval_methods.registered_methods()
+    for name in (*methods, *DEFAULT_METHODS):
+        if name in known and known[name].zero_epsilon_baseline:
+            return name
+    return None
 
 
 def settings_grid(
     epsilons: Sequence[float], methods: Sequence[str], baselines: bool = True
 ) -> list[Setting]:
     """Zero-shot and epsilon 0, every method at every epsilon, then the two epsilon = inf
-    baselines (the baselines that generate use the first synthesis method, else AdaDPSyn).
-    ``baselines=False`` keeps zero-shot and the methods only (no synthesis baselines)."""
-    unknown = [m for m in methods if m not in METHOD_NAMES]
+    baselines (see :func:`baseline_method`). ``baselines=False`` keeps zero-shot and the
+    methods only (no synthesis baselines)."""
+    known = eval_methods.registered_methods()
+    unknown = [m for m in methods if m not in known or m in BASELINES]
     if unknown or not methods:
-        raise ValueError(f"methods must be among {', '.join(METHOD_NAMES)}, got {list(methods)}")
+        raise ValueError(f"methods must be among {', '.join(known)}, got {list(methods)}")
     bad = [e for e in epsilons if not is_epsilon(e)]
     if bad:
         raise ValueError(f"epsilons must be finite and > 0, got {bad}")
-    generator = next((m for m in methods if m in SYNTHESIS_METHODS), "adadpsyn")
+    generator = baseline_method(methods) if baselines else None
     grid = [Setting(ZERO_SHOT, 0.0)]
-    if baselines:
+    if generator is not None:
         grid.append(Setting(INSTRUCTION_ONLY, 0.0, generator))
     grid += [Setting(m, float(e), m) for m in methods for e in sorted(set(epsilons))]
+    if generator is not None:
+        grid.append(Setting(NOISE_FREE, math.inf, generator))
     if baselines:
-        grid += [Setting(NOISE_FREE, math.inf, generator), Setting(REAL, math.inf)]
+        grid.append(Setting(REAL, math.inf))
     return grid
 
 
@@ -110,6 +128,18 @@ QUICK_TASK_OVERRIDES: dict[str, dict[str, int]] = {
     "mitg": {"M": 20},
     "mitd": {"M": 20},
 }
+# The quick profile's method parameters (by name: a method takes those it declares): the
+# token loop's T_max and K; PromptPATE's ensemble, answered queries, public inputs and
+# student candidates (the CPU profile).
+QUICK_PARAMS: dict[str, Any] = {
+    "tmax": 8,
+    "K": 50,
+    "teachers": 30,
+    "queries": 40,
+    "max_public": 100,
+    "max_chars": 300,
+    "candidates": 8,
+}
 
 
 @dataclass(frozen=True)
@@ -117,34 +147,25 @@ class ExperimentConfig:
     seeds: tuple[int, ...] = (0, 1, 2, 3, 4)
     test_size: int | None = None  # None: the whole test set
     epsilons: tuple[float, ...] = (1.0, 2.0, 4.0, 8.0)
-    methods: tuple[str, ...] = ("adadpsyn", "tang")
-    shots: int = DEFAULT_SHOTS
-    # M, N, tmax, K (and the AdaDPSyn variant) for SynthesisConfig.for_task
-    overrides: dict[str, Any] = field(default_factory=dict)
+    methods: tuple[str, ...] = DEFAULT_METHODS
+    shots: int = DEFAULT_SHOTS  # the job's shots (a method without demonstrations ignores it)
+    # Method parameters by name (M, tmax, teachers, steps, ...): each method takes the names
+    # its params model declares and validates them, as it does a job's params.
+    params: dict[str, Any] = field(default_factory=dict)
     calibrated: bool = True
-    # PateConfig fields (teachers, queries, ...), of several types: PateConfig validates them.
-    pate: dict[str, Any] = field(default_factory=dict)
-    # PromptDpsgdConfig fields (steps, batch_size, ...): PromptDpsgdConfig validates them.
-    dpsgd: dict[str, Any] = field(default_factory=dict)
+    accounting: Accounting = Accounting.TIGHT
     # the epsilon = 0 and epsilon = inf synthesis baselines (instruction-only, noise-free, real)
     baselines: bool = True
 
     @classmethod
     def quick(cls, task: str | None = None, **changes: object) -> ExperimentConfig:
-        """100 test queries, 2 seeds, T_max 8, K 50; PromptPATE with 30 teachers, noise sized
-        for 40 answers, at most 100 public inputs of 300 characters, 8 student candidates
-        (the CPU profile). ``task`` adds its entry of :data:`QUICK_TASK_OVERRIDES`."""
+        """100 test queries, 2 seeds, :data:`QUICK_PARAMS` (T_max 8, K 50; PromptPATE with 30
+        teachers, noise sized for 40 answers, at most 100 public inputs of 300 characters, 8
+        student candidates). ``task`` adds its entry of :data:`QUICK_TASK_OVERRIDES`."""
         base: dict[str, Any] = {  # field values; the dataclass is not validated
             "seeds": (0, 1),
             "test_size": 100,
-            "overrides": {"tmax": 8, "K": 50, **QUICK_TASK_OVERRIDES.get(task or "", {})},
-            "pate": {
-                "teachers": 30,
-                "queries": 40,
-                "max_public": 100,
-                "max_chars": 300,
-                "candidates": 8,
-            },
+            "params": {**QUICK_PARAMS, **QUICK_TASK_OVERRIDES.get(task or "", {})},
         }
         base.update(changes)
         return cls(**base)
@@ -163,8 +184,23 @@ class ExperimentConfig:
             return cls()
         raise ValueError(f"unknown profile {name!r}: one of {', '.join(PROFILES)}")
 
+    def job(self, setting: Setting, seed: int) -> eval_methods.JobSpec:
+        """The job fields of ``setting``'s run with ``seed``."""
+        return eval_methods.JobSpec(
+            epsilon=setting.epsilon, shots=self.shots, accounting=self.accounting, seed=seed
+        )
+
 
 PROFILES = ("quick", "compare", "paper")
+
+
+def check_config(task: TaskSpec, config: ExperimentConfig) -> None:
+    """Refuse, before anything runs, a grid that cannot be built or a method that refuses its
+    parameters (a ValueError naming the setting or parameter, never data)."""
+    grid = settings_grid(config.epsilons, config.methods, config.baselines)
+    for setting in grid:
+        if setting.method is not None:
+            eval_methods.configure(setting.method, task, config.job(setting, 0), config.params)
 
 
 @dataclass
@@ -212,6 +248,60 @@ def real_demonstrations(
     return out
 
 
+@dataclass(frozen=True)
+class Prompted:
+    """What a setting's run is scored with: the backend that answers, the prompt, what the
+    run records of its demonstrations, and the epsilon it charged."""
+
+    scorer: LLMBackend
+    prompt: str
+    demonstrations: list[dict[str, object]]
+    charged: float
+
+
+def _method_prompt(
+    task: TaskSpec,
+    train: Sequence[Record],
+    setting: Setting,
+    seed: int,
+    backend: LLMBackend,
+    config: ExperimentConfig,
+    public: Sequence[str] | None,
+) -> Prompted:
+    """Run ``setting``'s method as a job (:func:`app.eval.methods.run_method`)."""
+    name = setting.method or setting.kind
+    job = config.job(setting, seed)
+    ran = eval_methods.run_method(name, task, train, backend, job, config.params, public)
+    result = ran.result
+    stats = eval_methods.get(name).public_stats(result)
+    return Prompted(
+        eval_methods.scorer(backend, result),
+        result.prompt,
+        eval_methods.released(result, stats),
+        result.epsilon,
+    )
+
+
+def _prompted(
+    task: TaskSpec,
+    train: Sequence[Record],
+    setting: Setting,
+    seed: int,
+    backend: LLMBackend,
+    config: ExperimentConfig,
+    public: Sequence[str] | None,
+) -> Prompted:
+    """The prompt of one run: none (zero-shot), real records, or a method's release."""
+    if setting.kind == ZERO_SHOT:
+        return Prompted(backend, demonstration_prompt(task, []), [], 0.0)
+    if setting.kind == REAL:
+        picked = real_demonstrations(task, train, config.shots, seed)
+        prompt = demonstration_prompt(task, [train[i] for _, i in picked])
+        demos: list[dict[str, object]] = [{"label": lab, "train_index": i} for lab, i in picked]
+        return Prompted(backend, prompt, demos, math.inf)
+    return _method_prompt(task, train, setting, seed, backend, config, public)
+
+
 def run_one(
     task: TaskSpec,
     train: Sequence[Record],
@@ -222,37 +312,11 @@ def run_one(
     config: ExperimentConfig,
     public: Sequence[str] | None = None,
 ) -> Run:
+    """One setting with one seed, scored on ``test``."""
     started = time.perf_counter()
-    if setting.kind == ZERO_SHOT:
-        prompt = demonstration_prompt(task, [])
-        demos: list[dict[str, object]] = []
-        charged = 0.0
-    elif setting.kind == "promptpate":
-        prompt, demos, charged = _promptpate(task, train, public, setting, seed, backend, config)
-    elif setting.kind == "promptdpsgd":
-        scorer, prompt, demos, charged = _promptdpsgd(task, train, setting, seed, backend, config)
-        score = evaluate(scorer, task, prompt, test, calibrated=config.calibrated)
-        return _run(setting, seed, score, charged, demos, started)
-    elif setting.kind == REAL:
-        picked = real_demonstrations(task, train, config.shots, seed)
-        prompt = demonstration_prompt(task, [train[i] for _, i in picked])
-        demos = [{"label": lab, "train_index": i} for lab, i in picked]
-        charged = math.inf
-    else:
-        synth = SynthesisConfig.for_task(
-            task.name,
-            method=Method(setting.method or "adadpsyn"),
-            epsilon=setting.epsilon,
-            shots=config.shots,
-            seed=seed,
-            **config.overrides,
-        )
-        result = synthesize(task, train, synth, backend)
-        prompt = result.prompt
-        demos = [{"label": d.label, "text": d.text} for d in result.demonstrations]
-        charged = result.epsilon
-    score = evaluate(backend, task, prompt, test, calibrated=config.calibrated)
-    return _run(setting, seed, score, charged, demos, started)
+    prompted = _prompted(task, train, setting, seed, backend, config, public)
+    score = evaluate(prompted.scorer, task, prompted.prompt, test, calibrated=config.calibrated)
+    return _run(setting, seed, score, prompted.charged, prompted.demonstrations, started)
 
 
 def _run(
@@ -278,63 +342,18 @@ def _run(
     )
 
 
-def _promptpate(
-    task: TaskSpec,
-    train: Sequence[Record],
-    public: Sequence[str] | None,
-    setting: Setting,
-    seed: int,
-    backend: LLMBackend,
-    config: ExperimentConfig,
-) -> tuple[str, list[dict[str, object]], float]:
-    """A PromptPATE student prompt: teachers from ``train``, labels for ``public``."""
-    from app.pate.config import PateConfig
-    from app.pate.plan import plan_pate, public_count
-    from app.pate.run import run_pate
-
-    if not public:
-        raise ValueError("PromptPATE needs public inputs (dpsyn eval --public PATH)")
-    pate = PateConfig(epsilon=setting.epsilon, seed=seed, **config.pate)
-    plan = plan_pate(task, len(train), public_count(len(public), pate), pate)
-    result = run_pate(task, train, public, plan, backend)
-    demos: list[dict[str, object]] = [
-        {"label": d.label, "text": d.text} for d in result.demonstrations
-    ]
-    return result.prompt, demos, result.epsilon
+def reads_public(methods: Sequence[str]) -> bool:
+    """Whether any of ``methods`` reads public inputs."""
+    return any(eval_methods.get(name).reads_public for name in methods)
 
 
-def _promptdpsgd(
-    task: TaskSpec,
-    train: Sequence[Record],
-    setting: Setting,
-    seed: int,
-    backend: LLMBackend,
-    config: ExperimentConfig,
-) -> tuple[LLMBackend, str, list[dict[str, object]], float]:
-    """A soft prompt trained on ``train`` with DP-SGD, and the backend that answers with it.
-
-    The run records the soft prompt's hash and shape, not its embeddings."""
-    from app.promptdpsgd.artifact import SoftPrompt
-    from app.promptdpsgd.backend import SoftPromptedBackend
-    from app.promptdpsgd.config import PromptDpsgdConfig
-    from app.promptdpsgd.plan import plan_promptdpsgd
-    from app.promptdpsgd.train import run_promptdpsgd
-
-    dpsgd = PromptDpsgdConfig(epsilon=setting.epsilon, seed=seed, **config.dpsgd)
-    plan = plan_promptdpsgd(task, len(train), dpsgd)
-    result = run_promptdpsgd(task, train, plan, backend)
-    soft = result.soft_prompt
-    assert isinstance(soft, SoftPrompt)  # what PromptDPSGD releases
-    info: list[dict[str, object]] = [
-        {
-            "soft_prompt_sha256": soft.sha256,
-            "length": soft.length,
-            "noise_multiplier": plan.noise_multiplier,
-            "steps": dpsgd.steps,
-            "batch_size": dpsgd.batch_size,
-        }
-    ]
-    return SoftPromptedBackend(backend, soft), result.prompt, info, result.epsilon
+def _log_line(run: Run, done: int, total: int) -> str:
+    cal = run.calibrated_accuracy
+    cal_text = "" if cal is None else f" cal {cal:.3f}"
+    return (
+        f"[{done}/{total}] {run.setting} seed {run.seed}: "
+        f"acc {run.accuracy:.3f}{cal_text} ({run.seconds:.1f} s)"
+    )
 
 
 def run_experiment(
@@ -351,12 +370,13 @@ def run_experiment(
 
     ``progress(done, total)`` is called before the first run and after each, in runs.
 
-    ``public``: unlabelled inputs for PromptPATE. Its teachers' votes do not depend on epsilon,
-    so the backend is wrapped in a memo and each seed's votes are computed once.
+    ``public``: unlabelled inputs for the methods that read some (PromptPATE). Its teachers'
+    votes do not depend on epsilon, so the backend is wrapped in a memo and each seed's votes
+    are computed once.
     """
     grid = settings_grid(config.epsilons, config.methods, config.baselines)
     queries = pick_test_subset(test, config.test_size)
-    if "promptpate" in config.methods:
+    if reads_public(config.methods):
         backend = MemoBackend(backend)
     runs = []
     total = sum(1 if s.kind == ZERO_SHOT else len(config.seeds) for s in grid)
@@ -367,12 +387,7 @@ def run_experiment(
             run = run_one(task, train, queries, setting, seed, backend, config, public)
             runs.append(run)
             if log is not None:
-                cal = run.calibrated_accuracy
-                cal_text = "" if cal is None else f" cal {cal:.3f}"
-                log(
-                    f"[{len(runs)}/{total}] {setting.key} seed {seed}: "
-                    f"acc {run.accuracy:.3f}{cal_text} ({run.seconds:.1f} s)"
-                )
+                log(_log_line(run, len(runs), total))
             if progress is not None:
                 progress(len(runs), total)
     return runs
@@ -490,15 +505,13 @@ def plot(rows: Sequence[Row], path: Path, title: str = "") -> Path:
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
-    eps_all = sorted({r.epsilon for r in rows if r.kind in METHOD_NAMES})
-    for method, name in METHOD_NAMES.items():
+    eps_all = sorted({r.epsilon for r in rows if r.kind not in BASELINES})
+    for method in dict.fromkeys(r.kind for r in rows if r.kind not in BASELINES):
         mine = sorted((r for r in rows if r.kind == method), key=lambda r: r.epsilon)
-        if not mine:
-            continue
         x = np.array([r.epsilon for r in mine])
         y = np.array([100 * r.mean for r in mine])
         s = np.array([100 * r.std for r in mine])
-        (line,) = ax.plot(x, y, marker="o", label=name)
+        (line,) = ax.plot(x, y, marker="o", label=eval_methods.title(method))
         ax.fill_between(x, y - s, y + s, alpha=0.2, color=line.get_color())
     # Colour and matplotlib line style: a named style or (offset, (on, off)) dashes.
     styles: dict[str, tuple[str, str | tuple[int, tuple[int, int]]]] = {

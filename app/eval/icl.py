@@ -42,8 +42,9 @@ class EvalError(ScoringError):
     """The evaluation cannot run as asked (the message never contains a query or record)."""
 
 
-def calibrate(probs: np.ndarray, content_free: np.ndarray) -> np.ndarray:
-    """Divide each row by the mean content-free distribution and renormalise."""
+def contextual_calibration(probs: np.ndarray, content_free: np.ndarray) -> np.ndarray:
+    """Contextual calibration: divide each row by the mean content-free distribution and
+    renormalise. (Noise calibration, the privacy side, is :mod:`app.privacy.calibration`'s.)"""
     mean = np.asarray(content_free, dtype=np.float64).reshape(-1, probs.shape[1]).mean(axis=0)
     scaled = np.asarray(probs, dtype=np.float64) / np.maximum(mean, 1e-12)
     return scaled / scaled.sum(axis=1, keepdims=True)
@@ -105,6 +106,6 @@ def evaluate(
     acc = accuracy(predict_labels(task, probs[: len(test)]), gold)
     cal = None
     if calibrated and extra:
-        fixed = calibrate(probs[: len(test)], probs[len(test) :])
+        fixed = contextual_calibration(probs[: len(test)], probs[len(test) :])
         cal = accuracy(predict_labels(task, fixed), gold)
     return Score(acc, cal, len(test))

@@ -80,7 +80,7 @@ def _stored_event(entry: LedgerEntry) -> DatasetEvent:
 
 def _compose(budget: Budget, events: Sequence[DatasetEvent]) -> float:
     accountant = accountant_for(Accounting(budget.accounting))
-    return accountant.synthesis_epsilon(list(events), budget.delta) if events else 0.0
+    return accountant.dataset_epsilon(list(events), budget.delta) if events else 0.0
 
 
 def spend(session: Session, budget: Budget) -> Spend:

@@ -11,24 +11,20 @@ a database or a request: the services and the workers adapt rows to :class:`Coun
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from enum import Enum
-from types import UnionType
-from typing import Any, ClassVar, Union, get_args, get_origin
+from typing import Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
+from pydantic import BaseModel, ValidationError
 
 from app.llm.base import LLMBackend
 from app.privacy.accounting import Accounting
 from app.privacy.events import DatasetEvent
-from app.results import SynthesisResult
+from app.results import Progress, SynthesisResult
 from app.synthesis.data import Record
 from app.synthesis.tasks import TaskSpec, describe_validation_error
 
-from .kinds import MethodKind
-
-Progress = Callable[[int, int], None]  # (units done, units planned)
+from .params import Param, params_model
 
 
 class ParamsError(ValueError):
@@ -55,7 +51,10 @@ class Stored:
 
 
 class MethodPlan(ABC):
-    """A job fixed before it reads a private record: what it costs and how it runs."""
+    """A job fixed before it reads a private record: what it costs and how it runs.
+
+    The interface's view of a plan; each method's own plan (``SynthesisPlan``, ``PatePlan``,
+    ``PromptDpsgdPlan``) sits behind it (docs/service.md, "Names: a glossary")."""
 
     @property
     @abstractmethod
@@ -109,10 +108,26 @@ class MethodPlan(ABC):
 
 
 class Method(ABC):
-    """One synthesis method: its parameters, config, plan, rebuild and public stats."""
+    """One synthesis method: its name, parameters, config, plan, rebuild and public stats.
 
-    kind: MethodKind
-    params: ClassVar[type[BaseModel]]  # what a client may set, every field optional
+    Everything the rest of the service shows or asks about a method is declared here once:
+    :attr:`parameters` (from which the request's :attr:`params` model, the API schema, the
+    CLI options, the dashboard form and the docs table are generated), :attr:`shots_param`,
+    the progress :attr:`unit` and :attr:`verb`, the :meth:`settings` line and which of a
+    run's stats are public. A subclass that declares :attr:`parameters` gets :attr:`params`
+    built from them. The registry (:mod:`app.methods.registry`) names the instances.
+    """
+
+    name: str  # the registry's key, the API's ``method`` and the jobs.method column
+    # The method's name for people, in `dpsyn eval`'s tables and plots ("": its name).
+    title: str = ""
+    # What a client may set (the job's own fields, epsilon, delta, accounting and shots, and
+    # the seed, which voids the guarantee, are not among them).
+    parameters: ClassVar[tuple[Param, ...]] = ()
+    # The config field that holds the job's shots (its flag is the CLI's spelling of them);
+    # None: the method has no demonstrations, and the job's shots do not apply.
+    shots_param: ClassVar[Param | None] = None
+    params: ClassVar[type[BaseModel]] = params_model("NoParams", ())  # from parameters
     reads_public: ClassVar[bool] = False  # also reads a public dataset of unlabelled texts
     zero_epsilon_baseline: ClassVar[bool] = False  # epsilon = 0 runs without private data
     # needs gradients and input embeddings: only the local transformers backend runs it
@@ -120,8 +135,13 @@ class Method(ABC):
     needs_gradients: ClassVar[bool] = False
     unit: ClassVar[str]  # what progress counts
     verb: ClassVar[str]  # what the run does, for progress bars
-    cli_shots_option: ClassVar[str]  # the CLI's spelling of the job's shots
     params_hint: ClassVar[str] = ""  # added to the list of parameters in a refusal
+    public_stats_help: ClassVar[str] = ""  # what :meth:`public_stats` holds, for the API docs
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "parameters" in cls.__dict__:
+            cls.params = params_model(f"{cls.__name__}Params", cls.parameters)
 
     @abstractmethod
     def configure(
@@ -164,6 +184,18 @@ class Method(ABC):
         """A line about the run for the CLI, from its public stats; None: nothing to add."""
         return None
 
+    def settings(self, stored: Stored) -> str | None:
+        """The settings a planned job runs with, one line naming those left at their
+        default (printed when a run starts and shown with a job); None: nothing to show."""
+        del stored
+        return None
+
+    def stats_summary(self, stats: Mapping[str, Any]) -> str | None:
+        """A phrase about a finished job from its public stats, for the client's one-line
+        description of it; None: nothing to add."""
+        del stats
+        return None
+
 
 def client_overrides(params: Mapping[str, Any] | None) -> dict[str, Any]:
     """The parameters a client set (None means unset)."""
@@ -175,35 +207,3 @@ def config_error(err: ValidationError | TypeError) -> ParamsError:
     if isinstance(err, ValidationError):
         return ParamsError(f"invalid job parameters: {describe_validation_error(err)}")
     return ParamsError(f"invalid job parameters: {err}")
-
-
-def optional_params(
-    name: str,
-    source: type[BaseModel],
-    fields: Iterable[str],
-    descriptions: Mapping[str, str] | None = None,
-) -> type[BaseModel]:
-    """A model of ``source``'s ``fields``, each optional (None: the config's default) with
-    its type and description; the bounds stay with ``source``, which validates them."""
-    descriptions = descriptions or {}
-    declared: dict[str, Any] = {}
-    for field in fields:
-        info = source.model_fields[field]
-        annotation = _without_none(info.annotation)
-        text = descriptions.get(field, info.description or "")
-        if info.default is not None and not info.is_required():
-            default = info.default.value if isinstance(info.default, Enum) else info.default
-            text = f"{text} Default {default}.".strip()
-        declared[field] = (annotation | None, Field(None, description=text))
-    model: type[BaseModel] = create_model(
-        name, __config__=ConfigDict(extra="forbid", frozen=True), **declared
-    )
-    return model
-
-
-def _without_none(annotation: Any) -> Any:
-    if get_origin(annotation) in (Union, UnionType):
-        args = [a for a in get_args(annotation) if a is not type(None)]
-        if len(args) == 1:
-            return args[0]
-    return annotation

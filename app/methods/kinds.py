@@ -1,5 +1,9 @@
-"""The method names, kept free of heavy imports so the database models and the thin HTTP
-client can use them without loading the algorithms."""
+"""The names of the built-in methods, kept free of heavy imports.
+
+A method's name is a plain string, the key it is registered under
+(:mod:`app.methods.registry`); nothing requires a name to be one of these. They spell the
+four that ship with the service, for the code that builds them and for tests.
+"""
 
 from __future__ import annotations
 
@@ -7,10 +11,8 @@ from enum import StrEnum
 
 
 class MethodKind(StrEnum):
-    """What a job runs: the token loop with one of its aggregators, PromptPATE (which
-    also reads a public dataset), or PromptDPSGD (a soft prompt; local model only).
-    The one list of methods for the API, the CLI and the workers;
-    :mod:`app.methods.registry` maps each to its implementation."""
+    """The built-in methods: the token loop with one of its aggregators, PromptPATE (which
+    also reads a public dataset), and PromptDPSGD (a soft prompt; local model only)."""
 
     TANG = "tang"
     ADADPSYN = "adadpsyn"

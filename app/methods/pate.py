@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from pydantic import BaseModel, ValidationError
+from pydantic import ValidationError
 
 from app.llm.base import LLMBackend
 from app.pate.config import PateConfig
@@ -19,7 +19,7 @@ from app.pate.plan import PatePlan, plan_pate
 from app.pate.run import run_pate
 from app.privacy.accounting import Accounting
 from app.privacy.events import PateEvent
-from app.results import SynthesisResult
+from app.results import Progress, SynthesisResult
 from app.synthesis.data import Record
 from app.synthesis.tasks import TaskSpec
 
@@ -27,21 +27,27 @@ from .base import (
     Counts,
     Method,
     MethodPlan,
-    Progress,
     Stored,
     client_overrides,
     config_error,
-    optional_params,
 )
 from .kinds import MethodKind
+from .params import declare
 
 # The job's own fields (the student prompt's size is the job's shots) and the seed, which a
-# client never sets, are not parameters.
-PARAMS = tuple(
-    name
-    for name in PateConfig.model_fields
-    if name not in {"epsilon", "delta", "accounting", "student_shots", "seed"}
+# client never sets, are not parameters. On the command line a teacher's ``shots`` is
+# ``--teacher-shots`` (``--shots`` is the job's) and the student ``candidates`` are
+# ``--student-candidates`` (``--candidates`` are an extraction task's slot values).
+PARAMETERS = declare(
+    PateConfig,
+    (
+        name
+        for name in PateConfig.model_fields
+        if name not in {"epsilon", "delta", "accounting", "student_shots", "seed"}
+    ),
+    flags={"shots": "--teacher-shots", "candidates": "--student-candidates"},
 )
+SHOTS = declare(PateConfig, ("student_shots",))[0]
 # What a run reports that the API shows: functions of the Confident-GNMax outputs (which
 # queries passed the noisy threshold check, the noisy labels) and of public data only.
 # Left out: ``seconds`` (timing).
@@ -57,8 +63,9 @@ PUBLIC_STATS = (
 
 
 @dataclass(frozen=True)
-class PromptPatePlan(MethodPlan):
-    """A :class:`PatePlan` with its task and the public dataset's record count."""
+class PromptPateMethodPlan(MethodPlan):
+    """PromptPATE's :class:`MethodPlan`: a :class:`PatePlan` with its task and the public
+    dataset's record count."""
 
     task: TaskSpec
     plan: PatePlan
@@ -109,13 +116,19 @@ class PromptPatePlan(MethodPlan):
 class PromptPate(Method):
     """PromptPATE (Duan et al. 2023)."""
 
-    kind = MethodKind.PROMPTPATE
-    params: ClassVar[type[BaseModel]] = optional_params("PromptPateParams", PateConfig, PARAMS)
+    name = MethodKind.PROMPTPATE.value
+    title = "PromptPATE"
+    parameters = PARAMETERS
+    shots_param = SHOTS
     reads_public: ClassVar[bool] = True
     unit: ClassVar[str] = "public inputs"
     verb: ClassVar[str] = "labelling"
-    cli_shots_option: ClassVar[str] = "--student-shots"
     params_hint: ClassVar[str] = "; the student prompt's size is the job's shots"
+    public_stats_help: ClassVar[str] = (
+        "processed (inputs put to the teachers), answered (queries that passed the noisy "
+        "threshold check and got a label), rejected, budget_exhausted, spent_mu, budget_mu, "
+        "holdout_accuracy"
+    )
 
     def configure(
         self,
@@ -141,17 +154,17 @@ class PromptPate(Method):
         except (ValidationError, TypeError) as err:
             raise config_error(err) from None
 
-    def plan(self, task: TaskSpec, config: Any, counts: Counts) -> PromptPatePlan:
-        return PromptPatePlan(
+    def plan(self, task: TaskSpec, config: Any, counts: Counts) -> PromptPateMethodPlan:
+        return PromptPateMethodPlan(
             task, plan_pate(task, counts.private, counts.public, config), counts.public
         )
 
-    def rebuild(self, task: TaskSpec, stored: Stored) -> PromptPatePlan:
+    def rebuild(self, task: TaskSpec, stored: Stored) -> PromptPateMethodPlan:
         # Planning is deterministic: this is the plan admission reserved if the row is unchanged.
         config = PateConfig.model_validate(stored.config["pate"])
         sizes = stored.config["sizes"]
         n_private, n_public = int(sizes["private"]), int(sizes["public"])
-        return PromptPatePlan(task, plan_pate(task, n_private, n_public, config), n_public)
+        return PromptPateMethodPlan(task, plan_pate(task, n_private, n_public, config), n_public)
 
     def summary(self, stored: Stored) -> tuple[str | None, int]:
         pate = stored.config.get("pate", {})
@@ -163,6 +176,11 @@ class PromptPate(Method):
     def progress_done(self, result: SynthesisResult, total: int) -> int:
         # inputs it got to before the filter's budget ran out (at most all of them)
         return int(self.public_stats(result).get("processed", total))
+
+    def stats_summary(self, stats: Mapping[str, Any]) -> str | None:
+        if "answered" not in stats:
+            return None
+        return f"{int(stats['answered'])} queries answered"
 
     def report(self, result: SynthesisResult) -> str:
         stats = result.stats

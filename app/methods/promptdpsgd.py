@@ -13,14 +13,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from pydantic import BaseModel, ValidationError
+from pydantic import ValidationError
 
 from app.llm.base import LLMBackend
 from app.privacy.accounting import Accounting
 from app.privacy.events import DpsgdEvent
 from app.promptdpsgd.config import PromptDpsgdConfig
-from app.promptdpsgd.plan import DpsgdPlan, plan_promptdpsgd
-from app.results import SynthesisResult
+from app.promptdpsgd.plan import PromptDpsgdPlan, plan_promptdpsgd
+from app.results import Progress, SynthesisResult
 from app.synthesis.data import Record
 from app.synthesis.tasks import TaskSpec
 
@@ -28,28 +28,30 @@ from .base import (
     Counts,
     Method,
     MethodPlan,
-    Progress,
     Stored,
     client_overrides,
     config_error,
-    optional_params,
 )
 from .kinds import MethodKind
+from .params import declare
 
 # What a client may set; epsilon, delta and accounting are the job's own fields, and a seed
 # never comes from a client.
-PARAMS = ("prompt_length", "steps", "batch_size", "learning_rate", "clip_norm", "init")
+PARAMETERS = declare(
+    PromptDpsgdConfig,
+    ("prompt_length", "steps", "batch_size", "learning_rate", "clip_norm", "init"),
+)
 # What a run reports that the API shows: settings and the calibrated noise (public). Left
 # out: ``seconds`` (timing).
 PUBLIC_STATS = ("steps", "prompt_length", "noise_multiplier")
 
 
 @dataclass(frozen=True)
-class PromptDpsgdPlan(MethodPlan):
-    """A :class:`DpsgdPlan` with its task."""
+class PromptDpsgdMethodPlan(MethodPlan):
+    """PromptDPSGD's :class:`MethodPlan`: a :class:`PromptDpsgdPlan` with its task."""
 
     task: TaskSpec
-    plan: DpsgdPlan
+    plan: PromptDpsgdPlan
 
     @property
     def delta(self) -> float:
@@ -101,15 +103,14 @@ class PromptDpsgdPlan(MethodPlan):
 class PromptDpsgd(Method):
     """PromptDPSGD (Duan et al. 2023)."""
 
-    kind = MethodKind.PROMPTDPSGD
-    params: ClassVar[type[BaseModel]] = optional_params(
-        "PromptDpsgdParams", PromptDpsgdConfig, PARAMS
-    )
+    name = MethodKind.PROMPTDPSGD.value
+    title = "PromptDPSGD"
+    parameters = PARAMETERS  # no shots_param: no demonstrations, the job's shots do not apply
     needs_gradients: ClassVar[bool] = True
     unit: ClassVar[str] = "steps"
     verb: ClassVar[str] = "training"
-    cli_shots_option: ClassVar[str] = ""  # no demonstrations: the job's shots do not apply
     params_hint: ClassVar[str] = "; it has no demonstrations, so the job's shots do not apply"
+    public_stats_help: ClassVar[str] = "steps, prompt_length, noise_multiplier"
 
     def configure(
         self,
@@ -134,14 +135,14 @@ class PromptDpsgd(Method):
         except (ValidationError, TypeError) as err:
             raise config_error(err) from None
 
-    def plan(self, task: TaskSpec, config: Any, counts: Counts) -> PromptDpsgdPlan:
-        return PromptDpsgdPlan(task, plan_promptdpsgd(task, counts.private, config))
+    def plan(self, task: TaskSpec, config: Any, counts: Counts) -> PromptDpsgdMethodPlan:
+        return PromptDpsgdMethodPlan(task, plan_promptdpsgd(task, counts.private, config))
 
-    def rebuild(self, task: TaskSpec, stored: Stored) -> PromptDpsgdPlan:
+    def rebuild(self, task: TaskSpec, stored: Stored) -> PromptDpsgdMethodPlan:
         # Planning is deterministic: this is the plan admission reserved if the row is unchanged.
         config = PromptDpsgdConfig.model_validate(stored.config["promptdpsgd"])
         n_private = int(stored.config["sizes"]["private"])
-        return PromptDpsgdPlan(task, plan_promptdpsgd(task, n_private, config))
+        return PromptDpsgdMethodPlan(task, plan_promptdpsgd(task, n_private, config))
 
     def summary(self, stored: Stored) -> tuple[str | None, int]:
         return stored.config.get("promptdpsgd", {}).get("accounting"), 0

@@ -11,34 +11,39 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from pydantic import BaseModel, ValidationError
+from pydantic import ValidationError
 
 from app.llm.base import LLMBackend
 from app.privacy.accounting import Accounting
 from app.privacy.events import SynthesisEvent
-from app.privacy.params import Method as Aggregator
-from app.privacy.plan import PrivacyPlan
+from app.privacy.params import Aggregator
 from app.privacy.rng import make_rng
-from app.results import SynthesisResult
-from app.synthesis.config import SynthesisConfig
+from app.privacy.synthesis import SynthesisPrivacy
+from app.results import Progress, SynthesisResult
+from app.synthesis.config import (
+    DEFAULT_K,
+    DEFAULT_SHOTS,
+    GENERIC_DEFAULTS,
+    TASK_DEFAULTS,
+    SynthesisConfig,
+)
 from app.synthesis.data import Record
-from app.synthesis.generator import JobPlan, plan_job, synthesize
+from app.synthesis.generator import SynthesisPlan, plan_synthesis, synthesize
 from app.synthesis.tasks import TaskSpec
 
 from .base import (
     Counts,
     Method,
     MethodPlan,
-    Progress,
     Stored,
     client_overrides,
     config_error,
-    optional_params,
 )
 from .kinds import MethodKind
+from .params import declare
 
 # SynthesisConfig leaves most of these undescribed (their defaults depend on the task or M).
-_DESCRIPTIONS = {
+_HELP = {
     "M": "Teacher subsets per token (default: the task's, from the AdaDPSyn paper).",
     "N": "Records per teacher subset (default: the task's).",
     "tmax": "Maximum tokens per demonstration (default: the task's).",
@@ -51,43 +56,50 @@ _DESCRIPTIONS = {
 }
 # What a client may set; epsilon, delta, accounting and shots are the job's own fields, and
 # a seed (which makes the noise predictable) never comes from a client.
-PARAMS = ("M", "N", "tmax", "K", "variant", "sigma0", "sigma2", "T", "lam")
+PARAMETERS = declare(
+    SynthesisConfig, ("M", "N", "tmax", "K", "variant", "sigma0", "sigma2", "T", "lam"), help=_HELP
+)
+SHOTS = declare(SynthesisConfig, ("shots",), help={"shots": "Demonstrations to generate."})[0]
+# Each aggregator's name for people (``Method.title``).
+TITLES = {MethodKind.TANG: "DP few-shot generation", MethodKind.ADADPSYN: "AdaDPSyn"}
 
 
 @dataclass(frozen=True)
-class TokenLoopPlan(MethodPlan):
-    """A :class:`JobPlan` (label schedule drawn, noise calibrated) behind the method plan."""
+class TokenLoopMethodPlan(MethodPlan):
+    """The token loop's :class:`MethodPlan`: a :class:`SynthesisPlan` (label schedule drawn,
+    noise calibrated) behind the method interface."""
 
-    job: JobPlan
+    plan: SynthesisPlan
 
     @property
     def delta(self) -> float:
-        return self.job.delta
+        return self.plan.delta
 
     def event(self) -> SynthesisEvent:
-        return self.job.event()
+        return self.plan.event()
 
     def epsilon(self) -> float:
-        return self.job.epsilon()
+        return self.plan.epsilon()
 
     @property
     def progress_total(self) -> int:
-        return len(self.job.schedule) * self.job.config.tmax
+        return len(self.plan.schedule) * self.plan.config.tmax
 
     @property
     def expected_records(self) -> int:
-        return sum(self.job.sizes.values())
+        return sum(self.plan.sizes.values())
 
     def stored(self) -> Stored:
         return Stored(
             config={
-                "synthesis": self.job.config.model_dump(mode="json"),
-                "plan": self.job.plan.model_dump(mode="json"),
-                "sizes": self.job.sizes,
-                "planner": self.job.planner,
+                "synthesis": self.plan.config.model_dump(mode="json"),
+                "plan": self.plan.privacy.model_dump(mode="json"),  # the stored key
+                "sizes": self.plan.sizes,
+                "planner": self.plan.planner,
+                "task": self.plan.task.name,  # for the settings line (its defaults)
             },
-            schedule=list(self.job.schedule),
-            delta=self.job.delta,
+            schedule=list(self.plan.schedule),
+            delta=self.plan.delta,
         )
 
     def run(
@@ -97,28 +109,33 @@ class TokenLoopPlan(MethodPlan):
         progress: Progress | None,
         public: Sequence[str] = (),
     ) -> SynthesisResult:
-        job = self.job
+        plan = self.plan
         # A seeded run (CLI and studies only) replans inside ``synthesize`` from the seed:
         # the same plan, deterministically, and the one generator stream seeded runs have
         # always used for both the schedule and the noise.
-        pinned = job if job.config.seed is None else None
-        return synthesize(job.task, records, job.config, backend, progress=progress, job=pinned)
+        pinned = plan if plan.config.seed is None else None
+        return synthesize(plan.task, records, plan.config, backend, progress=progress, job=pinned)
 
 
 class TokenLoop(Method):
-    """The token loop with one aggregator (``kind`` tang or adadpsyn)."""
+    """The token loop with one aggregator (``name`` tang or adadpsyn)."""
 
-    params: ClassVar[type[BaseModel]] = optional_params(
-        "TokenLoopParams", SynthesisConfig, PARAMS, _DESCRIPTIONS
-    )
+    parameters = PARAMETERS
+    shots_param = SHOTS
     zero_epsilon_baseline: ClassVar[bool] = True  # instruction-only: epsilon = 0
     unit: ClassVar[str] = "tokens"
     verb: ClassVar[str] = "synthesising"
-    cli_shots_option: ClassVar[str] = "--shots"
+    public_stats_help: ClassVar[str] = (
+        "when AdaDPSyn's planner chose the constants (adadpsyn, pooled), its choice: "
+        "planner_T, planner_checks, planner_check_share, planner_mu, planner_shrink, "
+        "planner_margin, planner_tang_sigma, planner_agreement, planner_tang_agreement "
+        "(docs/privacy.md)"
+    )
 
-    def __init__(self, kind: MethodKind) -> None:
-        self.kind = kind
-        self.aggregator = Aggregator(kind.value)
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.title = TITLES[MethodKind(name)]
+        self.aggregator = Aggregator(name)
 
     def configure(
         self,
@@ -145,17 +162,18 @@ class TokenLoop(Method):
         except (ValidationError, TypeError) as err:
             raise config_error(err) from None
 
-    def plan(self, task: TaskSpec, config: Any, counts: Counts) -> TokenLoopPlan:
+    def plan(self, task: TaskSpec, config: Any, counts: Counts) -> TokenLoopMethodPlan:
         sizes = {str(k): int(v) for k, v in counts.labels.items()}
-        return TokenLoopPlan(plan_job(task, sizes, config, make_rng(config.seed)))
+        return TokenLoopMethodPlan(plan_synthesis(task, sizes, config, make_rng(config.seed)))
 
-    def rebuild(self, task: TaskSpec, stored: Stored) -> TokenLoopPlan:
+    def rebuild(self, task: TaskSpec, stored: Stored) -> TokenLoopMethodPlan:
         config = SynthesisConfig.model_validate(stored.config["synthesis"])
-        plan = PrivacyPlan.model_validate(stored.config["plan"])
+        privacy = SynthesisPrivacy.model_validate(stored.config["plan"])
         sizes = {str(k): int(v) for k, v in stored.config["sizes"].items()}
         planner = dict(stored.config.get("planner") or {})  # absent for older jobs
-        return TokenLoopPlan(
-            JobPlan(task, config, plan, tuple(stored.schedule), sizes, stored.delta, planner)
+        schedule = tuple(stored.schedule)
+        return TokenLoopMethodPlan(
+            SynthesisPlan(task, config, privacy, schedule, sizes, stored.delta, planner)
         )
 
     def public_stats(self, result: SynthesisResult) -> dict[str, Any] | None:
@@ -177,3 +195,30 @@ class TokenLoop(Method):
 
     def summary(self, stored: Stored) -> tuple[str | None, int]:
         return stored.config.get("synthesis", {}).get("accounting"), len(stored.schedule)
+
+    def settings(self, stored: Stored) -> str | None:
+        """Shots, M, N, tmax and K, naming those at their default; None for the
+        instruction-only baseline (it reads no M, N or K) and for jobs stored without their
+        task's name (older ones)."""
+        task = stored.config.get("task")
+        config = stored.config.get("synthesis") or {}
+        if task is None or not config.get("epsilon"):
+            return None
+        values = {name: config.get(name) for name in ("M", "N", "tmax", "K")}
+        return settings_line(str(task), self.name, config.get("shots"), **values)
+
+
+def settings_line(task_name: str, method: str, shots: int | None, **given: int | None) -> str:
+    """Which shots, M, N, tmax and K a token-loop run uses, naming those at their default.
+
+    Printed when a run or job starts: a custom task falls back to generic values that a new
+    user could otherwise only find in the source. ``given``: M, N, tmax, K (None: default).
+    """
+    known = task_name in TASK_DEFAULTS
+    defaults = {**(TASK_DEFAULTS.get(task_name) or GENERIC_DEFAULTS), "K": DEFAULT_K}
+    values = {name: given.get(name) or default for name, default in defaults.items()}
+    defaulted = [name for name, value in values.items() if value == defaults[name]]
+    source = f"the paper's defaults for {task_name}" if known else "defaults for custom tasks"
+    note = f" ({', '.join(defaulted)}: {source}; see docs/synthesis.md)" if defaulted else ""
+    listed = ", ".join(f"{name} {value}" for name, value in values.items())
+    return f"{method}: {shots or DEFAULT_SHOTS} shots, {listed}{note}"

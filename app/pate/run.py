@@ -18,7 +18,8 @@ error message or returned; the private records reach the backend inside teacher 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -31,13 +32,12 @@ from app.pate.teachers import draw_key, teacher_prompts, teacher_votes
 from app.privacy.events import to_dict
 from app.privacy.pate import GdpFilter
 from app.privacy.rng import make_rng
-from app.results import Demonstration, SynthesisResult
+from app.results import Demonstration, Progress, SynthesisResult
 from app.synthesis.data import Record
 from app.synthesis.prompts import demonstration_prompt
 from app.synthesis.tasks import TaskSpec
 
 METHOD = "promptpate"
-Progress = Callable[[int, int], None]  # (public inputs processed, public inputs planned)
 
 
 def run_pate(
@@ -69,33 +69,8 @@ def run_pate(
     order = rng.permutation(len(public))[: plan.n_public]
     inputs = [cut(public[i], config.max_chars) for i in order]
 
-    agg = plan.privacy.aggregator
-    gdp = GdpFilter(plan.privacy.budget_mu)
-    labelled: list[Demonstration] = []
-    processed = rejected = 0
-    exhausted = False
-    for start in range(0, len(inputs), config.group_size):
-        if not gdp.affords(agg.mu_threshold, agg.mu_gnmax):
-            exhausted = True
-            break
-        group = inputs[start : start + config.group_size]
-        votes = teacher_votes(backend, task, prompts, group)
-        for text, counts in zip(group, votes, strict=True):
-            if not gdp.affords(agg.mu_threshold, agg.mu_gnmax):
-                exhausted = True
-                break
-            gdp.spend(agg.mu_threshold)
-            processed += 1
-            if agg.passes(counts, rng):
-                gdp.spend(agg.mu_gnmax)
-                labelled.append(Demonstration(task.labels[agg.label(counts, rng)], text))
-            else:
-                rejected += 1
-        if progress is not None:
-            progress(processed, plan.n_public)
-        if exhausted:
-            break
-
+    answers = _label_public(task, prompts, inputs, plan, backend, rng, progress)
+    labelled = answers.labelled
     student = select_student(
         task,
         labelled,
@@ -117,13 +92,13 @@ def run_pate(
         plan=plan.to_dict(),
         event=to_dict(plan.event()),
         stats={
-            "processed": processed,
+            "processed": answers.processed,
             "answered": len(labelled),
-            "rejected": rejected,
-            "budget_exhausted": exhausted,
+            "rejected": answers.rejected,
+            "budget_exhausted": answers.exhausted,
             "teachers": config.teachers,
-            "spent_mu": gdp.spent_mu,
-            "budget_mu": gdp.budget_mu,
+            "spent_mu": answers.gdp.spent_mu,
+            "budget_mu": answers.gdp.budget_mu,
             "pool": student.pool,
             "holdout": student.holdout,
             "candidates": student.candidates,
@@ -131,3 +106,54 @@ def run_pate(
             "seconds": time.perf_counter() - started,
         },
     )
+
+
+@dataclass
+class _Answers:
+    """What the teachers' noisy vote released: the labelled public inputs, how many inputs
+    were processed and rejected, whether the budget ran out first, and its filter."""
+
+    labelled: list[Demonstration]
+    processed: int
+    rejected: int
+    exhausted: bool
+    gdp: GdpFilter
+
+
+def _label_public(
+    task: TaskSpec,
+    prompts: Sequence[str],
+    inputs: Sequence[str],
+    plan: PatePlan,
+    backend: LLMBackend,
+    rng: np.random.Generator,
+    progress: Progress | None,
+) -> _Answers:
+    """Confident-GNMax over the public inputs, group by group, until the inputs or the
+    planned budget (a GDP filter: every input pays the threshold check, every answer its
+    noisy argmax) run out."""
+    agg = plan.privacy.aggregator
+    gdp = GdpFilter(plan.privacy.budget_mu)
+    answers = _Answers([], 0, 0, False, gdp)
+    for start in range(0, len(inputs), plan.config.group_size):
+        if not gdp.affords(agg.mu_threshold, agg.mu_gnmax):
+            answers.exhausted = True
+            break
+        group = inputs[start : start + plan.config.group_size]
+        votes = teacher_votes(backend, task, prompts, group)
+        for text, counts in zip(group, votes, strict=True):
+            if not gdp.affords(agg.mu_threshold, agg.mu_gnmax):
+                answers.exhausted = True
+                break
+            gdp.spend(agg.mu_threshold)
+            answers.processed += 1
+            if agg.passes(counts, rng):
+                gdp.spend(agg.mu_gnmax)
+                answers.labelled.append(Demonstration(task.labels[agg.label(counts, rng)], text))
+            else:
+                answers.rejected += 1
+        if progress is not None:
+            progress(answers.processed, plan.n_public)
+        if answers.exhausted:
+            break
+    return answers

@@ -17,7 +17,7 @@ Both reduce each token step to one Gaussian mechanism with the effective multipl
 Which label partitions one record can touch depends on the relation: under add/remove a
 record sits in one partition; under replace-one it can be swapped for a record of another
 label, which changes two partitions. A :class:`~app.privacy.events.PateEvent` (PromptPATE)
-reads every record, so it joins every group. :meth:`Accountant.synthesis_epsilon` takes the
+reads every record, so it joins every group. :meth:`Accountant.dataset_epsilon` takes the
 worst case over what one record can touch. ``docs/privacy.md`` states the guarantee in full.
 """
 
@@ -126,9 +126,7 @@ class Accountant(ABC):
             return [everyone] if everyone else []
         return [group + everyone for group in groups]
 
-    def synthesis_epsilon(
-        self, event: DatasetEvent | Sequence[DatasetEvent], delta: float
-    ) -> float:
+    def dataset_epsilon(self, event: DatasetEvent | Sequence[DatasetEvent], delta: float) -> float:
         """Epsilon for any one record of a dataset over one job or several (composed)."""
         events = [event] if isinstance(event, DATASET_EVENTS) else list(event)
         exposures = self.exposures(events)

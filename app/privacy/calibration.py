@@ -1,9 +1,10 @@
-"""Solve for the free noise multiplier that meets a target (epsilon, delta).
+"""Noise calibration: solve for the token loop's free noise multiplier that meets a target
+(epsilon, delta). (Contextual calibration, in evaluation, is :mod:`app.eval.icl`'s.)
 
 The free multiplier is sigma for DP few-shot generation and sigma1 for AdaDPSyn (sigma0,
 sigma2 and T stay as given). Epsilon decreases monotonically in the multiplier, so a bracketed
 search on log(multiplier) converges; the answer is always on the safe side: the returned
-plan's epsilon never exceeds the target and is within ``rel_tol`` below it.
+privacy's epsilon never exceeds the target and is within ``rel_tol`` below it.
 The search brackets the answer by doubling or halving from 1 and then refines it by the
 Illinois variant of false position on (log multiplier, log epsilon).
 """
@@ -15,7 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from app.privacy.budget import is_epsilon
-from app.privacy.plan import PrivacyPlan
+from app.privacy.synthesis import SynthesisPrivacy
 
 MIN_MULTIPLIER = 1e-2
 MAX_MULTIPLIER = 1e4
@@ -27,13 +28,13 @@ class CalibrationError(ValueError):
 
 @dataclass(frozen=True)
 class Calibration:
-    plan: PrivacyPlan
+    privacy: SynthesisPrivacy  # with the free multiplier set
     multiplier: float
     epsilon: float
 
 
-def calibrate(
-    plan: PrivacyPlan,
+def calibrate_noise(
+    privacy: SynthesisPrivacy,
     *,
     label_sizes: Mapping[str, int],
     shots: Mapping[str, int],
@@ -47,7 +48,7 @@ def calibrate(
         raise CalibrationError(f"target epsilon must be a positive number, got {target_epsilon}")
 
     def eps(multiplier: float) -> float:
-        return plan.with_free_multiplier(multiplier).epsilon(label_sizes, shots, delta)
+        return privacy.with_free_multiplier(multiplier).epsilon(label_sizes, shots, delta)
 
     # Bracket the answer by doubling/halving from 1. Evaluations stay near the target
     # epsilon, where privacy loss distributions are cheap to compute.
@@ -66,7 +67,7 @@ def calibrate(
         eps_hi = eps(hi)
     while eps_lo <= target_epsilon:
         if lo <= MIN_MULTIPLIER:
-            return Calibration(plan.with_free_multiplier(lo), lo, eps_lo)
+            return Calibration(privacy.with_free_multiplier(lo), lo, eps_lo)
         hi, eps_hi = lo, eps_lo
         lo = max(lo / 2, MIN_MULTIPLIER)
         eps_lo = eps(lo)
@@ -97,4 +98,4 @@ def calibrate(
             if side == 1:
                 fa /= 2
             side = 1
-    return Calibration(plan.with_free_multiplier(hi), hi, eps_hi)
+    return Calibration(privacy.with_free_multiplier(hi), hi, eps_hi)

@@ -53,7 +53,7 @@ def dpsgd_event(
 
 def dpsgd_epsilon(event: DpsgdEvent, accounting: Accounting, delta: float) -> float:
     """Epsilon at ``delta`` of one DP-SGD job under ``accounting``."""
-    return accountant_for(accounting).synthesis_epsilon(event, delta)
+    return accountant_for(accounting).dataset_epsilon(event, delta)
 
 
 def calibrate_dpsgd(

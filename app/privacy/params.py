@@ -1,4 +1,4 @@
-"""Validated parameters of the two aggregation methods, one object per method.
+"""Validated parameters of the token loop's two aggregators, one object per aggregator.
 
 Each object knows which Gaussian mechanisms one token step runs (:meth:`round_events`), so
 the accountant prices exactly the mechanisms the aggregator uses. Field names follow the
@@ -18,8 +18,10 @@ from app.privacy.events import GaussianEvent
 from app.privacy.geometry import SIMPLEX_RADIUS
 
 
-class Method(StrEnum):
-    """Aggregation method of the token loop."""
+class Aggregator(StrEnum):
+    """The token loop's aggregation function (not a method: a method is an
+    :class:`app.methods.base.Method`; the token loop is registered once per aggregator, under
+    the aggregator's value as its name)."""
 
     TANG = "tang"
     ADADPSYN = "adadpsyn"
@@ -142,7 +144,7 @@ class AdaDPSynParams(_Params):
         return tuple(events)
 
 
-MethodParams = TangParams | AdaDPSynParams
+AggregatorParams = TangParams | AdaDPSynParams
 
 
 # The AdaDPSyn paper's constants by M (Tables 13-17): M = 10 for AG News, DBPedia and SST-2,

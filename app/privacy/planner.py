@@ -33,9 +33,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from app.privacy.accounting import Accounting
 from app.privacy.adadpsyn import pooled_aggregate_steps
-from app.privacy.calibration import calibrate
+from app.privacy.calibration import calibrate_noise
 from app.privacy.params import AdaDPSynParams, AdaDPSynVariant, TangParams
-from app.privacy.plan import PrivacyPlan
+from app.privacy.synthesis import SynthesisPrivacy
 
 # The candidate grid: rounds, the checks' share of the step's mu^2, the coverage fraction,
 # the false-pass margin and the shrink factor (no GoodRadius: docs/privacy.md, "AdaDPSyn
@@ -149,15 +149,15 @@ class Choice:
 
 def tang_multiplier(shape: PlannerShape) -> float:
     """Tang et al.'s calibrated multiplier for the shape: the budget of one token step."""
-    plan = PrivacyPlan(
+    privacy = SynthesisPrivacy(
         params=TangParams(sigma=1.0),
         accounting=shape.accounting,
         M=shape.M,
         N=shape.N,
         tmax=shape.tmax,
     )
-    return calibrate(
-        plan,
+    return calibrate_noise(
+        privacy,
         label_sizes=shape.label_sizes,
         shots=shape.shots,
         target_epsilon=shape.epsilon,

@@ -26,6 +26,8 @@ around its single mode captures it to near machine precision.
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 from scipy.special import gammaln, logsumexp
 
@@ -89,7 +91,17 @@ def _half_line_log_integral(ks: np.ndarray, c: float, positive: bool) -> np.ndar
 
 
 def log_central_moments(sigma: float, max_order: int) -> np.ndarray:
-    """log D_k for even k = 0, 2, ..., indexed by k (odd entries are NaN)."""
+    """log D_k for even k = 0, 2, ..., indexed by k (odd entries are NaN). Read-only.
+
+    Cached: the moments depend on sigma alone, while an accountant asks for them once per
+    (label, sampling rate) at each sigma it tries (a paper-accounting job's calibration made
+    216 calls for 6 distinct sigmas, 33 s of quadrature on two cores instead of 1 s).
+    """
+    return _log_central_moments(float(sigma), int(max_order))
+
+
+@functools.lru_cache(maxsize=256)
+def _log_central_moments(sigma: float, max_order: int) -> np.ndarray:
     c = 1.0 / (2.0 * sigma**2)
     ks = np.arange(2, max_order + 2, 2, dtype=float)
     out = np.full(max_order + 2, np.nan)
@@ -98,6 +110,7 @@ def log_central_moments(sigma: float, max_order: int) -> np.ndarray:
         _half_line_log_integral(ks, c, positive=True),
         _half_line_log_integral(ks, c, positive=False),
     )
+    out.flags.writeable = False  # shared by every caller of the cache
     return out
 
 

@@ -21,7 +21,7 @@ METHOD = "promptdpsgd"
 
 
 @dataclass(frozen=True)
-class DpsgdPlan:
+class PromptDpsgdPlan:
     """Everything about a PromptDPSGD job fixed before it reads a private record."""
 
     config: PromptDpsgdConfig
@@ -54,7 +54,7 @@ class DpsgdPlan:
         }
 
 
-def plan_promptdpsgd(task: TaskSpec, n_private: int, config: PromptDpsgdConfig) -> DpsgdPlan:
+def plan_promptdpsgd(task: TaskSpec, n_private: int, config: PromptDpsgdConfig) -> PromptDpsgdPlan:
     """Validate a job and calibrate its noise multiplier to ``config.epsilon``.
 
     Raises :class:`PromptDpsgdError` with a message naming counts and settings only."""
@@ -80,4 +80,4 @@ def plan_promptdpsgd(task: TaskSpec, n_private: int, config: PromptDpsgdConfig) 
         )
     except CalibrationError as err:
         raise PromptDpsgdError(str(err)) from None
-    return DpsgdPlan(config=config, n_private=n_private, delta=delta, noise_multiplier=sigma)
+    return PromptDpsgdPlan(config=config, n_private=n_private, delta=delta, noise_multiplier=sigma)

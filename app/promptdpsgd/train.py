@@ -1,9 +1,11 @@
 """Training a soft prompt with DP-SGD (PromptDPSGD, Duan et al. 2023), model frozen.
 
 Each record is asked as the scorer asks it: ``[BOS] + soft prompt + tokens of
-(instruction prompt + query_suffix(task, text))`` (:mod:`.forward`), and the loss is the
-cross-entropy of its label among the labels' verbaliser tokens (the first token of each
-label's ``answer_text``) at the next position: what
+(soft_prompt_text(task) + query_suffix(task, text))`` (:mod:`.forward`). The hard prompt
+:func:`soft_prompt_text` is empty: the soft prompt stands in for the task's instruction,
+which is left out of training and serving alike (the result's ``prompt`` is that empty
+text). The loss is the cross-entropy of its label among the labels' verbaliser tokens (the
+first token of each label's ``answer_text``) at the next position: what
 :func:`app.synthesis.scoring.label_probabilities` scores when the labels start with
 different tokens (a task whose labels do not is refused). So what is trained is what is
 served.
@@ -33,7 +35,7 @@ so the default 60 steps take about 3.5 minutes; at epsilon 1 they lifted SST-2 t
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import torch
@@ -48,13 +50,11 @@ from app.promptdpsgd.artifact import SoftPrompt
 from app.promptdpsgd.backend import hidden_size, local_backend, model_lock, training_model
 from app.promptdpsgd.config import PromptDpsgdConfig, PromptDpsgdError, SoftPromptInit
 from app.promptdpsgd.forward import soft_prompt_logits
-from app.promptdpsgd.plan import METHOD, DpsgdPlan
-from app.results import SynthesisResult
+from app.promptdpsgd.plan import METHOD, PromptDpsgdPlan
+from app.results import Progress, SynthesisResult
 from app.synthesis.data import Record
 from app.synthesis.prompts import answer_text, query_suffix
 from app.synthesis.tasks import TaskSpec
-
-Progress = Callable[[int, int], None]  # (steps done, steps planned)
 
 
 def soft_prompt_text(task: TaskSpec) -> str:
@@ -210,7 +210,7 @@ def train_soft_prompt(
 def run_promptdpsgd(
     task: TaskSpec,
     records: Sequence[Record],
-    plan: DpsgdPlan,
+    plan: PromptDpsgdPlan,
     backend: LLMBackend,
     *,
     rng: np.random.Generator | None = None,

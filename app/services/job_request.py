@@ -20,9 +20,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from app.methods.kinds import MethodKind
+from app.methods.registry import DEFAULT_METHOD, find_method, unknown_method
 from app.privacy.accounting import Accounting
 from app.synthesis.config import DEFAULT_SHOTS
 
@@ -32,11 +32,12 @@ MAX_SHOTS = 64
 
 
 class JobRequest(BaseModel):
-    """A job as asked: the private dataset it reads and is charged to, the method, its
-    target epsilon (noise is calibrated to it), delta (None: the budget's), accounting
-    (None: the budget's; another one is refused), shots (demonstrations; PromptPATE: the
-    student prompt's; PromptDPSGD: ignored), the method's own ``params`` (None or missing
-    keys: the method's defaults) and, for PromptPATE, the public dataset its teachers label.
+    """A job as asked: the private dataset it reads and is charged to, the method (a
+    registered name), its target epsilon (noise is calibrated to it), delta (None: the
+    budget's), accounting (None: the budget's; another one is refused), shots (what they
+    count is the method's ``shots_param``; ignored by a method without one), the method's
+    own ``params`` (None or missing keys: the method's defaults) and, for a method that
+    reads one, the public dataset.
 
     Frozen: a request is a value, checked once where it is built and passed on unchanged.
     """
@@ -44,10 +45,17 @@ class JobRequest(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     dataset_id: _Id
-    method: MethodKind = MethodKind.ADADPSYN
+    method: str = DEFAULT_METHOD  # a registered method's name
     epsilon: float
     delta: float | None = Field(None, gt=0, lt=1)
     accounting: Accounting | None = None
     shots: int = Field(DEFAULT_SHOTS, ge=1, le=MAX_SHOTS)
     params: Mapping[str, Any] | None = None
     public_dataset_id: _Id | None = None
+
+    @field_validator("method")
+    @classmethod
+    def _registered(cls, value: str) -> str:
+        if find_method(value) is None:
+            raise ValueError(unknown_method())
+        return value

@@ -55,18 +55,19 @@ from app.methods.registry import (
     MethodPlan,
     ParamsError,
     Stored,
+    UnknownMethodError,
     configure,
     get_method,
     kinds_where,
+    unknown_method,
 )
 from app.privacy.accounting import Accounting
 from app.privacy.budget import EPSILON_RULE, fits_budget, is_epsilon
 from app.privacy.events import to_dict
 from app.results import SoftPromptRelease, SynthesisResult
-from app.synthesis.data import Record
 from app.synthesis.tasks import TaskSpec
 
-from .datasets import get_dataset, get_live_dataset, load_records
+from .datasets import get_dataset, get_live_dataset
 from .errors import ConflictError, InvalidError, NotFoundError, UnavailableError
 from .job_end import close_job, lease_expired
 from .job_request import JobRequest
@@ -113,7 +114,7 @@ def job_record(
         tenant_id=tenant_id,
         dataset_id=dataset_id,
         public_dataset_id=public_dataset_id,
-        method=method.kind.value,
+        method=method.name,
         config=dict(stored.config),
         schedule=list(stored.schedule),
         event=to_dict(plan.event()),
@@ -160,7 +161,7 @@ def check_backend(method: Method, backend: BackendKind) -> None:
     record: ``MethodPlan.check_backend``.)"""
     if method.needs_gradients and backend is not BackendKind.TRANSFORMERS:
         raise ConflictError(
-            f"method {method.kind.value} trains input embeddings with gradients of the model, "
+            f"method {method.name} trains input embeddings with gradients of the model, "
             "which needs the local transformers backend; this server runs the vLLM HTTP "
             "backend (DPSYN_BACKEND=vllm). Run it on a server whose workers use "
             "DPSYN_BACKEND=transformers",
@@ -168,22 +169,30 @@ def check_backend(method: Method, backend: BackendKind) -> None:
         )
 
 
-def _check_request(spec: Method, request: JobRequest) -> None:
+def _check_request(method: Method, request: JobRequest) -> None:
     """422 for a request that cannot run whatever the data: a bad epsilon, or a public
     dataset missing for a method that reads one (or given to one that does not)."""
     if not is_epsilon(request.epsilon):
         raise InvalidError(f"epsilon: {EPSILON_RULE}, got {request.epsilon}")
     readers = " or ".join(kinds_where(lambda m: m.reads_public))
-    if spec.reads_public and request.public_dataset_id is None:
+    if method.reads_public and request.public_dataset_id is None:
         raise InvalidError(
-            f"public_dataset_id: required for method {spec.kind.value} (the ID of the public "
+            f"public_dataset_id: required for method {method.name} (the ID of the public "
             "dataset of unlabelled texts it reads)"
         )
-    if not spec.reads_public and request.public_dataset_id is not None:
+    if not method.reads_public and request.public_dataset_id is not None:
         raise InvalidError(
-            f"public_dataset_id: only method {readers} reads a public dataset, not "
-            f"{spec.kind.value}"
+            f"public_dataset_id: only method {readers} reads a public dataset, not {method.name}"
         )
+
+
+def _method_of(request: JobRequest) -> Method:
+    """The request's method: checked when the request was built, but it may have left the
+    registry since (a 422 naming those registered now)."""
+    try:
+        return get_method(request.method)
+    except UnknownMethodError:
+        raise InvalidError(f"method: {unknown_method()}") from None
 
 
 def plan_submission(
@@ -203,10 +212,10 @@ def plan_submission(
     kind. A failed submission stores nothing.
     """
     dataset_id, public_dataset_id = request.dataset_id, request.public_dataset_id
-    spec = get_method(request.method)  # a MethodKind: always registered
+    method = _method_of(request)
     if backend is not None:
-        check_backend(spec, backend)
-    _check_request(spec, request)
+        check_backend(method, backend)
+    _check_request(method, request)
     dataset = get_live_dataset(session, tenant_id, dataset_id)
     if dataset.kind == DatasetKind.PUBLIC:
         raise InvalidError(
@@ -247,7 +256,7 @@ def plan_submission(
 
     try:
         config = configure(
-            spec,
+            method,
             task,
             epsilon=epsilon,
             delta=job_delta,
@@ -258,11 +267,11 @@ def plan_submission(
     except ParamsError as err:
         raise InvalidError(str(err)) from None
     try:
-        plan = spec.plan(task, config, counts)
+        plan = method.plan(task, config, counts)
     except ValueError as err:  # CalibrationError, SynthesisError, PateError, TaskError, sampling
         raise InvalidError(str(err), code="cannot_plan") from None
-    job = job_record(tenant_id, dataset_id, spec, plan, public_dataset_id)
-    return PlannedJob(spec=spec, plan=plan, job=job, accounting=budget_accounting)
+    job = job_record(tenant_id, dataset_id, method, plan, public_dataset_id)
+    return PlannedJob(method=method, plan=plan, job=job, accounting=budget_accounting)
 
 
 @dataclass(frozen=True)
@@ -270,7 +279,7 @@ class PlannedJob:
     """A job planned for admission: its method, plan, job row (queued, not stored) and the
     budget's accounting."""
 
-    spec: Method
+    method: Method
     plan: MethodPlan
     job: Job
     accounting: Accounting
@@ -428,10 +437,10 @@ def cancel_job(session: Session, tenant_id: str, job_id: str) -> Job:
     """Request cancellation; commits.
 
     A queued job is cancelled at once and its reservation released (it never read a
-    record). A running job gets ``cancel_requested``; the worker stops it between tokens. A
-    running job whose lease expired has no worker left to stop it: it is cancelled at once
-    (charged if it read the data). Cancelling a cancelled job changes nothing; a finished one
-    is a 409.
+    record). A running job gets ``cancel_requested``; the worker stops it when the run next
+    reports progress. A running job whose lease expired has no worker left to stop it: it is
+    cancelled at once (charged if it read the data). Cancelling a cancelled job changes
+    nothing; a finished one is a 409.
     """
     job = get_job(session, tenant_id, job_id, lock=True)
     if job.status == JobStatus.CANCELLED:
@@ -632,13 +641,3 @@ def redispatch_due(
 def stored_plan(job: Job) -> Stored:
     """What admission stored of ``job``'s plan, for :meth:`Method.rebuild`."""
     return Stored(config=job.config, schedule=job.schedule, delta=job.delta)
-
-
-def load_job_inputs(session: Session, job: Job) -> tuple[TaskSpec, list[Record], MethodPlan]:
-    """What a worker needs to run ``job``: the task, the private records and the plan."""
-    dataset = session.get(Dataset, job.dataset_id)
-    if dataset is None or dataset.deleted_at is not None:
-        raise ConflictError(f"dataset {job.dataset_id!r} of job {job.id!r} was deleted")
-    task = TaskSpec.model_validate(dataset.task)
-    plan = get_method(job.method).rebuild(task, stored_plan(job))
-    return task, load_records(session, dataset.id), plan

@@ -7,7 +7,7 @@ import math
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from app.privacy.accounting import Accounting
-from app.privacy.params import AdaDPSynVariant, Method
+from app.privacy.params import AdaDPSynVariant, Aggregator
 
 # M, N, T_max from the AdaDPSyn paper's Tables 12-17 (K = 100, 4 shots everywhere).
 TASK_DEFAULTS: dict[str, dict[str, int]] = {
@@ -34,7 +34,9 @@ class SynthesisConfig(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    method: Method = Method.ADADPSYN
+    # The aggregator; named ``method`` because that is its key in stored configs and results
+    # (and the token loop is registered under the aggregator's name).
+    method: Aggregator = Aggregator.ADADPSYN
     epsilon: float = Field(ge=0.0, description="Target epsilon; 0 and inf are baselines.")
     delta: float | None = Field(None, gt=0.0, lt=1.0, description="Default: 1/|D|.")
     accounting: Accounting = Accounting.TIGHT

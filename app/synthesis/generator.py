@@ -1,7 +1,7 @@
 """The token loop shared by AdaDPSyn and DP few-shot generation (Algorithms 1-3).
 
 For every token, each unfinished demonstration draws a fresh subsample of its label's records
-(with the sampling of the privacy plan, so the accountant's assumption holds by construction),
+(with the sampling of the job's privacy, so the accountant's assumption holds by construction),
 splits it into M teacher prompts, and all teacher prompts of all demonstrations go to the
 backend in one batch. The M distributions of each demonstration are aggregated privately; the
 argmax token is appended. A demonstration stops at a newline, end-of-sequence, or T_max tokens.
@@ -20,27 +20,27 @@ import numpy as np
 
 from app.llm.base import LLMBackend
 from app.privacy.adadpsyn import adadpsyn_aggregate
-from app.privacy.calibration import calibrate
+from app.privacy.calibration import calibrate_noise
 from app.privacy.events import SynthesisEvent, to_dict
 from app.privacy.params import (
     AdaDPSynParams,
     AdaDPSynVariant,
-    Method,
+    Aggregator,
     TangParams,
     adadpsyn_defaults,
 )
-from app.privacy.plan import PrivacyPlan, label_schedule, shots_per_label
 from app.privacy.planner import PlannerShape, plan_adadpsyn
 from app.privacy.rng import make_rng
+from app.privacy.sampling import Sampling
+from app.privacy.synthesis import SynthesisPrivacy, label_schedule, shots_per_label
 from app.privacy.tang import AggregationResult, gaussian_aggregate
-from app.results import Demonstration, SynthesisError, SynthesisResult
+from app.results import Demonstration, Progress, SynthesisError, SynthesisResult
 from app.synthesis.config import SynthesisConfig
 from app.synthesis.data import Record
 from app.synthesis.prompts import demonstration_prompt, public_prompt, teacher_prompt
 from app.synthesis.tasks import TaskKind, TaskSpec
 
 ALL_RECORDS = "*"  # the single partition of an extraction task
-Progress = Callable[[int, int], None]  # (tokens done, tokens planned)
 
 
 def _partitions(task: TaskSpec, records: Sequence[Record]) -> dict[str, list[Record]]:
@@ -52,10 +52,10 @@ def _partitions(task: TaskSpec, records: Sequence[Record]) -> dict[str, list[Rec
     return parts
 
 
-def _base_plan(config: SynthesisConfig) -> PrivacyPlan:
+def _base_privacy(config: SynthesisConfig) -> SynthesisPrivacy:
     no_noise = math.isinf(config.epsilon)  # the epsilon = infinity baseline
     free = 0.0 if no_noise else 1.0
-    if config.method is Method.TANG:
+    if config.method is Aggregator.TANG:
         params: TangParams | AdaDPSynParams = TangParams(sigma=free)
     else:
         chosen = {
@@ -67,21 +67,21 @@ def _base_plan(config: SynthesisConfig) -> PrivacyPlan:
         if no_noise:
             constants.update(sigma0=0.0, sigma2=0.0)
         params = AdaDPSynParams(sigma1=free, **constants)
-    return PrivacyPlan(
+    return SynthesisPrivacy(
         params=params, accounting=config.accounting, M=config.M, N=config.N, tmax=config.tmax
     )
 
 
 @dataclass(frozen=True)
-class JobPlan:
-    """Everything about a job that is fixed before it reads a private record.
+class SynthesisPlan:
+    """Everything about a token-loop job that is fixed before it reads a private record.
 
     The service draws it at admission, so the ledger charges exactly the event that will run.
     """
 
     task: TaskSpec
     config: SynthesisConfig
-    plan: PrivacyPlan
+    privacy: SynthesisPrivacy
     schedule: tuple[str, ...]  # public target label of each shot
     sizes: dict[str, int]  # records per partition (public counts, see docs/privacy.md)
     delta: float
@@ -95,7 +95,7 @@ class JobPlan:
     def event(self) -> SynthesisEvent:
         if not self.private:
             return SynthesisEvent(())
-        return self.plan.synthesis_event(self.sizes, self.charged())
+        return self.privacy.synthesis_event(self.sizes, self.charged())
 
     def charged(self) -> dict[str, int]:
         if self.task.kind == TaskKind.EXTRACTION:
@@ -105,31 +105,31 @@ class JobPlan:
     def epsilon(self) -> float:
         if not self.private:
             return 0.0
-        return self.plan.accountant.synthesis_epsilon(self.event(), self.delta)
+        return self.privacy.accountant.dataset_epsilon(self.event(), self.delta)
 
 
 def partition_sizes(task: TaskSpec, records: Sequence[Record]) -> dict[str, int]:
     return {key: len(value) for key, value in _partitions(task, records).items()}
 
 
-def plan_job(
+def plan_synthesis(
     task: TaskSpec,
     sizes: dict[str, int],
     config: SynthesisConfig,
     rng: np.random.Generator,
-) -> JobPlan:
+) -> SynthesisPlan:
     """Validate the job, draw its public label schedule and calibrate its noise."""
     schedule = tuple(label_schedule(list(task.target_labels()), config.shots, rng))
     n_total = sum(sizes.values())
     delta = config.delta if config.delta is not None else 1.0 / max(1, n_total)
-    job = JobPlan(task, config, _base_plan(config), schedule, dict(sizes), delta)
+    job = SynthesisPlan(task, config, _base_privacy(config), schedule, dict(sizes), delta)
     if not job.private:
         return job
     charged = job.charged()
     empty = sorted(label for label in charged if sizes.get(label, 0) == 0)
     if empty:
         raise SynthesisError(f"no private records with label(s) {', '.join(empty)}")
-    plan, planner = job.plan, {}
+    privacy, planner = job.privacy, {}
     if _planned(config):
         choice = plan_adadpsyn(
             PlannerShape(
@@ -144,17 +144,17 @@ def plan_job(
                 accounting=config.accounting,
             )
         )
-        plan = plan.model_copy(update={"params": choice.params()})
+        privacy = privacy.model_copy(update={"params": choice.params()})
         planner = choice.public_stats()
     # No checks planned: sigma1 is Tang's calibrated sigma, the same event at the same price,
     # so the job is Tang's job draw for draw. Otherwise sigma1 is calibrated as usual.
     if math.isfinite(config.epsilon) and planner.get("planner_T") != 0:
-        plan = calibrate(
-            plan, label_sizes=sizes, shots=charged, target_epsilon=config.epsilon, delta=delta
-        ).plan
+        privacy = calibrate_noise(
+            privacy, label_sizes=sizes, shots=charged, target_epsilon=config.epsilon, delta=delta
+        ).privacy
     for label in charged:  # fails early if, e.g., M*N exceeds a partition (paper sampling)
-        plan.sampling(sizes[label])
-    return JobPlan(task, config, plan, schedule, dict(sizes), delta, planner)
+        privacy.sampling(sizes[label])
+    return SynthesisPlan(task, config, privacy, schedule, dict(sizes), delta, planner)
 
 
 def _planned(config: SynthesisConfig) -> bool:
@@ -162,7 +162,7 @@ def _planned(config: SynthesisConfig) -> bool:
     with none of T, sigma0, sigma2, lam given (explicit constants win)."""
     explicit = any(getattr(config, name) is not None for name in ("sigma0", "sigma2", "T", "lam"))
     return (
-        config.method is Method.ADADPSYN
+        config.method is Aggregator.ADADPSYN
         and config.variant is AdaDPSynVariant.POOLED
         and math.isfinite(config.epsilon)
         and not explicit
@@ -170,9 +170,9 @@ def _planned(config: SynthesisConfig) -> bool:
 
 
 def _aggregator(
-    plan: PrivacyPlan,
+    privacy: SynthesisPrivacy,
 ) -> Callable[[np.ndarray, np.random.Generator], AggregationResult]:
-    params = plan.params
+    params = privacy.params
     if isinstance(params, TangParams):
         return lambda probs, rng: gaussian_aggregate(probs, params, rng)
     return lambda probs, rng: adadpsyn_aggregate(probs, params, rng)
@@ -192,7 +192,7 @@ def synthesize(
     config: SynthesisConfig,
     backend: LLMBackend,
     progress: Progress | None = None,
-    job: JobPlan | None = None,
+    job: SynthesisPlan | None = None,
 ) -> SynthesisResult:
     """Run one synthesis job end to end (planning it first unless ``job`` is given).
 
@@ -203,11 +203,11 @@ def synthesize(
     parts = _partitions(task, records)
     sizes = {key: len(value) for key, value in parts.items()}
     if job is None:
-        job = plan_job(task, sizes, config, rng)
+        job = plan_synthesis(task, sizes, config, rng)
     elif job.sizes != sizes:
         raise SynthesisError("the dataset changed since the job was planned")
-    plan, schedule, private = job.plan, job.schedule, job.private
-    aggregate = _aggregator(plan)
+    privacy, schedule, private = job.privacy, job.schedule, job.private
+    aggregate = _aggregator(privacy)
     stop_ids = set(backend.newline_ids) | {backend.eos_id}
     # Always offer end-of-sequence and a plain newline, so a demonstration can end.
     extra = np.array(sorted({backend.eos_id, *backend.tokenize("\n")[:1]}), dtype=np.int64)
@@ -216,7 +216,7 @@ def synthesize(
         for label in schedule
     ]
     samplings = (
-        {key: plan.sampling(sizes[key]) for key in {s.key for s in shots}} if private else {}
+        {key: privacy.sampling(sizes[key]) for key in {s.key for s in shots}} if private else {}
     )
     planned = len(shots) * config.tmax
     calls = 0
@@ -232,17 +232,9 @@ def synthesize(
         calls += 1
 
         if private:
-            batch, sets = [], []
-            for shot, token_set in zip(active, token_sets, strict=True):
-                records_of = parts[shot.key]
-                for group in samplings[shot.key].draw(len(records_of), rng):
-                    examples = [records_of[i] for i in group]
-                    prompt = teacher_prompt(task, examples, shot.label, "")
-                    batch.append(backend.tokenize(prompt) + shot.generated)
-                    sets.append(token_set)
-            probs = backend.next_token_probs(batch, np.array(sets))
+            probs = _teacher_probs(task, active, token_sets, parts, samplings, backend, rng)
             calls += 1
-            per_shot = probs.reshape(len(active), plan.M, -1)
+            per_shot = probs.reshape(len(active), privacy.M, -1)
             choices = [aggregate(p, rng).token for p in per_shot]
         else:  # epsilon = 0: the instruction-only baseline, greedy on the public prompt
             probs = backend.next_token_probs(public, np.array(token_sets))
@@ -268,12 +260,35 @@ def synthesize(
         prompt=demonstration_prompt(task, [(d.label, d.text) for d in demos]),
         epsilon=job.epsilon(),
         delta=job.delta,
-        plan=plan.model_dump(mode="json"),
+        plan=privacy.model_dump(mode="json"),  # the result's key for it
         event=to_dict(job.event()),
         # Wall time and prompt-token counts are left out: they depend on the lengths of the
         # private records sampled into teacher prompts, with no noise.
         stats={"backend_calls": calls, **job.planner},
     )
+
+
+def _teacher_probs(
+    task: TaskSpec,
+    active: list[_Shot],
+    token_sets: list[np.ndarray],
+    parts: dict[str, list[Record]],
+    samplings: dict[str, Sampling],
+    backend: LLMBackend,
+    rng: np.random.Generator,
+) -> np.ndarray:
+    """One step's teacher distributions: for each active shot, the M teacher prompts built
+    from freshly sampled disjoint groups of its partition, each continued by the shot's
+    tokens so far, scored over the shot's public token set (one backend call for all)."""
+    batch, sets = [], []
+    for shot, token_set in zip(active, token_sets, strict=True):
+        records_of = parts[shot.key]
+        for group in samplings[shot.key].draw(len(records_of), rng):
+            examples = [records_of[i] for i in group]
+            prompt = teacher_prompt(task, examples, shot.label, "")
+            batch.append(backend.tokenize(prompt) + shot.generated)
+            sets.append(token_set)
+    return backend.next_token_probs(batch, np.array(sets))
 
 
 def _with_stop_tokens(top: np.ndarray, stop: np.ndarray) -> np.ndarray:

@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from functools import cached_property
 
 from markupsafe import Markup, escape
 
@@ -75,31 +76,60 @@ def _marker_shape(kind: str, x: float, y: float) -> str:
     return f'<circle cx="{x:.1f}" cy="{y:.1f}" r="5" fill="{colour}"/>'
 
 
-def spend_chart(points: Sequence[ChartPoint], budget: float) -> Markup:
-    """Composed spend and plain sum (step lines) against time, the ledger's entries marked by
-    kind, and the budget as a dashed line."""
-    width, height = 760, 300
-    left, right, top, bottom = 56, 150, 16, 44
-    plot_w, plot_h = width - left - right, height - top - bottom
-    y_max = max([budget, *(p.plain_sum for p in points), 1e-9]) * 1.08
-    times = [p.at.timestamp() for p in points]
-    t0 = min(times) if times else 0.0
-    span = (max(times) - t0) if times else 0.0
+@dataclass(frozen=True)
+class _Frame:
+    """The chart's geometry: where an entry (by ledger index) and an epsilon are drawn."""
 
-    def x_of(i: int) -> float:
-        if span <= 0:  # one instant: spread the entries evenly, in ledger order
-            return left + (plot_w * (i + 1) / (len(points) + 1))
-        return left + (times[i] - t0) / span * plot_w * 0.92 + plot_w * 0.04
+    points: Sequence[ChartPoint]
+    budget: float
+    width: int = 760
+    height: int = 300
+    left: int = 56
+    right: int = 150
+    top: int = 16
+    bottom: int = 44
 
-    def y_of(value: float) -> float:
-        return top + plot_h - value / y_max * plot_h
+    @property
+    def plot_w(self) -> int:
+        return self.width - self.left - self.right
 
-    parts: list[str] = [
-        f'<svg class="chart" viewBox="0 0 {width} {height}" width="{width}" height="{height}" '
-        'role="img" aria-label="privacy spend over time">'
-    ]
-    for tick in _ticks(y_max / 1.08):
-        y = y_of(tick)
+    @property
+    def plot_h(self) -> int:
+        return self.height - self.top - self.bottom
+
+    # Computed once per chart (an entry's x is asked for several times).
+    @cached_property
+    def y_max(self) -> float:
+        return max([self.budget, *(p.plain_sum for p in self.points), 1e-9]) * 1.08
+
+    @cached_property
+    def times(self) -> list[float]:
+        return [p.at.timestamp() for p in self.points]
+
+    @cached_property
+    def t0(self) -> float:
+        return min(self.times) if self.times else 0.0
+
+    @cached_property
+    def span(self) -> float:
+        return (max(self.times) - self.t0) if self.times else 0.0
+
+    def x_of(self, i: int) -> float:
+        if self.span <= 0:  # one instant: spread the entries evenly, in ledger order
+            return self.left + (self.plot_w * (i + 1) / (len(self.points) + 1))
+        offset = (self.times[i] - self.t0) / self.span * self.plot_w * 0.92
+        return self.left + offset + self.plot_w * 0.04
+
+    def y_of(self, value: float) -> float:
+        return self.top + self.plot_h - value / self.y_max * self.plot_h
+
+
+def _axes(f: _Frame) -> list[str]:
+    """The grid with its epsilon ticks, the two axes and the dashed budget line."""
+    left, top, plot_w, plot_h = f.left, f.top, f.plot_w, f.plot_h
+    parts = []
+    for tick in _ticks(f.y_max / 1.08):
+        y = f.y_of(tick)
         parts.append(
             f'<line x1="{left}" x2="{left + plot_w}" y1="{y:.1f}" y2="{y:.1f}" stroke="#e5e7eb"/>'
             f'<text x="{left - 6}" y="{y + 4:.1f}" text-anchor="end" font-size="11" '
@@ -112,83 +142,117 @@ def spend_chart(points: Sequence[ChartPoint], budget: float) -> Markup:
         f'<text x="14" y="{top + plot_h / 2:.0f}" font-size="12" fill="#374151" '
         f'transform="rotate(-90 14 {top + plot_h / 2:.0f})" text-anchor="middle">epsilon</text>'
     )
-    budget_y = y_of(budget)
+    budget_y = f.y_of(f.budget)
     parts.append(
         f'<line class="budget-line" x1="{left}" x2="{left + plot_w}" y1="{budget_y:.1f}" '
         f'y2="{budget_y:.1f}" stroke="{BUDGET}" stroke-width="2" stroke-dasharray="6 4"/>'
     )
-    if points:
-        for name, values, colour in (
-            ("plain-sum", [p.plain_sum for p in points], PLAIN_SUM),
-            ("composed", [p.composed for p in points], COMPOSED),
-        ):
-            # Steps after each known value; an unknown one (None) keeps the line level until
-            # the next known value (the caption says so).
-            known = [(i, v) for i, v in enumerate(values) if v is not None]
-            path = [f"M {left} {y_of(0):.1f}", f"H {x_of(known[0][0]) if known else left:.1f}"]
-            for n, (_, value) in enumerate(known):
-                end = x_of(known[n + 1][0]) if n + 1 < len(known) else left + plot_w
-                path.append(f"V {y_of(value):.1f}")
-                path.append(f"H {end:.1f}")
-            parts.append(
-                f'<path class="line-{name}" d="{" ".join(path)}" fill="none" '
-                f'stroke="{colour}" stroke-width="2.5"/>'
-            )
-        for i, point in enumerate(points):
-            x = x_of(i)
-            y = y_of(point.composed if point.composed is not None else point.plain_sum)
-            composed = "not computed" if point.composed is None else _num(point.composed)
-            tip = escape(
-                f"{point.at:%Y-%m-%d %H:%M:%S} {point.kind} job {point.job_id} "
-                f"(epsilon {_num(point.job_epsilon)}): composed {composed}, "
-                f"sum {_num(point.plain_sum)}"
-            )
-            shape = _marker_shape(point.kind, x, y)
-            parts.append(f'<g class="marker marker-{point.kind}"><title>{tip}</title>{shape}</g>')
-        first, last = points[0].at, points[-1].at
-        fmt = "%H:%M:%S" if first.date() == last.date() else "%m-%d %H:%M"
-        parts.append(
-            f'<text x="{x_of(0):.1f}" y="{top + plot_h + 18}" font-size="11" fill="#374151" '
-            f'text-anchor="middle">{first:{fmt}}</text>'
+    return parts
+
+
+def _step_line(f: _Frame, name: str, values: list[float | None], colour: str) -> str:
+    """Steps after each known value; an unknown one (None) keeps the line level until the
+    next known value (the page's caption says so)."""
+    known = [(i, v) for i, v in enumerate(values) if v is not None]
+    path = [f"M {f.left} {f.y_of(0):.1f}", f"H {f.x_of(known[0][0]) if known else f.left:.1f}"]
+    for n, (_, value) in enumerate(known):
+        end = f.x_of(known[n + 1][0]) if n + 1 < len(known) else f.left + f.plot_w
+        path.append(f"V {f.y_of(value):.1f}")
+        path.append(f"H {end:.1f}")
+    return (
+        f'<path class="line-{name}" d="{" ".join(path)}" fill="none" '
+        f'stroke="{colour}" stroke-width="2.5"/>'
+    )
+
+
+def _markers(f: _Frame) -> list[str]:
+    """One marker per ledger entry, its tooltip the entry's public numbers."""
+    parts = []
+    for i, point in enumerate(f.points):
+        y = f.y_of(point.composed if point.composed is not None else point.plain_sum)
+        composed = "not computed" if point.composed is None else _num(point.composed)
+        tip = escape(
+            f"{point.at:%Y-%m-%d %H:%M:%S} {point.kind} job {point.job_id} "
+            f"(epsilon {_num(point.job_epsilon)}): composed {composed}, "
+            f"sum {_num(point.plain_sum)}"
         )
-        if len(points) > 1 and span > 0:
-            parts.append(
-                f'<text x="{x_of(len(points) - 1):.1f}" y="{top + plot_h + 18}" font-size="11" '
-                f'fill="#374151" text-anchor="middle">{last:{fmt}}</text>'
-            )
+        shape = _marker_shape(point.kind, f.x_of(i), y)
+        parts.append(f'<g class="marker marker-{point.kind}"><title>{tip}</title>{shape}</g>')
+    return parts
+
+
+def _time_labels(f: _Frame) -> list[str]:
+    """The first and last entry's time under the plot, and the axis's name."""
+    points, base = f.points, f.top + f.plot_h + 18
+    first, last = points[0].at, points[-1].at
+    fmt = "%H:%M:%S" if first.date() == last.date() else "%m-%d %H:%M"
+    parts = [
+        f'<text x="{f.x_of(0):.1f}" y="{base}" font-size="11" fill="#374151" '
+        f'text-anchor="middle">{first:{fmt}}</text>'
+    ]
+    if len(points) > 1 and f.span > 0:
         parts.append(
-            f'<text x="{left + plot_w / 2:.0f}" y="{height - 6}" font-size="12" fill="#374151" '
-            'text-anchor="middle">time (UTC)</text>'
+            f'<text x="{f.x_of(len(points) - 1):.1f}" y="{base}" font-size="11" '
+            f'fill="#374151" text-anchor="middle">{last:{fmt}}</text>'
         )
+    parts.append(
+        f'<text x="{f.left + f.plot_w / 2:.0f}" y="{f.height - 6}" font-size="12" '
+        'fill="#374151" text-anchor="middle">time (UTC)</text>'
+    )
+    return parts
+
+
+def _legend_mark(shape_kind: str, colour: str, lx: int, y: int) -> str:
+    if shape_kind in ("line", "dash"):
+        dash = ' stroke-dasharray="6 4"' if shape_kind == "dash" else ""
+        return (
+            f'<line x1="{lx}" x2="{lx + 22}" y1="{y}" y2="{y}" stroke="{colour}" '
+            f'stroke-width="2.5"{dash}/>'
+        )
+    if shape_kind == "circle":
+        return f'<circle cx="{lx + 11}" cy="{y}" r="5" fill="{colour}"/>'
+    if shape_kind == "rect":
+        return f'<rect x="{lx + 6.5}" y="{y - 4.5}" width="9" height="9" fill="{colour}"/>'
+    return (
+        f'<polygon points="{lx + 11},{y - 6} {lx + 17},{y + 4} {lx + 5},{y + 4}" fill="{colour}"/>'
+    )
+
+
+def _legend(f: _Frame) -> list[str]:
+    """The legend, right of the plot."""
     legend = [
         ("line", COMPOSED, "composed spend"),
         ("line", PLAIN_SUM, "plain sum"),
-        ("dash", BUDGET, f"budget {_num(budget)}"),
+        ("dash", BUDGET, f"budget {_num(f.budget)}"),
         ("circle", MARKERS["reserve"], "reserve"),
         ("rect", MARKERS["commit"], "commit"),
         ("tri", MARKERS["release"], "release"),
     ]
-    lx = left + plot_w + 16
+    lx = f.left + f.plot_w + 16
+    parts = []
     for i, (shape_kind, colour, text) in enumerate(legend):
-        y = top + 10 + i * 20
-        if shape_kind in ("line", "dash"):
-            dash = ' stroke-dasharray="6 4"' if shape_kind == "dash" else ""
-            mark = (
-                f'<line x1="{lx}" x2="{lx + 22}" y1="{y}" y2="{y}" stroke="{colour}" '
-                f'stroke-width="2.5"{dash}/>'
-            )
-        elif shape_kind == "circle":
-            mark = f'<circle cx="{lx + 11}" cy="{y}" r="5" fill="{colour}"/>'
-        elif shape_kind == "rect":
-            mark = f'<rect x="{lx + 6.5}" y="{y - 4.5}" width="9" height="9" fill="{colour}"/>'
-        else:
-            mark = (
-                f'<polygon points="{lx + 11},{y - 6} {lx + 17},{y + 4} {lx + 5},{y + 4}" '
-                f'fill="{colour}"/>'
-            )
+        y = f.top + 10 + i * 20
         parts.append(
-            f'{mark}<text x="{lx + 28}" y="{y + 4}" font-size="12" fill="#111827">'
-            f"{escape(text)}</text>"
+            f'{_legend_mark(shape_kind, colour, lx, y)}<text x="{lx + 28}" y="{y + 4}" '
+            f'font-size="12" fill="#111827">{escape(text)}</text>'
         )
+    return parts
+
+
+def spend_chart(points: Sequence[ChartPoint], budget: float) -> Markup:
+    """Composed spend and plain sum (step lines) against time, the ledger's entries marked by
+    kind, and the budget as a dashed line."""
+    f = _Frame(points, budget)
+    parts: list[str] = [
+        f'<svg class="chart" viewBox="0 0 {f.width} {f.height}" width="{f.width}" '
+        f'height="{f.height}" role="img" aria-label="privacy spend over time">',
+        *_axes(f),
+    ]
+    if points:
+        parts.append(_step_line(f, "plain-sum", [p.plain_sum for p in points], PLAIN_SUM))
+        parts.append(_step_line(f, "composed", [p.composed for p in points], COMPOSED))
+        parts += _markers(f)
+        parts += _time_labels(f)
+    parts += _legend(f)
     parts.append("</svg>")
     return Markup("".join(parts))

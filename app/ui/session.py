@@ -25,9 +25,12 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from starlette.responses import Response
+
 SESSION_COOKIE = "dpsyn_session"
 LOGIN_COOKIE = "dpsyn_login"
 LOGIN_TTL_S = 3600  # how long a sign-in form stays usable
+COOKIE_PATH = "/ui"  # the dashboard's cookies are never sent to the API's routes
 
 
 def _b64(data: bytes) -> str:
@@ -118,3 +121,22 @@ def make_signer(secret: str | None) -> Signer:
     """The signer of the configured secret, else of a random one (sessions then last only as
     long as this process, and are not shared between replicas)."""
     return Signer(secret if secret else secrets.token_bytes(32))
+
+
+def set_cookie(response: Response, name: str, value: str, ttl_s: int, *, secure: bool) -> None:
+    """Set one of the dashboard's cookies with the attributes described above: scripts cannot
+    read it, no other site's request carries it, and over HTTPS it never travels in clear."""
+    response.set_cookie(
+        name,
+        value,
+        max_age=ttl_s,
+        path=COOKIE_PATH,
+        httponly=True,
+        samesite="strict",
+        secure=secure,
+    )
+
+
+def forget_cookie(response: Response, name: str) -> None:
+    """Tell the browser to drop one of the dashboard's cookies (same path as it was set)."""
+    response.delete_cookie(name, path=COOKIE_PATH)

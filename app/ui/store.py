@@ -16,7 +16,8 @@ from datetime import UTC, datetime
 from sqlalchemy import delete
 from sqlalchemy.orm import Session
 
-from app.db.models import DashboardSession, now
+from app.db.models import ApiKey, DashboardSession, now
+from app.services.tenants import live_key
 from app.ui.session import UiSession
 
 
@@ -48,3 +49,12 @@ def close_session(db: Session, ui_session: UiSession) -> None:
     """Sign out: the cookie, and any copy of it, opens nothing from now on; commits."""
     db.execute(delete(DashboardSession).where(DashboardSession.id == session_id(ui_session)))
     db.commit()
+
+
+def session_key(db: Session, ui_session: UiSession) -> ApiKey | None:
+    """The session's key, if the session is still open here and the key still live (not
+    revoked, tenant enabled): checked on every request, so that signing out, revoking the key
+    or disabling the tenant ends the session at once."""
+    if not is_open(db, ui_session):
+        return None
+    return live_key(db, ui_session.key_id)

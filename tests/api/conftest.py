@@ -1,24 +1,26 @@
 """Helpers of the API tests: an app on a fresh database, a recording queue, a client that
-keeps every response body (to prove that no record text ever leaves), and a stand-in for
-the worker that runs a job with the fake backend and stores its result."""
+keeps every response body (to prove that no record text ever leaves), and the real worker
+(``workers.runner.run_job``) to run a job with the fake backend."""
 
 from __future__ import annotations
 
 import io
 import json
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
+from unittest import mock
 
 import pytest
 from fastapi.testclient import TestClient
 
-from app.db.models import Job, JobStatus, KeyScope, now
+from app.db.models import Job, JobStatus, KeyScope
 from app.db.session import session_scope
 from app.llm.provider import BackendProvider, StaticProvider
 from app.main import create_app
-from app.services.jobs import load_job_inputs, store_result
+from app.results import SynthesisResult
+from app.services.jobs import store_result
 from app.services.tenants import create_api_key, create_tenant
 from app.settings import Settings
 from tests.synthesis.fake_backend import FakeBackend
@@ -179,14 +181,38 @@ class Api:
             progress_interval_s=0.0,
         )
 
-    def run_job(self, job_id: str, marker: str = "Question:") -> None:
-        """What a worker does, with the fake backend: load, synthesise, store the result."""
+    def run_job(
+        self,
+        job_id: str,
+        marker: str = "Question:",
+        *,
+        edit: Callable[[SynthesisResult], SynthesisResult] | None = None,
+    ) -> None:
+        """Run a queued job to success through the real worker (claim, lease, the check of the
+        stored plan against the reserved event, the record count, the charge), on the fake
+        backend whose teachers answer after ``marker`` (the task's text field: "Sentence:" for
+        SST-2) and stop after three words. Fails the test if the job does not succeed.
+
+        ``edit`` changes the result just before the worker stores it (a test attaches a soft
+        prompt so). The worker records an error in storing it by type name only; it is
+        raised here, so that a test can check what was refused and why."""
+        errors: list[Exception] = []
+
+        def store(session: Any, job: Job, result: SynthesisResult) -> Any:
+            try:
+                return store_result(session, job, edit(result) if edit is not None else result)
+            except Exception as err:
+                errors.append(err)
+                raise
+
+        with mock.patch("workers.runner.store_result", store):
+            self.run_worker(job_id, FakeBackend(marker=marker))
+        if errors:
+            raise errors[0]
         with session_scope(self.url) as session:
             job = session.get(Job, job_id)
-            job.status, job.started_at, job.touched_data = JobStatus.RUNNING.value, now(), True
-            _, records, plan = load_job_inputs(session, job)
-            result = plan.run(records, FakeBackend(marker=marker), None)
-            store_result(session, job, result)
+            assert job is not None, job_id
+            assert job.status == JobStatus.SUCCEEDED, (job.status, job.error)
 
 
 def make_api(url: str, provider: BackendProvider | None = None, **settings: Any) -> Iterator[Api]:

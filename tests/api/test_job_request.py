@@ -114,7 +114,7 @@ def test_the_services_take_one_request_with_their_own_422s(api: Api) -> None:
 
 def test_a_job_request_is_a_frozen_validated_value() -> None:
     asked = JobRequest(dataset_id="d", method="promptpate", epsilon=1.0, public_dataset_id="p")
-    assert asked.method is MethodKind.PROMPTPATE and asked.accounting is None
+    assert asked.method == MethodKind.PROMPTPATE and asked.accounting is None
     with pytest.raises(ValidationError):
         asked.epsilon = 2.0  # type: ignore[misc]
     for bad in ({"shots": 0}, {"shots": 65}, {"method": "nope"}, {"accounting": "loose"}):

@@ -55,7 +55,7 @@ def test_submit_reserves_commits_then_enqueues(api: Api) -> None:
     assert job["status"] == "queued" and job["dataset_id"] == dataset["id"]
     assert job["epsilon"] == pytest.approx(1.0, rel=1e-2) and job["epsilon"] <= 1.0
     assert job["delta"] == pytest.approx(1 / 24)  # the budget's
-    assert job["progress"] == {"done": 0, "total": 2 * 4}
+    assert job["progress"] == {"done": 0, "total": 2 * 4, "unit": "tokens"}
     assert job["accounting"] == "tight" and job["shots"] == 2 and job["prompt_id"] is None
     assert api.queue.enqueued == [job["id"]]  # RecordingQueue checked it was committed first
     with session_scope(api.url) as session:

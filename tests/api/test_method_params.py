@@ -19,7 +19,7 @@ def test_openapi_documents_every_parameter_of_every_method(api: Api) -> None:
         for name, field in method.params.model_fields.items():
             assert name in properties, name
             described = properties[name].get("description", "")
-            assert described.startswith(kind.value) or f", {kind.value}:" in described, name
+            assert described.startswith(kind) or f", {kind}:" in described, name
             assert (field.description or "").split(" (")[0].rstrip(".") in described, name
     assert "seed" not in properties  # never from a client
 

@@ -163,7 +163,8 @@ def test_promptpate_admission_reserves_its_event_and_composes_with_other_jobs(ap
     job = response.json()
     assert job["method"] == "promptpate" and job["public_dataset_id"] == public["id"]
     assert job["status"] == "queued" and job["shots"] == 2 and job["accounting"] == "tight"
-    assert job["progress"] == {"done": 0, "total": 30}  # min(max_public, 40 public texts)
+    # min(max_public, 40 public texts)
+    assert job["progress"] == {"done": 0, "total": 30, "unit": "public inputs"}
     assert job["epsilon"] == pytest.approx(3.0, rel=1e-2) and job["epsilon"] <= 3.0
     assert job["delta"] == pytest.approx(1 / 24) and job["stats"] is None
     assert api.queue.enqueued == [job["id"]]

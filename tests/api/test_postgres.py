@@ -105,7 +105,7 @@ def test_promptpate_admission_and_run_on_postgres(pg_api: Api) -> None:
     assert first.status_code == 201, first.text
     job = first.json()
     assert api.queue.enqueued[-1] == job["id"]
-    assert job["progress"] == {"done": 0, "total": 40}
+    assert job["progress"] == {"done": 0, "total": 40, "unit": "public inputs"}
     refused = api.submit_pate(dataset["id"], public["id"])  # 3 + 3 > 5
     assert refused.status_code == 409
     error = error_of(refused)

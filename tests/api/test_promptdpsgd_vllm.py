@@ -15,14 +15,12 @@ from collections.abc import Iterator
 import numpy as np
 import pytest
 
-from app.db.models import Job, JobStatus, LedgerEntry, now
+from app.db.models import Job, LedgerEntry
 from app.db.session import session_scope
 from app.llm.factory import BackendKind
 from app.llm.provider import BackendProvider
 from app.promptdpsgd.artifact import SoftPrompt
-from app.services.jobs import load_job_inputs, store_result
 from tests.api.conftest import Api, auth, error_of, make_api
-from tests.synthesis.fake_backend import FakeBackend
 
 DEAD = "http://127.0.0.1:9/v1"  # the discard port: refused at once
 
@@ -64,14 +62,11 @@ def test_complete_refuses_a_soft_prompt_without_calling_the_server(vllm_api: Api
     dataset = api.upload()
     assert api.budget(dataset["id"], 5.0).status_code == 200
     soft_job, plain_job = (api.submit(dataset["id"]).json()["id"] for _ in range(2))
-    with session_scope(api.url) as session:
-        job = session.get(Job, soft_job)
-        assert job is not None
-        job.status, job.started_at, job.touched_data = JobStatus.RUNNING.value, now(), True
-        _, records, plan = load_job_inputs(session, job)
-        result = plan.run(records, FakeBackend(), None)
-        soft = SoftPrompt("served-model", np.ones((2, 8)))
-        store_result(session, job, dataclasses.replace(result, model=soft.model, soft_prompt=soft))
+    soft = SoftPrompt("served-model", np.ones((2, 8)))
+    api.run_job(
+        soft_job,
+        edit=lambda result: dataclasses.replace(result, model=soft.model, soft_prompt=soft),
+    )
     api.run_job(plain_job)
     jobs = {j["id"]: j for j in api.client.get("/v1/jobs", headers=auth(api.admin)).json()}
     response = api.client.post(

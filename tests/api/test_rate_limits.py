@@ -26,7 +26,7 @@ from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
 import app.api.deps as deps
-import app.api.routes.ui as ui_routes
+import app.api.routes.ui.session as ui_session
 from app.api.limits import Limiter, MemoryBuckets, client_address
 from app.db.models import KeyScope
 from app.db.session import session_scope
@@ -206,7 +206,7 @@ def test_the_dashboards_model_calls_have_a_stricter_limit(sqlite_url: str) -> No
 
 def test_sign_in_is_throttled_per_address(sqlite_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
     for api in make_api(sqlite_url):
-        lookups = count_lookups(monkeypatch, ui_routes)
+        lookups = count_lookups(monkeypatch, ui_session)
         attacker = TestClient(api.client.app, client=ATTACKER)
         answers = [sign_in(attacker, f"wrong-{i}").status_code for i in range(11)]
         assert answers == [401] * 10 + [429], answers

@@ -18,13 +18,11 @@ from collections.abc import Iterator
 import numpy as np
 import pytest
 
-from app.db.models import Job, JobStatus, PromptSet, now
+from app.db.models import Job, JobStatus, PromptSet
 from app.db.session import session_scope
 from app.promptdpsgd.artifact import SoftPrompt
-from app.services.jobs import load_job_inputs, store_result
 from app.services.prompts import SoftPromptCorruptError
 from tests.api.conftest import Api, auth, error_of, make_api
-from tests.synthesis.fake_backend import FakeBackend
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
@@ -35,14 +33,8 @@ def api(request: pytest.FixtureRequest) -> Iterator[Api]:
 
 
 def run_with_soft_prompt(api: Api, job_id: str, soft: SoftPrompt) -> None:
-    """What a worker does, with a soft prompt in the result."""
-    with session_scope(api.url) as session:
-        job = session.get(Job, job_id)
-        assert job is not None
-        job.status, job.started_at, job.touched_data = JobStatus.RUNNING.value, now(), True
-        _, records, plan = load_job_inputs(session, job)
-        result = plan.run(records, FakeBackend(), None)
-        store_result(session, job, dataclasses.replace(result, soft_prompt=soft))
+    """The real worker runs the job; its result gets the soft prompt before it is stored."""
+    api.run_job(job_id, edit=lambda result: dataclasses.replace(result, soft_prompt=soft))
 
 
 def soft_prompt(model: str = "fake", length: int = 4, hidden: int = 16) -> SoftPrompt:
@@ -143,6 +135,8 @@ def test_a_soft_prompt_for_another_model_is_not_stored(api: Api) -> None:
         run_with_soft_prompt(api, job_id, soft_prompt(model="gemma-3-270m"))
     with session_scope(api.url) as session:
         assert session.query(PromptSet).filter_by(job_id=job_id).count() == 0
+        job = session.get(Job, job_id)
+        assert job is not None and job.status == JobStatus.FAILED and job.prompt_set_id is None
 
 
 def test_the_openapi_document_declares_the_download(api: Api) -> None:
@@ -165,16 +159,11 @@ def test_complete_refuses_a_soft_prompt_for_another_model_naming_both(api: Api) 
     assert api.budget(dataset["id"], 5.0).status_code == 200
     job_id = api.submit(dataset["id"]).json()["id"]
     # As stored by a job that ran on gemma (the prompt set's model is the soft prompt's).
-    with session_scope(api.url) as session:
-        job = session.get(Job, job_id)
-        assert job is not None
-        job.status, job.started_at, job.touched_data = JobStatus.RUNNING.value, now(), True
-        _, records, plan = load_job_inputs(session, job)
-        result = plan.run(records, FakeBackend(), None)
-        gemma = soft_prompt(model="gemma-3-270m")
-        store_result(
-            session, job, dataclasses.replace(result, model=gemma.model, soft_prompt=gemma)
-        )
+    gemma = soft_prompt(model="gemma-3-270m")
+    api.run_job(
+        job_id,
+        edit=lambda result: dataclasses.replace(result, model=gemma.model, soft_prompt=gemma),
+    )
     prompt_id = api.client.get(f"/v1/jobs/{job_id}", headers=auth(api.admin)).json()["prompt_id"]
     calls = len(api.backend.calls)
     query = "SECRETQUERY what is it"
@@ -219,7 +208,8 @@ def test_a_promptdpsgd_job_is_admitted_with_its_own_parameters(api: Api) -> None
     submitted = api.submit(dataset["id"], method="promptdpsgd", epsilon=2.0, params=params)
     assert submitted.status_code == 201, submitted.text
     job = submitted.json()
-    assert job["method"] == "promptdpsgd" and job["progress"] == {"done": 0, "total": 5}
+    assert job["method"] == "promptdpsgd"
+    assert job["progress"] == {"done": 0, "total": 5, "unit": "steps"}
     assert job["shots"] == 0 and 0 < job["epsilon"] <= 2.0
     assert api.queue.enqueued == [job["id"]]
     budget = api.client.get(f"/v1/datasets/{dataset['id']}/budget", headers=auth(api.admin))
@@ -231,8 +221,7 @@ def test_a_promptdpsgd_job_is_admitted_with_its_own_parameters(api: Api) -> None
     bad = api.submit(dataset["id"], method="promptdpsgd", params={"steps": 0})
     assert bad.status_code == 422 and "steps" in error_of(bad)["message"]
     document = api.client.get("/openapi.json").json()["components"]["schemas"]
-    assert document["JobCreate"]["properties"]["method"]["$ref"].endswith("/MethodKind")
-    assert "promptdpsgd" in document["MethodKind"]["enum"]
+    assert "promptdpsgd" in document["JobCreate"]["properties"]["method"]["enum"]
     assert "promptdpsgd" in document["JobParams"]["properties"]["steps"]["description"]
 
 

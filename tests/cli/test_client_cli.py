@@ -30,11 +30,12 @@ from app.services.jobs import attach_soft_prompt
 from app.services.tenants import authenticate
 from app.settings import Settings
 from app.synthesis.tasks import BUILTIN_TASKS
+from tests.conftest import require_shared_data, shared_data_dir
 from tests.synthesis.fake_backend import FakeBackend
 from workers.inprocess import InProcessQueue
 
 ROOT = Path(__file__).resolve().parents[2]
-DATA = Path(os.environ.get("DATA_DIR", ROOT.parent / "shared" / "data"))
+DATA = shared_data_dir()
 KEY = "test-admin-key-for-the-client-cli-0123456789"
 SECRET = "SECRETWORD"
 CODES = {"ABBR", "ENTY", "DESC", "HUM", "LOC", "NUM"}
@@ -255,8 +256,7 @@ def test_server_errors_are_one_line_and_exit_non_zero(dpsyn, trec_file):
 @pytest.mark.parametrize("fake_backend", [FakeBackend(marker="Review:")])
 def test_promptpate_on_sst2_with_the_imdb_sample_as_public_data(dpsyn):
     sst2, imdb = DATA / "sst2" / "stsa.binary.dev", DATA / "imdb" / "test_sample2000.jsonl"
-    if not (sst2.is_file() and imdb.is_file()):
-        pytest.skip(f"the shared SST-2 and IMDB files are not in {DATA} (DATA_DIR)")
+    require_shared_data(sst2, imdb)
     private = dpsyn("datasets", "upload", str(sst2), "--task", "sst2", "-q")
     assert private.exit_code == 0, private.output
     dataset = private.output.strip()

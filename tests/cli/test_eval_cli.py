@@ -45,13 +45,13 @@ def test_eval_runs_the_adadpsyn_variant_it_is_asked_for(tmp_path, monkeypatch):
     import json
 
     seen: list[str] = []
-    real = __import__("app.eval.experiment", fromlist=["synthesize"]).synthesize
+    real = __import__("app.methods.token_loop", fromlist=["synthesize"]).synthesize
 
     def recording(task, train, config, backend, *args, **kwargs):
         seen.append(config.variant.value)
         return real(task, train, config, backend, *args, **kwargs)
 
-    monkeypatch.setattr("app.eval.experiment.synthesize", recording)
+    monkeypatch.setattr("app.methods.token_loop.synthesize", recording)  # the job's path
     result = runner.invoke(
         app,
         [
@@ -63,4 +63,4 @@ def test_eval_runs_the_adadpsyn_variant_it_is_asked_for(tmp_path, monkeypatch):
     assert result.exit_code == 0, result.output
     assert seen and set(seen) == {"paper"}
     config = json.loads((tmp_path / "runs.json").read_text())["meta"]["config"]
-    assert config["overrides"]["variant"] == "paper"
+    assert config["params"]["variant"] == "paper"

@@ -74,13 +74,20 @@ def test_what_it_cannot_do_is_refused_in_one_line(tickets, args, message):
     assert len(result.stderr.strip().splitlines()) == 1
 
 
-def test_the_cli_defaults_are_the_configs():
-    import inspect
-
-    from app.cli.synthesize import PARAM_OPTIONS, synthesize_command
+def test_the_cli_options_and_defaults_are_the_configs():
+    """Each option of the method is made from its config's field: the flag, the type and the
+    default its help shows (none is restated by the CLI)."""
+    from app.cli.method_options import method_options
     from app.promptdpsgd.config import PromptDpsgdConfig
 
-    signature = inspect.signature(synthesize_command).parameters
-    for name, info in PromptDpsgdConfig.model_fields.items():
-        if name in PARAM_OPTIONS:
-            assert signature[PARAM_OPTIONS[name][1]].default == info.default, name
+    options = {o.flag: o for o in method_options() if "promptdpsgd" in o.params}
+    assert set(options) == {
+        "--prompt-length", "--steps", "--batch-size", "--learning-rate", "--clip-norm", "--init"
+    }  # fmt: skip
+    for flag, option in options.items():
+        info = PromptDpsgdConfig.model_fields[option.params["promptdpsgd"].name]
+        default = getattr(info.default, "value", info.default)
+        assert f"Default {default}." in option.help(), flag
+        assert option.annotation is info.annotation, flag
+    shown = runner.invoke(app, ["synthesize", "--help"], env={"COLUMNS": "200"})
+    assert "promptdpsgd: DP-SGD steps. Range [1, 10000]. Default 60." in shown.output

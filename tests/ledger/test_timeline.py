@@ -19,7 +19,7 @@ def test_the_timeline_follows_reserve_commit_and_release(sqlite_url):
     accountant = accountant_for(Accounting.TIGHT)
 
     def composed(n: int) -> float:
-        return accountant.synthesis_epsilon([event] * n, DELTA) if n else 0.0
+        return accountant.dataset_epsilon([event] * n, DELTA) if n else 0.0
 
     with session_scope(sqlite_url) as session:
         budget = session.get(Budget, dataset_id)
@@ -63,5 +63,5 @@ def test_a_long_ledger_composes_an_even_subset_including_the_last(sqlite_url):
     assert [i for i, _ in known] == [0, 1, 6, 7, 10, 11, 16, 17]
     for i, value in known:
         jobs = i // 2 + 1
-        assert value == pytest.approx(accountant.synthesis_epsilon([event] * jobs, DELTA))
+        assert value == pytest.approx(accountant.dataset_epsilon([event] * jobs, DELTA))
     assert points[-1].epsilon == pytest.approx(spend.epsilon)

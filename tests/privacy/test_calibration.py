@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from app.privacy.accounting import Accounting
-from app.privacy.calibration import CalibrationError, calibrate
+from app.privacy.calibration import CalibrationError, calibrate_noise
 from app.privacy.params import AdaDPSynParams, TangParams
-from app.privacy.plan import PrivacyPlan
+from app.privacy.synthesis import SynthesisPrivacy
 
 CASES = [
     (TangParams(sigma=1.0), Accounting.TIGHT, 1.0, 15),
@@ -20,28 +20,34 @@ CASES = [
 
 @pytest.mark.parametrize(("params", "accounting", "target", "tmax"), CASES)
 def test_solved_multiplier_gives_the_target_within_one_percent(params, accounting, target, tmax):
-    plan = PrivacyPlan(params=params, accounting=accounting, M=20, N=2, tmax=tmax)
+    plan = SynthesisPrivacy(params=params, accounting=accounting, M=20, N=2, tmax=tmax)
     sizes, shots, delta = {"a": 835, "b": 1200}, {"a": 1, "b": 1}, 1 / 5452
-    result = calibrate(plan, label_sizes=sizes, shots=shots, target_epsilon=target, delta=delta)
-    recomputed = result.plan.epsilon(sizes, shots, delta)
+    result = calibrate_noise(
+        plan, label_sizes=sizes, shots=shots, target_epsilon=target, delta=delta
+    )
+    recomputed = result.privacy.epsilon(sizes, shots, delta)
     assert recomputed == pytest.approx(result.epsilon)
     assert target * 0.99 <= recomputed <= target  # never above the budget
-    assert result.plan.params.free_multiplier == result.multiplier
+    assert result.privacy.params.free_multiplier == result.multiplier
     # the other multipliers are untouched
-    assert result.plan.params.model_dump(exclude={"sigma", "sigma1"}) == params.model_dump(
+    assert result.privacy.params.model_dump(exclude={"sigma", "sigma1"}) == params.model_dump(
         exclude={"sigma", "sigma1"}
     )
 
 
 def test_unreachable_target_names_the_problem():
     params = AdaDPSynParams(sigma0=1, sigma1=1.0, sigma2=1, T=2)
-    plan = PrivacyPlan(params=params, M=20, N=2, tmax=15)
+    plan = SynthesisPrivacy(params=params, M=20, N=2, tmax=15)
     with pytest.raises(CalibrationError, match="cannot be met"):
-        calibrate(plan, label_sizes={"a": 835}, shots={"a": 1}, target_epsilon=0.5, delta=1e-4)
+        calibrate_noise(
+            plan, label_sizes={"a": 835}, shots={"a": 1}, target_epsilon=0.5, delta=1e-4
+        )
 
 
 @pytest.mark.parametrize("target", [0.0, -1.0, float("inf"), float("nan")])
 def test_target_must_be_positive_and_finite(target):
-    plan = PrivacyPlan(params=TangParams(sigma=1.0), M=20, N=2, tmax=15)
+    plan = SynthesisPrivacy(params=TangParams(sigma=1.0), M=20, N=2, tmax=15)
     with pytest.raises(CalibrationError, match="positive"):
-        calibrate(plan, label_sizes={"a": 835}, shots={"a": 1}, target_epsilon=target, delta=1e-4)
+        calibrate_noise(
+            plan, label_sizes={"a": 835}, shots={"a": 1}, target_epsilon=target, delta=1e-4
+        )

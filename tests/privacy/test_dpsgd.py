@@ -133,9 +133,9 @@ def test_accountants_refuse_the_other_sampling():
     poisson = dpsgd_event(1.0, Accounting.TIGHT, n=1000, batch_size=10, steps=5)
     fixed = dpsgd_event(1.0, Accounting.PAPER, n=1000, batch_size=10, steps=5)
     with pytest.raises(UnsupportedEventError):
-        PaperRdpAccountant().synthesis_epsilon(poisson, 1e-5)
+        PaperRdpAccountant().dataset_epsilon(poisson, 1e-5)
     with pytest.raises(UnsupportedEventError):
-        TightPldAccountant().synthesis_epsilon(fixed, 1e-5)
+        TightPldAccountant().dataset_epsilon(fixed, 1e-5)
 
 
 # --- cross-checks against independent libraries -----------------------------------------
@@ -172,7 +172,7 @@ def test_tight_epsilon_agrees_with_a_direct_pld_and_stays_under_rdp_bounds(setti
 def test_paper_epsilon_matches_dp_accounting_without_replacement(setting):
     sigma, batch, n, steps, delta = setting
     event = dpsgd_event(sigma, Accounting.PAPER, n=n, batch_size=batch, steps=steps)
-    ours = PaperRdpAccountant(orders=ORDERS).synthesis_epsilon(event, delta)
+    ours = PaperRdpAccountant(orders=ORDERS).dataset_epsilon(event, delta)
     # Replace-one: the clipped sum's sensitivity is 2C, so the Gaussian dp-accounting sees
     # has multiplier (sigma C) / (2C) = sigma / 2.
     reference = rdp_privacy_accountant.RdpAccountant(
@@ -198,14 +198,14 @@ def test_dpsgd_composes_with_every_label_group_of_a_synthesis_job_and_with_pate(
     pate = PateEvent(4.0, "add_or_remove")
     delta = 1e-5
 
-    alone = tight.synthesis_epsilon(dpsgd, delta)
+    alone = tight.dataset_epsilon(dpsgd, delta)
     priced = dpsgd.priced("add_or_remove")
     assert alone == pytest.approx(tight.epsilon(priced, delta))
-    both = tight.synthesis_epsilon([synthesis, dpsgd], delta)
+    both = tight.dataset_epsilon([synthesis, dpsgd], delta)
     worst_label = max(tight.epsilon([e, priced], delta) for e in (label_a, label_b))
     assert both == pytest.approx(worst_label)
-    assert both > max(alone, tight.synthesis_epsilon(synthesis, delta))
-    three = tight.synthesis_epsilon([synthesis, dpsgd, pate], delta)
+    assert both > max(alone, tight.dataset_epsilon(synthesis, delta))
+    three = tight.dataset_epsilon([synthesis, dpsgd, pate], delta)
     assert three == pytest.approx(tight.epsilon([label_a, priced, pate], delta))
     assert three > both
 
@@ -216,7 +216,7 @@ def test_paper_composition_uses_the_halved_multiplier_in_every_pair():
     label_a = SampledEvent(FixedSizeSampling(500, 4, 2), (GaussianEvent(2.0),), 30)
     label_b = SampledEvent(FixedSizeSampling(500, 4, 2), (GaussianEvent(3.0),), 30)
     synthesis = SynthesisEvent((LabelEvent("a", label_a), LabelEvent("b", label_b)))
-    got = paper.synthesis_epsilon([synthesis, dpsgd], 1e-5)
+    got = paper.dataset_epsilon([synthesis, dpsgd], 1e-5)
     halved = SampledEvent(FixedSizeSampling(1000, 1, 20), (GaussianEvent(1.0),), 40)
     assert got == pytest.approx(paper.epsilon([label_a, label_b, halved], 1e-5))
 
@@ -245,4 +245,4 @@ def test_calibration_meets_the_target_from_below(accounting, target):
 
 def test_no_noise_costs_everything():
     event = dpsgd_event(0.0, Accounting.TIGHT, n=100, batch_size=10, steps=3)
-    assert TightPldAccountant().synthesis_epsilon(event, 1e-5) == math.inf
+    assert TightPldAccountant().dataset_epsilon(event, 1e-5) == math.inf

@@ -187,12 +187,12 @@ def test_composition_with_synthesis_costs_more_than_either_job():
     delta = 1e-5
     pate = PateEvent(2.0, ADD)
     synth = _synthesis(PoissonSampling(rate=0.1, groups=5))
-    alone = tight.synthesis_epsilon(pate, delta)
-    both = tight.synthesis_epsilon([synth, pate], delta)
-    assert both > max(alone, tight.synthesis_epsilon(synth, delta))
+    alone = tight.dataset_epsilon(pate, delta)
+    both = tight.dataset_epsilon([synth, pate], delta)
+    assert both > max(alone, tight.dataset_epsilon(synth, delta))
     assert alone == pytest.approx(tight.epsilon(pate, delta))
     # two PromptPATE jobs compose like one Gaussian with the combined mu (GDP composition)
-    two = tight.synthesis_epsilon([pate, pate], delta)
+    two = tight.dataset_epsilon([pate, pate], delta)
     assert two == pytest.approx(gaussian_epsilon(math.sqrt(2) / 2.0, delta), rel=0.02)
 
 

@@ -14,7 +14,6 @@ import app.privacy.adadpsyn as adadpsyn_module
 from app.privacy.adadpsyn import adadpsyn_aggregate, pooled_aggregate_steps
 from app.privacy.geometry import SIMPLEX_RADIUS, ball_holds_simplex
 from app.privacy.params import AdaDPSynParams, AdaDPSynVariant, TangParams
-from app.privacy.plan import PrivacyPlan
 from app.privacy.planner import (
     CANDIDATES,
     MAX_CHECK_NOISE,
@@ -27,6 +26,7 @@ from app.privacy.planner import (
     tang_multiplier,
 )
 from app.privacy.rng import make_rng
+from app.privacy.synthesis import SynthesisPrivacy
 from app.privacy.tang import gaussian_aggregate
 
 SIZES = {f"label{i}": 357 for i in range(14)}
@@ -191,7 +191,7 @@ def test_a_candidate_spends_exactly_the_budget_of_tangs_mean(candidate: Candidat
     sigma = tang_multiplier(job)
     priced = []
     for params in (TangParams(sigma=sigma), candidate.params(sigma)):
-        plan = PrivacyPlan(params=params, M=job.M, N=job.N, tmax=job.tmax)
+        plan = SynthesisPrivacy(params=params, M=job.M, N=job.N, tmax=job.tmax)
         priced.append(plan.epsilon(job.label_sizes, job.shots, job.delta))
     assert priced[1] == pytest.approx(priced[0], rel=1e-6)
     assert priced[0] <= 2.0

@@ -8,9 +8,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 from scipy import stats
 
-from app.privacy.plan import label_schedule, shots_per_label
 from app.privacy.rng import make_rng
 from app.privacy.sampling import FixedSizeSampling, PoissonSampling, sampling_from_dict
+from app.privacy.synthesis import label_schedule, shots_per_label
 
 
 def test_fixed_size_sampling_draws_disjoint_groups_of_n():

@@ -20,7 +20,7 @@ CONFIG = ExperimentConfig(
     epsilons=(8.0,),
     methods=("promptdpsgd",),
     calibrated=False,
-    dpsgd={"steps": 2, "batch_size": 4, "prompt_length": 2},
+    params={"steps": 2, "batch_size": 4, "prompt_length": 2},
     baselines=False,
 )
 

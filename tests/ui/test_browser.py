@@ -143,6 +143,9 @@ def test_an_admin_walks_through_the_dashboard(
     shots_input = by_id(driver, "job-shots")
     shots_input.clear()
     shots_input.send_keys("2")
+    accounting = Select(by_id(driver, "job-accounting"))
+    assert accounting.first_selected_option.get_attribute("value") == ""  # the budget's
+    accounting.select_by_value("tight")
     for name, value in FAST_PARAMS.items():
         by_id(driver, f"param-{name}").send_keys(str(value))
     by_id(driver, "job-quote").click()
@@ -154,6 +157,7 @@ def test_an_admin_walks_through_the_dashboard(
     wait_for(driver, lambda d: "/ui/jobs/" in d.current_url, "the job page")
     job_id = driver.current_url.rsplit("/", 1)[1]
     assert by_id(driver, "job-status").text in ("queued", "running")
+    assert "tight accounting" in by_id(driver, "job").text  # the form's choice, sent
     assert by_id(driver, "job").get_attribute("data-live") == "yes"
     driver.execute_script("window.dpsynSamePage = true;")
     live.backend.gate.set()

@@ -30,7 +30,7 @@ from app.privacy.accounting import Accounting
 from app.privacy.events import to_dict
 from app.services.jobs import job_record
 from app.synthesis.config import SynthesisConfig
-from app.synthesis.generator import JobPlan, plan_job
+from app.synthesis.generator import SynthesisPlan, plan_synthesis
 from app.synthesis.tasks import BUILTIN_TASKS
 
 TREC = BUILTIN_TASKS["trec"]
@@ -42,13 +42,13 @@ PATE = {"teachers": 6, "queries": 20, "candidates": 2, "group_size": 8, "student
 
 
 @lru_cache
-def planned(epsilon: float = 8.0, accounting: Accounting = Accounting.TIGHT) -> JobPlan:
-    """A small job plan (calibration takes about a second, so plans are shared)."""
+def planned(epsilon: float = 8.0, accounting: Accounting = Accounting.TIGHT) -> SynthesisPlan:
+    """A small token-loop plan (calibration takes about a second, so plans are shared)."""
     config = SynthesisConfig.for_task(
         "trec", epsilon=epsilon, accounting=accounting, shots=2, M=4, N=2, tmax=4, K=10
     )
     sizes = {label: PER_LABEL for label in TREC.labels}
-    return plan_job(TREC, sizes, config, np.random.default_rng(0))
+    return plan_synthesis(TREC, sizes, config, np.random.default_rng(0))
 
 
 @lru_cache
@@ -99,7 +99,7 @@ def make_job(url: str, dataset_id: str) -> str:
             method=plan.config.method.value,
             config={
                 "synthesis": plan.config.model_dump(mode="json"),
-                "plan": plan.plan.model_dump(mode="json"),
+                "plan": plan.privacy.model_dump(mode="json"),
                 "sizes": plan.sizes,
             },
             schedule=list(plan.schedule),

@@ -135,7 +135,8 @@ def test_a_job_submitted_through_the_api_runs_once_on_a_separate_worker(
         wait_for(both_tasks_done, 40, "both deliveries to be processed", log)
         job = client.get(f"/v1/jobs/{job_id}", headers=headers).json()
         assert job["status"] == "succeeded", job
-        assert job["progress"] == {"done": 8, "total": 8} and job["prompt_id"]
+        assert job["progress"] == {"done": 8, "total": 8, "unit": "tokens"}
+        assert job["prompt_id"]
         # the planner ran at admission on the API; its choice reached the job through the worker
         assert {"planner_T", "planner_checks", "planner_tang_sigma"} <= set(job["stats"])
         prompts = client.get("/v1/prompts", headers=headers).json()

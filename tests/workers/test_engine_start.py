@@ -5,7 +5,8 @@ server was started with ``--enable-tokenizer-info-endpoint`` (compose's ``gpu`` 
 lacked it: every token-loop job failed, after it had been admitted and charged). Now the
 worker asks the server everything a job needs when it starts and exits non-zero naming the
 flag. The server here is real: ``scripts/vllm_serve.sh`` with the endpoint switched off again
-(the last flag wins), started for this module only.
+(the last flag wins). The session's server pool starts it beside the shared server (a start
+side by side costs little more than one) and it is stopped when this module is done.
 """
 
 from __future__ import annotations
@@ -24,20 +25,18 @@ from tests.workers.processes import ROOT, OwnRedis, free_port
 
 
 @pytest.fixture(scope="module")
-def server_without_tokenizer_info() -> Iterator[engine.VLLMServer]:
+def server_without_tokenizer_info(vllm_pool) -> Iterator[engine.VLLMServer]:
     url = os.environ.get("DPSYN_TEST_VLLM_NO_INFO_URL")  # one already running, for speed
     if url:
         server = engine.VLLMServer(url, engine.MODEL, Path(os.devnull))
         engine.wait_healthy(server, 30)
         yield server
         return
-    if (reason := engine.vllm_installed()) is not None:
-        engine.unavailable(reason)
-    server = engine.start(free_port(), "--no-enable-tokenizer-info-endpoint")
+    server = vllm_pool.get(engine.NO_TOKENIZER_INFO)
     try:
         yield server
     finally:
-        server.close()
+        vllm_pool.release(engine.NO_TOKENIZER_INFO)
 
 
 @pytest.fixture(scope="module")

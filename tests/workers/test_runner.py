@@ -303,5 +303,18 @@ def test_timeout_fails_the_job_charged(sqlite_url, job_id, run):
     assert ledger_kinds(sqlite_url, job_id) == ["reserve", "commit"]
 
 
-def test_unknown_job_is_ignored(run):
-    run("0" * 32)
+def test_unknown_job_is_ignored(sqlite_url, job_id, run, caplog):
+    """A task for a job that does not exist (deleted, or another deployment's) returns
+    quietly: it raises nothing, never calls the model and writes nothing, to that id or to
+    any other job; one warning names the id."""
+    caplog.set_level(logging.INFO, logger="workers.runner")
+    backend = HookedBackend()
+    run("0" * 32, backend)
+    assert backend.probs_calls == 0 and backend.calls == []
+    job = get_job(sqlite_url, job_id)  # the one job there is stays as it was
+    assert job.status == JobStatus.QUEUED and job.attempts == 0 and job.lease_owner is None
+    assert ledger_kinds(sqlite_url, job_id) == ["reserve"] and prompt_sets(sqlite_url, job_id) == []
+    assert ledger_kinds(sqlite_url, "0" * 32) == [] and prompt_sets(sqlite_url, "0" * 32) == []
+    assert [r.getMessage() for r in caplog.records if r.name == "workers.runner"] == [
+        f"job {'0' * 32}: no such job; nothing to run"
+    ]

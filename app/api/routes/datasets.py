@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
 from fastapi import APIRouter, Request
@@ -23,6 +22,7 @@ from app.api.schemas import (
     Limit,
     Offset,
 )
+from app.api.uploads import store_file_upload
 from app.services import datasets as service
 from app.services.errors import InvalidError, ServiceError, UnsupportedMediaTypeError
 from app.settings import Settings
@@ -113,30 +113,6 @@ async def upload_dataset(
     raise UnsupportedMediaTypeError(
         "Content-Type: send multipart/form-data (a file) or application/json (records)"
     )
-
-
-def store_file_upload(
-    session: Session, settings: Settings, tenant_id: str, meta: DatasetUploadForm, upload: Any
-) -> DatasetPublic:
-    """Store a multipart upload's file (shared with the dashboard's upload form)."""
-    suffix = service.upload_suffix(upload.filename, meta.format)
-    display = Path(upload.filename or f"upload{suffix}").name
-    upload.file.seek(0)
-    dataset = service.store_upload(
-        session,
-        tenant_id=tenant_id,
-        name=meta.name or Path(display).stem or None,
-        task=meta.task,
-        public=meta.public,
-        write=lambda handle: service.copy_limited(upload.file, handle, settings.max_upload_bytes),
-        suffix=suffix,
-        text_column=meta.text_column,
-        label_column=meta.label_column,
-        display_name=display,
-        max_records=settings.max_records,
-        max_record_chars=settings.max_record_chars,
-    )
-    return DatasetPublic.from_row(dataset)
 
 
 def _from_json(

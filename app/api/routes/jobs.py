@@ -1,4 +1,4 @@
-"""Submit, watch and cancel synthesis jobs (token loop or PromptPATE)."""
+"""Submit, watch and cancel synthesis jobs, of any method in the registry (``app.methods``)."""
 
 from __future__ import annotations
 

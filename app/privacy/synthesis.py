@@ -1,8 +1,10 @@
-"""A privacy plan: the method's parameters, the accountant, and the shape of the token loop.
+"""The token loop's privacy: its aggregator's parameters, the accountant, and the loop's shape.
 
-The plan is the one object the synthesis engine and the ledger share. From it come the
-sampling of every token step (:meth:`PrivacyPlan.sampling`), the event that describes a job
-(:meth:`PrivacyPlan.synthesis_event`) and its price (:meth:`PrivacyPlan.epsilon`).
+:class:`SynthesisPrivacy` is the one object the token loop (``app.synthesis``) and the ledger
+share, as :class:`~app.privacy.pate.PatePrivacy` is PromptPATE's. From it come the sampling
+of every token step (:meth:`SynthesisPrivacy.sampling`), the event that describes a job
+(:meth:`SynthesisPrivacy.synthesis_event`) and its price (:meth:`SynthesisPrivacy.epsilon`).
+A job row stores it under the key ``plan`` (the name it had; stored JSON keeps its keys).
 """
 
 from __future__ import annotations
@@ -16,30 +18,31 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from app.privacy.accounting import Accountant, Accounting, accountant_for, sampling_for
 from app.privacy.events import LabelEvent, SampledEvent, SynthesisEvent
-from app.privacy.params import AdaDPSynParams, Method, MethodParams, TangParams
+from app.privacy.params import AdaDPSynParams, Aggregator, AggregatorParams, TangParams
 from app.privacy.sampling import Sampling
 
 
-class PrivacyPlan(BaseModel):
-    """Everything that determines the privacy cost of a synthesis job."""
+class SynthesisPrivacy(BaseModel):
+    """Everything that determines the privacy cost of a token-loop job (not a plan: the job's
+    plan, :class:`app.synthesis.generator.SynthesisPlan`, holds one)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    params: MethodParams
+    params: AggregatorParams
     accounting: Accounting = Accounting.TIGHT
     M: int = Field(ge=1, le=1000, description="Teacher subsets per token step.")
     N: int = Field(ge=1, le=100, description="Records per teacher subset (expected, if Poisson).")
     tmax: int = Field(ge=1, le=1000, description="Maximum tokens per demonstration.")
 
     @model_validator(mode="after")
-    def _method_params(self) -> PrivacyPlan:
+    def _aggregator_params(self) -> SynthesisPrivacy:
         if not isinstance(self.params, TangParams | AdaDPSynParams):
             raise ValueError("params must be TangParams or AdaDPSynParams")
         return self
 
     @property
-    def method(self) -> Method:
-        return Method.TANG if isinstance(self.params, TangParams) else Method.ADADPSYN
+    def aggregator(self) -> Aggregator:
+        return Aggregator.TANG if isinstance(self.params, TangParams) else Aggregator.ADADPSYN
 
     @property
     def accountant(self) -> Accountant:
@@ -73,10 +76,10 @@ class PrivacyPlan(BaseModel):
     ) -> float:
         """Epsilon at ``delta`` that the job costs any one record of the dataset."""
         event = self.synthesis_event(label_sizes, shots)
-        return self.accountant.synthesis_epsilon(event, delta)
+        return self.accountant.dataset_epsilon(event, delta)
 
-    def with_free_multiplier(self, value: float) -> PrivacyPlan:
-        """The same plan with the calibrated multiplier (sigma or sigma1) set to ``value``."""
+    def with_free_multiplier(self, value: float) -> SynthesisPrivacy:
+        """The same privacy with the calibrated multiplier (sigma or sigma1) set to ``value``."""
         return self.model_copy(update={"params": self.params.with_free_multiplier(value)})
 
 

@@ -1,0 +1,408 @@
+"""The dashboard's page handlers: each reads its session (:mod:`.session`), parses its form
+(:mod:`.forms`), calls the services and renders a template (:mod:`app.ui.render`).
+
+Every query is scoped to the session key's tenant (another tenant's IDs are 404, as in the
+API) and every page renders the API's own public schemas, so the dashboard shows exactly what
+the API would: metadata and DP outputs, never a private record.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+from fastapi import APIRouter, Request, Response
+from fastapi.concurrency import run_in_threadpool
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse
+from fastapi.routing import APIRoute
+from sqlalchemy.orm import Session
+
+from app.api.deps import ProviderDep, QueueDep, SessionDep, SettingsDep
+from app.api.errors import describe_request_errors
+from app.api.limits import RateLimitedError, client_address
+from app.api.routes.ui import forms
+from app.api.routes.ui.session import (
+    AdminUi,
+    AnyUi,
+    LimiterDep,
+    ReadSessionsDep,
+    SessionsDep,
+    SignedInUi,
+    SignerDep,
+    SignInRequiredError,
+    check_key,
+    checked_form,
+    end_session,
+    login_form,
+    login_token_ok,
+    start_session,
+)
+from app.api.schemas import BudgetPublic, DatasetPublic, JobPublic, PromptPublic, PromptSummary
+from app.api.uploads import store_file_upload
+from app.db.models import TERMINAL_STATUSES, DatasetKind
+from app.services import budgets as budget_service
+from app.services import datasets as dataset_service
+from app.services import jobs as job_service
+from app.services import prompts as prompt_service
+from app.services.errors import NotFoundError, ServiceError
+from app.synthesis.tasks import BUILTIN_TASKS
+from app.ui.charts import ChartPoint, spend_chart
+from app.ui.render import error_page, page, see_other, wants_json
+from app.ui.session import SESSION_COOKIE, forget_cookie
+
+
+class UiRoute(APIRoute):
+    """Dashboard routes answer errors as pages (or JSON for the page's own fetches), and an
+    unknown or expired session with the sign-in page."""
+
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+        handler = super().get_route_handler()
+
+        async def handle(request: Request) -> Response:
+            try:
+                return await handler(request)
+            except SignInRequiredError:
+                return _sign_in_again(request)
+            except ServiceError as exc:
+                return error_page(request, exc.status, exc.message)
+            except RateLimitedError as exc:
+                response = error_page(request, 429, exc.message)
+                response.headers["Retry-After"] = str(exc.retry_after_s)
+                return response
+            except RequestValidationError as exc:
+                return error_page(request, 422, describe_request_errors(list(exc.errors()))[0])
+
+        return handle
+
+
+def _sign_in_again(request: Request) -> Response:
+    """A page load goes to the sign-in page; a form post or a script gets a 401."""
+    if request.method == "GET" and not wants_json(request):
+        response: Response = RedirectResponse("/ui/login", status_code=303)
+    else:
+        response = error_page(request, 401, "not signed in, or the session ended")
+    if SESSION_COOKIE in request.cookies:  # ended or forged: forget it
+        forget_cookie(response, SESSION_COOKIE)
+    return response
+
+
+router = APIRouter(prefix="/ui", include_in_schema=False, route_class=UiRoute)
+
+
+def _terminal() -> list[str]:
+    return sorted(str(s) for s in TERMINAL_STATUSES)
+
+
+# --- signing in and out ----------------------------------------------------------------------
+
+
+@router.get("", response_class=HTMLResponse)
+async def home(ui: AnyUi) -> Response:
+    return see_other("/ui/datasets" if ui.is_admin else "/ui/prompts")
+
+
+@router.get("/login", response_class=HTMLResponse)
+async def login_page(request: Request, signer: SignerDep) -> Response:
+    return login_form(request, signer)
+
+
+@router.post("/login", response_class=HTMLResponse)
+async def login(
+    request: Request,
+    settings: SettingsDep,
+    signer: SignerDep,
+    limiter: LimiterDep,
+    sessions: SessionsDep,
+    read_sessions: ReadSessionsDep,
+) -> Response:
+    """Exchange a key for a session. Failed sign-ins are throttled per client address: past
+    ``DPSYN_SIGNIN_FAILURES_PER_MINUTE`` the form answers 429 before any key is looked up."""
+    form = await request.form()
+    if not login_token_ok(request, signer, forms.field(form, "csrf")):
+        return login_form(request, signer, "The sign-in form expired: please try again.", 403)
+    raw_key = forms.text(form, "api_key")
+    if raw_key is None:
+        return login_form(request, signer, "Enter an API key.", 422)
+    try:
+        key_id = await check_key(limiter, client_address(request.scope), read_sessions, raw_key)
+    except RateLimitedError as exc:
+        refused = login_form(request, signer, exc.message, 429)
+        refused.headers["Retry-After"] = str(exc.retry_after_s)
+        return refused
+    if key_id is None:
+        return login_form(request, signer, "Invalid or revoked API key.", 401)
+    return await start_session(request, signer, sessions, key_id, settings.ui_session_ttl_s)
+
+
+@router.post("/logout", response_class=HTMLResponse)
+async def logout(request: Request, ui: SignedInUi, sessions: SessionsDep) -> Response:
+    """End the session on the server (a copy of the cookie opens nothing afterwards). Not
+    charged to the key's rate limit: signing out must work when the key is over it."""
+    await checked_form(request, ui)
+    return await end_session(sessions, ui)
+
+
+# --- datasets and budgets --------------------------------------------------------------------
+
+
+@router.get("/datasets", response_class=HTMLResponse)
+def datasets_page(request: Request, ui: AdminUi, session: SessionDep) -> Response:
+    rows = budget_service.overview(session, tenant_id=ui.principal.tenant_id)
+    return page(
+        request,
+        "datasets.html",
+        ui,
+        rows=[
+            {
+                "dataset": DatasetPublic.from_row(row.dataset),
+                "budget": row.budget,
+                "spend": row.spend,
+                "remaining": row.remaining,
+            }
+            for row in rows
+        ],
+        builtin_tasks=sorted(BUILTIN_TASKS),
+    )
+
+
+@router.post("/datasets/upload", response_class=HTMLResponse)
+async def upload(
+    request: Request, ui: AdminUi, session: SessionDep, settings: SettingsDep
+) -> Response:
+    form = await checked_form(request, ui, max_files=1, max_fields=12)
+    try:
+        meta, upload_file = forms.dataset_upload(form)
+        dataset = await run_in_threadpool(
+            store_file_upload, session, settings, ui.principal.tenant_id, meta, upload_file
+        )
+    finally:
+        await form.close()
+    return see_other(f"/ui/datasets/{dataset.id}")
+
+
+def _spend(
+    session: Session, tenant: str, dataset_id: str
+) -> tuple[BudgetPublic | None, list[ChartPoint] | None]:
+    """The private dataset's budget and its ledger as chart points (None: no budget yet)."""
+    try:
+        view, timeline = budget_service.spend_timeline(
+            session, tenant_id=tenant, dataset_id=dataset_id
+        )
+    except NotFoundError:  # no budget yet: the page offers to set one
+        return None, None
+    points = [
+        ChartPoint(
+            at=p.entry.created_at,
+            kind=p.entry.kind,
+            job_id=p.entry.job_id,
+            job_epsilon=p.entry.epsilon,
+            composed=p.epsilon,
+            plain_sum=p.plain_sum,
+        )
+        for p in timeline
+    ]
+    return BudgetPublic.from_view(view), points
+
+
+def _public_datasets(session: Session, tenant: str) -> list[DatasetPublic]:
+    """The public datasets a PromptPATE job of this tenant may read."""
+    rows = dataset_service.list_datasets(
+        session, tenant, include_deleted=False, limit=500, offset=0
+    )
+    return [DatasetPublic.from_row(d) for d in rows if d.kind == DatasetKind.PUBLIC]
+
+
+@router.get("/datasets/{dataset_id}", response_class=HTMLResponse)
+def dataset_page(request: Request, dataset_id: str, ui: AdminUi, session: SessionDep) -> Response:
+    tenant = ui.principal.tenant_id
+    dataset = dataset_service.get_dataset(session, tenant, dataset_id)
+    budget, points = None, None
+    if dataset.kind == DatasetKind.PRIVATE:
+        budget, points = _spend(session, tenant, dataset_id)
+    jobs = job_service.list_jobs(session, tenant, dataset_id=dataset_id, limit=50)
+    return page(
+        request,
+        "dataset.html",
+        ui,
+        dataset=DatasetPublic.from_row(dataset),
+        budget=budget,
+        points=points,
+        chart=spend_chart(points, budget.epsilon) if budget is not None and points else None,
+        jobs=[JobPublic.from_row(j) for j in jobs],
+        publics=_public_datasets(session, tenant),
+        terminal=_terminal(),
+        **forms.job_form_options(),
+    )
+
+
+@router.post("/datasets/{dataset_id}/budget", response_class=HTMLResponse)
+async def set_budget(
+    request: Request, dataset_id: str, ui: AdminUi, session: SessionDep
+) -> Response:
+    body = forms.budget_update(await checked_form(request, ui))
+    await run_in_threadpool(
+        budget_service.set_budget,
+        session,
+        tenant_id=ui.principal.tenant_id,
+        dataset_id=dataset_id,
+        epsilon=body.epsilon,
+        delta=body.delta,
+        accounting=body.accounting,
+    )
+    return see_other(f"/ui/datasets/{dataset_id}")
+
+
+# --- jobs ------------------------------------------------------------------------------------
+
+
+@router.post("/jobs/quote")
+async def quote(
+    request: Request, ui: AdminUi, session: SessionDep, provider: ProviderDep
+) -> Response:
+    """What the job in the form would cost, from the planner (nothing is reserved)."""
+    asked = forms.job_request(await checked_form(request, ui))
+    result = await run_in_threadpool(
+        lambda: job_service.quote_job(
+            session,
+            asked,
+            tenant_id=ui.principal.tenant_id,
+            backend=provider.kind,  # promptdpsgd: not on vLLM
+        )
+    )
+    return JSONResponse(
+        {
+            "epsilon": result.epsilon,
+            "delta": result.delta,
+            "budget": result.budget_epsilon,
+            "spent": result.spend_now.epsilon,
+            "spent_after": result.spend_after.epsilon,
+            "plain_sum_after": result.spend_after.plain_sum,
+            "fits": result.fits,
+        }
+    )
+
+
+@router.post("/jobs", response_class=HTMLResponse)
+async def submit(
+    request: Request, ui: AdminUi, session: SessionDep, queue: QueueDep, provider: ProviderDep
+) -> Response:
+    asked = forms.job_request(await checked_form(request, ui))
+    job = await run_in_threadpool(
+        lambda: job_service.submit_job(
+            session,
+            queue,
+            asked,
+            tenant_id=ui.principal.tenant_id,
+            backend=provider.kind,  # promptdpsgd: not on vLLM
+        )
+    )
+    return see_other(f"/ui/jobs/{job.id}")
+
+
+@router.get("/jobs", response_class=HTMLResponse)
+def jobs_page(request: Request, ui: AdminUi, session: SessionDep) -> Response:
+    tenant = ui.principal.tenant_id
+    names = {
+        d.id: d.name
+        for d in dataset_service.list_datasets(
+            session, tenant, include_deleted=True, limit=1000, offset=0
+        )
+    }
+    jobs = [JobPublic.from_row(j) for j in job_service.list_jobs(session, tenant, limit=200)]
+    return page(request, "jobs.html", ui, jobs=jobs, names=names, terminal=_terminal())
+
+
+@router.get("/jobs/{job_id}", response_class=HTMLResponse)
+def job_page(request: Request, job_id: str, ui: AdminUi, session: SessionDep) -> Response:
+    tenant = ui.principal.tenant_id
+    job = JobPublic.from_row(job_service.get_job(session, tenant, job_id))
+    dataset = dataset_service.get_dataset(session, tenant, job.dataset_id)
+    return page(request, "job.html", ui, job=job, dataset_name=dataset.name, terminal=_terminal())
+
+
+@router.get("/jobs/{job_id}/status")
+def job_status(job_id: str, ui: AdminUi, session: SessionDep) -> JSONResponse:
+    """The job's live state, polled by the page."""
+    job = JobPublic.from_row(job_service.get_job(session, ui.principal.tenant_id, job_id))
+    return JSONResponse(
+        {
+            "id": job.id,
+            "status": job.status,
+            "done": job.progress.done,
+            "total": job.progress.total,
+            "error": job.error,
+            "prompt_id": job.prompt_id,
+            "cancel_requested": job.cancel_requested,
+            "terminal": job.status in TERMINAL_STATUSES,
+            "finished": f"{job.finished_at:%Y-%m-%d %H:%M:%S} UTC" if job.finished_at else None,
+        }
+    )
+
+
+@router.post("/jobs/{job_id}/cancel", response_class=HTMLResponse)
+async def cancel(request: Request, job_id: str, ui: AdminUi, session: SessionDep) -> Response:
+    await checked_form(request, ui)
+    await run_in_threadpool(job_service.cancel_job, session, ui.principal.tenant_id, job_id)
+    return see_other(f"/ui/jobs/{job_id}")
+
+
+# --- prompts ---------------------------------------------------------------------------------
+
+
+@router.get("/prompts", response_class=HTMLResponse)
+def prompts_page(request: Request, ui: AnyUi, session: SessionDep) -> Response:
+    rows = prompt_service.list_prompt_sets(session, ui.principal.tenant_id, limit=200)
+    return page(request, "prompts.html", ui, prompts=[PromptSummary.from_row(r) for r in rows])
+
+
+@router.get("/prompts/{prompt_id}", response_class=HTMLResponse)
+def prompt_page(request: Request, prompt_id: str, ui: AnyUi, session: SessionDep) -> Response:
+    row = prompt_service.get_prompt_set(session, ui.principal.tenant_id, prompt_id)
+    return page(request, "prompt.html", ui, prompt=PromptPublic.from_row(row), answer=None)
+
+
+@router.get("/prompts/{prompt_id}/soft-prompt")
+def download_soft_prompt(prompt_id: str, ui: AnyUi, session: SessionDep) -> Response:
+    """The soft prompt's safetensors file, as ``GET /v1/prompts/{id}/soft-prompt`` serves
+    it (same tenant check, same hash check), for a signed-in browser."""
+    file = prompt_service.get_soft_prompt_file(session, ui.principal.tenant_id, prompt_id)
+    return Response(
+        content=file.data,
+        media_type="application/octet-stream",
+        headers={
+            "Content-Disposition": f'attachment; filename="{file.filename}"',
+            "X-Content-SHA256": file.sha256,
+        },
+    )
+
+
+@router.post("/prompts/{prompt_id}/complete", response_class=HTMLResponse)
+async def complete(
+    request: Request,
+    prompt_id: str,
+    ui: AnyUi,
+    session: SessionDep,
+    provider: ProviderDep,
+    limiter: LimiterDep,
+) -> Response:
+    """Answer a query with the prompt, as ``POST /v1/prompts/{id}/complete``. The query is
+    used for one backend call; it is not stored, logged or put back into the page."""
+    query = forms.completion_query(await checked_form(request, ui))
+    row = await run_in_threadpool(
+        prompt_service.get_prompt_set, session, ui.principal.tenant_id, prompt_id
+    )
+    prompt, source = PromptPublic.from_row(row), prompt_service.PromptSource.from_row(row)
+    await run_in_threadpool(session.rollback)
+    # A model call: a stricter limit than the key's pages.
+    await limiter.charge(limiter.model_calls, ui.principal.key_id)
+    result = await run_in_threadpool(prompt_service.complete, source, query, provider)
+    answer = {
+        "kind": result.kind.value,
+        "label": result.label,
+        "scores": result.scores,
+        "value": result.value,
+    }
+    if wants_json(request):
+        return JSONResponse(answer)
+    return page(request, "prompt.html", ui, prompt=prompt, answer=answer)

@@ -1,0 +1,39 @@
+"""Storing a multipart upload's file: one code path for the API's ``POST /v1/datasets`` and the
+dashboard's upload form, so that both apply the same size, record and column limits and give
+the same dataset. A module of its own because a route module should import no other route
+module: each router then stands alone."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy.orm import Session
+
+from app.api.schemas import DatasetPublic, DatasetUploadForm
+from app.services import datasets as service
+from app.settings import Settings
+
+
+def store_file_upload(
+    session: Session, settings: Settings, tenant_id: str, meta: DatasetUploadForm, upload: Any
+) -> DatasetPublic:
+    """Store ``upload`` (a Starlette ``UploadFile``) as described by the form's fields."""
+    suffix = service.upload_suffix(upload.filename, meta.format)
+    display = Path(upload.filename or f"upload{suffix}").name
+    upload.file.seek(0)
+    dataset = service.store_upload(
+        session,
+        tenant_id=tenant_id,
+        name=meta.name or Path(display).stem or None,
+        task=meta.task,
+        public=meta.public,
+        write=lambda handle: service.copy_limited(upload.file, handle, settings.max_upload_bytes),
+        suffix=suffix,
+        text_column=meta.text_column,
+        label_column=meta.label_column,
+        display_name=display,
+        max_records=settings.max_records,
+        max_record_chars=settings.max_record_chars,
+    )
+    return DatasetPublic.from_row(dataset)

@@ -1,0 +1,406 @@
+"""A method that exists only in this test module is offered and runs end to end.
+
+``Echo`` is defined and registered here and nowhere else (no edit of ``app/`` or ``workers/``
+names it). It plans a trivial privacy event of an existing type (a Gaussian filter's budget,
+``PateEvent``), releases demonstrations made of public text only (the task's label names) and
+takes one parameter with a default (``repeat``, spelt ``--echo-repeat`` on the command line)
+plus the job's shots. The tests show that the registry offers it everywhere:
+
+(a) ``dpsyn synthesize --method echo --echo-repeat 3`` through the CLI app;
+(b) the REST API: its name and parameter in the OpenAPI document, a job submitted with its
+    params, run by the real worker code (``workers.runner.run_job``), succeeded and charged;
+(c) ``dpsyn eval --methods echo --param repeat=3``: the evaluation runs it as a job runs;
+(d) the dashboard's job form: it lists the method and its parameter, and submitting the form
+    creates its job, which the worker runs;
+
+and that it is gone from each once unregistered.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import pytest
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from typer.testing import CliRunner
+
+from app.cli import app as cli
+from app.llm.base import LLMBackend
+from app.methods.base import (
+    Counts,
+    Method,
+    MethodPlan,
+    Stored,
+    client_overrides,
+    config_error,
+)
+from app.methods.params import declare
+from app.methods.registry import METHODS, get_method, param_fields, registered
+from app.privacy.accounting import Accounting, accountant_for
+from app.privacy.events import PateEvent, to_dict
+from app.results import Demonstration, Progress, SynthesisResult
+from app.synthesis.data import Record
+from app.synthesis.prompts import demonstration_prompt
+from app.synthesis.tasks import TaskSpec
+from tests.api.conftest import TOY_TASK, Api, auth, error_of, make_api
+from tests.synthesis.fake_backend import FakeBackend
+from tests.ui.test_pages import sign_in
+
+NOISE = 2.0  # the Gaussian filter's noise multiplier: epsilon about 0.6 at delta 1/24
+
+
+class EchoConfig(BaseModel):
+    """What an echo job does: ``shots`` demonstrations, each a label's name ``repeat`` times."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    epsilon: float = Field(gt=0.0, allow_inf_nan=False)
+    delta: float | None = Field(None, gt=0.0, lt=1.0)
+    accounting: Accounting = Accounting.TIGHT
+    shots: int = Field(2, ge=1, le=16, description="Demonstrations to echo.")
+    repeat: int = Field(2, ge=1, le=5, description="Times each label's name is said.")
+    seed: int | None = None
+
+
+@dataclass(frozen=True)
+class EchoPlan(MethodPlan):
+    task: TaskSpec
+    config: EchoConfig
+    n_private: int
+
+    @property
+    def delta(self) -> float:
+        return self.config.delta or 1.0 / self.n_private
+
+    def event(self) -> PateEvent:
+        relation = accountant_for(self.config.accounting).relation.value
+        return PateEvent(noise_multiplier=NOISE, relation=relation)
+
+    def epsilon(self) -> float:
+        return accountant_for(self.config.accounting).dataset_epsilon(self.event(), self.delta)
+
+    @property
+    def progress_total(self) -> int:
+        return self.config.shots
+
+    @property
+    def expected_records(self) -> int:
+        return self.n_private
+
+    def stored(self) -> Stored:
+        config = {"echo": self.config.model_dump(mode="json"), "private": self.n_private}
+        return Stored(config=config, schedule=[], delta=self.delta)
+
+    def run(
+        self,
+        records: list[Record],
+        backend: LLMBackend,
+        progress: Progress | None,
+        public: Sequence[str] = (),
+    ) -> SynthesisResult:
+        del records, public  # what it releases is public text only
+        demos = []
+        for i in range(self.config.shots):
+            label = self.task.labels[i % len(self.task.labels)]
+            demos.append(Demonstration(label, " ".join([f"echo-{label}"] * self.config.repeat)))
+            if progress is not None:
+                progress(i + 1, self.config.shots)
+        return SynthesisResult(
+            task=self.task.name,
+            method="echo",
+            model=backend.name,
+            demonstrations=demos,
+            prompt=demonstration_prompt(self.task, [(d.label, d.text) for d in demos]),
+            epsilon=self.epsilon(),
+            delta=self.delta,
+            plan={"method": "echo"},
+            event=to_dict(self.event()),
+            stats={"echoed": len(demos)},
+        )
+
+
+class Echo(Method):
+    """Says each label's name: a method for tests, registered by this module only."""
+
+    name = "echo"
+    title = "Echo (tests)"
+    parameters = declare(EchoConfig, ("repeat",), flags={"repeat": "--echo-repeat"})
+    shots_param = declare(EchoConfig, ("shots",))[0]
+    unit: ClassVar[str] = "echoes"
+    verb: ClassVar[str] = "echoing"
+    public_stats_help: ClassVar[str] = "echoed (demonstrations released)"
+
+    def configure(
+        self,
+        task: TaskSpec,
+        *,
+        epsilon: float,
+        delta: float | None,
+        shots: int | None,
+        accounting: Accounting,
+        params: Mapping[str, Any] | None,
+        seed: int | None = None,
+    ) -> EchoConfig:
+        fields = {"shots": shots} if shots is not None else {}
+        try:
+            return EchoConfig(
+                epsilon=epsilon,
+                delta=delta,
+                accounting=accounting,
+                seed=seed,
+                **fields,
+                **client_overrides(params),
+            )
+        except (ValidationError, TypeError) as err:
+            raise config_error(err) from None
+
+    def plan(self, task: TaskSpec, config: Any, counts: Counts) -> EchoPlan:
+        plan = EchoPlan(task, config, counts.private)
+        if plan.epsilon() > config.epsilon:
+            raise ValueError(f"echo: its noise costs {plan.epsilon():.3g} > epsilon")
+        return plan
+
+    def rebuild(self, task: TaskSpec, stored: Stored) -> EchoPlan:
+        config = EchoConfig.model_validate(stored.config["echo"])
+        return EchoPlan(task, config, int(stored.config["private"]))
+
+    def summary(self, stored: Stored) -> tuple[str | None, int]:
+        echo = stored.config.get("echo", {})
+        return echo.get("accounting"), int(echo.get("shots", 0))
+
+    def public_stats(self, result: SynthesisResult) -> dict[str, Any]:
+        return {"echoed": result.stats["echoed"]}
+
+    def stats_summary(self, stats: Mapping[str, Any]) -> str | None:
+        return f"{stats['echoed']} echoes"
+
+
+ECHO = Echo()
+runner = CliRunner()
+
+
+@pytest.fixture
+def echo() -> Iterator[Echo]:
+    with registered(ECHO) as method:
+        yield method
+    assert "echo" not in METHODS
+
+
+# --- the registry -----------------------------------------------------------------------------
+
+
+def test_it_is_registered_for_the_block_only(echo: Echo) -> None:
+    assert get_method("echo") is echo
+    assert param_fields()["repeat"].description() == (
+        "echo: Times each label's name is said. Default 2."
+    )
+    assert param_fields()["repeat"].annotation is int
+    assert echo.params.model_validate({"repeat": 3}).model_dump() == {"repeat": 3}
+
+
+def test_the_registry_refuses_a_second_echo_or_a_clashing_parameter(echo: Echo) -> None:
+    from app.methods.registry import register
+
+    with pytest.raises(ValueError, match="already registered"):
+        register(Echo())
+
+    class Clash(Echo):
+        name = "clash"
+        parameters = declare(EchoConfig, ("repeat",), flags={"repeat": "--teachers"})
+
+    with pytest.raises(ValueError, match="--teachers already sets parameter teachers"):
+        register(Clash())
+    assert "clash" not in METHODS
+
+
+# --- (a) the command line -----------------------------------------------------------------------
+
+
+@pytest.fixture
+def tickets(tmp_path):
+    rows = ["text,category"] + [
+        f"secretticket{i} please,{'billing' if i % 2 else 'network'}" for i in range(20)
+    ]
+    path = tmp_path / "tickets.csv"
+    path.write_text("\n".join(rows) + "\n")
+    return path
+
+
+TASK_ARGS = ["--task", "custom", "--labels", "billing,network", "--label-col", "category"]
+
+
+def test_dpsyn_synthesize_offers_and_runs_it(echo, tickets, tmp_path, monkeypatch) -> None:
+    monkeypatch.setattr(
+        "app.cli.synthesize.make_backend", lambda kind, **kw: FakeBackend(stop_after=2)
+    )
+    shown = runner.invoke(cli, ["synthesize", "--help"], env={"COLUMNS": "200"})
+    assert "--echo-repeat" in shown.output and "tang|adadpsyn|promptpate|promptdpsgd|echo" in (
+        shown.output
+    )
+    assert "echo: Times each label's name is said. Range [1, 5]. Default 2." in shown.output
+
+    out = tmp_path / "echo.json"
+    args = ["synthesize", "--data", str(tickets), *TASK_ARGS, "--method", "echo"]
+    result = runner.invoke(
+        cli, [*args, "--echo-repeat", "3", "--shots", "3", "--epsilon", "2", "--out", str(out)]
+    )
+    assert result.exit_code == 0, result.output
+    data = json.loads(out.read_text())
+    assert data["method"] == "echo" and data["event"]["type"] == "pate"
+    assert [d["text"] for d in data["demonstrations"]] == [
+        "echo-billing echo-billing echo-billing",
+        "echo-network echo-network echo-network",
+        "echo-billing echo-billing echo-billing",
+    ]
+    assert 0 < data["epsilon"] <= 2.0
+    assert "echoing: 3/3 echoes" in result.stderr
+    assert "secretticket" not in result.output + out.read_text()
+
+    other = runner.invoke(cli, [*args[:-2], "--method", "tang", "--echo-repeat", "3"])
+    assert other.exit_code == 2 and "--echo-repeat are for echo, not tang" in other.stderr
+    bounded = runner.invoke(cli, [*args, "--echo-repeat", "9"])
+    assert bounded.exit_code == 2 and "repeat" in bounded.stderr
+
+
+def test_dpsyn_synthesize_forgets_it_once_unregistered(tickets) -> None:
+    args = ["synthesize", "--data", str(tickets), *TASK_ARGS, "--method", "echo"]
+    gone = runner.invoke(cli, args)
+    assert gone.exit_code == 2 and "'echo' is not one of" in gone.output
+    assert "--echo-repeat" not in runner.invoke(cli, ["synthesize", "--help"]).output
+
+
+# --- (b) the REST API with the real worker -------------------------------------------------------
+
+
+@pytest.fixture
+def api(echo, sqlite_url) -> Iterator[Api]:
+    """An app created while echo is registered (its OpenAPI document is made from it)."""
+    yield from make_api(sqlite_url)
+
+
+def test_the_api_documents_it(api: Api) -> None:
+    schemas = api.client.get("/openapi.json").json()["components"]["schemas"]
+    assert "echo" in schemas["JobCreate"]["properties"]["method"]["enum"]
+    repeat = schemas["JobParams"]["properties"]["repeat"]
+    assert repeat["description"] == "echo: Times each label's name is said. Default 2."
+    assert repeat["anyOf"][0] == {"type": "integer", "minimum": 1, "maximum": 5}
+    assert (
+        "echo: Demonstrations to echo" in schemas["JobCreate"]["properties"]["shots"]["description"]
+    )
+
+
+def test_a_job_runs_through_the_worker_and_is_charged(api: Api) -> None:
+    dataset = api.upload()
+    assert api.budget(dataset["id"], epsilon=3.0).status_code == 200
+    wrong = api.submit(dataset["id"], method="echo", params={"M": 2})
+    assert wrong.status_code == 422
+    assert (
+        "params.M: a parameter of method tang or adadpsyn, not of method echo"
+        in (error_of(wrong)["message"])
+    )
+    too_loud = api.submit(dataset["id"], method="echo", params={"repeat": 6})
+    assert too_loud.status_code == 422 and "params.repeat" in error_of(too_loud)["message"]
+
+    submitted = api.submit(dataset["id"], method="echo", shots=3, params={"repeat": 2})
+    assert submitted.status_code == 201, submitted.text
+    job = submitted.json()
+    assert job["method"] == "echo" and job["status"] == "queued" and job["shots"] == 3
+    assert job["progress"] == {"done": 0, "total": 3, "unit": "echoes"}
+    assert api.queue.enqueued == [job["id"]]
+
+    api.run_worker(job["id"])  # workers.runner.run_job: claim, lease, checks, run, store
+
+    done = api.client.get(f"/v1/jobs/{job['id']}", headers=auth(api.admin)).json()
+    assert done["status"] == "succeeded", done
+    assert done["progress"] == {"done": 3, "total": 3, "unit": "echoes"}
+    assert done["stats"] == {"echoed": 3} and done["summary"] == "3 echoes"
+    prompt = api.client.get(f"/v1/prompts/{done['prompt_id']}", headers=auth(api.admin)).json()
+    texts = [d["text"] for d in prompt["demonstrations"]]
+    assert texts == ["echo-w5 echo-w5", "echo-w7 echo-w7", "echo-w5 echo-w5"]
+    budget = api.client.get(f"/v1/datasets/{dataset['id']}/budget", headers=auth(api.admin))
+    history = budget.json()["history"]
+    assert [(e["kind"], e["job_id"]) for e in history] == [
+        ("reserve", job["id"]),
+        ("commit", job["id"]),
+    ]
+    assert history[0]["event"] == to_dict(
+        PateEvent(noise_multiplier=NOISE, relation="add_or_remove")
+    )
+    assert TOY_TASK["labels"] == ["w5", "w7"]  # what the demonstrations say
+    assert 0 < budget.json()["spent"] == pytest.approx(done["epsilon"])
+
+
+# --- (d) the dashboard's job form -------------------------------------------------------------
+
+
+# --- (c) dpsyn eval ------------------------------------------------------------------------------
+
+
+def test_dpsyn_eval_runs_it_with_its_parameter(echo, tmp_path, monkeypatch) -> None:
+    from tests.eval.test_experiment import EvalFake, _records
+
+    monkeypatch.setattr("app.cli.eval.load_split", lambda dataset, data_dir: _records())
+    backend = EvalFake(marker="Question:")
+    monkeypatch.setattr("app.cli.eval.make_backend", lambda kind, model, url, dtype: backend)
+    args = ["eval", "--dataset", "trec", "--seeds", "1", "--epsilons", "8", "--no-baselines"]
+    result = runner.invoke(
+        cli,
+        [*args, "--out-dir", str(tmp_path), "--methods", "echo", "--param", "repeat=3"],
+    )
+    assert result.exit_code == 0, result.output
+    assert "| Echo (tests), ε = 8 |" in (tmp_path / "results.md").read_text()
+    runs = json.loads((tmp_path / "runs.json").read_text())["runs"]
+    assert [r["setting"] for r in runs] == ["zero-shot", "echo@8"]
+    texts = [d["text"] for d in runs[1]["demonstrations"]]
+    assert texts and all(t.split() == [t.split()[0]] * 3 for t in texts)  # repeat 3
+    assert 0 < runs[1]["epsilon_charged"] <= 8.0
+
+
+def test_the_dashboard_form_offers_it_and_submits_its_job(api: Api) -> None:
+    dataset = api.upload()
+    assert api.budget(dataset["id"], epsilon=3.0).status_code == 200
+    csrf = sign_in(api.client, api.admin)
+    page = api.client.get(f"/ui/datasets/{dataset['id']}").text
+    assert '<option value="echo"' in page
+    label = re.search(r'<label class="param" data-methods="echo"[^>]*>', page)
+    assert label and "Times each label&#39;s name is said. Default 2." in label.group(0)
+    assert 'name="param_repeat"' in page
+
+    form = {
+        "csrf": csrf,
+        "dataset_id": dataset["id"],
+        "method": "echo",
+        "epsilon": "1.0",
+        "shots": "2",
+        "param_repeat": "3",
+    }
+    response = api.client.post("/ui/jobs", data=form, follow_redirects=False)
+    assert response.status_code == 303, response.text
+    job_id = response.headers["location"].rsplit("/", 1)[1]
+    assert api.queue.enqueued == [job_id]
+    api.run_worker(job_id)
+    job = api.client.get(f"/v1/jobs/{job_id}", headers=auth(api.admin)).json()
+    assert (job["method"], job["status"], job["shots"]) == ("echo", "succeeded", 2)
+    prompt = api.client.get(f"/v1/prompts/{job['prompt_id']}", headers=auth(api.admin)).json()
+    assert prompt["demonstrations"][0]["text"] == "echo-w5 echo-w5 echo-w5"  # repeat 3
+
+
+def test_the_api_refuses_it_once_unregistered(sqlite_url) -> None:
+    for api in make_api(sqlite_url):
+        dataset = api.upload()
+        api.budget(dataset["id"], epsilon=3.0)
+        gone = api.submit(dataset["id"], method="echo", params={"repeat": 2})
+        assert gone.status_code == 422
+        assert error_of(gone)["message"] == (
+            "method: not a registered method; one of tang, adadpsyn, promptpate, promptdpsgd"
+        )
+        schemas = api.client.get("/openapi.json").json()["components"]["schemas"]
+        assert "echo" not in schemas["JobCreate"]["properties"]["method"]["enum"]
+        assert "repeat" not in schemas["JobParams"]["properties"]
+        sign_in(api.client, api.admin)
+        page = api.client.get(f"/ui/datasets/{dataset['id']}").text
+        assert '<option value="echo"' not in page and "param_repeat" not in page
