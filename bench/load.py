@@ -1,7 +1,7 @@
 """Benchmark: GET /v1/prompts/{id} under 16 to 500 concurrent keep-alive clients.
 
 Run: .venv/bin/python bench/load.py [--database-url postgresql+psycopg://postgres@HOST/postgres]
-        [--levels 16,80,200,500] [--duration 12] [--honor-retry-after]
+        [--levels 16,80,200,500] [--duration 12] [--honor-retry-after] [--no-ceiling]
 
 It starts ``dpsyn serve`` (the embedded defaults: SQLite in a temporary data directory and an
 in-process worker; with ``--database-url`` the server runs on a fresh database created on that
@@ -23,6 +23,13 @@ through a client library, so that on a small machine the load generator costs as
 as possible next to the server it measures. By default they do NOT honour ``Retry-After``
 (they send the next request at once, the worst case for the server);
 ``--honor-retry-after`` makes them wait as a well-behaved client does.
+
+The ceiling (issue 23): in the same run, a second server started with the same uvicorn
+settings serves one minimal FastAPI route that returns, from memory, the very JSON bytes the
+prompt route answered (fetched from it once). Each level is run against the prompt route and
+then, with the same client, against the ceiling, so both see the same machine load; the
+report prints ``prompts/ceiling`` (2xx throughput) per level. On a shared 2-core machine only
+ratios measured in one run are comparable.
 """
 
 from __future__ import annotations
@@ -254,6 +261,10 @@ def start_server(
     server = subprocess.Popen(
         command, env=env, cwd=data_dir, stdout=log, stderr=log, start_new_session=True
     )
+    return wait_healthy(server, port, log)
+
+
+def wait_healthy(server: subprocess.Popen, port: int, log) -> subprocess.Popen:
     deadline = time.monotonic() + 90
     while time.monotonic() < deadline:
         status, _ = asyncio.run(fetch_once(port, "/healthz", {}, 2.0))
@@ -264,6 +275,44 @@ def start_server(
         time.sleep(0.3)
     stop_server(server)
     raise SystemExit(f"the server did not become healthy; see its log {log.name}")
+
+
+# The ceiling: the least a FastAPI route can cost under these server settings (those of
+# ``dpsyn serve``: ``uvicorn.run(app, host, port, log_level="info")``), with no auth, no
+# database and no middleware: a fixed body from memory.
+CEILING_APP = """
+import sys, uvicorn
+from fastapi import FastAPI, Response
+body = open(sys.argv[1], 'rb').read()
+app = FastAPI()
+@app.get('/v1/prompts/{prompt_id}')
+async def prompt(prompt_id: str) -> Response:
+    return Response(body, media_type='application/json')
+@app.get('/healthz')
+async def healthz() -> Response:
+    return Response(b'{"status":"ok"}', media_type='application/json')
+uvicorn.run(app, host=sys.argv[2], port=int(sys.argv[3]), log_level='info')
+"""
+
+
+def start_ceiling(body: bytes, data_dir: Path, port: int, log) -> subprocess.Popen:
+    """The ceiling server, serving ``body`` (the prompt route's own answer)."""
+    body_file = data_dir / "ceiling-body.json"
+    body_file.write_bytes(body)
+    command = [sys.executable, "-c", CEILING_APP, str(body_file), HOST, str(port)]
+    server = subprocess.Popen(command, cwd=data_dir, stdout=log, stderr=log, start_new_session=True)
+    return wait_healthy(server, port, log)
+
+
+async def fetch_body(port: int, path: str, key: str) -> bytes:
+    connection = Connection(port, {"Authorization": f"Bearer {key}"})
+    try:
+        status, _, body = await connection.get(path)
+    finally:
+        connection.close()
+    if status != 200:
+        raise SystemExit(f"GET {path} answered {status}: no body for the ceiling")
+    return body
 
 
 def stop_server(server: subprocess.Popen) -> None:
@@ -299,6 +348,22 @@ def report(levels: list[Level], store: str) -> None:
               f"{health:>9} {recover:>8}  {statuses} {errors}{extra}")  # fmt: skip
         cpu = fmt(d["server_cpu_ms_per_answer"], ".2f")
         print(f"{'':>7} healthz max {d['health_max_ms']:.0f} ms, server CPU {cpu} ms/answer")
+
+
+def report_ceiling(levels: list[Level], ceilings: list[Level]) -> None:
+    """The prompt route against the ceiling, level by level: 2xx throughput ratio and p99."""
+    print("\nprompts vs ceiling (same client, same run)")
+    print(f"{'clients':>7} {'prompts/s':>9} {'ceiling/s':>9} {'ratio':>6} "
+          f"{'p99 ms':>8} {'ceil p99':>8}")  # fmt: skip
+    for level, top in zip(levels, ceilings, strict=True):
+        mine, best = level.as_dict(), top.as_dict()
+        ratio = mine["throughput_2xx"] / best["throughput_2xx"] if best["throughput_2xx"] else 0
+        print(f"{level.clients:>7} {mine['throughput_2xx']:>9.1f} {best['throughput_2xx']:>9.1f} "
+              f"{ratio:>6.2f} {fmt(mine['p99_ms']):>8} {fmt(best['p99_ms']):>8}")  # fmt: skip
+        print(
+            f"ratio prompts/ceiling at {level.clients} clients: {ratio:.2f}; "
+            f"p99 {fmt(mine['p99_ms'])} ms (ceiling {fmt(best['p99_ms'])} ms)"
+        )
 
 
 def verdict(levels: list[Level], min_throughput: float) -> list[str]:
@@ -348,6 +413,9 @@ def main() -> int:
     parser.add_argument("--recovery-limit", type=float, default=120.0)
     parser.add_argument("--min-throughput", type=float, default=260.0)
     parser.add_argument("--honor-retry-after", action="store_true")
+    parser.add_argument(
+        "--no-ceiling", action="store_true", help="skip the minimal-route ceiling server"
+    )
     parser.add_argument("--json", type=Path, help="also write the figures here")
     parser.add_argument(
         "--server-env",
@@ -366,36 +434,61 @@ def main() -> int:
             upgrade(url)
             prompt_id, key = seed(url)
             get_engine(url).dispose()
-            port = free_port()
-            with open(data_dir / "server.log", "w+b") as log:
-                extra = dict(item.split("=", 1) for item in args.server_env)
-                server = start_server(data_dir, url if created else None, port, log, extra)
-                path = f"/v1/prompts/{prompt_id}"
-                levels: list[Level] = []
-                try:
-                    warm = argparse.Namespace(**{**vars(args), "duration": 2.0})
-                    asyncio.run(run_level(port, path, key, warm, 4, server.pid))
-                    for clients in (int(x) for x in args.levels.split(",")):
-                        print(f"... {clients} clients", file=sys.stderr, flush=True)
-                        level = asyncio.run(run_level(port, path, key, args, clients, server.pid))
-                        levels.append(level)
-                finally:
-                    stop_server(server)
-                log.seek(0)
-                tracebacks = log.read().count(b"Traceback")
+            levels, ceilings, tracebacks = measure(args, data_dir, url if created else None,
+                                                   f"/v1/prompts/{prompt_id}", key)  # fmt: skip
         finally:
             if created:
                 drop_database(args.database_url, *created)
     store = "postgresql" if created else "sqlite"
     report(levels, store + "".join(f" {item}" for item in args.server_env))
+    if ceilings:
+        report_ceiling(levels, ceilings)
     print(f"server log: {tracebacks} tracebacks")
     if args.json:
-        args.json.write_text(json.dumps([x.as_dict() for x in levels], indent=1))
+        figures = {"prompts": [x.as_dict() for x in levels],
+                   "ceiling": [x.as_dict() for x in ceilings]}  # fmt: skip
+        args.json.write_text(json.dumps(figures, indent=1))
     misses = verdict(levels, args.min_throughput)
     for miss in misses:
         print(f"MISS: {miss}")
     print("OK: every target met" if not misses else "FAILED")
     return 1 if misses else 0
+
+
+def measure(
+    args, data_dir: Path, database_url: str | None, path: str, key: str
+) -> tuple[list[Level], list[Level], int]:
+    """Each level against the prompt route, then (unless ``--no-ceiling``) against the
+    ceiling with the same client; also the prompt server's tracebacks."""
+    levels: list[Level] = []
+    ceilings: list[Level] = []
+    port, ceiling_port = free_port(), free_port()
+    with open(data_dir / "server.log", "w+b") as log, \
+            open(data_dir / "ceiling.log", "w+b") as ceiling_log:  # fmt: skip
+        extra = dict(item.split("=", 1) for item in args.server_env)
+        server = start_server(data_dir, database_url, port, log, extra)
+        ceiling = None
+        try:
+            warm = argparse.Namespace(**{**vars(args), "duration": 2.0})
+            asyncio.run(run_level(port, path, key, warm, 4, server.pid))
+            if not args.no_ceiling:
+                body = asyncio.run(fetch_body(port, path, key))
+                ceiling = start_ceiling(body, data_dir, ceiling_port, ceiling_log)
+                asyncio.run(run_level(ceiling_port, path, key, warm, 4, ceiling.pid))
+            for clients in (int(x) for x in args.levels.split(",")):
+                print(f"... {clients} clients", file=sys.stderr, flush=True)
+                levels.append(asyncio.run(run_level(port, path, key, args, clients, server.pid)))
+                if ceiling is not None:
+                    print(f"... {clients} clients (ceiling)", file=sys.stderr, flush=True)
+                    ceilings.append(
+                        asyncio.run(run_level(ceiling_port, path, key, args, clients, ceiling.pid))
+                    )
+        finally:
+            stop_server(server)
+            if ceiling is not None:
+                stop_server(ceiling)
+        log.seek(0)
+        return levels, ceilings, log.read().count(b"Traceback")
 
 
 if __name__ == "__main__":

@@ -11,6 +11,11 @@ thread waited for a connection that finished requests could not give back, becau
 back needed a thread too). The session is made on the event loop (that takes no connection;
 the first query does) and closed there unless it holds one; authentication runs on a session
 of its own that returns its connection before the route starts.
+
+A successful key lookup is remembered for a few seconds (:mod:`app.services.key_cache`: at
+most ``KEY_TTL_S`` after a revocation made by another process; one made by this process,
+e.g. ``DELETE /v1/keys/{id}``, takes effect at once), so that a prompt read by a known key
+costs no thread hop and no query. Failed lookups are never remembered.
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ from typing import Annotated
 
 import anyio.to_thread
 from anyio import CapacityLimiter
-from fastapi import Depends, Request
+from fastapi import Depends, FastAPI, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy.orm import Session, sessionmaker
@@ -29,9 +34,11 @@ from sqlalchemy.orm import Session, sessionmaker
 from app.api.limits import Limiter, client_address
 from app.db.models import KeyScope
 from app.llm.provider import BackendProvider
+from app.services import key_cache
 from app.services.errors import ForbiddenError, UnauthorizedError
+from app.services.key_cache import CachedKey, KeyCache
 from app.services.queue import JobQueue
-from app.services.tenants import authenticate
+from app.services.tenants import authenticate, hash_key
 from app.settings import Settings
 
 
@@ -106,6 +113,32 @@ def _authenticate(sessions: sessionmaker[Session], raw_key: str) -> Principal | 
         return Principal(tenant_id=key.tenant_id, key_id=key.id, scope=KeyScope(key.scope))
 
 
+def key_lookups(app: FastAPI) -> KeyCache:
+    """The app's key-lookup cache (one per app: tests run several apps on several databases
+    in one process, and a key's hash must never resolve against another app's database)."""
+    cache: KeyCache | None = getattr(app.state, "key_cache", None)
+    if cache is None:
+        cache = app.state.key_cache = KeyCache()
+    return cache
+
+
+async def _lookup(request: Request, raw_key: str) -> Principal | None:
+    """The key's principal: from the cache, else from the database (then remembered)."""
+    cache = key_lookups(request.app)
+    digest = hash_key(raw_key)
+    cached = cache.get(digest)
+    if cached is not None:
+        return Principal(tenant_id=cached.tenant_id, key_id=cached.key_id, scope=cached.scope)
+    generation = key_cache.generation()  # read before the lookup: see KeyCache.put
+    # The read-only sessions: on SQLite a key lookup never takes the write lock, whatever
+    # the request's method.
+    principal = await run_in_threadpool(_authenticate, request.app.state.read_sessions, raw_key)
+    if principal is not None:
+        cache.put(digest, CachedKey(principal.tenant_id, principal.key_id, principal.scope),
+                  generation)  # fmt: skip
+    return principal
+
+
 async def get_principal(
     request: Request,
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
@@ -119,11 +152,7 @@ async def get_principal(
     limiter: Limiter = request.app.state.limiter
     address = client_address(request.scope)
     await limiter.attempt(limiter.auth_failures, address)
-    # The read-only sessions: on SQLite a key lookup never takes the write lock, whatever
-    # the request's method.
-    principal = await run_in_threadpool(
-        _authenticate, request.app.state.read_sessions, credentials.credentials
-    )
+    principal = await _lookup(request, credentials.credentials)
     if principal is None:
         raise UnauthorizedError("invalid or revoked API key")
     await limiter.succeeded(limiter.auth_failures, address)

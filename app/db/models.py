@@ -216,3 +216,15 @@ class LedgerEntry(Base):
     delta: Mapped[float] = mapped_column(Float)
     event: Mapped[dict[str, Any]] = mapped_column(JSON)  # app.privacy.events.to_dict
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=now)
+
+
+class CalibrationRecord(Base):
+    """A noise calibration remembered by the SHA-256 of its public inputs
+    (:mod:`app.privacy.calibration_cache`), shared by every API process. Public values only:
+    no record, no tenant; a row is never updated (the same key always has the same answer)."""
+
+    __tablename__ = "calibrations"
+    key: Mapped[str] = mapped_column(String(64), primary_key=True)
+    multiplier: Mapped[float] = mapped_column(Float)
+    epsilon: Mapped[float] = mapped_column(Float)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=now)

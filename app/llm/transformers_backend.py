@@ -10,6 +10,15 @@ synthesis loop: BOS, the instruction and the first label field) is run once, and
 runs only its suffixes on top of that prefix's KV cache. The suffixes are left-padded *between*
 the prefix and the suffix (the padding is masked out and the position ids skip it), so the
 next token is still predicted at the last position.
+
+With ``kv_cache_mb > 0`` (off by default), the backend also keeps the KV cache of every
+prompt it answered, in a least-recently-used store bounded in bytes and keyed by token ids.
+A later prompt that starts with a stored prompt (the same prompt one token longer, the shared
+instruction, a public prompt growing by the released token) runs only its new tokens on top of
+that stored cache; the extensions of one batch run together, each row left-padded inside the
+cache and between cache and new tokens (masked, position ids skip the padding).
+``forget_prompts()`` empties the store: the synthesis loop calls it at the start and end of
+every job, so no job's timing depends on another job's (private) prompts.
 """
 
 from __future__ import annotations
@@ -17,6 +26,7 @@ from __future__ import annotations
 import inspect
 import logging
 from abc import ABC, abstractmethod
+from collections import OrderedDict
 from collections.abc import Sequence
 from functools import cached_property
 from pathlib import Path
@@ -36,6 +46,7 @@ from app.llm.models import DEFAULT_MODEL, ModelSource, resolve
 log = logging.getLogger(__name__)
 
 MIN_PREFIX = 8  # shortest shared prefix (tokens, BOS included) worth a separate pass
+Layers = list[tuple[torch.Tensor, torch.Tensor]]  # per layer (keys, values)
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
 
@@ -176,6 +187,7 @@ class TransformersBackend(LastLogitsAnswers):
         dtype: torch.dtype | str = torch.float32,
         prefix_cache: bool = True,
         sort_by_length: bool = True,
+        kv_cache_mb: float = 0.0,
     ) -> None:
         source = resolve(model)
         self._name = source.key
@@ -193,6 +205,8 @@ class TransformersBackend(LastLogitsAnswers):
         self._cache_arg = "cache" if "cache" in params else "past_key_values"
         self.tokens_processed = 0  # prompt tokens answered (BOS included), for throughput stats
         self.tokens_computed = 0  # tokens actually run through the model (a cached prefix once)
+        self.kv_cache_mb = kv_cache_mb
+        self._store = KVStore()
 
     @property
     def name(self) -> str:
@@ -234,6 +248,9 @@ class TransformersBackend(LastLogitsAnswers):
         seqs = [self._with_bos(p) for p in prompts]
         if any(not s for s in seqs):
             raise BackendError(f"{self.name}: empty prompt in a model without a BOS token")
+        if self.kv_cache_mb > 0:
+            self.tokens_processed += sum(len(s) for s in seqs)
+            return self._incremental_logits(seqs)
         order = list(range(len(seqs)))
         if self.sort_by_length:
             order.sort(key=lambda i: len(seqs[i]))
@@ -366,3 +383,154 @@ class TransformersBackend(LastLogitsAnswers):
         ).logits[:, -1, :]
         self.tokens_computed += int(mask[:, length:].sum())
         return logits.float().cpu()
+
+    def forget_prompts(self) -> None:
+        """Drop every stored KV cache (privacy: no job may run faster because of another's
+        prompts; the synthesis loop calls this around each job)."""
+        self._store.clear()
+
+    def _fits_window(self, slots: int) -> bool:
+        """Whether ``slots`` cache slots (padding included) stay exact under the model's
+        sliding window: a sliding layer keeps only its last ``window - 1`` slots, and its mask
+        counts slots, not positions."""
+        window = getattr(self.model.config, "sliding_window", None)
+        return window is None or slots <= window - 1
+
+    def _incremental_logits(self, seqs: list[list[int]]) -> torch.Tensor:
+        """Last logits of ``seqs`` (caller's order), each prompt run only from the end of its
+        longest stored prefix; every prompt computed here is stored for later calls."""
+        if self.prefix_cache and len(seqs) > 1:
+            shared = _shared_length(seqs)
+            if shared >= MIN_PREFIX and self._store.longest(seqs[0][: shared + 1])[0] < shared:
+                self._extend([seqs[0][:shared]], [self._store.longest(seqs[0][:shared])])
+        found = [self._store.longest(s) for s in seqs]
+        order = sorted(range(len(seqs)), key=lambda i: len(seqs[i]) - found[i][0])
+        news = [s[found[i][0] :] for i, s in enumerate(seqs)]
+        rows: list[int] = []
+        parts = []
+        for chunk in self._chunks(order, news):
+            parts.append(self._extend([seqs[i] for i in chunk], [found[i] for i in chunk]))
+            rows.extend(chunk)
+        out = torch.cat(parts)
+        inverse = torch.empty(len(rows), dtype=torch.long)
+        inverse[torch.as_tensor(rows)] = torch.arange(len(rows))
+        return out[inverse]
+
+    def _extend(
+        self, chunk: list[list[int]], found: list[tuple[int, Layers | None]]
+    ) -> torch.Tensor:
+        """One forward pass over the new tokens of ``chunk`` on top of each row's stored
+        prefix (``found``: its length and layers); stores every row's full cache."""
+        past = [length for length, _ in found]
+        news = [seq[length:] for seq, length in zip(chunk, past, strict=True)]
+        rows, width, span = len(chunk), max(len(n) for n in news), max(past)
+        if not self._fits_window(span + width):
+            return self._plain_logits(chunk)
+        ids = torch.full((rows, width), self._pad_id, dtype=torch.long)
+        mask = torch.zeros((rows, span + width), dtype=torch.long)
+        for row, (length, new) in enumerate(zip(past, news, strict=True)):
+            ids[row, width - len(new) :] = torch.tensor(new)
+            mask[row, span - length : span] = 1
+            mask[row, span + width - len(new) :] = 1
+        positions = torch.as_tensor(past)[:, None] + (mask[:, span:].cumsum(dim=1) - 1).clamp(min=0)
+        cache = DynamicCache(config=self.model.config)
+        if span:
+            for index, (keys, values) in enumerate(_padded_layers(found, span)):
+                cache.update(keys.to(self.device), values.to(self.device), index)
+        logits = self.model(
+            input_ids=ids.to(self.device),
+            attention_mask=mask.to(self.device),
+            position_ids=positions.to(self.device),
+            use_cache=True,
+            logits_to_keep=1,
+            **{self._cache_arg: cache},
+        ).logits[:, -1, :]
+        self.tokens_computed += sum(len(n) for n in news)
+        self._keep(chunk, mask, cache)
+        return logits.float().cpu()
+
+    def _keep(self, chunk: list[list[int]], mask: torch.Tensor, cache: DynamicCache) -> None:
+        """Store each row's own slots of the batch cache under its token ids."""
+        layers: Layers = []
+        for layer in cache.layers:
+            keys, values = getattr(layer, "keys", None), getattr(layer, "values", None)
+            if not (
+                isinstance(keys, torch.Tensor)
+                and isinstance(values, torch.Tensor)
+                and keys.ndim == 4
+                and keys.shape[-2] == mask.shape[1]
+            ):
+                return  # a cache layout this path does not know: nothing stored
+            layers.append((keys, values))
+        budget = int(self.kv_cache_mb * 2**20)
+        for row, seq in enumerate(chunk):
+            slots = mask[row].nonzero().squeeze(1).to(layers[0][0].device)
+            own = [
+                (k[row].index_select(1, slots), v[row].index_select(1, slots)) for k, v in layers
+            ]
+            self._store.put(seq, own, budget)
+
+
+def _shared_length(seqs: list[list[int]]) -> int:
+    """Length of the prefix all ``seqs`` share, leaving each at least one token after it."""
+    shortest = min(len(s) for s in seqs)
+    first, length = seqs[0], 0
+    while length < shortest - 1 and all(s[length] == first[length] for s in seqs):
+        length += 1
+    return length
+
+
+def _padded_layers(found: list[tuple[int, Layers | None]], span: int) -> Layers:
+    """Per layer, the rows' stored (keys, values) left-padded with zeros to ``span`` slots."""
+    template = next(layers for _, layers in found if layers is not None)
+    padded = []
+    for index, (keys, values) in enumerate(template):
+        heads, dim = keys.shape[0], keys.shape[-1]
+        batch_k = keys.new_zeros((len(found), heads, span, dim))
+        batch_v = values.new_zeros((len(found), heads, span, dim))
+        for row, (length, layers) in enumerate(found):
+            if layers is not None and length:
+                batch_k[row, :, span - length :] = layers[index][0]
+                batch_v[row, :, span - length :] = layers[index][1]
+        padded.append((batch_k, batch_v))
+    return padded
+
+
+class KVStore:
+    """Per-prompt KV caches keyed by token ids, least recently used first out, bounded in
+    bytes. ``longest`` finds the longest stored prompt that is a proper prefix of a prompt."""
+
+    def __init__(self) -> None:
+        self._entries: OrderedDict[tuple[int, ...], Layers] = OrderedDict()
+        self._lengths: dict[int, int] = {}  # stored length -> number of entries
+        self.bytes = 0
+
+    def clear(self) -> None:
+        self._entries.clear()
+        self._lengths.clear()
+        self.bytes = 0
+
+    def longest(self, seq: Sequence[int]) -> tuple[int, Layers | None]:
+        """(length, layers) of the longest stored proper prefix of ``seq``; (0, None) if none."""
+        key = tuple(seq)
+        for length in sorted(self._lengths, reverse=True):
+            if length < len(key) and (layers := self._entries.get(key[:length])) is not None:
+                self._entries.move_to_end(key[:length])
+                return length, layers
+        return 0, None
+
+    def put(self, seq: Sequence[int], layers: Layers, budget: int) -> None:
+        """Store ``layers`` for ``seq``, then evict the least recently used past ``budget``."""
+        key = tuple(seq)
+        size = sum(k.numel() * k.element_size() * 2 for k, _ in layers)
+        if key in self._entries or size > budget:
+            return
+        self._entries[key] = layers
+        self._lengths[len(key)] = self._lengths.get(len(key), 0) + 1
+        self.bytes += size
+        while self.bytes > budget:
+            old, dropped = self._entries.popitem(last=False)
+            self.bytes -= sum(k.numel() * k.element_size() * 2 for k, _ in dropped)
+            self._lengths[len(old)] -= 1
+            if not self._lengths[len(old)]:
+                del self._lengths[len(old)]

@@ -7,6 +7,9 @@ search on log(multiplier) converges; the answer is always on the safe side: the 
 privacy's epsilon never exceeds the target and is within ``rel_tol`` below it.
 The search brackets the answer by doubling or halving from 1 and then refines it by the
 Illinois variant of false position on (log multiplier, log epsilon).
+
+The answer is a function of public inputs only, so it is remembered by them
+(:mod:`app.privacy.calibration_cache`): a shape seen before costs a lookup, not a search.
 """
 
 from __future__ import annotations
@@ -14,7 +17,9 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
+from app.privacy import calibration_cache
 from app.privacy.budget import is_epsilon
 from app.privacy.synthesis import SynthesisPrivacy
 
@@ -43,9 +48,73 @@ def calibrate_noise(
     rel_tol: float = 5e-3,
     max_iter: int = 60,
 ) -> Calibration:
-    """Smallest multiplier (within ``rel_tol`` in epsilon) whose epsilon is <= the target."""
+    """Smallest multiplier (within ``rel_tol`` in epsilon) whose epsilon is <= the target.
+
+    Remembered by every input the search reads (:func:`calibration_inputs`); a remembered
+    answer rebuilds the privacy model exactly as the search does."""
     if not is_epsilon(target_epsilon):
         raise CalibrationError(f"target epsilon must be a positive number, got {target_epsilon}")
+    key = calibration_cache.calibration_key(
+        calibration_inputs(privacy, label_sizes, shots, target_epsilon, delta, rel_tol, max_iter)
+    )
+    cached = calibration_cache.lookup(key)
+    if cached is not None:
+        # The guarantee never rests on a remembered number (the shared store is a database
+        # row): the epsilon is recomputed from the multiplier, one accountant call instead of
+        # a search, and an answer that does not meet the target is searched afresh.
+        multiplier = cached[0]
+        remembered = privacy.with_free_multiplier(multiplier)
+        epsilon = remembered.epsilon(label_sizes, shots, delta)
+        if epsilon <= target_epsilon:
+            return Calibration(remembered, multiplier, epsilon)
+    result = search_noise(
+        privacy,
+        label_sizes=label_sizes,
+        shots=shots,
+        target_epsilon=target_epsilon,
+        delta=delta,
+        rel_tol=rel_tol,
+        max_iter=max_iter,
+    )
+    calibration_cache.remember(key, (result.multiplier, result.epsilon))
+    return result
+
+
+def calibration_inputs(
+    privacy: SynthesisPrivacy,
+    label_sizes: Mapping[str, int],
+    shots: Mapping[str, int],
+    target_epsilon: float,
+    delta: float,
+    rel_tol: float,
+    max_iter: int,
+) -> dict[str, Any]:
+    """Everything :func:`search_noise` reads, as JSON values: the cache key's contents.
+    The whole privacy model is included (the free multiplier's starting value too, which the
+    search ignores: a needless miss at worst, never a wrong hit)."""
+    return {
+        "privacy": privacy.model_dump(mode="json"),
+        "label_sizes": {str(k): int(v) for k, v in label_sizes.items()},
+        "shots": {str(k): int(v) for k, v in shots.items()},
+        "target_epsilon": float(target_epsilon),
+        "delta": float(delta),
+        "rel_tol": float(rel_tol),
+        "max_iter": int(max_iter),
+        "range": [MIN_MULTIPLIER, MAX_MULTIPLIER],
+    }
+
+
+def search_noise(
+    privacy: SynthesisPrivacy,
+    *,
+    label_sizes: Mapping[str, int],
+    shots: Mapping[str, int],
+    target_epsilon: float,
+    delta: float,
+    rel_tol: float = 5e-3,
+    max_iter: int = 60,
+) -> Calibration:
+    """The search itself, never cached (what :func:`calibrate_noise` remembers)."""
 
     def eps(multiplier: float) -> float:
         return privacy.with_free_multiplier(multiplier).epsilon(label_sizes, shots, delta)

@@ -63,10 +63,12 @@ from app.methods.registry import (
 )
 from app.privacy.accounting import Accounting
 from app.privacy.budget import EPSILON_RULE, fits_budget, is_epsilon
+from app.privacy.calibration_cache import calibration_store
 from app.privacy.events import to_dict
 from app.results import SoftPromptRelease, SynthesisResult
 from app.synthesis.tasks import TaskSpec
 
+from .calibrations import DatabaseCalibrationStore
 from .datasets import get_dataset, get_live_dataset
 from .errors import ConflictError, InvalidError, NotFoundError, UnavailableError
 from .job_end import close_job, lease_expired
@@ -252,7 +254,7 @@ def plan_submission(
         public=public.record_count if public else 0,
     )
     job_delta = delta if delta is not None else budget.delta
-    session.rollback()  # end the read: planning takes seconds and needs no lock
+    session.rollback()  # end the read: planning may take seconds and needs no lock
 
     try:
         config = configure(
@@ -267,7 +269,8 @@ def plan_submission(
     except ParamsError as err:
         raise InvalidError(str(err)) from None
     try:
-        plan = method.plan(task, config, counts)
+        with calibration_store(DatabaseCalibrationStore(session.get_bind().engine)):
+            plan = method.plan(task, config, counts)
     except ValueError as err:  # CalibrationError, SynthesisError, PateError, TaskError, sampling
         raise InvalidError(str(err), code="cannot_plan") from None
     job = job_record(tenant_id, dataset_id, method, plan, public_dataset_id)

@@ -4,18 +4,23 @@ A raw key is shown once, when it is created; only its SHA-256 (hex) is stored. A
 scope: ``admin`` (everything of its tenant) or ``prompts:read`` (read prompts and complete
 with them: differentially private outputs only).
 
-Functions here add rows and flush; the caller commits (``session_scope`` does).
+Functions here add rows and flush; the caller commits (``session_scope`` does). Revoking a
+key or disabling a tenant also drops it from this process's key-lookup caches
+(:mod:`app.services.key_cache`), at once and again when the session commits, so that a lookup
+racing the commit cannot keep the old answer.
 """
 
 from __future__ import annotations
 
 import hashlib
 import secrets
+from collections.abc import Callable
 
-from sqlalchemy import func, or_, select
+from sqlalchemy import event, func, or_, select
 from sqlalchemy.orm import Session
 
 from app.db.models import ApiKey, KeyScope, Tenant, now
+from app.services import key_cache
 from app.services.errors import ConflictError, InvalidError, NotFoundError
 from app.services.storable import TENANT_NAME_MAX_CHARS, text_problem, too_long
 
@@ -126,6 +131,13 @@ def list_keys(session: Session, tenant_id: str) -> list[ApiKey]:
     )
 
 
+def _forget_now_and_on_commit(session: Session, forget: Callable[[], None]) -> None:
+    """Invalidate cached lookups now, and once more when ``session`` commits (a lookup made
+    before the commit still saw the old row; the second call also makes it unstorable)."""
+    forget()
+    event.listen(session, "after_commit", lambda _session: forget(), once=True)
+
+
 def revoke_key(session: Session, tenant_id: str, key_id: str) -> ApiKey:
     key = session.scalars(
         select(ApiKey).where(ApiKey.id == key_id, ApiKey.tenant_id == tenant_id)
@@ -133,6 +145,7 @@ def revoke_key(session: Session, tenant_id: str, key_id: str) -> ApiKey:
     if key is None:
         raise NotFoundError(f"API key {key_id!r} not found")
     key.revoked = True
+    _forget_now_and_on_commit(session, lambda: key_cache.forget_key(key_id))
     return key
 
 
@@ -171,6 +184,8 @@ def set_disabled(session: Session, tenant: Tenant, disabled: bool) -> Tenant:
     """Disable (every key refused) or enable a tenant; nothing else of it changes."""
     if disabled and tenant.disabled_at is None:
         tenant.disabled_at = now()
+        tenant_id = tenant.id
+        _forget_now_and_on_commit(session, lambda: key_cache.forget_tenant(tenant_id))
     elif not disabled:
         tenant.disabled_at = None
     session.flush()
@@ -192,5 +207,6 @@ def revoke_key_by_id(session: Session, key_id: str) -> ApiKey:
     if key is None:
         raise NotFoundError(f"no API key with ID {key_id!r}", code="key_not_found")
     key.revoked = True
+    _forget_now_and_on_commit(session, lambda: key_cache.forget_key(key_id))
     session.flush()
     return key

@@ -198,7 +198,30 @@ def synthesize(
 
     ``progress`` is called between tokens; an exception it raises (for example a
     cancellation) stops the job there.
+
+    A backend that keeps prompts' KV caches across calls (``forget_prompts``, e.g.
+    TransformersBackend with ``kv_cache_mb``) is emptied before and after the job, so that no
+    job's speed depends on another job's private prompts.
     """
+    forget: Callable[[], None] | None = getattr(backend, "forget_prompts", None)
+    if forget is not None:
+        forget()
+    try:
+        return _synthesize(task, records, config, backend, progress, job)
+    finally:
+        if forget is not None:
+            forget()
+
+
+def _synthesize(
+    task: TaskSpec,
+    records: Sequence[Record],
+    config: SynthesisConfig,
+    backend: LLMBackend,
+    progress: Progress | None,
+    job: SynthesisPlan | None,
+) -> SynthesisResult:
+    """The body of :func:`synthesize`."""
     rng = make_rng(config.seed)
     parts = _partitions(task, records)
     sizes = {key: len(value) for key, value in parts.items()}

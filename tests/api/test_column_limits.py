@@ -98,6 +98,7 @@ NOT_USER_WRITABLE: dict[Column, str] = {
     ("prompt_sets", "model"): "the model the server's operator configured, not a request's",
     ("prompt_sets", "soft_prompt_sha256"): "the SHA-256 hex digest the worker computes",
     ("ui_sessions", "id"): "the SHA-256 hex digest of a nonce the service generates",
+    ("calibrations", "key"): "the SHA-256 hex digest of public calibration inputs",
     ("ui_sessions", "key_id"): "the ID of the key the sign-in authenticated",
 }
 

@@ -214,3 +214,62 @@ def test_chunks_keep_order_batch_size_and_bounded_padding(backend):
         assert backend._chunks(list(range(23)), seqs) == [
             list(range(0, 8)), list(range(8, 16)), list(range(16, 23))
         ]  # fmt: skip
+
+
+def test_kv_store_extends_each_prompt_by_its_new_tokens_only(backend):
+    # Incremental decoding: a prompt one token longer than a stored one runs that token
+    # alone, on top of the stored KV cache, and the answers equal the plain path's.
+    prompts = teacher_batch(backend)
+    rng = np.random.default_rng(2)
+    vocab = backend.model.config.vocab_size
+    sets = np.stack([rng.choice(vocab, 50, replace=False) for _ in prompts])
+    longer = [[*p, int(s[0])] for p, s in zip(prompts, sets, strict=True)]
+    with settings(backend, prefix_cache=False, batch_size=4):
+        plain = backend.next_token_probs(prompts, sets)
+        plain_longer = backend.next_token_probs(longer, sets)
+    backend.forget_prompts()
+    try:
+        with settings(backend, kv_cache_mb=64.0, batch_size=4):
+            before = backend.tokens_computed
+            first = backend.next_token_probs(prompts, sets)
+            first_computed = backend.tokens_computed - before
+            before = backend.tokens_computed
+            second = backend.next_token_probs(longer, sets)
+            second_computed = backend.tokens_computed - before
+    finally:
+        backend.forget_prompts()
+    assert np.allclose(first, plain, atol=1e-5), np.abs(first - plain).max()
+    assert np.allclose(second, plain_longer, atol=1e-5), np.abs(second - plain_longer).max()
+    # First call: the shared prefix once, then each prompt's own tokens (BOS included).
+    shared = shared_prefix(prompts) + 1
+    assert first_computed == shared + sum(len(p) + 1 - shared for p in prompts)
+    assert second_computed == len(prompts)  # one new token per prompt
+    for prompt, token_set, row in zip(longer[:3], sets[:3], second[:3], strict=True):
+        chosen = direct_logits(backend, prompt)[torch.as_tensor(token_set)]
+        assert np.allclose(row, torch.softmax(chosen, dim=0).numpy(), atol=1e-5)
+
+
+def test_kv_store_is_bounded_forgets_on_demand_and_steps_aside_at_the_window(backend, monkeypatch):
+    prompts = teacher_batch(backend)
+    sets = np.tile(np.arange(100, 140), (len(prompts), 1))
+    with settings(backend, prefix_cache=False):
+        plain = backend.next_token_probs(prompts, sets)
+    backend.forget_prompts()
+    try:
+        with settings(backend, kv_cache_mb=5.0):  # room for 2-3 prompts (~37 kB a token)
+            small = backend.next_token_probs(prompts, sets)
+            assert 0 < backend._store.bytes <= 5 * 2**20
+            backend.forget_prompts()
+            assert backend._store.bytes == 0 and backend._store.longest(prompts[0]) == (0, None)
+            window = max(len(p) for p in prompts) - 5  # the longest prompts exceed it
+            monkeypatch.setattr(backend.model.config, "sliding_window", window)
+            before = backend.tokens_computed
+            narrow = backend.next_token_probs(prompts, sets)
+            # The prompts reaching the window ran whole, on the plain path.
+            assert backend.tokens_computed - before > sum(len(p) + 1 for p in prompts) // 2
+            with settings(backend, kv_cache_mb=0.0, prefix_cache=False):
+                plain_narrow = backend.next_token_probs(prompts, sets)
+    finally:
+        backend.forget_prompts()
+    assert np.allclose(small, plain, atol=1e-5)
+    assert np.allclose(narrow, plain_narrow, atol=1e-5), np.abs(narrow - plain_narrow).max()

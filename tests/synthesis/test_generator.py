@@ -259,3 +259,36 @@ def test_adadpsyn_runs_the_variant_and_constants_it_is_charged_for(variant):
     sigmas = {m.noise_multiplier for m in mechanisms}
     assert (plan["sigma0"] in sigmas) is (variant is AdaDPSynVariant.PAPER)
     assert SynthesisConfig.for_task("trec", epsilon=1.0).variant is AdaDPSynVariant.POOLED
+
+
+class ForgettingBackend(FakeBackend):
+    """A fake backend with a KV store's ``forget_prompts``: records when it is emptied."""
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.events: list[str] = []
+
+    def forget_prompts(self) -> None:
+        self.events.append("forget")
+
+    def next_token_probs(self, prompts, token_sets):
+        self.events.append("call")
+        return super().next_token_probs(prompts, token_sets)
+
+
+@pytest.mark.parametrize("fail", [False, True])
+def test_a_backend_kv_store_is_emptied_before_and_after_every_job(fail):
+    # No job may run faster because of another job's private prompts, even one that fails.
+    backend = ForgettingBackend(stop_after=3)
+
+    def progress(done: int, planned: int) -> None:
+        if fail:
+            raise RuntimeError("cancelled")
+
+    if fail:
+        with pytest.raises(RuntimeError):
+            synthesize(BUILTIN_TASKS["trec"], trec_records(), config(), backend, progress)
+    else:
+        synthesize(BUILTIN_TASKS["trec"], trec_records(), config(), backend, progress)
+    assert backend.events[0] == "forget" and backend.events[-1] == "forget"
+    assert "call" in backend.events and backend.events.count("forget") == 2

@@ -1,10 +1,25 @@
-"""Synthesised prompts (DP outputs, readable with a prompts:read key) and Stage 2."""
+"""Synthesised prompts (DP outputs, readable with a prompts:read key) and Stage 2.
+
+``GET /v1/prompts/{id}`` is what downstream apps call without limit (issue 23). A prompt set
+never changes once stored, so its serialised body is built once and kept, per (tenant,
+prompt ID), in a bounded in-process LRU (:data:`PROMPT_CACHE_SIZE` bodies, none over
+:data:`PROMPT_CACHE_MAX_BYTES`), with a strong ETag (the body's SHA-256): a cached read costs
+no thread hop, no query and no serialisation, and a client that sends the ETag back in
+``If-None-Match`` gets 304 without the body. Only a successful read fills the cache, under the
+caller's tenant: another tenant asking for the same ID misses and gets the database's 404.
+The soft-prompt download answers 304 the same way (its ETag, the file's SHA-256, is kept too).
+"""
 
 from __future__ import annotations
 
+import hashlib
+import json
+from dataclasses import dataclass
 from typing import Any
 
-from fastapi import APIRouter, Response
+from fastapi import APIRouter, FastAPI, Request, Response
+from fastapi.concurrency import run_in_threadpool
+from sqlalchemy.orm import Session, sessionmaker
 
 from app.api.deps import AnyKey, ProviderDep, SessionDep
 from app.api.schemas import (
@@ -17,6 +32,7 @@ from app.api.schemas import (
     PromptSummary,
 )
 from app.services import prompts as service
+from app.services.key_cache import LruCache
 
 router = APIRouter(prefix="/v1/prompts", tags=["prompts"])
 
@@ -35,9 +51,68 @@ def list_prompts(
     return [PromptSummary.from_row(row) for row in rows]
 
 
-@router.get("/{prompt_id}", response_model=PromptPublic)
-def get_prompt(prompt_id: str, principal: AnyKey, session: SessionDep) -> PromptPublic:
-    return PromptPublic.from_row(service.get_prompt_set(session, principal.tenant_id, prompt_id))
+#: Most prompt bodies (and soft-prompt ETags) kept per process, and the largest body kept.
+PROMPT_CACHE_SIZE = 1024
+PROMPT_CACHE_MAX_BYTES = 1 << 20
+
+_NOT_MODIFIED: dict[int | str, dict[str, Any]] = {
+    304: {"description": "Not modified: the ETag sent in If-None-Match is current."}
+}
+
+
+@dataclass(frozen=True)
+class CachedBody:
+    """A prompt's response body, serialised as FastAPI would, and its strong ETag."""
+
+    data: bytes
+    etag: str
+
+
+def prompt_cache(app: FastAPI) -> LruCache[tuple[str, str, str], Any]:
+    """The app's cache, keyed by (what, tenant, prompt ID); one per app, never shared."""
+    cache: LruCache[tuple[str, str, str], Any] | None = getattr(app.state, "prompt_cache", None)
+    if cache is None:
+        cache = app.state.prompt_cache = LruCache(PROMPT_CACHE_SIZE)
+    return cache
+
+
+def etag_matches(request: Request, etag: str) -> bool:
+    """Whether ``If-None-Match`` names ``etag`` (weak comparison, as RFC 9110 asks, or ``*``)."""
+    header = request.headers.get("if-none-match")
+    if not header:
+        return False
+    tags = {tag.strip().removeprefix("W/") for tag in header.split(",")}
+    return "*" in tags or etag in tags
+
+
+def _not_modified(etag: str) -> Response:
+    return Response(status_code=304, headers={"ETag": etag})
+
+
+def _load_body(sessions: sessionmaker[Session], tenant_id: str, prompt_id: str) -> CachedBody:
+    """Read and serialise the prompt (a 404 for another tenant's), on a session of its own."""
+    with sessions() as session:
+        model = PromptPublic.from_row(service.get_prompt_set(session, tenant_id, prompt_id))
+    # The bytes JSONResponse would render for this model.
+    data = json.dumps(
+        model.model_dump(mode="json"), ensure_ascii=False, allow_nan=False, separators=(",", ":")
+    ).encode()
+    return CachedBody(data, f'"{hashlib.sha256(data).hexdigest()}"')
+
+
+@router.get("/{prompt_id}", response_model=PromptPublic, responses=_NOT_MODIFIED)
+async def get_prompt(prompt_id: str, principal: AnyKey, request: Request) -> Response:
+    cache, key = prompt_cache(request.app), ("body", principal.tenant_id, prompt_id)
+    body: CachedBody | None = cache.get(key)
+    if body is None:
+        body = await run_in_threadpool(
+            _load_body, request.app.state.read_sessions, principal.tenant_id, prompt_id
+        )
+        if len(body.data) <= PROMPT_CACHE_MAX_BYTES:
+            cache.put(key, body)
+    if etag_matches(request, body.etag):
+        return _not_modified(body.etag)
+    return Response(body.data, media_type="application/json", headers={"ETag": body.etag})
 
 
 # The download's success response: the file, and the headers that identify it.
@@ -51,14 +126,26 @@ _SOFT_PROMPT_FILE: dict[int | str, dict[str, Any]] = {
                 "description": "attachment; filename=<prompt id>.safetensors",
                 "schema": {"type": "string"},
             },
-            "ETag": {"description": "The file's SHA-256, quoted.", "schema": {"type": "string"}},
+            "ETag": {
+                "description": "The file's SHA-256, quoted; send it back in If-None-Match "
+                "for a 304.",
+                "schema": {"type": "string"},
+            },
             "X-Content-SHA256": {
                 "description": "The file's SHA-256 (hex), as in soft_prompt.sha256.",
                 "schema": {"type": "string"},
             },
         },
-    }
+    },
+    **_NOT_MODIFIED,
 }
+
+
+def _load_soft_prompt(
+    sessions: sessionmaker[Session], tenant_id: str, prompt_id: str
+) -> service.SoftPromptFile:
+    with sessions() as session:
+        return service.get_soft_prompt_file(session, tenant_id, prompt_id)
 
 
 @router.get(
@@ -67,8 +154,17 @@ _SOFT_PROMPT_FILE: dict[int | str, dict[str, Any]] = {
     responses=_SOFT_PROMPT_FILE,
     summary="Download the prompt's soft prompt (promptdpsgd) as a safetensors file",
 )
-def download_soft_prompt(prompt_id: str, principal: AnyKey, session: SessionDep) -> Response:
-    file = service.get_soft_prompt_file(session, principal.tenant_id, prompt_id)
+async def download_soft_prompt(prompt_id: str, principal: AnyKey, request: Request) -> Response:
+    cache, key = prompt_cache(request.app), ("soft-etag", principal.tenant_id, prompt_id)
+    known: str | None = cache.get(key)  # a revalidation needs no read of the file
+    if known is not None and etag_matches(request, known):
+        return _not_modified(known)
+    file = await run_in_threadpool(
+        _load_soft_prompt, request.app.state.read_sessions, principal.tenant_id, prompt_id
+    )
+    cache.put(key, f'"{file.sha256}"')
+    if etag_matches(request, f'"{file.sha256}"'):
+        return _not_modified(f'"{file.sha256}"')
     return Response(
         content=file.data,
         media_type="application/octet-stream",

@@ -1,0 +1,145 @@
+"""In-process caches for the prompt-read hot path (issue 23): API-key lookups and prompt bodies.
+
+**Key lookups.** Every API request authenticated against the database: a thread hop and a
+query, most of a prompt read's cost. :class:`KeyCache` remembers a *successful* lookup (the
+key's hash -> its tenant, ID and scope) for at most :data:`KEY_TTL_S` seconds; failures are
+never cached, so a wrong key always costs a lookup (and counts against the address's
+failed-check limit as before). Staleness after revocation is bounded:
+
+* revoking a key or disabling a tenant *in this process* (the API's ``DELETE /v1/keys/{id}``,
+  ``dpsyn admin`` run in-process) calls :func:`forget_key` / :func:`forget_tenant`, which drop
+  the entries of every cache of the process at once, and bump a generation so that a lookup
+  that began before the revocation cannot store its (now stale) answer afterwards;
+* revoking from *another* process (``dpsyn admin`` against the shared database, another API
+  replica) is seen within :data:`KEY_TTL_S` seconds, when the entry expires.
+
+**Prompt bodies.** A prompt set never changes once stored, so :class:`LruCache` also holds
+the serialised body of ``GET /v1/prompts/{id}`` per (tenant, prompt ID) with its ETag. The
+tenant is part of the key, and only a successful read fills it: another tenant asking for the
+same ID misses and gets the database's 404.
+
+Both are bounded LRUs (oldest use evicted first) guarded by a lock: the event loop reads
+them, request threads may revoke.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import weakref
+from collections import OrderedDict
+from collections.abc import Callable, Hashable
+from dataclasses import dataclass
+from typing import Generic, TypeVar
+
+from app.db.models import KeyScope
+
+#: Longest time a key revoked (or a tenant disabled) by another process still opens the API.
+KEY_TTL_S = 5.0
+#: Most keys remembered per process.
+KEY_CACHE_SIZE = 10_000
+
+#: The clock entries expire by (a module attribute, so that tests can move it on).
+clock = time.monotonic
+
+K = TypeVar("K", bound=Hashable)
+V = TypeVar("V")
+
+
+class LruCache(Generic[K, V]):
+    """A bounded, thread-safe LRU map; entries may expire after ``ttl_s`` (None: never)."""
+
+    def __init__(self, max_entries: int, ttl_s: float | None = None) -> None:
+        self.max_entries = max_entries
+        self.ttl_s = ttl_s
+        self._entries: OrderedDict[K, tuple[V, float]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key: K) -> V | None:
+        with self._lock:
+            entry = self._entries.get(key)
+            if entry is None:
+                return None
+            value, expires = entry
+            if self.ttl_s is not None and clock() >= expires:
+                del self._entries[key]
+                return None
+            self._entries.move_to_end(key)
+            return value
+
+    def put(self, key: K, value: V) -> None:
+        expires = clock() + (self.ttl_s or 0.0)
+        with self._lock:
+            self._entries[key] = (value, expires)
+            self._entries.move_to_end(key)
+            while len(self._entries) > self.max_entries:
+                self._entries.popitem(last=False)
+
+    def discard_where(self, predicate: Callable[[V], bool]) -> None:
+        """Drop every entry whose value satisfies ``predicate``."""
+        with self._lock:
+            for key in [k for k, (v, _) in self._entries.items() if predicate(v)]:
+                del self._entries[key]
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+
+@dataclass(frozen=True)
+class CachedKey:
+    """What authentication needs from a key row, detached from any session."""
+
+    tenant_id: str
+    key_id: str
+    scope: KeyScope
+
+
+class KeyCache:
+    """Successful key lookups by key hash, for at most ``ttl_s`` seconds (module docstring)."""
+
+    def __init__(self, max_entries: int = KEY_CACHE_SIZE, ttl_s: float = KEY_TTL_S) -> None:
+        self._entries: LruCache[str, CachedKey] = LruCache(max_entries, ttl_s)
+        _CACHES.add(self)
+
+    def get(self, key_hash: str) -> CachedKey | None:
+        return self._entries.get(key_hash)
+
+    def put(self, key_hash: str, key: CachedKey, generation: int) -> None:
+        """Remember ``key`` unless a revocation happened since ``generation`` was read
+        (:func:`generation`, before the lookup): its answer may predate the revocation."""
+        with _GENERATION_LOCK:
+            if generation == _generation[0]:
+                self._entries.put(key_hash, key)
+
+    def forget(self, predicate: Callable[[CachedKey], bool]) -> None:
+        self._entries.discard_where(predicate)
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+
+_CACHES: weakref.WeakSet[KeyCache] = weakref.WeakSet()
+_GENERATION_LOCK = threading.Lock()
+_generation = [0]
+
+
+def generation() -> int:
+    """Read before a lookup; pass to :meth:`KeyCache.put`."""
+    return _generation[0]
+
+
+def _invalidate(predicate: Callable[[CachedKey], bool]) -> None:
+    with _GENERATION_LOCK:
+        _generation[0] += 1
+        for cache in list(_CACHES):
+            cache.forget(predicate)
+
+
+def forget_key(key_id: str) -> None:
+    """A key was revoked here: no cache of this process opens the API with it any more."""
+    _invalidate(lambda key: key.key_id == key_id)
+
+
+def forget_tenant(tenant_id: str) -> None:
+    """A tenant was disabled here: none of its keys is served from a cache any more."""
+    _invalidate(lambda key: key.tenant_id == tenant_id)
