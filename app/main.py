@@ -25,6 +25,7 @@ from app.db.migrate import upgrade
 from app.db.session import PoolLimits, get_engine
 from app.llm.provider import BackendProvider, provider_for
 from app.log_redaction import install_log_redaction
+from app.methods.registry import import_method_modules
 from app.services.metrics import make_registry
 from app.services.queue import JobQueue, load_runtime
 from app.services.tenants import ensure_bootstrap_key
@@ -65,6 +66,7 @@ def create_app(
     in is used as it is (tests pass their own: no dispatcher then).
     """
     settings = settings or get_settings()
+    import_method_modules(settings.method_module_names())  # plug-ins, before the schema
     provider = backend_provider or provider_for(settings)
     if queue is None:
         if settings.migrate_on_start:  # an in-process queue reads unfinished jobs at once

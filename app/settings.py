@@ -211,6 +211,18 @@ class Settings(BaseSettings):
         8 * 3600, gt=0, description="How long a dashboard sign-in lasts (absolute expiry)."
     )
 
+    # --- Plug-in methods (docs/service.md, "Methods: one registry") ---------------------
+    method_modules: str = Field(
+        "",
+        description="Comma-separated Python modules that register methods "
+        "(app.methods.registry.register) when imported. Every API and worker process "
+        "imports them at start, so each runs the methods the others admit.",
+    )
+
+    def method_module_names(self) -> list[str]:
+        """The modules of ``method_modules``, in order, without blanks."""
+        return [name.strip() for name in self.method_modules.split(",") if name.strip()]
+
     @model_validator(mode="after")
     def _heartbeat_within_lease(self) -> Settings:
         if self.heartbeat_interval_s * 2 > self.lease_duration_s:

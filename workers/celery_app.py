@@ -38,6 +38,7 @@ from app.db.session import get_engine
 from app.llm.fake import FakeBackend, SlowBackend
 from app.llm.provider import BackendProvider, StaticProvider, provider_for
 from app.log_redaction import describe_exception, install_log_redaction
+from app.methods.registry import import_method_modules
 from app.settings import Settings, get_settings
 from workers.lease import DispatchConfig, Dispatcher, LeaseConfig, Reaper
 from workers.runner import DatabaseUnavailableError, run_job
@@ -105,6 +106,7 @@ class CeleryQueue:
 install_log_redaction()  # exception messages can quote private records: types and places only
 logger = logging.getLogger(__name__)
 settings = get_settings()
+import_method_modules(settings.method_module_names())  # the plug-ins the API admits
 app = make_celery(settings) if settings.broker_url else Celery("dpsyn", set_as_current=False)
 lease = LeaseConfig.from_settings(settings)
 reaper = Reaper(settings.database_url, lease)

@@ -12,8 +12,9 @@ process must register the same plug-ins as the API that admits their jobs.
 
 from __future__ import annotations
 
+import importlib
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -126,6 +127,20 @@ def registered(method: Method) -> Iterator[Method]:
         yield method
     finally:
         unregister(method.name)
+
+
+def import_method_modules(modules: Iterable[str]) -> None:
+    """Import each of ``modules`` (``DPSYN_METHOD_MODULES``), which register their methods
+    as they load; one already imported is not run again. A module that is missing or fails
+    is a ValueError naming it and the error's type, at the process's start rather than at
+    the first job of its method."""
+    for module in modules:
+        try:
+            importlib.import_module(module)
+        except Exception as err:
+            raise ValueError(
+                f"DPSYN_METHOD_MODULES: cannot import {module!r} ({type(err).__name__})"
+            ) from err
 
 
 def _flags(method: Method) -> dict[str, str]:
