@@ -28,9 +28,14 @@ WAIT_S = 20
 
 
 def by_id(driver: Any, element_id: str) -> Any:
+    """The element, waiting up to 10 s for it: a click that submits a form returns before
+    the next page has loaded when the machine is busy (two test workers)."""
     from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions
+    from selenium.webdriver.support.ui import WebDriverWait
 
-    return driver.find_element(By.ID, element_id)
+    locate = expected_conditions.presence_of_element_located((By.ID, element_id))
+    return WebDriverWait(driver, 10).until(locate)
 
 
 def css(driver: Any, selector: str) -> list[Any]:
