@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from app.cli.errors import err, fail, reported_errors
+from app.cli.model_options import ModelOpt
 from app.llm.factory import BackendKind, Dtype, make_backend
 from app.llm.models import DEFAULT_MODEL
 from app.privacy.accounting import Accounting
@@ -84,9 +85,6 @@ NOption = Annotated[int | None, typer.Option("--N", min=1)]
 TmaxOption = Annotated[int | None, typer.Option("--tmax", min=1)]
 KOption = Annotated[int | None, typer.Option("--K", min=2)]
 AccountingOption = Annotated[Accounting, typer.Option("--accounting")]
-Model = Annotated[
-    str | None, typer.Option("--model", help="gemma-3-270m, smollm2-135m, or a path.")
-]
 DtypeOption = Annotated[
     Dtype, typer.Option("--dtype", help="Local model precision (auto: bfloat16 if native).")
 ]
@@ -141,7 +139,7 @@ def audit_command(
     tmax: TmaxOption = None,
     K: KOption = None,
     accounting: AccountingOption = Accounting.TIGHT,
-    model: Model = None,
+    model: ModelOpt = None,
     dtype: DtypeOption = Dtype.AUTO,
     seed: Seed = 0,
     data_dir: DataDir = None,

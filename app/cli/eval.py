@@ -17,6 +17,7 @@ from typing import Annotated, Any
 import typer
 
 from app.cli.errors import err, fail, reported_errors
+from app.cli.model_options import DtypeOpt, ModelOpt, training_dtype
 from app.cli.progress import progress_reporter
 from app.eval.datasets import DATASETS, load_split, public_path
 from app.eval.experiment import (
@@ -67,16 +68,6 @@ Profile = Annotated[
         "--profile",
         help="quick (= --quick), compare (quick with 5 seeds, 300 test queries: about 90 "
         "min for SST-2 on 2 cores) or paper (every test query, the papers' T_max and K).",
-    ),
-]
-Model = Annotated[
-    str | None, typer.Option("--model", help="gemma-3-270m, smollm2-135m, or a path.")
-]
-DtypeOption = Annotated[
-    Dtype,
-    typer.Option(
-        "--dtype",
-        help="Local model precision (auto: bfloat16 if native; float32 when a method trains).",
     ),
 ]
 Seeds = Annotated[
@@ -246,10 +237,9 @@ def _public(
 
 
 def _backend(config: ExperimentConfig, model: str | None, dtype: Dtype) -> LLMBackend:
-    """The local model; auto precision is float32 when a method trains (bfloat16 backward
-    passes are 5x slower on CPU)."""
+    """The local model, in float32 under ``auto`` when a method trains."""
     trains = any(get(m).needs_gradients for m in config.methods)
-    chosen = Dtype.FLOAT32 if dtype is Dtype.AUTO and trains else dtype
+    chosen = training_dtype(trains, dtype)
     return make_backend(BackendKind.TRANSFORMERS, model=model, url=None, dtype=chosen)
 
 
@@ -298,8 +288,8 @@ def eval_command(
     dataset: Dataset,
     quick: Quick = False,
     profile: Profile = None,
-    model: Model = None,
-    dtype: DtypeOption = Dtype.AUTO,
+    model: ModelOpt = None,
+    dtype: DtypeOpt = Dtype.AUTO,
     seeds: Seeds = None,
     test_size: TestSize = None,
     epsilons: Epsilons = "1,2,4,8",

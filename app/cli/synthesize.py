@@ -20,6 +20,7 @@ import typer
 from app.cli.custom_task import custom_task, parse_column, parse_pairs
 from app.cli.errors import err, fail, reported_errors
 from app.cli.method_options import RegistryCommand, given_options, method_options
+from app.cli.model_options import DtypeOpt, ModelOpt, training_dtype
 from app.cli.options import (
     ANSWER_WORDS,
     ICL_INSTRUCTION,
@@ -63,16 +64,6 @@ BaselineOpt = Annotated[
 DeltaOpt = Annotated[float | None, typer.Option("--delta", help="Default 1/|D|.")]
 AccountingOpt = Annotated[Accounting, typer.Option("--accounting")]
 BackendOpt = Annotated[BackendKind, typer.Option("--backend")]
-ModelOpt = Annotated[
-    str | None, typer.Option("--model", help="gemma-3-270m, smollm2-135m, or a path.")
-]
-DtypeOpt = Annotated[
-    Dtype,
-    typer.Option(
-        "--dtype",
-        help="Local model precision (auto: bfloat16 if native; float32 for a method that trains).",
-    ),
-]
 UrlOpt = Annotated[str | None, typer.Option("--url", help="vLLM server URL.")]
 SeedOpt = Annotated[
     int | None, typer.Option("--seed", help="Testing only: a known seed voids privacy.")
@@ -182,7 +173,8 @@ def _synthesize(
         inputs = read_public(public, public_field) if public is not None else []
         counts = Counts(partition_sizes(spec_task, records), len(records), len(inputs))
         plan = chosen.plan(spec_task, config, counts)
-        llm = make_backend(backend, model=model, url=url, dtype=_dtype_for(chosen, dtype))
+        precision = training_dtype(chosen.needs_gradients, dtype).value
+        llm = make_backend(backend, model=model, url=url, dtype=precision)
         result = _with_progress(
             chosen.verb,
             chosen.unit,
@@ -276,15 +268,6 @@ def _check_training(method: Method, backend: BackendKind, out: Path | None) -> N
             f"--method {method.name} needs --out FILE.json: its result is a soft prompt, "
             "written next to it as FILE.safetensors"
         )
-
-
-def _dtype_for(method: Method, dtype: Dtype) -> str:
-    """The local model's precision: ``auto`` means float32 for a method that trains
-    (measured on this project's 2-core CPU with native bfloat16: a DP-SGD step of 16 SST-2
-    examples takes 3.2 s in float32 and 18-20 s in bfloat16, whose backward pass is slow)."""
-    if method.needs_gradients and dtype is Dtype.AUTO:
-        return Dtype.FLOAT32.value
-    return dtype.value
 
 
 def soft_prompt_path(out: Path) -> Path:
