@@ -19,7 +19,9 @@ the first time it is drawn, so "warm" takes longer there. Then:
 4. ``--burst`` submissions at once, each on its own connection, until all are answered.
 
 Targets (issue 23): quote and submit p50 < 200 ms on the warm shape; the burst answered
-(admitted or refused) within 5 s in all. Exit status 1 when one is missed.
+(admitted or refused) within 5 s in all. Exit status 1 when one is missed. It also prints the
+server process's CPU seconds during the burst (Linux): on a shared machine the wall time moves
+with the load, the CPU far less.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import statistics
 import sys
 import tempfile
@@ -99,19 +102,32 @@ async def sequential(base: str, body: dict, n: int) -> list[tuple[int, float, st
     return [await submit(base, body) for _ in range(n)]
 
 
+def cpu_seconds(pid: int) -> float | None:
+    """User + system CPU seconds of process ``pid`` so far (Linux ``/proc``; None elsewhere).
+    On a shared machine the burst's wall time moves with the load; the server's CPU per
+    burst moves far less, so both are printed."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 async def burst(base: str, body: dict, n: int) -> tuple[float, list[tuple[int, float, str]]]:
     start = time.monotonic()
     answers = await asyncio.gather(*(submit(base, body) for _ in range(n)))
     return time.monotonic() - start, list(answers)
 
 
-def measure(args: argparse.Namespace, url: str, base: str) -> dict:
+def measure(args: argparse.Namespace, url: str, base: str, server_pid: int) -> dict:
     dataset_id = funded_dataset(base, args.task, args.records, args.sequential + args.burst + 1)
     body = {"dataset_id": dataset_id, "method": args.method, "epsilon": 1.0}
     cold = asyncio.run(sequential(base, body, 1))[0]
     quotes = quote_times(url, body, args.sequential)
     submits = asyncio.run(sequential(base, body, args.sequential))
+    cpu_before = cpu_seconds(server_pid)
     wall, answers = asyncio.run(burst(base, body, args.burst))
+    cpu_after = cpu_seconds(server_pid)
     return {
         "cold_submit_s": cold[1],
         "cold_status": cold[0],
@@ -120,6 +136,10 @@ def measure(args: argparse.Namespace, url: str, base: str) -> dict:
         "submit_p50_s": statistics.median(t for _, t, _ in submits),
         "submit_statuses": sorted({s for s, _, _ in submits}),
         "burst_wall_s": wall,
+        "burst_server_cpu_s": (
+            None if cpu_before is None or cpu_after is None else cpu_after - cpu_before
+        ),
+        "load_average": os.getloadavg()[0],
         "burst_statuses": {str(s): sum(1 for a in answers if a[0] == s) for s, _, _ in answers},
     }
 
@@ -158,7 +178,7 @@ def main() -> int:
             extra = {"DPSYN_BOOTSTRAP_API_KEY": ADMIN_KEY, "DPSYN_BROKER_URL": args.broker}
             server = start_server(data_dir, None, port, log, extra)
             try:
-                figures = measure(args, url, f"http://{HOST}:{port}")
+                figures = measure(args, url, f"http://{HOST}:{port}", server.pid)
             finally:
                 stop_server(server)
                 keys = [f"{k}{DEFAULT_QUEUE}" for k in ("", "_kombu.binding.")]
@@ -174,6 +194,9 @@ def main() -> int:
           f"{figures['submit_p50_s'] * 1000:.0f} ms ({args.sequential} each)")  # fmt: skip
     print(f"{args.burst} submissions at once: {figures['burst_wall_s']:.2f} s in all, "
           f"statuses {figures['burst_statuses']}")  # fmt: skip
+    if figures["burst_server_cpu_s"] is not None:
+        print(f"server CPU during the burst: {figures['burst_server_cpu_s']:.2f} s "
+              f"(load average {figures['load_average']:.1f})")  # fmt: skip
     if args.json:
         args.json.write_text(json.dumps(figures, indent=1))
     misses = verdict(figures)

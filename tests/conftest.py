@@ -11,12 +11,14 @@ import importlib.util
 import os
 import re
 import socket
+import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import NoReturn
 
 import pytest
+from absl import logging as absl_logging
 
 from tests.vllm_server import NO_TOKENIZER_INFO, ServerPool, vllm_installed
 
@@ -24,6 +26,14 @@ PG_HOST = os.environ.get("DPSYN_TEST_PG_HOST", "127.0.0.1")
 PG_PORT = int(os.environ.get("DPSYN_TEST_PG_PORT", "5432"))
 PG_USER = os.environ.get("DPSYN_TEST_PG_USER", "postgres")
 REDIS_URL = os.environ.get("DPSYN_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
+
+# absl (dp_accounting logs through it) makes its handler when imported, writing to the
+# sys.stderr of that moment: under pytest, the capture stream of the collection phase. Any
+# later logging.config.dictConfig (uvicorn's, in every test that starts a server) closes all
+# handlers, and absl's closes its stream unless it is the current sys.stderr: a test using
+# capfd then finds pytest's own capture closed ("I/O operation on closed file"). Pointing the
+# handler at the process's real stderr, which it never closes, keeps pytest's streams open.
+absl_logging.get_absl_handler().python_handler.stream = sys.__stderr__
 
 
 def _reachable(host: str, port: int) -> bool:

@@ -24,6 +24,13 @@ A job runs in fenced steps, each its own transaction:
 4. **Run** the method's plan; when it reports progress (between units of its own: tokens,
    public inputs, steps), write the progress and check for cancellation (throttled).
 5. **Store** the prompt set, mark the job succeeded and commit its charge, in one transaction.
+6. **Validate** (only if the job names a validation set), after the private records are
+   dropped: score the *stored* prompt on up to ``VALIDATION_MAX_RECORDS`` public labelled
+   records with the one scorer and write the score to the prompt set (or ``not_scored`` and
+   a reason). Post-processing of the DP output on public data: nothing is charged, and a
+   failure here changes neither the job's status nor its prompt (``app.services.prompts``).
+   It runs once the lease is released. A later delivery of a succeeded job whose score is
+   still ``pending`` (its worker died in between) does this step only.
 
 The final write (step 5, or recording a failure or cancellation) is retried through a
 database outage, with backoff, for ``LeaseConfig.store_retry_s``; if the database stays
@@ -59,7 +66,15 @@ import httpx
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from app.db.models import TERMINAL_STATUSES, Dataset, DatasetRecord, Job, JobStatus, now
+from app.db.models import (
+    TERMINAL_STATUSES,
+    Dataset,
+    DatasetRecord,
+    Job,
+    JobStatus,
+    PromptSet,
+    now,
+)
 from app.db.session import session_scope
 from app.llm.base import BackendError, LLMBackend, TransientBackendError
 from app.llm.provider import BackendProvider
@@ -69,7 +84,16 @@ from app.privacy.calibration import CalibrationError
 from app.privacy.events import to_dict
 from app.results import Progress, SynthesisError, SynthesisResult
 from app.services.datasets import load_public_texts, load_records
+from app.services.errors import ServiceError
 from app.services.jobs import close_job, lease_live, store_result, stored_plan
+from app.services.prompts import (
+    PromptSource,
+    ValidationUnavailableError,
+    load_validation_records,
+    record_validation,
+    score_prompt,
+    validation_is_final,
+)
 from app.synthesis.data import Record
 from app.synthesis.scoring import ScoringError
 from app.synthesis.tasks import TaskError, TaskSpec
@@ -174,11 +198,13 @@ def run_job(
             f"job {job_id}: the database was unreachable for {lease.store_retry_s:g} s"
         ) from None
     if claim is None:
+        _finish_pending_validation(job_id, database_url, provider, retry or RetryPolicy())
         return
     fence.attempt = claim.attempt
+    succeeded = False
     with Heartbeat(database_url, job_id, owner, lease) as heartbeat:
         try:
-            _attempt(
+            succeeded = _attempt(
                 claim,
                 fence,
                 provider=provider,
@@ -195,6 +221,8 @@ def run_job(
                 job_id,
                 lease.store_retry_s,
             )
+    if succeeded:  # step 6, past the lease: the job is final, its heartbeat has stopped
+        _validate(claim.job, database_url, provider, retry or RetryPolicy())
 
 
 def _attempt(
@@ -207,8 +235,8 @@ def _attempt(
     timeout_s: float | None,
     stop: threading.Event | None,
     lost: threading.Event,
-) -> None:
-    """Steps 2 to 5 of a claimed job, and recording how it ended."""
+) -> bool:
+    """Steps 2 to 5 of a claimed job, and recording how it ended; True if it succeeded."""
     job_id, database_url = claim.job.id, fence.database_url
     started = time.monotonic()
     try:
@@ -238,6 +266,7 @@ def _attempt(
         del records
         fence.succeed(result)
         log.info("job %s: succeeded in %.1f s", job_id, time.monotonic() - started)
+        return True
     except JobSupersededError:
         log.info("job %s: superseded by another attempt; stopping without writing", job_id)
     except OutcomeNotStoredError:
@@ -271,6 +300,7 @@ def _attempt(
             fence.finish(JobStatus.FAILED, message)
         except JobSupersededError:
             log.info("job %s: superseded by another attempt; not recording the failure", job_id)
+    return False
 
 
 def _describe(err: Exception, job_id: str, timeout_s: float | None) -> str:
@@ -288,6 +318,74 @@ def _describe(err: Exception, job_id: str, timeout_s: float | None) -> str:
         # (PateError is a SynthesisError).
         return str(err)
     return f"internal error ({type(err).__name__}) in job {job_id}; see the worker log"
+
+
+def _validate(job: Job, database_url: str, provider: BackendProvider, retry: RetryPolicy) -> None:
+    """Step 6: score the stored prompt on the job's validation set and record the outcome.
+
+    Runs after the job succeeded and its private records were dropped: the scorer gets the
+    stored prompt (a DP output) and public labelled records only. Never raises: a failure is
+    recorded as ``not_scored`` with a reason naming no record (:func:`_validation_reason`),
+    and one that cannot even be recorded is logged; the job and its prompt stay as stored.
+    """
+    if job.validation_dataset_id is None:
+        return
+    prompt_id: str | None = None
+    try:
+        with session_scope(database_url) as session:
+            row = session.scalars(select(PromptSet).where(PromptSet.job_id == job.id)).one()
+            prompt_id, source = row.id, PromptSource.from_row(row)
+            records = load_validation_records(session, job.validation_dataset_id)
+        outcome = score_prompt(source, records, provider, retry)
+    except Exception as err:
+        outcome = {"reason": _validation_reason(err, job.id)}
+    if prompt_id is None:
+        log.warning("job %s: its prompt could not be read to score it", job.id)
+        return
+    try:
+        with session_scope(database_url) as session:
+            record_validation(session, prompt_id, outcome)
+    except Exception as err:
+        log.warning("job %s: its validation score was not stored (%s)", job.id, type(err).__name__)
+        return
+    log.info("job %s: validation %s", job.id, "not scored" if "reason" in outcome else "scored")
+
+
+def _finish_pending_validation(
+    job_id: str, database_url: str, provider: BackendProvider, retry: RetryPolicy
+) -> None:
+    """Another delivery of a succeeded job whose worker stopped between storing the prompt
+    and scoring it (step 6 left ``pending``): score it now. Nothing else of the job is run
+    or written; a score written meanwhile by another worker is kept (written once)."""
+    try:
+        with session_scope(database_url) as session:
+            job = session.get(Job, job_id)
+            row = session.scalars(select(PromptSet).where(PromptSet.job_id == job_id)).first()
+            pending = (
+                job is not None
+                and job.status == JobStatus.SUCCEEDED
+                and row is not None
+                and not validation_is_final(row.validation)
+            )
+            if pending:
+                session.expunge(job)
+    except Exception as err:  # a redelivery's extra; the job itself is final
+        log.warning("job %s: could not check its validation (%s)", job_id, type(err).__name__)
+        return
+    if pending:
+        assert job is not None
+        _validate(job, database_url, provider, retry)
+
+
+def _validation_reason(err: Exception, job_id: str) -> str:
+    """Why a prompt was not scored, in our own words: the messages of our refusals (they
+    name datasets, labels and models, never a record) or :func:`_describe`'s line (a
+    backend failure by code, a scorer's refusal by labels, anything else by type name)."""
+    if isinstance(err, ServiceError):
+        return err.message
+    if isinstance(err, ValidationUnavailableError):
+        return str(err)
+    return _describe(err, job_id, None)
 
 
 def _describe_backend(err: BackendError | httpx.HTTPError) -> str:

@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Annotated, Any, ClassVar, Literal
 
@@ -27,6 +28,7 @@ from app.db.models import (
     LedgerEntry,
     PromptSet,
 )
+from app.ledger.ledger import REASON_KEY, ChargeState, JobCharge
 from app.methods.params import json_schema
 from app.methods.registry import (
     DEFAULT_METHOD,
@@ -40,8 +42,15 @@ from app.methods.registry import (
 )
 from app.privacy.accounting import Accounting
 from app.privacy.budget import Epsilon
-from app.services.budgets import BudgetView
+from app.services.budgets import (
+    BudgetView,
+    DatasetSpend,
+    GroupSpend,
+    SpendLevel,
+    display_groups,
+)
 from app.services.job_request import MAX_SHOTS, JobRequest
+from app.services.jobs import charge_note
 from app.services.storable import DATASET_NAME_MAX_CHARS, find_problem
 from app.synthesis.config import DEFAULT_SHOTS
 
@@ -95,7 +104,12 @@ class ErrorBody(BaseModel):
 
 PUBLIC_DESCRIPTION = (
     "true: a public dataset of unlabelled texts for PromptPATE jobs (only the text column is "
-    "read; never charged, takes no budget, task optional)."
+    "read unless labelled; never charged, takes no budget, task optional)."
+)
+LABELLED_DESCRIPTION = (
+    "Public only. true: keep the label column too (a task is then required, and every label "
+    "must be the task's): the dataset can be a job's validation_dataset_id, on which the "
+    "stored prompt is scored (never charged)."
 )
 
 
@@ -111,8 +125,11 @@ class DatasetCreate(_Request):
         "label_field, labels | slot and candidates, verbalisers). Required unless public.",
     )
     public: bool = Field(False, description=PUBLIC_DESCRIPTION)
+    labelled: bool = Field(False, description=LABELLED_DESCRIPTION)
     text_column: Column = "text"
-    label_column: Column = Field("label", description="Ignored for a public dataset.")
+    label_column: Column = Field(
+        "label", description="Ignored for a public dataset unless labelled."
+    )
     records: list[dict[str, Any]] = Field(
         min_length=1,
         description="Objects holding the text column (a string) and the label column.",
@@ -137,8 +154,11 @@ class DatasetUploadForm(_Request):
         description="Built-in task name or a task spec as JSON. Required unless public.",
     )
     public: bool = Field(False, description=PUBLIC_DESCRIPTION)
+    labelled: bool = Field(False, description=LABELLED_DESCRIPTION)
     text_column: Column = "text"
-    label_column: Column = Field("label", description="Ignored for a public dataset.")
+    label_column: Column = Field(
+        "label", description="Ignored for a public dataset unless labelled."
+    )
     format: Literal["csv", "tsv", "jsonl"] | None = Field(
         None, description="Default: from the file name's extension."
     )
@@ -158,7 +178,10 @@ UPLOAD_OPENAPI: dict[str, Any] = {
                         "file": {
                             "type": "string",
                             "format": "binary",
-                            "description": "CSV/TSV with a header row, or JSON lines.",
+                            "description": (
+                                "CSV/TSV with a header row, JSON lines, or a built-in "
+                                "task's own format (e.g. TREC's train.txt with task=trec)."
+                            ),
                         },
                         "task": {
                             "type": "string",
@@ -169,6 +192,11 @@ UPLOAD_OPENAPI: dict[str, Any] = {
                             "type": "boolean",
                             "default": False,
                             "description": PUBLIC_DESCRIPTION,
+                        },
+                        "labelled": {
+                            "type": "boolean",
+                            "default": False,
+                            "description": LABELLED_DESCRIPTION,
                         },
                         "name": _NAME,
                         "text_column": {**_BOUNDED, "default": "text"},
@@ -190,6 +218,11 @@ UPLOAD_OPENAPI: dict[str, Any] = {
                             "type": "boolean",
                             "default": False,
                             "description": PUBLIC_DESCRIPTION,
+                        },
+                        "labelled": {
+                            "type": "boolean",
+                            "default": False,
+                            "description": LABELLED_DESCRIPTION,
                         },
                         "name": _NAME,
                         "text_column": {**_BOUNDED, "default": "text"},
@@ -225,7 +258,12 @@ class DatasetPublic(BaseModel):
     task: dict[str, Any] = Field(description="The task spec ({} for a public one without).")
     label_counts: dict[str, int] = Field(
         description="Records per label (extraction tasks: all records under '*'; public "
-        "datasets: none)."
+        "datasets: none, unless labelled)."
+    )
+    labelled: bool = Field(
+        False,
+        description="Whether its records carry labels: always for a private dataset; for a "
+        "public one, uploaded with labelled=true (it can then be a validation set).",
     )
     record_count: int
     created_at: Timestamp
@@ -239,6 +277,7 @@ class DatasetPublic(BaseModel):
             kind=DatasetKind(row.kind),
             task=dict(row.task),
             label_counts={str(k): int(v) for k, v in row.label_counts.items()},
+            labelled=row.kind == DatasetKind.PRIVATE or bool(row.label_counts),
             record_count=row.record_count,
             created_at=row.created_at,
             deleted_at=row.deleted_at,
@@ -252,6 +291,15 @@ class BudgetUpdate(_Request):
     epsilon: Epsilon
     delta: Delta | None = Field(None, description="Default: 1/record_count.")
     accounting: Accounting = Accounting.TIGHT
+    warn_threshold: float | None = Field(
+        None,
+        gt=0,
+        le=1,
+        allow_inf_nan=False,
+        strict=True,
+        description="Share of the budget at which it is flagged (warn), in (0, 1]. Default: "
+        "unchanged (0.8 for a new budget).",
+    )
 
 
 class LedgerEventPublic(BaseModel):
@@ -261,16 +309,47 @@ class LedgerEventPublic(BaseModel):
     delta: float
     created_at: Timestamp
     event: dict[str, Any]
+    reason: str | None = Field(
+        None,
+        description="A commit's or release's reason in plain words (why the job was charged "
+        "or its reservation given back); null for a reserve.",
+    )
 
     @classmethod
     def from_row(cls, row: LedgerEntry) -> LedgerEventPublic:
+        event = dict(row.event)
+        reason = event.pop(REASON_KEY, None)
         return cls(
             kind=row.kind,
             job_id=row.job_id,
             epsilon=row.epsilon,
             delta=row.delta,
             created_at=row.created_at,
-            event=dict(row.event),
+            event=event,
+            reason=str(reason) if reason is not None else None,
+        )
+
+
+class LabelGroupPublic(BaseModel):
+    """One label group's composed spend (see ``BudgetPublic.label_groups``)."""
+
+    labels: list[str] = Field(
+        description="The label partition (two labels: a pair, under replace-one neighbours; "
+        "none: every record, when the dataset lists no labels)."
+    )
+    spent: float = Field(description="Composition of the live jobs that read this group.")
+    remaining: float
+    jobs: int = Field(description="Live jobs that charged this group.")
+    binding: bool = Field(description="This group sets the dataset's spend (the largest).")
+
+    @classmethod
+    def from_group(cls, group: GroupSpend, budget_epsilon: float) -> LabelGroupPublic:
+        return cls(
+            labels=list(group.labels),
+            spent=group.epsilon,
+            remaining=max(0.0, budget_epsilon - group.epsilon),
+            jobs=group.jobs,
+            binding=group.binding,
         )
 
 
@@ -283,22 +362,67 @@ class BudgetPublic(BaseModel):
     plain_sum: float = Field(description="Sum of the live jobs' own epsilons.")
     remaining: float
     live_jobs: int
+    warn_threshold: float = Field(description="Share of the budget at which it is flagged.")
+    spent_fraction: float = Field(description="spent / epsilon.")
+    level: SpendLevel = Field(
+        description="ok (below the threshold), warn (at or past it), over (the budget is used up)."
+    )
+    label_groups: list[LabelGroupPublic] = Field(
+        description="Each label's records are priced apart: the spend of each label group "
+        "(and, under replace-one, of the binding pair); the dataset's spend is the largest."
+    )
     updated_at: Timestamp
     history: list[LedgerEventPublic]
 
     @classmethod
     def from_view(cls, view: BudgetView) -> BudgetPublic:
+        total = view.budget.epsilon
         return cls(
             dataset_id=view.budget.dataset_id,
-            epsilon=view.budget.epsilon,
+            epsilon=total,
             delta=view.budget.delta,
             accounting=Accounting(view.budget.accounting),
             spent=view.spend.epsilon,
             plain_sum=view.spend.plain_sum,
             remaining=view.remaining,
             live_jobs=view.spend.jobs,
+            warn_threshold=view.budget.warn_threshold,
+            spent_fraction=view.fraction,
+            level=view.level,
+            label_groups=[
+                LabelGroupPublic.from_group(g, total) for g in display_groups(view.groups)
+            ],
             updated_at=view.budget.updated_at,
             history=[LedgerEventPublic.from_row(e) for e in view.history],
+        )
+
+
+class BudgetSummary(BaseModel):
+    """A budgeted dataset's spend against its threshold (``GET /v1/budgets``)."""
+
+    dataset_id: str
+    name: str
+    epsilon: float
+    spent: float
+    remaining: float
+    spent_fraction: float
+    warn_threshold: float
+    level: SpendLevel
+    live_jobs: int
+
+    @classmethod
+    def from_row(cls, row: DatasetSpend) -> BudgetSummary:
+        assert row.budget is not None and row.spend is not None  # budgeted rows only
+        return cls(
+            dataset_id=row.dataset.id,
+            name=row.dataset.name,
+            epsilon=row.budget.epsilon,
+            spent=row.spend.epsilon,
+            remaining=row.remaining or 0.0,
+            spent_fraction=row.fraction or 0.0,
+            warn_threshold=row.budget.warn_threshold,
+            level=row.level or SpendLevel.OK,
+            live_jobs=row.spend.jobs,
         )
 
 
@@ -367,6 +491,13 @@ class JobCreate(_Request):
     public_dataset_id: ResourceId | None = Field(
         None, description="For a method that reads a public dataset."
     )
+    validation_dataset_id: ResourceId | None = Field(
+        None,
+        description="A public labelled dataset (uploaded with public=true and labelled=true) "
+        "of the same task labels: once the prompt is stored, it is scored on up to "
+        "VALIDATION_MAX_RECORDS of its records (the prompt's validation). Post-processing of "
+        "the DP output on public data: never charged.",
+    )
     epsilon: Epsilon = Field(description="Target epsilon of this job; noise is calibrated to it.")
     delta: Delta | None = Field(None, description="Default: the budget's delta.")
     shots: int = Field(DEFAULT_SHOTS, strict=True, ge=1, le=MAX_SHOTS)
@@ -403,6 +534,7 @@ class JobCreate(_Request):
             shots=self.shots,
             params=params,
             public_dataset_id=self.public_dataset_id,
+            validation_dataset_id=self.validation_dataset_id,
         )
 
 
@@ -430,6 +562,14 @@ class JobPublic(BaseModel):
     public_dataset_id: str | None = Field(
         description="The public dataset of a method that reads one."
     )
+    validation_dataset_id: str | None = Field(
+        None, description="The public labelled dataset its prompt is scored on (or null)."
+    )
+    submitted_by: str | None = Field(
+        None,
+        description="The ID of the API key that submitted it (null: submitted before it "
+        "was recorded, or outside the API).",
+    )
     method: str
     status: str
     progress: ProgressPublic
@@ -437,7 +577,30 @@ class JobPublic(BaseModel):
     delta: float
     accounting: str | None
     shots: int
+    progress_note: str | None = Field(
+        description="Why a succeeded job's progress stopped before its planned total "
+        "(PromptPATE stops when its privacy budget is spent): the run is complete; null "
+        "otherwise."
+    )
     cancel_requested: bool
+    read_private_data: bool = Field(
+        description="Whether the worker has marked the job as reading the private records "
+        "(set, and committed, before its first read): from then on it is charged however it "
+        "ends."
+    )
+    charge: ChargeState | None = Field(
+        description="The ledger's state of the job's charge: reserved (held while it runs), "
+        "charged (final) or released (given back: it never read a private record)."
+    )
+    charged_epsilon: float = Field(
+        description="The epsilon this job counts against the budget now: its own epsilon "
+        "while reserved or once charged, 0 once released."
+    )
+    charge_note: str = Field(description="Why it is charged, reserved or released, in words.")
+    params: dict[str, Any] = Field(
+        description="The method's parameters the job runs with (null: decided by the "
+        "planner or the task)."
+    )
     error: str | None
     prompt_id: str | None
     stats: dict[str, float | int | bool] | None
@@ -453,15 +616,22 @@ class JobPublic(BaseModel):
     finished_at: Timestamp | None
 
     @classmethod
-    def from_row(cls, row: Job) -> JobPublic:
+    def from_row(cls, row: Job, charge: JobCharge | None) -> JobPublic:
+        """``charge`` is the job's ledger state (``services.jobs.job_charges``): the fields
+        on what it cost are the ledger's word, never guessed from the job row."""
         stored = Stored(config=row.config or {}, schedule=row.schedule or [], delta=row.delta)
         method = find_method(row.method)  # None: a method no longer registered here
         accounting, shots = method.summary(stored) if method else (None, 0)
         stats = dict(row.stats) if row.stats else None
+        note = None
+        if method is not None and stats and row.status == "succeeded":
+            note = method.progress_note(stats, row.progress_done, row.progress_total)
         return cls(
             id=row.id,
             dataset_id=row.dataset_id,
             public_dataset_id=row.public_dataset_id,
+            validation_dataset_id=row.validation_dataset_id,
+            submitted_by=row.submitted_by,
             method=row.method,
             status=row.status,
             progress=ProgressPublic(
@@ -469,11 +639,17 @@ class JobPublic(BaseModel):
                 total=row.progress_total,
                 unit=method.unit if method else "units",
             ),
+            progress_note=note,
             epsilon=row.epsilon,
             delta=row.delta,
             accounting=accounting,
             shots=shots,
             cancel_requested=row.cancel_requested,
+            read_private_data=bool(row.touched_data),
+            charge=charge.state if charge else None,
+            charged_epsilon=charge.epsilon if charge else 0.0,
+            charge_note=charge_note(row, charge),
+            params=_params_used(method, stored) if method else {},
             error=row.error,
             prompt_id=row.prompt_set_id,
             stats=stats,
@@ -483,6 +659,40 @@ class JobPublic(BaseModel):
             started_at=row.started_at,
             finished_at=row.finished_at,
         )
+
+    @classmethod
+    def from_rows(cls, rows: Sequence[Job], charges: Mapping[str, JobCharge]) -> list[JobPublic]:
+        """Views of ``rows`` with their charges (``services.jobs.job_charges``, one query)."""
+        return [cls.from_row(row, charges.get(row.id)) for row in rows]
+
+    @property
+    def duration_s(self) -> float | None:
+        """Seconds from start to finish (or None if it has not done both)."""
+        if self.started_at is None or self.finished_at is None:
+            return None
+        return max(0.0, (self.finished_at - self.started_at).total_seconds())
+
+    @property
+    def progress_text(self) -> str:
+        """Progress as the dashboard shows it: a succeeded job is complete, whatever its
+        method's planned total (with the method's note when it stopped early)."""
+        if self.status == "succeeded":
+            note = self.progress_note
+            if note is None:
+                return "complete"
+            return note if note.startswith("complete") else f"complete ({note})"
+        return f"{self.progress.done}/{self.progress.total} {self.progress.unit}"
+
+
+def _params_used(method: Method, stored: Stored) -> dict[str, Any]:
+    """The method's declared parameters as the job's stored config holds them. The config
+    keeps the method's validated config under one key (with the plan beside it); that is the
+    part holding most parameter names, and only those names are read from it, so nothing
+    else the config stores (a plan's internals) is shown."""
+    names = [param.name for param in method.parameters]
+    parts: list[Mapping[str, Any]] = [v for v in stored.config.values() if isinstance(v, dict)]
+    best = max(parts or [stored.config], key=lambda part: sum(name in part for name in names))
+    return {name: best[name] for name in names if name in best}
 
 
 # --- prompts --------------------------------------------------------------------------------
@@ -532,13 +742,17 @@ class PromptSummary(BaseModel):
         description="promptdpsgd: the trained soft prompt's metadata and download path; "
         "null for prompts made of demonstrations."
     )
+    dataset_name: str | None = Field(
+        None, description="The name of the dataset it was synthesised from (public metadata)."
+    )
 
     @classmethod
-    def from_row(cls, row: PromptSet) -> PromptSummary:
+    def from_row(cls, row: PromptSet, dataset_name: str | None = None) -> PromptSummary:
         return cls(
             id=row.id,
             job_id=row.job_id,
             dataset_id=row.dataset_id,
+            dataset_name=dataset_name,
             task=str(row.task.get("name", "")),
             method=row.method,
             model=row.model,
@@ -549,20 +763,40 @@ class PromptSummary(BaseModel):
         )
 
 
+class ValidationPublic(BaseModel):
+    """The prompt's score on its job's validation set (public labelled records, scored after
+    the prompt was stored; post-processing, never charged)."""
+
+    dataset_id: str = Field(description="The public labelled dataset it was scored on.")
+    status: Literal["pending", "scored", "not_scored"] = Field(
+        description="pending: stored, not scored yet (the next read may have the score); "
+        "scored: n and accuracy; not_scored: reason."
+    )
+    n: int | None = Field(None, description="Records scored (at most VALIDATION_MAX_RECORDS).")
+    accuracy: float | None = Field(
+        None, description="Share of them answered right, by the scorer /complete answers with."
+    )
+    reason: str | None = Field(None, description="Why it was not scored (names no record).")
+
+
 class PromptPublic(PromptSummary):
     """A synthesised prompt: a differentially private output, safe to share."""
 
     task_spec: dict[str, Any]
     demonstrations: list[DemonstrationPublic]
     prompt: str
+    validation: ValidationPublic | None = Field(
+        None, description="Its score on the job's validation set; null if the job named none."
+    )
 
     @classmethod
-    def from_row(cls, row: PromptSet) -> PromptPublic:
+    def from_row(cls, row: PromptSet, dataset_name: str | None = None) -> PromptPublic:
         return cls(
-            **dict(PromptSummary.from_row(row)),
+            **dict(PromptSummary.from_row(row, dataset_name)),
             task_spec=dict(row.task),
             demonstrations=[DemonstrationPublic(**d) for d in row.demonstrations],
             prompt=row.prompt,
+            validation=ValidationPublic(**row.validation) if row.validation else None,
         )
 
 

@@ -7,6 +7,7 @@ import typer
 from app.cli.admin import admin_app
 from app.cli.audit import audit_command
 from app.cli.client import budget_app, datasets_app, jobs_app, prompts_app
+from app.cli.client_lists import keys_app  # also adds list/show/delete to the groups above
 from app.cli.config import config_app
 from app.cli.eval import eval_command
 from app.cli.privacy import privacy_app
@@ -34,6 +35,7 @@ app.add_typer(datasets_app, name="datasets")
 app.add_typer(budget_app, name="budget")
 app.add_typer(jobs_app, name="jobs")
 app.add_typer(prompts_app, name="prompts")
+app.add_typer(keys_app, name="keys")
 app.command("eval")(eval_command)
 app.command("audit")(audit_command)
 app.add_typer(admin_app, name="admin")

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from app.cli.errors import err, fail, reported_errors
-from app.cli.model_options import ModelOpt
+from app.cli.model_options import ModelOpt, quiet_progress_bars
 from app.llm.factory import BackendKind, Dtype, make_backend
 from app.llm.models import DEFAULT_MODEL
 from app.privacy.accounting import Accounting
@@ -164,6 +164,7 @@ def audit_command(
     started = time.perf_counter()
     with reported_errors():
         records = load_dataset(BUILTIN_TASKS[name], train)
+        quiet_progress_bars()
         llm = make_backend(BackendKind.TRANSFORMERS, model=model, url=None, dtype=dtype)
         summaries = run_audit(BUILTIN_TASKS[name], records, llm, config, _progress)
         meta = {

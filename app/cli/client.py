@@ -4,9 +4,11 @@ Every command takes ``--url`` (``DPSYN_URL``) and ``--key`` (``DPSYN_API_KEY``);
 the URL and key ``dpsyn serve`` saved in ``./.dpsyn/`` are used, else the user's config
 (``~/.config/dpsyn/config.toml``, ``dpsyn config set``), else http://127.0.0.1:8000
 (:mod:`app.cli.config`).
-A server error is printed as its JSON error message on one line, and the command exits with
-status 1 (2 for a usage or local file problem). ``--json`` prints the server's JSON instead
-of text; ``-q`` prints only the ID of what was created.
+A server error is printed as its message on one line, in the CLI's words (options and
+commands, :mod:`app.cli.vocabulary`), and the command exits with status 1 (2 for a usage or
+local file problem). ``--json`` prints the server's JSON instead of text; ``-q`` prints only
+the ID of what was created. The HTTP client is :mod:`app.cli.http_client`; the list, show and
+delete commands and ``dpsyn keys`` are in :mod:`app.cli.client_lists`.
 """
 
 from __future__ import annotations
@@ -15,14 +17,32 @@ import hashlib
 import json
 import time
 from pathlib import Path
-from typing import Annotated, Any, NoReturn
+from typing import Annotated, Any
 
-import httpx
 import typer
-from rich.console import Console
 
-from app.cli.config import ConfigError, resolve, user_config_path
-from app.cli.custom_task import custom_task, parse_column, parse_pairs
+from app.cli.custom_task import (
+    custom_task,
+    label_counts_line,
+    parse_column,
+    parse_pairs,
+    shots_coverage,
+)
+from app.cli.http_client import (
+    Api,
+    ClientError,
+    JsonOpt,
+    KeyOpt,
+    QuietOpt,
+    UrlOpt,
+    err,
+    exit_with,
+    one_line,
+    out,
+    print_json,
+    print_rows,
+    request,
+)
 from app.cli.options import (
     ANSWER_WORDS,
     ICL_INSTRUCTION,
@@ -42,145 +62,6 @@ from app.synthesis.config import DEFAULT_SHOTS
 from app.synthesis.data import Column
 
 TABLE_SUFFIXES = {".csv", ".tsv", ".jsonl", ".ndjson"}
-
-out = Console(highlight=False, soft_wrap=True)
-err = Console(stderr=True, highlight=False, soft_wrap=True)
-
-
-class ClientError(Exception):
-    """What to print (one line) and the exit status."""
-
-    def __init__(self, message: str, code: int = 1) -> None:
-        super().__init__(message)
-        self.message, self.code = message, code
-
-
-def _exit(error: ClientError) -> NoReturn:
-    err.print(f"error: {error.message}", markup=False)
-    raise typer.Exit(code=error.code)
-
-
-def _request(url: str | None, key: str | None, method: str, path: str, **kwargs: Any) -> Any:
-    """One API call; a server or connection error ends the command with its message."""
-    try:
-        with Api(url, key) as api:
-            return api.call(method, path, **kwargs)
-    except ClientError as error:
-        _exit(error)
-
-
-def _one_line(text: str) -> str:
-    return " ".join(str(text).split())
-
-
-def resolve_target(url: str | None, key: str | None) -> tuple[str, str]:
-    """The server URL and API key (see :mod:`app.cli.config` for the order)."""
-    try:
-        resolved_url, resolved_key, _ = resolve(url, key)
-    except ConfigError as error:
-        raise ClientError(str(error), code=2) from None
-    if not resolved_key:
-        raise ClientError(
-            "no API key: pass --key, set DPSYN_API_KEY, run 'dpsyn serve' in this directory "
-            "(it saves the admin key to ./.dpsyn/admin_key), or save one with 'dpsyn config "
-            f"set --url URL --key-file FILE' ({user_config_path()})",
-            code=2,
-        )
-    return resolved_url, resolved_key
-
-
-class Api:
-    """A thin JSON client; raises :class:`ClientError` with the server's message."""
-
-    def __init__(self, url: str | None, key: str | None, *, timeout: float = 300.0) -> None:
-        resolved_url, resolved_key = resolve_target(url, key)
-        self.url = resolved_url.rstrip("/")
-        self.http = httpx.Client(
-            base_url=self.url,
-            headers={"Authorization": f"Bearer {resolved_key}"},
-            timeout=timeout,
-        )
-
-    def __enter__(self) -> Api:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.http.close()
-
-    def call(self, method: str, path: str, **kwargs: Any) -> Any:
-        try:
-            response = self.http.request(method, path, **kwargs)
-        except httpx.TransportError as error:
-            raise ClientError(
-                f"cannot reach the dpsyn server at {self.url} ({type(error).__name__}); "
-                "is 'dpsyn serve' running? (--url / DPSYN_URL)"
-            ) from None
-        if response.status_code >= 400:
-            raise ClientError(_server_message(response))
-        if response.status_code == 204 or not response.content:
-            return None
-        return response.json()
-
-    def download(self, path: str) -> httpx.Response:
-        """A GET whose body is a file (not JSON); errors as :meth:`call`."""
-        try:
-            response = self.http.get(path)
-        except httpx.TransportError as error:
-            raise ClientError(
-                f"cannot reach the dpsyn server at {self.url} ({type(error).__name__}); "
-                "is 'dpsyn serve' running? (--url / DPSYN_URL)"
-            ) from None
-        if response.status_code >= 400:
-            raise ClientError(_server_message(response))
-        return response
-
-
-def _server_message(response: httpx.Response) -> str:
-    try:
-        body = response.json()
-        message = body["error"]["message"]
-        code = body["error"].get("code")
-    except (ValueError, KeyError, TypeError):
-        reason = response.reason_phrase or "error"
-        return f"HTTP {response.status_code} {reason} from {response.request.url}"
-    suffix = f" ({code}, HTTP {response.status_code})" if code else ""
-    return _one_line(message) + suffix
-
-
-UrlOpt = Annotated[
-    str | None,
-    typer.Option(
-        "--url",
-        envvar="DPSYN_URL",
-        help="Server URL (default: ./.dpsyn/url, saved by 'dpsyn serve'; else the user config, "
-        "'dpsyn config set'; else http://127.0.0.1:8000).",
-        show_default=False,
-    ),
-]
-KeyOpt = Annotated[
-    str | None,
-    typer.Option(
-        "--key",
-        envvar="DPSYN_API_KEY",
-        help="API key (default: ./.dpsyn/admin_key, saved by 'dpsyn serve'; else the user config).",
-        show_default=False,
-    ),
-]
-JsonOpt = Annotated[bool, typer.Option("--json", help="Print the server's JSON.")]
-QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="Print only the ID.")]
-
-
-def _print_json(value: Any) -> None:
-    typer.echo(json.dumps(value, indent=2))
-
-
-def _print_rows(header: list[str], rows: list[list[str]]) -> None:
-    """Aligned plain-text columns (never truncated, unlike a table fitted to the terminal)."""
-    widths = [max(len(cell) for cell in column) for column in zip(header, *rows, strict=False)]
-    for row in [header, *rows]:
-        typer.echo(
-            "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
-        )
 
 
 # --- datasets -------------------------------------------------------------------------------
@@ -256,7 +137,8 @@ def _upload_parts(
     if not path.is_file():
         raise ClientError(f"{path}: no such file", code=2)
     task_value, spec = task
-    fields = {"task": task_value, "name": name or path.stem}
+    # Without --name the server names a dataset after its task ("trec", not "train").
+    fields = {"task": task_value, **({"name": name} if name else {})}
     numbered = isinstance(text_col, tuple) or isinstance(label_col, tuple)
     native = (
         path.suffix.lower() not in TABLE_SUFFIXES
@@ -276,6 +158,8 @@ def _upload_parts(
         )
     except DataError as error:
         raise ClientError(str(error), code=2) from None
+    if label_map and (counts := label_counts_line(spec, (r.label for r in records))):
+        err.print(counts, markup=False)
     lines = (json.dumps({"text": r.text, "label": r.label}, ensure_ascii=False) for r in records)
     body = ("\n".join(lines) + "\n").encode("utf-8")
     return fields, (f"{path.stem}.jsonl", body, "application/x-ndjson")
@@ -318,8 +202,14 @@ def _public_upload_parts(
     return fields, (f"{path.stem}.jsonl", body, "application/x-ndjson")
 
 
-def _describe_dataset(dataset: dict[str, Any]) -> str:
+def describe_dataset(dataset: dict[str, Any]) -> str:
     task = dataset["task"].get("name")
+    if dataset.get("kind") == "public" and dataset.get("label_counts"):
+        counts = ", ".join(f"{label} {n}" for label, n in dataset["label_counts"].items())
+        return (
+            f"dataset {dataset['id']} '{dataset['name']}' (public, labelled: a validation "
+            f"set, never charged): {dataset['record_count']} records, task {task} ({counts})"
+        )
     if dataset.get("kind") == "public":
         about = f", task {task}" if task else ""
         return (
@@ -356,6 +246,52 @@ def _check_public_options(
         )
 
 
+def _dataset_parts(
+    file: Path,
+    task: str | None,
+    public: bool,
+    labelled: bool,
+    custom: dict[str, str | None],
+    columns: tuple[str | None, str | None, str | None],
+    name: str | None,
+) -> tuple[dict[str, str], tuple[str, bytes, str]]:
+    """Form fields and file part of ``datasets upload``: public texts, or labelled records
+    (private, or with ``--labelled`` a public validation set, read the same way)."""
+    text_col, label_col, label_map = columns
+    if labelled and not public:
+        raise ClientError("--labelled: only with --public (a private dataset always is)", code=2)
+    if public and not labelled:
+        _check_public_options(custom, text_col, label_col, label_map)
+        fields, part = _public_upload_parts(file, task, text_col, name)
+    else:
+        if labelled and task is None:
+            raise ClientError(
+                "--task: required with --labelled (the labels must be the task's)", code=2
+            )
+        try:
+            pairs = parse_pairs(label_map, "--label-map") if label_map else None
+        except ValueError as error:
+            raise ClientError(str(error), code=2) from None
+        fields, part = _upload_parts(
+            file,
+            _private_task(task, custom, pairs),
+            parse_column(text_col),
+            parse_column(label_col),
+            pairs,
+            name,
+        )
+        if labelled:  # a public validation set, named after its file as --public is
+            fields.update(public="true", labelled="true", name=name or file.stem)
+    return fields, part
+
+
+LABELLED = typer.Option(
+    "--labelled",
+    help="With --public: keep the labels (read as for a private dataset, --task required): "
+    "a validation set for 'jobs submit --validation-dataset'.",
+)
+
+
 @datasets_app.command("upload")
 def datasets_upload(
     file: Annotated[Path, typer.Argument(help="CSV/TSV/JSONL, or a built-in task's format.")],
@@ -372,6 +308,7 @@ def datasets_upload(
             help="Public unlabelled texts for PromptPATE jobs (text column only; never charged).",
         ),
     ] = False,
+    labelled: Annotated[bool, LABELLED] = False,
     text_col: Annotated[str | None, TEXT_COL] = None,
     label_col: Annotated[str | None, LABEL_COL] = None,
     label_map: Annotated[str | None, LABEL_MAP] = None,
@@ -381,14 +318,17 @@ def datasets_upload(
     icl_instruction: Annotated[str | None, ICL_INSTRUCTION] = None,
     text_field: Annotated[str | None, TEXT_FIELD] = None,
     label_field: Annotated[str | None, LABEL_FIELD] = None,
-    name: Annotated[str | None, typer.Option("--name", help="Default: the file name.")] = None,
+    name: Annotated[
+        str | None,
+        typer.Option("--name", help="Default: the task's name (the file name for --public)."),
+    ] = None,
     url: UrlOpt = None,
     key: KeyOpt = None,
     as_json: JsonOpt = False,
     quiet: QuietOpt = False,
 ) -> None:
-    """Upload a private labelled dataset, or with --public unlabelled texts (its records never
-    come back)."""
+    """Upload a private labelled dataset, or with --public unlabelled texts, or with --public
+    --labelled a public validation set (its records never come back)."""
     custom = {
         "labels": labels,
         "answer_words": answer_words,
@@ -398,42 +338,29 @@ def datasets_upload(
         "label_field": label_field,
     }
     try:
-        if public:
-            _check_public_options(custom, text_col, label_col, label_map)
-            fields, part = _public_upload_parts(file, task, text_col, name)
-        else:
-            try:
-                pairs = parse_pairs(label_map, "--label-map") if label_map else None
-            except ValueError as error:
-                raise ClientError(str(error), code=2) from None
-            fields, part = _upload_parts(
-                file,
-                _private_task(task, custom, pairs),
-                parse_column(text_col),
-                parse_column(label_col),
-                pairs,
-                name,
-            )
+        fields, part = _dataset_parts(
+            file, task, public, labelled, custom, (text_col, label_col, label_map), name
+        )
         with Api(url, key) as api:
             dataset = api.call("POST", "/v1/datasets", data=fields, files={"file": part})
     except ClientError as error:
-        _exit(error)
+        exit_with(error)
     if as_json:
-        _print_json(dataset)
+        print_json(dataset)
     elif quiet:
         typer.echo(dataset["id"])
     else:
-        out.print(_describe_dataset(dataset), markup=False)
+        out.print(describe_dataset(dataset), markup=False)
 
 
 @datasets_app.command("list")
 def datasets_list(url: UrlOpt = None, key: KeyOpt = None, as_json: JsonOpt = False) -> None:
     """List your datasets."""
-    rows = _request(url, key, "GET", "/v1/datasets")
+    rows = request(url, key, "GET", "/v1/datasets")
     if as_json:
-        _print_json(rows)
+        print_json(rows)
         return
-    _print_rows(
+    print_rows(
         ["id", "name", "kind", "task", "records", "created"],
         [
             [
@@ -455,17 +382,24 @@ budget_app = typer.Typer(help="A dataset's privacy budget and ledger.", no_args_
 
 
 def _print_budget(budget: dict[str, Any], *, history: bool) -> None:
+    """The budget line, the spend per label group (which group sets the dataset's spend, and
+    why a job can add 0) and, with ``history``, the ledger with each closing entry's reason."""
+    share = budget.get("spent_fraction")
+    level = f" ({share:.0%}, {budget['level']})" if share is not None else ""
     out.print(
         f"budget of dataset {budget['dataset_id']}: epsilon {budget['epsilon']:g} at delta "
         f"{budget['delta']:.3g} ({budget['accounting']} accounting); spent "
-        f"{budget['spent']:.4g} (plain sum {budget['plain_sum']:.4g}) by "
+        f"{budget['spent']:.4g}{level} (plain sum {budget['plain_sum']:.4g}) by "
         f"{budget['live_jobs']} job(s), {budget['remaining']:.4g} remaining",
         markup=False,
     )
+    if "warn_threshold" in budget:
+        typer.echo(f"warns at {budget['warn_threshold']:.0%} of the budget")
+    _print_label_groups(budget.get("label_groups") or [])
     if history and budget["history"]:
         typer.echo("ledger:")
-        _print_rows(
-            ["time", "kind", "job", "epsilon", "delta"],
+        print_rows(
+            ["time", "kind", "job", "epsilon", "delta", "reason"],
             [
                 [
                     entry["created_at"][:19],
@@ -473,10 +407,34 @@ def _print_budget(budget: dict[str, Any], *, history: bool) -> None:
                     entry["job_id"],
                     f"{entry['epsilon']:.4g}",
                     f"{entry['delta']:.3g}",
+                    entry.get("reason") or "",
                 ]
                 for entry in budget["history"]
             ],
         )
+
+
+def _print_label_groups(groups: list[dict[str, Any]]) -> None:
+    """Each label group's composed spend; the largest is the dataset's spend."""
+    if len(groups) < 2:
+        return
+    typer.echo(
+        "spend per label group (each group's records are priced apart; the dataset's spend "
+        "is the largest, so a job that charges only other groups adds 0 to it):"
+    )
+    print_rows(
+        ["labels", "spent", "remaining", "jobs", ""],
+        [
+            [
+                ", ".join(group["labels"]) or "(all records)",
+                f"{group['spent']:.4g}",
+                f"{group['remaining']:.4g}",
+                str(group["jobs"]),
+                "sets the spend" if group["binding"] else "",
+            ]
+            for group in groups
+        ],
+    )
 
 
 @budget_app.command("set")
@@ -485,6 +443,14 @@ def budget_set(
     epsilon: Annotated[float, typer.Option("--epsilon", help="Total epsilon (> 0).")],
     delta: Annotated[float | None, typer.Option("--delta", help="Default: 1/|D|.")] = None,
     accounting: Annotated[Accounting, typer.Option("--accounting")] = Accounting.TIGHT,
+    warn: Annotated[
+        float | None,
+        typer.Option(
+            "--warn",
+            help="Flag the budget at this share spent, in (0, 1] (default: unchanged; 0.8 "
+            "for a new budget).",
+        ),
+    ] = None,
     url: UrlOpt = None,
     key: KeyOpt = None,
     as_json: JsonOpt = False,
@@ -493,9 +459,11 @@ def budget_set(
     body: dict[str, Any] = {"epsilon": epsilon, "accounting": accounting.value}
     if delta is not None:
         body["delta"] = delta
-    budget = _request(url, key, "PUT", f"/v1/datasets/{dataset}/budget", json=body)
+    if warn is not None:
+        body["warn_threshold"] = warn
+    budget = request(url, key, "PUT", f"/v1/datasets/{dataset}/budget", json=body)
     if as_json:
-        _print_json(budget)
+        print_json(budget)
     else:
         _print_budget(budget, history=False)
 
@@ -508,9 +476,9 @@ def budget_show(
     as_json: JsonOpt = False,
 ) -> None:
     """A dataset's budget, what was spent, and its ledger history."""
-    budget = _request(url, key, "GET", f"/v1/datasets/{dataset}/budget")
+    budget = request(url, key, "GET", f"/v1/datasets/{dataset}/budget")
     if as_json:
-        _print_json(budget)
+        print_json(budget)
     else:
         _print_budget(budget, history=True)
 
@@ -520,9 +488,15 @@ def budget_show(
 jobs_app = typer.Typer(help="Synthesis jobs.", no_args_is_help=True)
 
 
+# Final states without a prompt: whether the job still costs epsilon is not obvious there.
+_ENDED_WITHOUT_PROMPT = ("cancelled", "failed")
+
+
 def _describe_job(job: dict[str, Any]) -> str:
-    """One line: status, method, cost, datasets, progress in the method's unit and what the
-    server says about the finished job (all from the job's JSON: the client knows no method)."""
+    """One line: status, method, cost, datasets, progress in the method's unit, what the
+    server says about the finished job and, for a cancelled or failed one (or one being
+    cancelled), what it is charged and why (all from the job's JSON: the client knows no
+    method)."""
     progress = job["progress"]
     public = job.get("public_dataset_id")
     shots = f", {job['shots']} shots" if job["shots"] else ""  # a method may have none
@@ -530,6 +504,11 @@ def _describe_job(job: dict[str, Any]) -> str:
         f"job {job['id']} {job['status']}: {job['method']}{shots}, epsilon "
         f"{job['epsilon']:.4g} at delta {job['delta']:.3g}, dataset {job['dataset_id']}"
         + (f", public dataset {public}" if public else "")
+        + (
+            f", validation set {job['validation_dataset_id']}"
+            if job.get("validation_dataset_id")
+            else ""
+        )
         + f", progress {progress['done']}/{progress['total']} {progress.get('unit', '')}".rstrip()
     )
     if job.get("summary"):
@@ -537,7 +516,13 @@ def _describe_job(job: dict[str, Any]) -> str:
     if job.get("prompt_id"):
         text += f"; prompt {job['prompt_id']}"
     if job.get("error"):
-        text += f"; error: {_one_line(job['error'])}"
+        text += f"; error: {one_line(job['error'])}"
+    if job.get("charge_note") and (
+        job["status"] in _ENDED_WITHOUT_PROMPT or job.get("cancel_requested")
+    ):
+        charged = job.get("charged_epsilon")
+        cost = f"charged epsilon {charged:.4g}: " if job["status"] in _ENDED_WITHOUT_PROMPT else ""
+        text += f"; {cost}{one_line(job['charge_note'])}"
     return text
 
 
@@ -615,7 +600,7 @@ def _job_body(fields: dict[str, Any], params: list[str] | None, extra: list[str]
 def _show_submitted(job: dict[str, Any], *, wait: bool, quiet: bool, as_json: bool) -> None:
     """What ``jobs submit`` prints once the job is submitted (and waited for)."""
     if as_json:
-        _print_json(job)
+        print_json(job)
     elif quiet:
         typer.echo(job["prompt_id"] if wait and job.get("prompt_id") else job["id"])
     elif wait:
@@ -626,6 +611,29 @@ def _show_submitted(job: dict[str, Any], *, wait: bool, quiet: bool, as_json: bo
         if quiet or as_json:
             err.print(f"error: {_describe_job(job)}", markup=False)
         raise typer.Exit(code=1)
+
+
+def _print_coverage(api: Api, job: dict[str, Any]) -> None:
+    """Under the settings line, how many of the dataset's labels the job's shots cover (each
+    shot's label is drawn without replacement, so ``min(shots, labels)``), from the dataset's
+    public task spec."""
+    if not job["shots"]:
+        return
+    try:
+        dataset = api.call("GET", f"/v1/datasets/{job['dataset_id']}")
+    except ClientError:  # only a hint: the job is submitted either way
+        return
+    labels = dataset["task"].get("labels") or []
+    if labels:
+        shots = job["shots"]
+        err.print(shots_coverage(shots, min(shots, len(labels)), len(labels)), markup=False)
+
+
+VALIDATION_DATASET = typer.Option(
+    "--validation-dataset",
+    help="ID of a public labelled dataset (upload --public --labelled): the stored prompt is "
+    "scored on it; no privacy cost.",
+)
 
 
 @jobs_app.command(
@@ -645,6 +653,7 @@ def jobs_submit(
             "--public-dataset", help="ID of a public dataset, for a method that reads one."
         ),
     ] = None,
+    validation_dataset: Annotated[str | None, VALIDATION_DATASET] = None,
     shots: Annotated[
         int, typer.Option("--shots", help="The job's shots (demonstrations, for most methods).")
     ] = DEFAULT_SHOTS,
@@ -689,6 +698,7 @@ def jobs_submit(
             "epsilon": epsilon,
             "shots": shots,
             "public_dataset_id": public_dataset,
+            "validation_dataset_id": validation_dataset,
             "delta": delta,
             "accounting": accounting.value if accounting is not None else None,
         }
@@ -699,17 +709,18 @@ def jobs_submit(
                 out.print(_describe_job(job), markup=False)
                 if job.get("settings"):
                     err.print(job["settings"], markup=False)
+                    _print_coverage(api, job)
             if wait:
                 job = _wait(api, job, interval=poll, timeout=timeout)
     except ClientError as error:
-        _exit(error)
+        exit_with(error)
     _show_submitted(job, wait=wait, quiet=quiet, as_json=as_json)
 
 
 def _print_job(job: dict[str, Any], as_json: bool) -> None:
     """The server's JSON, or the one-line description of a job."""
     if as_json:
-        _print_json(job)
+        print_json(job)
     else:
         out.print(_describe_job(job), markup=False)
 
@@ -721,8 +732,15 @@ def jobs_show(
     key: KeyOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """A job's status, progress, cost and result."""
-    _print_job(_request(url, key, "GET", f"/v1/jobs/{job_id}"), as_json)
+    """A job's status, progress, cost and result, and the key that submitted it."""
+    job = request(url, key, "GET", f"/v1/jobs/{job_id}")
+    _print_job(job, as_json)
+    if not as_json:
+        submitter = job.get("submitted_by")
+        out.print(
+            f"submitted by key {submitter}" if submitter else "submitter not recorded",
+            markup=False,
+        )
 
 
 @jobs_app.command("cancel")
@@ -732,13 +750,26 @@ def jobs_cancel(
     key: KeyOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Cancel a job (a running one stops at its next token and stays charged)."""
-    _print_job(_request(url, key, "POST", f"/v1/jobs/{job_id}/cancel"), as_json)
+    """Cancel a job (a running one stops at its next step); says what it is charged and why."""
+    _print_job(request(url, key, "POST", f"/v1/jobs/{job_id}/cancel"), as_json)
 
 
 # --- prompts --------------------------------------------------------------------------------
 
 prompts_app = typer.Typer(help="Synthesised prompts (DP outputs).", no_args_is_help=True)
+
+
+def validation_line(validation: dict[str, Any]) -> str:
+    """The prompt's score on its job's validation set, in one line (as the server says it)."""
+    where = f"public dataset {validation['dataset_id']}; no privacy cost"
+    if validation["status"] == "scored":
+        return (
+            f"validation: accuracy {validation['accuracy']:.3f} on {validation['n']} records "
+            f"of {where}"
+        )
+    if validation["status"] == "pending":
+        return f"validation: pending, scored once the worker gets to it ({where})"
+    return f"validation: not scored: {one_line(validation.get('reason') or '')} ({where})"
 
 
 @prompts_app.command("get")
@@ -749,9 +780,9 @@ def prompts_get(
     as_json: JsonOpt = False,
 ) -> None:
     """Print a synthesised prompt and its privacy cost."""
-    prompt = _request(url, key, "GET", f"/v1/prompts/{prompt_id}")
+    prompt = request(url, key, "GET", f"/v1/prompts/{prompt_id}")
     if as_json:
-        _print_json(prompt)
+        print_json(prompt)
         return
     spec = prompt["task_spec"]
     for number, demo in enumerate(prompt["demonstrations"], 1):
@@ -761,6 +792,8 @@ def prompts_get(
         f"prompt {prompt['id']} (task {prompt['task']}, {prompt['method']}, model "
         f"{prompt['model']}): epsilon {prompt['epsilon']:.4g} at delta {prompt['delta']:.3g}"
     )
+    if prompt.get("validation"):
+        typer.echo(validation_line(prompt["validation"]))
     soft = prompt.get("soft_prompt")
     if soft:
         typer.echo(
@@ -768,8 +801,15 @@ def prompts_get(
             f"{soft['model']}, sha256 {soft['sha256']}"
         )
         typer.echo(f"download it with: dpsyn prompts download {prompt['id']}")
-    typer.echo("--- prompt ---")
-    typer.echo(prompt["prompt"])
+    if prompt["prompt"].strip():
+        typer.echo("--- prompt ---")
+        typer.echo(prompt["prompt"])
+    elif soft:  # its demonstrations are trained vectors, not text: nothing to print
+        typer.echo(
+            f"(no text prompt: this is a soft prompt, {soft['length']} trained vectors the "
+            f"model reads before each input; use it with 'dpsyn prompts complete "
+            f"{prompt['id']} --query TEXT', or download it as above for model {soft['model']})"
+        )
 
 
 @prompts_app.command("download")
@@ -789,17 +829,17 @@ def prompts_download(
     written; an existing file is kept unless --force."""
     path = output or Path(f"{prompt_id}.safetensors")
     if path.exists() and not force:
-        _exit(ClientError(f"{path} exists; pass --force to overwrite it", code=2))
+        exit_with(ClientError(f"{path} exists; pass --force to overwrite it", code=2))
     try:
         with Api(url, key) as api:
             response = api.download(f"/v1/prompts/{prompt_id}/soft-prompt")
     except ClientError as error:
-        _exit(error)
+        exit_with(error)
     data = response.content
     expected = response.headers.get("x-content-sha256")
     digest = hashlib.sha256(data).hexdigest()
     if expected is None or digest != expected:
-        _exit(
+        exit_with(
             ClientError(
                 f"the download does not match its SHA-256 ({expected or 'none sent'}); "
                 "nothing was written, try again"
@@ -811,7 +851,7 @@ def prompts_download(
         partial.replace(path)
     except OSError as error:
         partial.unlink(missing_ok=True)
-        _exit(ClientError(f"cannot write {path}: {error.strerror or error}", code=2))
+        exit_with(ClientError(f"cannot write {path}: {error.strerror or error}", code=2))
     typer.echo(f"wrote {path} ({len(data)} bytes, sha256 {digest})")
 
 
@@ -824,9 +864,9 @@ def prompts_complete(
     as_json: JsonOpt = False,
 ) -> None:
     """Answer a query with a synthesised prompt (in-context learning on the server's model)."""
-    answer = _request(url, key, "POST", f"/v1/prompts/{prompt_id}/complete", json={"query": query})
+    answer = request(url, key, "POST", f"/v1/prompts/{prompt_id}/complete", json={"query": query})
     if as_json:
-        _print_json(answer)
+        print_json(answer)
         return
     if answer.get("label") is not None:
         typer.echo(f"label: {answer['label']}")

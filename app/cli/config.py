@@ -96,6 +96,18 @@ def resolve(url: str | None, key: str | None) -> tuple[str, str | None, Source |
     return resolved_url, resolved_key, source
 
 
+def base_url(url: str) -> tuple[str, str | None]:
+    """The server's base URL, and a note when ``url`` had to be cut back to it.
+
+    Every route starts with ``/v1``, so a URL copied from the API docs (``.../v1``) would make
+    each call ``/v1/v1/...`` and get a bare 404: the ``/v1`` is dropped, and said."""
+    trimmed = url.rstrip("/")
+    if trimmed.endswith("/v1"):
+        base = trimmed.removesuffix("/v1")
+        return base, f"using {base}: the server URL is given without /v1 (the client adds it)"
+    return trimmed, None
+
+
 def write_user_config(url: str, key: str | None) -> Path:
     """Write the user's config (private); returns its path."""
     path = user_config_path()
@@ -150,7 +162,10 @@ def config_set(
         key = text.strip()
         if not key:
             raise _fail(f"{key_file}: no key in it")
-    path = write_user_config(url.rstrip("/"), key)
+    url, note = base_url(url)
+    if note:
+        typer.echo(f"note: {note}", err=True)
+    path = write_user_config(url, key)
     typer.echo(f"saved {url} {'and its API key ' if key else ''}to {path}", err=True)
 
 

@@ -5,6 +5,8 @@ column numbers the same way (a task described once works with both commands)."""
 from __future__ import annotations
 
 import re
+from collections import Counter
+from collections.abc import Iterable
 
 from app.synthesis.data import Column
 from app.synthesis.tasks import TaskError, TaskSpec, classification_task
@@ -67,3 +69,31 @@ def custom_task(
         text_field=text_field,
         label_field=label_field,
     )
+
+
+def shots_coverage(shots: int, covered: int, labels: int) -> str:
+    """How many of the task's labels the demonstrations cover, and the ``--shots`` that covers
+    them all when they cover fewer (the default 4 shots cover 4 of a 14-label task's labels,
+    which a new user would not guess: each shot's label is drawn without replacement)."""
+    noun = "shot covers" if shots == 1 else "shots cover"
+    if covered >= labels:
+        return f"{shots} {noun} all {labels} labels"
+    return (
+        f"{shots} {noun} {covered} of {labels} labels (drawn at random): pass --shots {labels} "
+        "for a demonstration of every label"
+    )
+
+
+def label_counts_line(task: TaskSpec, labels: Iterable[str]) -> str | None:
+    """Records per label name after ``--label-map``, every label of the task included (0 for
+    one no raw value maps to), so that a map of another numbering shows before upload or any
+    spend. Counts and label names are the dataset's metadata (the API shows them too); no
+    record text is read here. None for a task without labels (extraction)."""
+    if not task.labels:
+        return None
+    counts = Counter(labels)
+    listed = ", ".join(f"{label} {counts.get(label, 0)}" for label in task.labels)
+    line = f"records per label after --label-map: {listed} ({sum(counts.values())} records)"
+    if empty := [label for label in task.labels if not counts.get(label)]:
+        line += f"; no records for {', '.join(empty)}: check --label-map against the file"
+    return line

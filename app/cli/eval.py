@@ -17,7 +17,7 @@ from typing import Annotated, Any
 import typer
 
 from app.cli.errors import err, fail, reported_errors
-from app.cli.model_options import DtypeOpt, ModelOpt, training_dtype
+from app.cli.model_options import DtypeOpt, ModelOpt, quiet_progress_bars, training_dtype
 from app.cli.progress import progress_reporter
 from app.eval.datasets import DATASETS, load_split, public_path
 from app.eval.experiment import (
@@ -240,6 +240,7 @@ def _backend(config: ExperimentConfig, model: str | None, dtype: Dtype) -> LLMBa
     """The local model, in float32 under ``auto`` when a method trains."""
     trains = any(get(m).needs_gradients for m in config.methods)
     chosen = training_dtype(trains, dtype)
+    quiet_progress_bars()
     return make_backend(BackendKind.TRANSFORMERS, model=model, url=None, dtype=chosen)
 
 

@@ -11,8 +11,10 @@ to ``./.dpsyn/admin_key`` (mode 0600), where the ``dpsyn`` client commands find 
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
+import socket
 from pathlib import Path
 from typing import Annotated, TypedDict
 
@@ -22,6 +24,7 @@ from rich.console import Console
 from sqlalchemy.engine import make_url
 
 from app.cli.errors import fail
+from app.cli.model_options import quiet_progress_bars
 from app.llm.factory import BackendKind
 from app.settings import Settings
 
@@ -132,6 +135,36 @@ def prepare(settings: Settings, *, data_dir: Path, migrate: bool) -> tuple[Setti
     return settings, created
 
 
+def check_port(host: str, port: int) -> None:
+    """Fail at once, naming ``--port``, when the server could not listen on ``host:port``.
+
+    Uvicorn would report a busy port only after the migrations and its "startup complete",
+    as "[Errno 98]". The check binds as uvicorn will (``SO_REUSEADDR``, so a port left in
+    TIME_WAIT by a stopped server counts as free) and lets go at once; a server that takes the
+    port in between still fails in uvicorn, as before."""
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(
+            host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )[0]
+    except (socket.gaierror, UnicodeError) as error:
+        message = f"cannot listen on {host}:{port}: unknown host ({error}); check --host"
+        raise fail(message) from None
+    with socket.socket(family, kind, proto) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(address)
+        except OSError as error:
+            if error.errno == errno.EADDRINUSE:
+                raise fail(
+                    f"port {port} on {host} is already in use (another 'dpsyn serve'?): stop "
+                    "that server, or pick a free port with --port (DPSYN_PORT)"
+                ) from None
+            raise fail(
+                f"cannot listen on {host}:{port}: {error.strerror or error}; check --host and "
+                "--port (DPSYN_HOST, DPSYN_PORT)"
+            ) from None
+
+
 def serve_command(
     host: Annotated[str | None, typer.Option("--host", help="Default: DPSYN_HOST.")] = None,
     port: Annotated[int | None, typer.Option("--port", help="Default: DPSYN_PORT.")] = None,
@@ -166,6 +199,7 @@ def serve_command(
             )
         if migrate is not None:
             settings = settings.model_copy(update={"migrate_on_start": migrate})
+        check_port(settings.host, settings.port)
         settings, created = prepare(settings, data_dir=data_dir, migrate=settings.migrate_on_start)
     except ValueError as error:  # settings validation, e.g. production with SQLite
         raise fail(str(error).replace("\n", " ")) from None
@@ -188,6 +222,7 @@ def serve_command(
         _say("dpsyn: no DPSYN_BOOTSTRAP_API_KEY: no admin key was created")
 
     logging.basicConfig(level=logging.INFO, format="%(levelname)s:     %(name)s: %(message)s")
+    quiet_progress_bars()  # the in-process worker loads the model into this process
     app = create_app(settings)
     try:
         uvicorn.run(app, host=settings.host, port=settings.port, log_level="info")
@@ -266,6 +301,7 @@ def worker_command(
         _check_engine(settings)
     from app.services.queue import load_runtime
 
+    quiet_progress_bars()  # each worker loads the model once, into its log
     load_runtime(settings).worker_main(
         [
             "worker",

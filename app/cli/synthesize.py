@@ -17,10 +17,16 @@ from typing import Annotated, Any
 
 import typer
 
-from app.cli.custom_task import custom_task, parse_column, parse_pairs
+from app.cli.custom_task import (
+    custom_task,
+    label_counts_line,
+    parse_column,
+    parse_pairs,
+    shots_coverage,
+)
 from app.cli.errors import err, fail, reported_errors
 from app.cli.method_options import RegistryCommand, given_options, method_options
-from app.cli.model_options import DtypeOpt, ModelOpt, training_dtype
+from app.cli.model_options import DtypeOpt, ModelOpt, quiet_progress_bars, training_dtype
 from app.cli.options import (
     ANSWER_WORDS,
     ICL_INSTRUCTION,
@@ -34,6 +40,7 @@ from app.cli.options import (
 )
 from app.cli.progress import progress_reporter
 from app.llm.factory import BackendKind, Dtype, make_backend
+from app.methods.base import Stored
 from app.methods.registry import DEFAULT_METHOD, Counts, Method, get_method, kinds_where
 from app.pate.public import read_public
 from app.privacy.accounting import Accounting
@@ -174,17 +181,28 @@ def _synthesize(
         counts = Counts(partition_sizes(spec_task, records), len(records), len(inputs))
         plan = chosen.plan(spec_task, config, counts)
         precision = training_dtype(chosen.needs_gradients, dtype).value
+        quiet_progress_bars()
         llm = make_backend(backend, model=model, url=url, dtype=precision)
         result = _with_progress(
             chosen.verb,
             chosen.unit,
             lambda progress: plan.run(records, llm, progress, inputs),
-            chosen.settings(plan.stored()),
+            _plan_lines(chosen, spec_task, plan.stored()),
         )
     _print_result(chosen, spec_task, result, accounting, out)
 
 
 synthesize_command = RegistryCommand(_synthesize)
+
+
+def _plan_lines(method: Method, task: TaskSpec, stored: Stored) -> str | None:
+    """The method's settings line and, for a plan that draws a label per shot, how many of
+    the task's labels its shots cover (a 14-label task's default 4 shots cover 4)."""
+    lines = [line] if (line := method.settings(stored)) else []
+    if stored.schedule and task.labels:
+        covered = len(set(stored.schedule) & set(task.labels))
+        lines.append(shots_coverage(len(stored.schedule), covered, len(task.labels)))
+    return "\n".join(lines) or None
 
 
 def _parse_epsilon(text: str) -> float:
@@ -242,6 +260,12 @@ def _task_and_records(data: Path, options: TaskOptions) -> tuple[TaskSpec, list[
         label_col=parse_column(options.label_col),
         label_map=pairs,
     )
+    if pairs and (counts := label_counts_line(task, (record.label for record in records))):
+        err.print(counts, markup=False, highlight=False, soft_wrap=True)
+        # A mapped label without records is a map of another numbering, whatever labels
+        # the shots would draw: stop before any model is loaded or budget is spent.
+        if set(task.labels) - {record.label for record in records}:
+            raise fail("a label of --label-map has no records (see above); fix the map")
     return task, records
 
 

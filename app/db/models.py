@@ -6,7 +6,8 @@ are inserted, never updated or deleted.
 
 A dataset is ``private`` (labelled records, charged against its budget) or ``public``
 (unlabelled texts a PromptPATE job's teachers label; never charged, never given a budget).
-Public records sit in the same table, with an empty label, and are never returned either.
+Public records sit in the same table, with an empty label (or, for a public dataset uploaded
+``labelled``, a validation set, with their task labels), and are never returned either.
 
 A prompt set is a DP output and outlives its dataset's deletion; a PromptDPSGD prompt set also
 holds its soft prompt (the bytes and their hash, in the same row), so it lives and goes with it.
@@ -82,7 +83,7 @@ class DashboardSession(Base):
 
 class DatasetKind(StrEnum):
     PRIVATE = "private"  # labelled records; every job on it is charged to its budget
-    PUBLIC = "public"  # unlabelled texts for PromptPATE; never charged
+    PUBLIC = "public"  # texts for PromptPATE (or labelled: a validation set); never charged
 
 
 class Dataset(Base):
@@ -108,6 +109,10 @@ class DatasetRecord(Base):
     label: Mapped[str] = mapped_column(String(500))
 
 
+#: A budget's default warn threshold: the share of its epsilon at which it is flagged.
+DEFAULT_WARN_THRESHOLD = 0.8
+
+
 class Budget(Base):
     """A dataset's total budget. The accounting mode is fixed per budget so that all of its
     events compose under one accountant."""
@@ -118,6 +123,11 @@ class Budget(Base):
     delta: Mapped[float] = mapped_column(Float)
     accounting: Mapped[str] = mapped_column(String(16))
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=now)
+    # The fraction of the budget at which the dashboard and the alert route warn (migration
+    # 0010); public metadata of the budget, like its epsilon.
+    warn_threshold: Mapped[float] = mapped_column(
+        Float, default=DEFAULT_WARN_THRESHOLD, server_default=str(DEFAULT_WARN_THRESHOLD)
+    )
 
 
 class JobStatus(StrEnum):
@@ -169,6 +179,13 @@ class Job(Base):
     )
     error: Mapped[str | None] = mapped_column(Text, nullable=True)
     prompt_set_id: Mapped[str | None] = mapped_column(String(32), nullable=True)
+    # Migration 0011. The public labelled dataset the stored prompt is scored on after the
+    # run (post-processing, never charged); no foreign key, as prompt_sets.dataset_id: the
+    # dataset may be deleted, and SQLite cannot drop a column a foreign key names.
+    validation_dataset_id: Mapped[str | None] = mapped_column(String(32), nullable=True)
+    # The ID of the API key that submitted the job (NULL: older rows, jobs made outside
+    # the API). An ID, never the key: shown to the tenant's admins on the job page.
+    submitted_by: Mapped[str | None] = mapped_column(String(32), nullable=True)
     # Counts of the finished run that are DP outputs themselves (PromptPATE: queries answered)
     stats: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=now)
@@ -198,6 +215,10 @@ class PromptSet(Base):
     soft_prompt_sha256: Mapped[str | None] = mapped_column(String(64), nullable=True)
     soft_prompt_length: Mapped[int | None] = mapped_column(Integer, nullable=True)
     soft_prompt_hidden: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    # Migration 0011: the score on the job's validation set (``app.services.prompts``):
+    # {"dataset_id", "status": pending|scored|not_scored, "n", "accuracy" | "reason"}; NULL
+    # when the job named none. Written after the prompt, by the worker; public values only.
+    validation: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
 
 
 class LedgerKind(StrEnum):

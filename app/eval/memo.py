@@ -8,11 +8,12 @@ setting. The answers are those of the wrapped backend, so results do not change.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 
 import numpy as np
 
-from app.llm.base import LLMBackend
+from app.llm.base import LLMBackend, kv_scope
 
 
 class MemoBackend:
@@ -23,6 +24,18 @@ class MemoBackend:
         self._memo: dict[tuple[tuple[int, ...], tuple[int, ...]], np.ndarray] = {}
         self.max_entries = max_entries
         self.hits = 0
+
+    @contextmanager
+    def kv_scope(self) -> Iterator[LLMBackend]:
+        """A token-loop job's KV scope on the wrapped backend (``app.llm.base.kv_scope``):
+        without it the job would run without incremental decoding. Answers are still
+        remembered here; the evaluation runs one job at a time."""
+        with kv_scope(self._backend) as scoped:
+            outer, self._backend = self._backend, scoped
+            try:
+                yield self
+            finally:
+                self._backend = outer
 
     @property
     def name(self) -> str:

@@ -13,7 +13,11 @@ computed and the reservation inserted, in one transaction.
 
 Lifecycle of a job's charge: ``reserve`` at admission; ``commit`` when its result is stored,
 or when it fails after touching the data (it stays charged); ``release`` only if it never
-touched the data.
+touched the data. A commit or release entry records *why*, in plain words, under the key
+``reason`` of its ``event`` (beside the job's event, which it repeats): that sentence is what
+the API shows as the job's ``charge_note`` (:func:`job_charges`), so the ledger, not the job
+row, is the one account of what a job cost. See docs/privacy.md, "When a cancelled job is
+charged".
 """
 
 from __future__ import annotations
@@ -22,11 +26,12 @@ import threading
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
+from enum import StrEnum
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from app.db.models import Budget, LedgerEntry, LedgerKind
+from app.db.models import Budget, Job, LedgerEntry, LedgerKind
 from app.privacy.accounting import Accounting, accountant_for
 from app.privacy.budget import fits_budget
 from app.privacy.events import DATASET_EVENTS, DatasetEvent, from_dict, to_dict
@@ -69,12 +74,33 @@ def _live_entries(session: Session, dataset_id: str) -> list[LedgerEntry]:
     return [e for e in entries if e.kind == LedgerKind.RESERVE and e.job_id not in released]
 
 
+_EVENT_MEMO_SIZE = 8192  # a few kB each
+# entry ID -> (the stored dict it was parsed from, the event). Every admission reads every
+# live job's event: parsing them again cost more than the composition of the new job.
+_event_memo: OrderedDict[int, tuple[dict, DatasetEvent]] = OrderedDict()
+_event_memo_lock = threading.Lock()
+
+
 def _stored_event(entry: LedgerEntry) -> DatasetEvent:
     """The job-level event a ledger entry charged: only those are ever stored (:func:`admit`),
-    so anything else means a corrupt row, which must not be priced as something it is not."""
+    so anything else means a corrupt row, which must not be priced as something it is not.
+
+    Remembered per entry ID: a ledger row is never changed or deleted, so its ID names one
+    event. The remembered event is returned only when the row's stored dict also equals the
+    one it was parsed from (a guard should an ID ever name another row, e.g. SQLite reusing
+    the ID of an insert that was rolled back); otherwise the row is parsed again."""
+    with _event_memo_lock:
+        known = _event_memo.get(entry.id)
+    if known is not None and known[0] == entry.event:
+        return known[1]
     event = from_dict(entry.event)
     if not isinstance(event, DATASET_EVENTS):
         raise LedgerError(f"ledger entry {entry.id} holds a {type(event).__name__}, not a job")
+    if entry.id is not None:
+        with _event_memo_lock:
+            _event_memo[entry.id] = (entry.event, event)
+            while len(_event_memo) > _EVENT_MEMO_SIZE:
+                _event_memo.popitem(last=False)
     return event
 
 
@@ -91,6 +117,12 @@ def spend(session: Session, budget: Budget) -> Spend:
         plain_sum=sum(e.epsilon for e in live),
         jobs=len(live),
     )
+
+
+def live_events(session: Session, dataset_id: str) -> list[DatasetEvent]:
+    """The events of the dataset's live jobs: exactly what :func:`spend` composes (the
+    dashboard's per-label breakdown prices them group by group)."""
+    return [_stored_event(e) for e in _live_entries(session, dataset_id)]
 
 
 def lock_budget(session: Session, dataset_id: str) -> Budget:
@@ -146,7 +178,9 @@ def admit(
     )
 
 
-def _close(session: Session, job_id: str, kind: LedgerKind) -> LedgerEntry:
+def _close(
+    session: Session, job_id: str, kind: LedgerKind, reason: str | None = None
+) -> LedgerEntry:
     entries = session.scalars(
         select(LedgerEntry).where(LedgerEntry.job_id == job_id).order_by(LedgerEntry.id)
     ).all()
@@ -166,20 +200,91 @@ def _close(session: Session, job_id: str, kind: LedgerKind) -> LedgerEntry:
         kind=kind.value,
         epsilon=reserve.epsilon,
         delta=reserve.delta,
-        event=reserve.event,
+        event=reserve.event if reason is None else {**reserve.event, REASON_KEY: reason},
     )
     session.add(entry)
     return entry
 
 
-def commit(session: Session, job_id: str) -> LedgerEntry:
-    """The job's charge is final (its result is stored, or it touched the data and failed)."""
-    return _close(session, job_id, LedgerKind.COMMIT)
+#: Where a commit or release entry keeps its plain-words reason, inside its ``event`` JSON
+#: (the event itself is read from reserve entries only, and :func:`from_dict` reads its own
+#: keys, so the extra key changes no price).
+REASON_KEY = "reason"
 
 
-def release(session: Session, job_id: str) -> LedgerEntry:
-    """Give the reservation back: only for a job that never read a private record."""
-    return _close(session, job_id, LedgerKind.RELEASE)
+def commit(session: Session, job_id: str, *, reason: str | None = None) -> LedgerEntry:
+    """The job's charge is final (its result is stored, or it touched the data and then
+    failed or was cancelled). ``reason`` says which, in words a client is shown: never record
+    text."""
+    return _close(session, job_id, LedgerKind.COMMIT, reason)
+
+
+def release(session: Session, job_id: str, *, reason: str | None = None) -> LedgerEntry:
+    """Give the reservation back: only for a job that never read a private record.
+
+    Privacy-critical. Releasing removes the job's event from the composition that admits
+    every later job, so it is sound only if nothing the job released depends on the private
+    records: then its output distribution is the same on every pair of neighbouring datasets
+    (privacy loss 0, whatever the neighbouring relation), and leaving it out of the
+    composition is exact, not an approximation. The worker commits the job's
+    ``touched_data`` mark *before* its first read of a record (``workers.runner``), so a job
+    without the mark provably read none. A job with the mark is refused here (a
+    :class:`LedgerError`), whatever its caller thinks: defence in depth for the one rule of
+    :func:`app.services.job_end.close_job`.
+    """
+    job = session.get(Job, job_id)
+    if job is not None and job.touched_data:
+        raise LedgerError(f"job {job_id} read the private data: its charge cannot be released")
+    return _close(session, job_id, LedgerKind.RELEASE, reason)
+
+
+class ChargeState(StrEnum):
+    """Where a job's charge stands: held against the budget while it runs (``reserved``),
+    final (``charged``), or given back (``released``)."""
+
+    RESERVED = "reserved"
+    CHARGED = "charged"
+    RELEASED = "released"
+
+
+@dataclass(frozen=True)
+class JobCharge:
+    """A job's charge as its ledger entries state it: the state, the epsilon it counts
+    against the budget now (the job's own epsilon unless released, then 0) and the reason
+    its closing entry recorded (None while reserved, or for entries written before reasons
+    were kept)."""
+
+    state: ChargeState
+    epsilon: float
+    reason: str | None
+
+
+def job_charges(session: Session, job_ids: Sequence[str]) -> dict[str, JobCharge]:
+    """The charge of each of ``job_ids`` that has a reservation (one query for all).
+
+    A job's entries are its reserve, then at most one commit or release (:func:`_close`
+    refuses a second of another kind), so the last entry decides the state."""
+    if not job_ids:
+        return {}
+    entries = session.scalars(
+        select(LedgerEntry)
+        .where(LedgerEntry.job_id.in_(list(dict.fromkeys(job_ids))))
+        .order_by(LedgerEntry.id)
+    ).all()
+    charges: dict[str, JobCharge] = {}
+    for entry in entries:
+        kind = LedgerKind(entry.kind)
+        if kind is LedgerKind.RESERVE:
+            charges[entry.job_id] = JobCharge(ChargeState.RESERVED, entry.epsilon, None)
+            continue
+        reason = entry.event.get(REASON_KEY) if isinstance(entry.event, dict) else None
+        released = kind is LedgerKind.RELEASE
+        charges[entry.job_id] = JobCharge(
+            ChargeState.RELEASED if released else ChargeState.CHARGED,
+            0.0 if released else entry.epsilon,
+            str(reason) if reason is not None else None,
+        )
+    return charges
 
 
 def history(session: Session, dataset_id: str) -> list[LedgerEntry]:

@@ -8,7 +8,8 @@ need is here; they never see transformers, HTTP or a GPU. Implementations:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager
 from typing import Protocol, runtime_checkable
 
 import numpy as np
@@ -77,3 +78,29 @@ class LLMBackend(Protocol):
     def top_k(self, prompts: Sequence[Sequence[int]], k: int) -> np.ndarray:
         """The ``k`` most probable next-token ids of each prompt (B x k, most probable first)."""
         ...
+
+
+@runtime_checkable
+class KVScoped(Protocol):
+    """A backend that can keep prompts' KV caches for the length of one job (incremental
+    decoding: ``app.llm.transformers_backend``). Optional: ``kv_scope`` below falls back to
+    the backend itself when it has none.
+
+    ``kv_scope()`` returns a context manager yielding a backend whose calls may reuse the
+    caches of that scope's earlier calls, and of no other scope's; the caches are freed when
+    the block ends, however it ends. A wrapper (``app.llm.retry.RetryingBackend``) must pass
+    the scope through to what it wraps and wrap the scoped backend in turn.
+    """
+
+    def kv_scope(self) -> AbstractContextManager[LLMBackend]: ...
+
+
+@contextmanager
+def kv_scope(backend: LLMBackend) -> Iterator[LLMBackend]:
+    """``backend``'s scope for one job (``KVScoped``), or ``backend`` itself if it keeps no
+    caches across calls (vLLM, the fake backend)."""
+    if isinstance(backend, KVScoped):
+        with backend.kv_scope() as scoped:
+            yield scoped
+    else:
+        yield backend

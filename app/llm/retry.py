@@ -9,6 +9,11 @@ now report each failure once, as final (:class:`~app.llm.base.BackendError`) or 
 
 A backend call is deterministic in its inputs, so retrying it does not change what a
 mechanism releases. Log lines name the call and the error type, never prompts or text.
+
+A job's KV scope (:func:`app.llm.base.kv_scope`, incremental decoding) passes through:
+``RetryingBackend.kv_scope`` opens the wrapped backend's scope and wraps the scoped backend
+with the same policy and lock. A scoped call that raises empties its scope's store, so a retry
+recomputes from scratch rather than extending caches a failed call may have half written.
 """
 
 from __future__ import annotations
@@ -16,14 +21,14 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
-from contextlib import nullcontext
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from typing import TypeVar
 
 import numpy as np
 
-from app.llm.base import LLMBackend, TransientBackendError
+from app.llm.base import LLMBackend, TransientBackendError, kv_scope
 
 log = logging.getLogger(__name__)
 
@@ -83,6 +88,20 @@ class RetryingBackend:
                 return fn()
 
         return self._retry.call(attempt, what=what, context=self._context)
+
+    @contextmanager
+    def kv_scope(self) -> Iterator[LLMBackend]:
+        """The wrapped backend's job scope, behind the same retries and lock (itself when
+        the wrapped backend keeps no caches)."""
+        with kv_scope(self._backend) as scoped:
+            if scoped is self._backend:
+                yield self
+                return
+            wrapped = RetryingBackend(
+                scoped, retry=self._retry, lock=self._lock, context=self._context
+            )
+            wrapped._newline_ids = self._newline_ids
+            yield wrapped
 
     @property
     def name(self) -> str:

@@ -11,14 +11,17 @@ runs only its suffixes on top of that prefix's KV cache. The suffixes are left-p
 the prefix and the suffix (the padding is masked out and the position ids skip it), so the
 next token is still predicted at the last position.
 
-With ``kv_cache_mb > 0`` (off by default), the backend also keeps the KV cache of every
-prompt it answered, in a least-recently-used store bounded in bytes and keyed by token ids.
+Incremental decoding (issue 23): inside a job's :meth:`TransformersBackend.kv_scope`, the
+backend also keeps the KV cache of every prompt it answered, in a least-recently-used store
+bounded in bytes (``kv_cache_mb``, default ``DEFAULT_KV_CACHE_MB``) and keyed by token ids.
 A later prompt that starts with a stored prompt (the same prompt one token longer, the shared
 instruction, a public prompt growing by the released token) runs only its new tokens on top of
 that stored cache; the extensions of one batch run together, each row left-padded inside the
-cache and between cache and new tokens (masked, position ids skip the padding).
-``forget_prompts()`` empties the store: the synthesis loop calls it at the start and end of
-every job, so no job's timing depends on another job's (private) prompts.
+cache and between cache and new tokens (masked, position ids skip the padding). Each scope has
+its own store, emptied when the scope ends and whenever a call in it raises (a retry then
+recomputes from scratch): no job reads or evicts another job's caches, and no job runs faster
+because of another's (private) prompts. Calls outside a scope (``/complete``, PromptPATE,
+PromptDPSGD) take the plain path and store nothing.
 """
 
 from __future__ import annotations
@@ -27,7 +30,9 @@ import inspect
 import logging
 from abc import ABC, abstractmethod
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager, nullcontext
+from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 
@@ -48,6 +53,12 @@ log = logging.getLogger(__name__)
 MIN_PREFIX = 8  # shortest shared prefix (tokens, BOS included) worth a separate pass
 Layers = list[tuple[torch.Tensor, torch.Tensor]]  # per layer (keys, values)
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+# Each job's KV store, in MiB. Sized for the packaged CPU model: Gemma-3-270M keeps 36 kB of
+# keys and values per token in float32 (18 layers x 1 KV head x 256 x 2 x 4 bytes), 18 kB in
+# bfloat16, so 512 MiB hold 14,500 float32 tokens: one token step of the largest paper shape
+# (AG News, 4 shots x M 10 teacher prompts of about 150 tokens, 6,000 tokens) with room for
+# the public prompts and the shared instruction that the next step extends.
+DEFAULT_KV_CACHE_MB = 512.0
 
 
 def _cpu_has_native_bf16() -> bool:
@@ -187,7 +198,7 @@ class TransformersBackend(LastLogitsAnswers):
         dtype: torch.dtype | str = torch.float32,
         prefix_cache: bool = True,
         sort_by_length: bool = True,
-        kv_cache_mb: float = 0.0,
+        kv_cache_mb: float = DEFAULT_KV_CACHE_MB,
     ) -> None:
         source = resolve(model)
         self._name = source.key
@@ -205,8 +216,9 @@ class TransformersBackend(LastLogitsAnswers):
         self._cache_arg = "cache" if "cache" in params else "past_key_values"
         self.tokens_processed = 0  # prompt tokens answered (BOS included), for throughput stats
         self.tokens_computed = 0  # tokens actually run through the model (a cached prefix once)
+        # Each kv_scope's store budget; 0 turns incremental decoding off (scopes then take
+        # the plain path and only count tokens).
         self.kv_cache_mb = kv_cache_mb
-        self._store = KVStore()
 
     @property
     def name(self) -> str:
@@ -240,17 +252,33 @@ class TransformersBackend(LastLogitsAnswers):
         pad = self.tokenizer.pad_token_id
         return self.eos_id if pad is None else int(pad)
 
-    @torch.inference_mode()
-    def last_logits(self, prompts: Sequence[Sequence[int]]) -> torch.Tensor:
-        """Logits of the next token after each prompt (B x vocabulary), in chunks."""
+    def kv_scope(self, *, count_distinct: bool = False) -> AbstractContextManager[KVScope]:
+        """A job's view of this backend with its own KV store (incremental decoding), freed
+        when the block ends, whether it ends normally or by an exception (failure, cancel).
+
+        ``count_distinct``: also count the distinct tokens of the prompts sent (a token trie,
+        for benchmarks: see :meth:`KVScope.diagnostics`)."""
+        return _scoped(KVScope(self, self.kv_cache_mb, count_distinct=count_distinct))
+
+    def _sequences(self, prompts: Sequence[Sequence[int]]) -> list[list[int]]:
+        """``prompts`` with BOS first; a clear error for an empty batch or prompt."""
         if not prompts:
             raise BackendError(f"{self.name}: empty batch")
         seqs = [self._with_bos(p) for p in prompts]
         if any(not s for s in seqs):
             raise BackendError(f"{self.name}: empty prompt in a model without a BOS token")
-        if self.kv_cache_mb > 0:
-            self.tokens_processed += sum(len(s) for s in seqs)
-            return self._incremental_logits(seqs)
+        return seqs
+
+    @torch.inference_mode()
+    def last_logits(self, prompts: Sequence[Sequence[int]]) -> torch.Tensor:
+        """Logits of the next token after each prompt (B x vocabulary), in chunks. Nothing is
+        kept between calls here; incremental decoding runs inside :meth:`kv_scope` only."""
+        seqs = self._sequences(prompts)
+        self.tokens_processed += sum(len(s) for s in seqs)
+        return self._batched_logits(seqs)
+
+    def _batched_logits(self, seqs: list[list[int]]) -> torch.Tensor:
+        """The plain path (with the shared-prefix cache when on), in the caller's order."""
         order = list(range(len(seqs)))
         if self.sort_by_length:
             order.sort(key=lambda i: len(seqs[i]))
@@ -262,7 +290,6 @@ class TransformersBackend(LastLogitsAnswers):
                 out.append(self._plain_logits(chunk))
             else:
                 out.append(self._suffix_logits(chunk, *prefix))
-        self.tokens_processed += sum(len(s) for s in seqs)
         logits = torch.cat(out)
         if self.sort_by_length:
             inverse = torch.empty(len(order), dtype=torch.long)
@@ -384,11 +411,6 @@ class TransformersBackend(LastLogitsAnswers):
         self.tokens_computed += int(mask[:, length:].sum())
         return logits.float().cpu()
 
-    def forget_prompts(self) -> None:
-        """Drop every stored KV cache (privacy: no job may run faster because of another's
-        prompts; the synthesis loop calls this around each job)."""
-        self._store.clear()
-
     def _fits_window(self, slots: int) -> bool:
         """Whether ``slots`` cache slots (padding included) stay exact under the model's
         sliding window: a sliding layer keeps only its last ``window - 1`` slots, and its mask
@@ -396,20 +418,20 @@ class TransformersBackend(LastLogitsAnswers):
         window = getattr(self.model.config, "sliding_window", None)
         return window is None or slots <= window - 1
 
-    def _incremental_logits(self, seqs: list[list[int]]) -> torch.Tensor:
+    def _incremental_logits(self, seqs: list[list[int]], store: KVStore) -> torch.Tensor:
         """Last logits of ``seqs`` (caller's order), each prompt run only from the end of its
-        longest stored prefix; every prompt computed here is stored for later calls."""
+        longest prefix in ``store``; every prompt computed here is stored for later calls."""
         if self.prefix_cache and len(seqs) > 1:
             shared = _shared_length(seqs)
-            if shared >= MIN_PREFIX and self._store.longest(seqs[0][: shared + 1])[0] < shared:
-                self._extend([seqs[0][:shared]], [self._store.longest(seqs[0][:shared])])
-        found = [self._store.longest(s) for s in seqs]
+            if shared >= MIN_PREFIX and store.longest(seqs[0][: shared + 1])[0] < shared:
+                self._extend([seqs[0][:shared]], [store.longest(seqs[0][:shared])], store)
+        found = [store.longest(s) for s in seqs]
         order = sorted(range(len(seqs)), key=lambda i: len(seqs[i]) - found[i][0])
         news = [s[found[i][0] :] for i, s in enumerate(seqs)]
         rows: list[int] = []
         parts = []
         for chunk in self._chunks(order, news):
-            parts.append(self._extend([seqs[i] for i in chunk], [found[i] for i in chunk]))
+            parts.append(self._extend([seqs[i] for i in chunk], [found[i] for i in chunk], store))
             rows.extend(chunk)
         out = torch.cat(parts)
         inverse = torch.empty(len(rows), dtype=torch.long)
@@ -417,7 +439,7 @@ class TransformersBackend(LastLogitsAnswers):
         return out[inverse]
 
     def _extend(
-        self, chunk: list[list[int]], found: list[tuple[int, Layers | None]]
+        self, chunk: list[list[int]], found: list[tuple[int, Layers | None]], store: KVStore
     ) -> torch.Tensor:
         """One forward pass over the new tokens of ``chunk`` on top of each row's stored
         prefix (``found``: its length and layers); stores every row's full cache."""
@@ -446,29 +468,160 @@ class TransformersBackend(LastLogitsAnswers):
             **{self._cache_arg: cache},
         ).logits[:, -1, :]
         self.tokens_computed += sum(len(n) for n in news)
-        self._keep(chunk, mask, cache)
+        _keep(store, chunk, mask, cache)
         return logits.float().cpu()
 
-    def _keep(self, chunk: list[list[int]], mask: torch.Tensor, cache: DynamicCache) -> None:
-        """Store each row's own slots of the batch cache under its token ids."""
-        layers: Layers = []
-        for layer in cache.layers:
-            keys, values = getattr(layer, "keys", None), getattr(layer, "values", None)
-            if not (
-                isinstance(keys, torch.Tensor)
-                and isinstance(values, torch.Tensor)
-                and keys.ndim == 4
-                and keys.shape[-2] == mask.shape[1]
-            ):
-                return  # a cache layout this path does not know: nothing stored
-            layers.append((keys, values))
-        budget = int(self.kv_cache_mb * 2**20)
-        for row, seq in enumerate(chunk):
-            slots = mask[row].nonzero().squeeze(1).to(layers[0][0].device)
-            own = [
-                (k[row].index_select(1, slots), v[row].index_select(1, slots)) for k, v in layers
-            ]
-            self._store.put(seq, own, budget)
+
+def _keep(store: KVStore, chunk: list[list[int]], mask: torch.Tensor, cache: DynamicCache) -> None:
+    """Store each row's own slots of the batch cache under its token ids."""
+    layers: Layers = []
+    for layer in cache.layers:
+        keys, values = getattr(layer, "keys", None), getattr(layer, "values", None)
+        if not (
+            isinstance(keys, torch.Tensor)
+            and isinstance(values, torch.Tensor)
+            and keys.ndim == 4
+            and keys.shape[-2] == mask.shape[1]
+        ):
+            return  # a cache layout this path does not know: nothing stored
+        layers.append((keys, values))
+    for row, seq in enumerate(chunk):
+        slots = mask[row].nonzero().squeeze(1).to(layers[0][0].device)
+        own = [(k[row].index_select(1, slots), v[row].index_select(1, slots)) for k, v in layers]
+        store.put(seq, own)
+
+
+@contextmanager
+def _scoped(scope: KVScope) -> Iterator[KVScope]:
+    """Yield ``scope``, then free its store however the block ends."""
+    try:
+        yield scope
+    finally:
+        scope.close()
+
+
+@dataclass(frozen=True)
+class KVDiagnostics:
+    """What one scope computed, for benchmarks and tests only.
+
+    Token counts depend on the lengths of the private records sampled into teacher prompts,
+    with no noise: they must never reach a job's stats, a response, a log line or a CLI file.
+    ``distinct`` is the number of nodes of the token trie of the prompts sent (BOS first):
+    each distinct prefix once, what a perfect cache would compute (None unless counted).
+    """
+
+    sent: int  # prompt tokens answered, BOS included
+    computed: int  # tokens run through the model
+    distinct: int | None
+
+    @property
+    def ratio(self) -> float | None:
+        """``computed / distinct``: 1.0 is every distinct token computed once."""
+        return self.computed / self.distinct if self.distinct else None
+
+
+class KVScope(LastLogitsAnswers):
+    """One job's view of a :class:`TransformersBackend`: the same model, answers equal to the
+    backend's own up to float rounding, and a KV store of its own (incremental decoding).
+
+    Why a view per job rather than one store per backend: a worker process shares one backend
+    between jobs (and ``/complete``), so a shared store would let one job evict or extend
+    another's caches and run faster because of another's private prompts. A scope's store is
+    freed by ``close`` (the ``kv_scope`` block's end) and whenever a call raises: a call that
+    failed half-way may have stored some rows, and the retry layer (:mod:`app.llm.retry`)
+    then asks again, which recomputes from scratch.
+
+    Calls are serialised by the caller as for the backend (the provider's lock); the scope's
+    token counts are the backend's counter's growth over its own calls.
+    """
+
+    def __init__(self, backend: TransformersBackend, kv_cache_mb: float, *, count_distinct: bool):
+        self._backend = backend  # the name app.promptdpsgd.backend.local_backend unwraps
+        self._budget = int(kv_cache_mb * 2**20)
+        self._store: KVStore | None = KVStore(self._budget) if self._budget > 0 else None
+        self._trie: TokenTrie | None = TokenTrie() if count_distinct else None
+        self.tokens_sent = 0
+        self.tokens_computed = 0
+        self.closed = False
+
+    @property
+    def name(self) -> str:
+        return self._backend.name
+
+    @property
+    def eos_id(self) -> int:
+        return self._backend.eos_id
+
+    @property
+    def newline_ids(self) -> frozenset[int]:
+        return self._backend.newline_ids
+
+    @property
+    def store_bytes(self) -> int:
+        """Bytes of keys and values held now (0 once closed)."""
+        return 0 if self._store is None else self._store.bytes
+
+    def tokenize(self, text: str) -> list[int]:
+        return self._backend.tokenize(text)
+
+    def detokenize(self, ids: Sequence[int]) -> str:
+        return self._backend.detokenize(ids)
+
+    def kv_scope(self) -> AbstractContextManager[KVScope]:
+        """Already a scope: the same one (its owner closes it)."""
+        return nullcontext(self)
+
+    def close(self) -> None:
+        """Free the store; later calls take the plain path (nothing is stored again)."""
+        if self._store is not None:
+            self._store.clear()
+        self._store = None
+        self.closed = True
+
+    def diagnostics(self) -> KVDiagnostics:
+        """Token counts of this scope so far (see :class:`KVDiagnostics`: never published)."""
+        distinct = None if self._trie is None else self._trie.nodes
+        return KVDiagnostics(self.tokens_sent, self.tokens_computed, distinct)
+
+    @torch.inference_mode()
+    def last_logits(self, prompts: Sequence[Sequence[int]]) -> torch.Tensor:
+        backend = self._backend
+        seqs = backend._sequences(prompts)
+        before = backend.tokens_computed
+        try:
+            if self._store is None:
+                logits = backend._batched_logits(seqs)
+            else:
+                logits = backend._incremental_logits(seqs, self._store)
+        except BaseException:
+            if self._store is not None:
+                self._store.clear()  # possibly half-written: the retry starts from scratch
+            raise
+        finally:
+            self.tokens_computed += backend.tokens_computed - before
+        backend.tokens_processed += sum(len(s) for s in seqs)
+        self.tokens_sent += sum(len(s) for s in seqs)
+        if self._trie is not None:
+            for seq in seqs:
+                self._trie.add(seq)
+        return logits
+
+
+class TokenTrie:
+    """Counts the distinct prefixes of token sequences (the nodes of their trie)."""
+
+    def __init__(self) -> None:
+        self._root: dict[int, dict] = {}
+        self.nodes = 0
+
+    def add(self, seq: Sequence[int]) -> None:
+        node = self._root
+        for token in seq:
+            child = node.get(token)
+            if child is None:
+                child = node[token] = {}
+                self.nodes += 1
+            node = child
 
 
 def _shared_length(seqs: list[list[int]]) -> int:
@@ -497,10 +650,13 @@ def _padded_layers(found: list[tuple[int, Layers | None]], span: int) -> Layers:
 
 
 class KVStore:
-    """Per-prompt KV caches keyed by token ids, least recently used first out, bounded in
-    bytes. ``longest`` finds the longest stored prompt that is a proper prefix of a prompt."""
+    """Per-prompt KV caches keyed by token ids, least recently used first out, bounded at
+    ``budget`` bytes (an entry larger than the budget is not stored: that prompt is simply
+    recomputed next time). ``longest`` finds the longest stored prompt that is a proper prefix
+    of a prompt."""
 
-    def __init__(self) -> None:
+    def __init__(self, budget: int) -> None:
+        self.budget = budget
         self._entries: OrderedDict[tuple[int, ...], Layers] = OrderedDict()
         self._lengths: dict[int, int] = {}  # stored length -> number of entries
         self.bytes = 0
@@ -509,6 +665,9 @@ class KVStore:
         self._entries.clear()
         self._lengths.clear()
         self.bytes = 0
+
+    def __len__(self) -> int:
+        return len(self._entries)
 
     def longest(self, seq: Sequence[int]) -> tuple[int, Layers | None]:
         """(length, layers) of the longest stored proper prefix of ``seq``; (0, None) if none."""
@@ -519,18 +678,23 @@ class KVStore:
                 return length, layers
         return 0, None
 
-    def put(self, seq: Sequence[int], layers: Layers, budget: int) -> None:
-        """Store ``layers`` for ``seq``, then evict the least recently used past ``budget``."""
+    def put(self, seq: Sequence[int], layers: Layers) -> None:
+        """Store ``layers`` for ``seq``, then evict the least recently used past the budget."""
         key = tuple(seq)
-        size = sum(k.numel() * k.element_size() * 2 for k, _ in layers)
-        if key in self._entries or size > budget:
+        size = _size(layers)
+        if key in self._entries or size > self.budget:
             return
         self._entries[key] = layers
         self._lengths[len(key)] = self._lengths.get(len(key), 0) + 1
         self.bytes += size
-        while self.bytes > budget:
+        while self.bytes > self.budget:
             old, dropped = self._entries.popitem(last=False)
-            self.bytes -= sum(k.numel() * k.element_size() * 2 for k, _ in dropped)
+            self.bytes -= _size(dropped)
             self._lengths[len(old)] -= 1
             if not self._lengths[len(old)]:
                 del self._lengths[len(old)]
+
+
+def _size(layers: Layers) -> int:
+    """Bytes of one entry's keys and values."""
+    return sum(k.numel() * k.element_size() + v.numel() * v.element_size() for k, v in layers)

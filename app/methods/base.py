@@ -180,6 +180,14 @@ class Method(ABC):
         """Progress of a finished run, out of ``total``."""
         return total
 
+    def progress_note(self, stats: Mapping[str, Any], done: int, total: int) -> str | None:
+        """Why a succeeded job's progress stopped at ``done`` of ``total`` planned units, in
+        plain words from its public stats; None when it did not (or there is nothing to
+        say). A job that may end early by design (PromptPATE) explains it here, so that a
+        finished job never reads as stuck part-way."""
+        del stats, done, total
+        return None
+
     def report(self, result: SynthesisResult) -> str | None:
         """A line about the run for the CLI, from its public stats; None: nothing to add."""
         return None

@@ -177,6 +177,23 @@ class PromptPate(Method):
         # inputs it got to before the filter's budget ran out (at most all of them)
         return int(self.public_stats(result).get("processed", total))
 
+    def progress_note(self, stats: Mapping[str, Any], done: int, total: int) -> str | None:
+        """PromptPATE stops labelling when its planned privacy budget is spent (each public
+        input pays the noisy threshold check, each answer the noisy argmax), usually before
+        the last planned input: a complete run, not a stuck one."""
+        if done >= total or "answered" not in stats:
+            return None
+        why = (
+            "the planned privacy budget was spent first"
+            if stats.get("budget_exhausted")
+            else "no more public inputs were needed"
+        )
+        return (
+            f"complete: {done} of {total} public inputs processed ({why}); "
+            f"{int(stats['answered'])} labelled, {int(stats.get('rejected', 0))} refused by "
+            "the Confident-GNMax threshold"
+        )
+
     def stats_summary(self, stats: Mapping[str, Any]) -> str | None:
         if "answered" not in stats:
             return None

@@ -9,7 +9,9 @@ the inputs with the teachers, and a public label would not be a DP one anyway.
 from __future__ import annotations
 
 import csv
+import html
 import json
+import re
 from pathlib import Path
 
 from app.synthesis.data import DataError, _read_lines
@@ -91,6 +93,31 @@ def read_public(path: str | Path, field: str = "text") -> list[str]:
     if not texts:
         raise DataError(f"{path}: no public inputs")
     return texts
+
+
+# HTML markup in scraped public texts (IMDB reviews carry "<br /><br />" between paragraphs):
+# a tag of a known HTML element, or a comment. Known names only, so that "x <y and z> w" in
+# ordinary prose is left as it is.
+_HTML_TAG = re.compile(
+    r"<!--.*?-->|</?(?:a|abbr|b|big|blockquote|br|center|code|del|div|em|font|h[1-6]|hr|i|img"
+    r"|ins|li|ol|p|pre|q|s|small|span|strike|strong|sub|sup|table|td|th|tr|tt|u|ul)"
+    r"(?:\s[^<>]*)?/?>",
+    re.IGNORECASE | re.DOTALL,
+)
+
+
+def clean_public_text(text: str) -> str:
+    """``text`` without HTML markup, on one line: tags become a space, entities their
+    characters (``&amp;`` -> ``&``), whitespace runs one space.
+
+    PromptPATE puts public texts into teacher queries and, with their noisy labels, into the
+    student prompt as demonstrations; markup there is noise to the model and looks broken to
+    a reader. Tags are removed before entities are unescaped, so an escaped ``&lt;br&gt;`` is
+    kept as the text it shows. A text that is markup only is returned as it was (one line):
+    an input is never empty.
+    """
+    cleaned = _one_line(html.unescape(_HTML_TAG.sub(" ", text)))
+    return cleaned or _one_line(text)
 
 
 def cut(text: str, max_chars: int) -> str:

@@ -2,7 +2,8 @@
 
 1. **Teachers.** The private records are split into ``teachers`` disjoint few-shot prompts by
    a secret keyed hash (:mod:`app.pate.teachers`).
-2. **Labelling.** Public inputs, shuffled and cut to ``max_chars``, go to the teachers in
+2. **Labelling.** Public inputs, shuffled, cleaned of HTML markup (``<br />``,
+   :func:`app.pate.public.clean_public_text`) and cut to ``max_chars``, go to the teachers in
    groups; each group's vote histograms are computed (nothing is released), then each input
    in turn passes through a Gaussian DP filter and Confident-GNMax: stop when the filter
    cannot afford a whole query (check and release, the worst case), spend the threshold
@@ -26,7 +27,7 @@ import numpy as np
 from app.llm.base import LLMBackend
 from app.pate.config import PateError
 from app.pate.plan import PatePlan, public_count
-from app.pate.public import cut
+from app.pate.public import clean_public_text, cut
 from app.pate.student import select_student
 from app.pate.teachers import draw_key, teacher_prompts, teacher_votes
 from app.privacy.events import to_dict
@@ -67,7 +68,7 @@ def run_pate(
     # The key lives only in this frame: it is never stored, logged or returned.
     prompts = teacher_prompts(task, private, config.teachers, config.shots, draw_key(rng))
     order = rng.permutation(len(public))[: plan.n_public]
-    inputs = [cut(public[i], config.max_chars) for i in order]
+    inputs = [cut(clean_public_text(public[i]), config.max_chars) for i in order]
 
     answers = _label_public(task, prompts, inputs, plan, backend, rng, progress)
     labelled = answers.labelled

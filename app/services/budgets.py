@@ -10,15 +10,23 @@ no budget.
 
 from __future__ import annotations
 
+import csv
+import io
+import itertools
+import math
+from collections.abc import Sequence
 from dataclasses import dataclass
+from enum import StrEnum
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from app.db.models import Budget, Dataset, DatasetKind, LedgerEntry, now
+from app.db.models import DEFAULT_WARN_THRESHOLD, Budget, Dataset, DatasetKind, LedgerEntry, now
 from app.ledger import ledger
-from app.privacy.accounting import Accounting
-from app.privacy.budget import EPSILON_RULE, fits_budget, is_epsilon
+from app.privacy.accounting import Accounting, Priced, accountant_for
+from app.privacy.budget import EPSILON_RULE, FIT_TOLERANCE, fits_budget, is_epsilon
+from app.privacy.events import DatasetEvent, DpsgdEvent, PateEvent
+from app.privacy.mechanisms import Relation
 
 from .datasets import get_dataset, get_live_dataset, list_datasets
 from .errors import ConflictError, InvalidError, NotFoundError
@@ -29,16 +37,131 @@ def default_delta(record_count: int) -> float:
     return 1.0 / max(2, record_count)
 
 
+THRESHOLD_RULE = "must be a fraction of the budget in (0, 1], e.g. 0.8 for 80%"
+
+
+class SpendLevel(StrEnum):
+    """How full a budget is: below its warn threshold, at or past it, or used up (100 %)."""
+
+    OK = "ok"
+    WARN = "warn"
+    OVER = "over"
+
+
+def spend_level(spent: float, total: float, threshold: float) -> SpendLevel:
+    """The level of a spend of ``spent`` against ``total`` epsilon warned at ``threshold``.
+    "over" is the budget used up: the ledger's own fit tolerance counts a spend of exactly
+    the budget (recomputed in the last bits) as 100 %, not 99.99...%."""
+    if total > 0 and spent >= total * (1 - FIT_TOLERANCE):
+        return SpendLevel.OVER
+    if total > 0 and spent >= threshold * total * (1 - FIT_TOLERANCE):
+        return SpendLevel.WARN
+    return SpendLevel.OK
+
+
+def spend_fraction(spent: float, total: float) -> float:
+    """The share of the budget spent (1.0 = all of it)."""
+    return spent / total if total > 0 else 0.0
+
+
+@dataclass(frozen=True)
+class GroupSpend:
+    """The composed spend of one label group: the live jobs' mechanisms that read records of
+    ``labels`` (one label; under replace-one neighbours also a pair, as a record swapped for
+    one of another label touches both), plus every job that reads all records (PromptPATE,
+    PromptDPSGD). ``labels`` is empty for a dataset whose jobs all read every record and
+    which lists no labels. The dataset's spend is the largest group's (``binding``; groups
+    that tie are all binding)."""
+
+    labels: tuple[str, ...]
+    epsilon: float
+    jobs: int
+    binding: bool = False
+
+
+def _priced_by_label(
+    events: Sequence[DatasetEvent], relation: Relation, labels: Sequence[str]
+) -> tuple[dict[str, list[Priced]], dict[str, set[int]], list[Priced], set[int]]:
+    """Each label's mechanisms and the jobs (indices) that charged it, then those of the jobs
+    that read every record, grouped as :meth:`app.privacy.accounting.Accountant.exposures`
+    groups them."""
+    by_label: dict[str, list[Priced]] = {label: [] for label in labels}
+    jobs: dict[str, set[int]] = {label: set() for label in labels}
+    everyone: list[Priced] = []
+    whole: set[int] = set()
+    for index, event in enumerate(events):
+        if isinstance(event, PateEvent | DpsgdEvent):
+            everyone.append(event if isinstance(event, PateEvent) else event.priced(relation))
+            whole.add(index)
+            continue
+        for entry in event.labels:
+            by_label.setdefault(entry.label, []).append(entry.event)
+            charged = jobs.setdefault(entry.label, set())
+            if entry.event.steps > 0:
+                charged.add(index)
+    return by_label, jobs, everyone, whole
+
+
+def label_groups(
+    accounting: Accounting,
+    delta: float,
+    events: Sequence[DatasetEvent],
+    labels: Sequence[str] = (),
+) -> list[GroupSpend]:
+    """Every exposure group's composed spend, the binding one marked.
+
+    The groups are the accountant's own (:meth:`~app.privacy.accounting.Accountant.
+    exposures`): each label's partition, pairs of them under replace-one neighbours, every
+    group joined by the jobs that read all records. ``labels`` adds the dataset's labels that
+    no job has read yet (spend 0, or the all-record jobs'). The largest is the dataset's
+    spend, ``ledger.spend``; the tests check that it is. Each group of the largest epsilon is
+    ``binding`` (several when they tie, e.g. the labels of one job). Label names are the
+    dataset's public metadata (its ``label_counts``), never record text.
+    """
+    accountant = accountant_for(accounting)
+    by_label, jobs, everyone, whole = _priced_by_label(events, accountant.relation, labels)
+    names: list[tuple[str, ...]] = [(label,) for label in by_label]
+    if accountant.relation is Relation.REPLACE_ONE:
+        names += list(itertools.combinations(list(by_label), 2))
+    if not names and everyone:
+        names = [()]
+    groups = []
+    for group in names:
+        priced = [p for label in group for p in by_label[label]] + everyone
+        epsilon = accountant.epsilon(priced, delta) if priced else 0.0
+        charged = set(whole).union(*(jobs[label] for label in group))
+        groups.append(GroupSpend(group, epsilon, len(charged)))
+    top = max((g.epsilon for g in groups), default=0.0)
+    if top > 0:  # every group at the maximum sets the spend (equal groups tie)
+        groups = [GroupSpend(g.labels, g.epsilon, g.jobs, g.epsilon >= top) for g in groups]
+    return groups
+
+
+def display_groups(groups: Sequence[GroupSpend]) -> list[GroupSpend]:
+    """The groups a page lists: each single label, and a pair only when it is the binding
+    group (under replace-one there are n(n-1)/2 pairs)."""
+    return [g for g in groups if len(g.labels) <= 1 or g.binding]
+
+
 @dataclass(frozen=True)
 class BudgetView:
     dataset: Dataset
     budget: Budget
     spend: ledger.Spend
     history: list[LedgerEntry]
+    groups: list[GroupSpend]
 
     @property
     def remaining(self) -> float:
         return max(0.0, self.budget.epsilon - self.spend.epsilon)
+
+    @property
+    def fraction(self) -> float:
+        return spend_fraction(self.spend.epsilon, self.budget.epsilon)
+
+    @property
+    def level(self) -> SpendLevel:
+        return spend_level(self.spend.epsilon, self.budget.epsilon, self.budget.warn_threshold)
 
 
 def set_budget(
@@ -49,10 +172,16 @@ def set_budget(
     epsilon: float,
     delta: float | None,
     accounting: Accounting,
+    warn_threshold: float | None = None,
 ) -> Budget:
-    """Create or change the dataset's budget; commits."""
+    """Create or change the dataset's budget; commits. ``warn_threshold`` None keeps the
+    budget's (a new budget: :data:`DEFAULT_WARN_THRESHOLD`)."""
     if not is_epsilon(epsilon):
         raise InvalidError(f"epsilon: {EPSILON_RULE}, got {epsilon}")
+    if warn_threshold is not None and not (
+        math.isfinite(warn_threshold) and 0 < warn_threshold <= 1
+    ):
+        raise InvalidError(f"warn_threshold: {THRESHOLD_RULE}, got {warn_threshold}")
     dataset = get_live_dataset(session, tenant_id, dataset_id, lock=True)
     if dataset.kind == DatasetKind.PUBLIC:
         raise ConflictError(
@@ -70,7 +199,11 @@ def set_budget(
     ).one_or_none()
     if budget is None:
         budget = Budget(
-            dataset_id=dataset.id, epsilon=epsilon, delta=delta, accounting=accounting.value
+            dataset_id=dataset.id,
+            epsilon=epsilon,
+            delta=delta,
+            accounting=accounting.value,
+            warn_threshold=warn_threshold or DEFAULT_WARN_THRESHOLD,
         )
         session.add(budget)
         session.commit()
@@ -94,6 +227,8 @@ def set_budget(
             spent=spent.epsilon,
         )
     budget.epsilon, budget.delta, budget.accounting = epsilon, delta, accounting.value
+    if warn_threshold is not None:
+        budget.warn_threshold = warn_threshold
     budget.updated_at = now()
     session.commit()
     return budget
@@ -120,7 +255,23 @@ def budget_view(session: Session, *, tenant_id: str, dataset_id: str) -> BudgetV
         budget=budget,
         spend=ledger.spend(session, budget),
         history=ledger.history(session, dataset.id),
+        groups=dataset_groups(session, budget, dataset),
     )
+
+
+def dataset_groups(
+    session: Session,
+    budget: Budget,
+    dataset: Dataset,
+    extra: DatasetEvent | None = None,
+) -> list[GroupSpend]:
+    """The dataset's label groups over its live jobs (and ``extra``, a planned job's event,
+    for a quote), at the budget's accounting and delta."""
+    events = ledger.live_events(session, dataset.id)
+    if extra is not None:
+        events.append(extra)
+    labels = [str(label) for label in (dataset.label_counts or {})]
+    return label_groups(Accounting(budget.accounting), budget.delta, events, labels)
 
 
 @dataclass(frozen=True)
@@ -138,6 +289,18 @@ class DatasetSpend:
             return None
         return max(0.0, self.budget.epsilon - self.spend.epsilon)
 
+    @property
+    def fraction(self) -> float | None:
+        if self.budget is None or self.spend is None:
+            return None
+        return spend_fraction(self.spend.epsilon, self.budget.epsilon)
+
+    @property
+    def level(self) -> SpendLevel | None:
+        if self.budget is None or self.spend is None:
+            return None
+        return spend_level(self.spend.epsilon, self.budget.epsilon, self.budget.warn_threshold)
+
 
 def overview(session: Session, *, tenant_id: str, limit: int = 500) -> list[DatasetSpend]:
     """The tenant's live datasets, newest first, each with its budget and composed spend."""
@@ -149,9 +312,76 @@ def overview(session: Session, *, tenant_id: str, limit: int = 500) -> list[Data
     return rows
 
 
+def over_threshold(session: Session, *, tenant_id: str) -> list[DatasetSpend]:
+    """The tenant's live budgeted datasets whose spend reached their warn threshold (the
+    alert route's answer), fullest first."""
+    rows = [r for r in overview(session, tenant_id=tenant_id) if r.level in _ALERTING]
+    return sorted(rows, key=lambda r: -(r.fraction or 0.0))
+
+
+_ALERTING = (SpendLevel.WARN, SpendLevel.OVER)
+
+
 def spend_timeline(
     session: Session, *, tenant_id: str, dataset_id: str
 ) -> tuple[BudgetView, list[ledger.SpendPoint]]:
     """:func:`budget_view` and the spend after each ledger entry (for a chart)."""
     view = budget_view(session, tenant_id=tenant_id, dataset_id=dataset_id)
     return view, ledger.timeline(session, view.budget)
+
+
+# A cell that a spreadsheet would run as a formula (CSV injection): label names are typed by
+# users, so such a cell is written with a leading apostrophe.
+_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+
+
+def _cell(value: object) -> str:
+    text = "" if value is None else str(value)
+    return "'" + text if text.startswith(_FORMULA_START) else text
+
+
+LEDGER_CSV_COLUMNS = (
+    "entry",
+    "created_at",
+    "kind",
+    "job_id",
+    "job_epsilon",
+    "job_delta",
+    "labels",
+    "composed_after",
+    "plain_sum_after",
+)
+
+
+def ledger_csv(points: Sequence[ledger.SpendPoint]) -> str:
+    """The ledger as CSV, one row per entry with the spend after it (as the dataset page's
+    table: ``composed_after`` is empty where a long ledger's chart left it out). ``labels``
+    are the label partitions the job read ("*" for a job that reads every record). Holds
+    metadata and epsilons only, never a record."""
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\r\n")
+    writer.writerow(LEDGER_CSV_COLUMNS)
+    for index, point in enumerate(points, start=1):
+        entry = point.entry
+        labels = [item["label"] for item in entry.event.get("labels", [])] or ["*"]
+        writer.writerow(
+            [
+                index,
+                entry.created_at.isoformat(),
+                entry.kind,
+                entry.job_id,
+                repr(entry.epsilon),
+                repr(entry.delta),
+                ";".join(_cell(label) for label in labels),
+                "" if point.epsilon is None else repr(point.epsilon),
+                repr(point.plain_sum),
+            ]
+        )
+    return out.getvalue()
+
+
+def ledger_export(session: Session, *, tenant_id: str, dataset_id: str) -> tuple[str, str]:
+    """The ledger CSV of a dataset (:func:`ledger_csv`) and its file name, for the API's and
+    the dashboard's download."""
+    view, points = spend_timeline(session, tenant_id=tenant_id, dataset_id=dataset_id)
+    return f"ledger-{view.dataset.id}.csv", ledger_csv(points)

@@ -1,14 +1,18 @@
 """Datasets: upload, metadata, deletion.
 
-An upload is parsed by the readers of :mod:`app.synthesis.data` (the same code as the command
-line), from a temporary file that is removed afterwards. Their error messages name the file,
-line and columns, never record text; the temporary path in them is replaced by the name the
-client gave. Only the records table holds private text, and nothing here returns it.
+An upload, a table or a built-in task's own format (TREC's ``train.txt``), is parsed by the
+readers of :mod:`app.synthesis.data` (the same code as the command line), from a temporary
+file that is removed afterwards. Their error messages name the file, line and columns, never
+record text; the temporary path in them is replaced by the name the client gave. Only the
+records table holds private text, and nothing here returns it.
 
 A *public* dataset holds unlabelled texts that PromptPATE jobs have the teachers label
 (:mod:`app.pate.public` reads them: a text column, any label column ignored). Its records are
 stored with an empty label and, like private ones, never returned; it is never charged, so it
 takes no budget and cannot be the private dataset of a job. Its task is optional metadata.
+A public upload with ``labelled`` keeps its labels (read exactly as a private upload's, so
+they must be its task's): it can then be a job's *validation set*, on which the stored prompt
+is scored after the run (``app.services.prompts``); it is still never charged.
 
 Metadata (name, task, label counts, record count) is shown to the dataset's owner; counts
 are treated as public (``docs/privacy.md``).
@@ -36,7 +40,14 @@ from app.db.models import (
     now,
 )
 from app.pate.public import read_public
-from app.synthesis.data import DataError, Record, load_dataset
+from app.synthesis.data import (
+    DataError,
+    Record,
+    has_own_format,
+    load_dataset,
+    own_format,
+    own_format_tasks,
+)
 from app.synthesis.generator import partition_sizes
 from app.synthesis.tasks import BUILTIN_TASKS, TaskSpec, describe_validation_error
 
@@ -93,20 +104,34 @@ def check_task_sizes(spec: TaskSpec) -> None:
                 raise InvalidError(f"task.{field}[{i}]: {problem}")
 
 
-def upload_suffix(filename: str | None, fmt: str | None) -> str:
-    """The reader's file extension, from an explicit format or the uploaded file's name."""
+def upload_suffix(filename: str | None, fmt: str | None) -> str | None:
+    """The table reader's file extension, from an explicit format or the uploaded file's
+    name; None for a file that is no table by its name (a built-in task's own format, such
+    as TREC's ``train.txt``, or a public upload's plain text lines: :func:`store_upload`)."""
     if fmt:
         suffix = FORMATS.get("." + fmt.lower().lstrip("."))
         if suffix is None:
             raise InvalidError(f"format: unsupported format {fmt!r} (use csv, tsv or jsonl)")
         return suffix
-    suffix = FORMATS.get(Path(filename or "").suffix.lower())
-    if suffix is None:
-        raise InvalidError(
-            f"file: cannot tell the format of {Path(filename or '').name!r} from its name "
-            "(use a .csv, .tsv or .jsonl file, or give format=csv|tsv|jsonl)"
-        )
-    return suffix
+    return FORMATS.get(Path(filename or "").suffix.lower())
+
+
+def _no_format(display_name: str) -> InvalidError:
+    """A private file that is no table by its name, for a task without a format of its own."""
+    return InvalidError(
+        f"file: cannot tell the format of {display_name!r} from its name (use a .csv, .tsv "
+        "or .jsonl file, give format=csv|tsv|jsonl, or name the built-in task whose own "
+        f"format it is: task={'|'.join(own_format_tasks())})"
+    )
+
+
+def _own_format_note(task: TaskSpec, display_name: str) -> str:
+    """Why a file was read in a task's own format: it tells the reader of an error message
+    how to have it read as a table instead."""
+    return (
+        f" (read in task {task.name!r}'s own format: {display_name!r} is not a table with "
+        "a header row naming its columns; give format=csv|tsv|jsonl and the columns for one)"
+    )
 
 
 def copy_limited(source: BinaryIO, target: BinaryIO, limit: int) -> int:
@@ -131,36 +156,61 @@ def read_upload(
     task: TaskSpec,
     write: Any,
     *,
-    suffix: str,
+    suffix: str | None,
     text_column: str,
     label_column: str,
     display_name: str,
 ) -> list[Record]:
-    """Records of an upload: ``write(file)`` fills a temporary file, the readers parse it."""
+    """Records of an upload: ``write(file)`` fills a temporary file, the readers parse it.
+
+    A built-in task's own format (:func:`app.synthesis.data.own_format`) is read as the
+    command line reads it (``load_dataset`` without columns); anything else as a table.
+    """
+    if suffix is None and not has_own_format(task):
+        raise _no_format(display_name)
     with tempfile.TemporaryDirectory(prefix="dpsyn-upload-") as tmp:
-        path = Path(tmp) / f"upload{suffix}"
+        path = Path(tmp) / f"upload{suffix or '.txt'}"
         with path.open("wb") as handle:
             write(handle)
+        own = own_format(task, path, text_column, label_column)
         try:
+            if own:
+                return load_dataset(task, path, max_label_chars=LABEL_MAX_CHARS)
             return load_dataset(
                 task, path, text_column, label_column, max_label_chars=LABEL_MAX_CHARS
             )
         except DataError as err:
-            raise InvalidError(str(err).replace(str(path), display_name)) from None
+            note = _own_format_note(task, display_name) if own else ""
+            raise InvalidError(str(err).replace(str(path), display_name) + note) from None
 
 
 def read_public_upload(
-    write: Any, *, suffix: str, text_column: str, display_name: str
+    write: Any,
+    *,
+    suffix: str | None,
+    text_column: str,
+    display_name: str,
+    task: TaskSpec | None = None,
 ) -> list[str]:
-    """Texts of a public upload (one per record, in file order); labels are not read."""
+    """Texts of a public upload (one per record, in file order); labels are not read.
+
+    As the command line sends them: a built-in task's own format gives its records' texts
+    (``task=sst2`` on SST-2 lines); any other file that is no table by its name is plain
+    text, one text per non-blank line.
+    """
     with tempfile.TemporaryDirectory(prefix="dpsyn-upload-") as tmp:
-        path = Path(tmp) / f"upload{suffix}"
+        path = Path(tmp) / f"upload{suffix or '.txt'}"
         with path.open("wb") as handle:
             write(handle)
+        # A public table needs only its text column named in its header row.
+        own = task is not None and own_format(task, path, text_column, text_column)
         try:
+            if task is not None and own:
+                return [record.text for record in load_dataset(task, path)]
             return read_public(path, text_column)
         except DataError as err:
-            raise InvalidError(str(err).replace(str(path), display_name)) from None
+            note = _own_format_note(task, display_name) if task is not None and own else ""
+            raise InvalidError(str(err).replace(str(path), display_name) + note) from None
 
 
 def jsonl_writer(records: Iterable[Mapping[str, Any]]) -> Any:
@@ -181,22 +231,33 @@ def store_upload(
     task: str | Mapping[str, Any] | None,
     public: bool,
     write: Any,
-    suffix: str,
+    suffix: str | None,
     text_column: str,
     label_column: str,
     display_name: str,
     max_records: int,
     max_record_chars: int,
+    labelled: bool = False,
 ) -> Dataset:
     """Parse an upload (``write(file)`` fills a temporary file) and store it; commits.
 
-    A private dataset needs a task and reads both columns; a public one reads the text column
-    only, its task (optional) is metadata. ``name`` defaults to the task's name. Every record
-    is checked (storable text, at most ``max_record_chars``) before anything is inserted.
+    A private dataset needs a task and reads both columns, or a built-in task's own format
+    (``suffix`` None: a file that is no table by its name); a public one reads the text
+    column only, its task (optional) is metadata. ``name`` defaults to the task's name. Every
+    record is checked (storable text, at most ``max_record_chars``) before anything is
+    inserted, so a refused upload changes nothing stored. ``labelled`` (public only) reads
+    the label column as a private upload does: a validation set, which needs a task.
     """
+    if labelled and not public:
+        raise InvalidError("labelled: only for a public dataset (a private one always is)")
+    if labelled and task is None:
+        raise InvalidError(
+            "task: required for a labelled public dataset (its labels must be the task's)"
+        )
     if task is None and not public:
         raise InvalidError(
-            "task: required for a private dataset (a built-in task name or a task spec); "
+            "task: required for a private dataset (a built-in task: "
+            f"{', '.join(sorted(BUILTIN_TASKS))}; or a task spec); "
             "or upload unlabelled texts with public=true"
         )
     spec = parse_task(task) if task is not None else None
@@ -204,9 +265,9 @@ def store_upload(
     if problem := text_problem(name):
         raise InvalidError(f"name: {problem}")  # it may come from the uploaded file's name
     name = name[:DATASET_NAME_MAX_CHARS]  # only a default can be longer: a given one is checked
-    if public:
+    if public and not labelled:
         texts = read_public_upload(
-            write, suffix=suffix, text_column=text_column, display_name=display_name
+            write, suffix=suffix, text_column=text_column, display_name=display_name, task=spec
         )
         check_records([Record(text, "") for text in texts], max_record_chars)
         return create_public_dataset(
@@ -228,7 +289,13 @@ def store_upload(
     )
     check_records(records, max_record_chars)
     return create_dataset(
-        session, tenant_id=tenant_id, name=name, task=spec, records=records, max_records=max_records
+        session,
+        tenant_id=tenant_id,
+        name=name,
+        task=spec,
+        records=records,
+        max_records=max_records,
+        kind=DatasetKind.PUBLIC if public else DatasetKind.PRIVATE,
     )
 
 
@@ -240,13 +307,15 @@ def create_dataset(
     task: TaskSpec,
     records: list[Record],
     max_records: int,
+    kind: DatasetKind = DatasetKind.PRIVATE,
 ) -> Dataset:
-    """Store a private dataset's metadata and records; commits."""
+    """Store a labelled dataset's metadata and records; commits. Private, or a public
+    labelled one (a validation set: never charged)."""
     _check_size(len(records), max_records)
     dataset = Dataset(
         tenant_id=tenant_id,
         name=name,
-        kind=DatasetKind.PRIVATE.value,
+        kind=kind.value,
         task=task.model_dump(mode="json"),
         label_counts=partition_sizes(task, records),
         record_count=len(records),

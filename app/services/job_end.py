@@ -30,10 +30,34 @@ def close_job(session: Session, job: Job, *, status: JobStatus, error: str | Non
     job.error = error
     job.finished_at = now()
     if job.touched_data:
-        ledger.commit(session, job.id)
+        ledger.commit(session, job.id, reason=charged_reason(status))
     else:
-        ledger.release(session, job.id)
+        ledger.release(session, job.id, reason=released_reason(status))
     session.flush()
+
+
+def released_reason(status: JobStatus) -> str:
+    """Why a job that ended without reading a record costs nothing (the release entry's
+    reason, shown to clients as the job's ``charge_note``)."""
+    return (
+        f"released: the job was {JobStatus(status).value} before it read any private record "
+        "(the worker records that mark before its first read), so nothing it released "
+        "depends on the data"
+    )
+
+
+def charged_reason(status: JobStatus) -> str:
+    """Why a job that read the data and ended without a result stays charged."""
+    what = "was cancelled" if status == JobStatus.CANCELLED else "failed"
+    return (
+        f"charged: the job had read the private data when it {what}; how far it got, when "
+        "it stopped and whether it failed may depend on the records, so the charge stands "
+        "(docs/privacy.md)"
+    )
+
+
+#: The commit entry's reason of a job whose result was stored.
+SUCCEEDED_REASON = "charged: the job's result, a differentially private output, was stored"
 
 
 def lease_expired(job: Job, at: datetime) -> bool:

@@ -36,8 +36,10 @@ class JobRequest(BaseModel):
     registered name), its target epsilon (noise is calibrated to it), delta (None: the
     budget's), accounting (None: the budget's; another one is refused), shots (what they
     count is the method's ``shots_param``; ignored by a method without one), the method's
-    own ``params`` (None or missing keys: the method's defaults) and, for a method that
-    reads one, the public dataset.
+    own ``params`` (None or missing keys: the method's defaults), for a method that
+    reads one, the public dataset, and optionally a public labelled dataset the stored
+    prompt is scored on afterwards (``validation_dataset_id``; post-processing, never
+    charged).
 
     Frozen: a request is a value, checked once where it is built and passed on unchanged.
     """
@@ -52,6 +54,7 @@ class JobRequest(BaseModel):
     shots: int = Field(DEFAULT_SHOTS, ge=1, le=MAX_SHOTS)
     params: Mapping[str, Any] | None = None
     public_dataset_id: _Id | None = None
+    validation_dataset_id: _Id | None = None
 
     @field_validator("method")
     @classmethod

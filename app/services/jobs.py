@@ -64,15 +64,22 @@ from app.methods.registry import (
 from app.privacy.accounting import Accounting
 from app.privacy.budget import EPSILON_RULE, fits_budget, is_epsilon
 from app.privacy.calibration_cache import calibration_store
-from app.privacy.events import to_dict
+from app.privacy.events import DatasetEvent, to_dict
 from app.results import SoftPromptRelease, SynthesisResult
 from app.synthesis.tasks import TaskSpec
 
 from .calibrations import DatabaseCalibrationStore
 from .datasets import get_dataset, get_live_dataset
 from .errors import ConflictError, InvalidError, NotFoundError, UnavailableError
-from .job_end import close_job, lease_expired
+from .job_end import (
+    SUCCEEDED_REASON,
+    charged_reason,
+    close_job,
+    lease_expired,
+    released_reason,
+)
 from .job_request import JobRequest
+from .prompts import pending_validation
 from .queue import JobQueue
 
 
@@ -154,6 +161,48 @@ def get_public_dataset(session: Session, tenant_id: str, dataset_id: str) -> Dat
             code="dataset_deleted",
         )
     return dataset
+
+
+def check_validation_dataset(
+    session: Session, tenant_id: str, dataset_id: str | None, task: TaskSpec
+) -> None:
+    """Refuse a validation set the job's prompt cannot be scored on, naming why: not found
+    (404), deleted (409), private (422 ``not_public``: scoring is post-processing on public
+    data only, and a private dataset's records would be read unpriced), unlabelled (422
+    ``not_labelled``), or labelled for another task (422 ``validation_labels``: its labels
+    must be the job's task labels). None: the job names none."""
+    if dataset_id is None:
+        return
+    field = "validation_dataset_id"
+    try:
+        dataset = get_dataset(session, tenant_id, dataset_id)
+    except NotFoundError:
+        raise NotFoundError(f"{field}: dataset {dataset_id!r} not found") from None
+    if dataset.deleted_at is not None:
+        raise ConflictError(
+            f"{field}: dataset {dataset_id!r} was deleted: its records are gone",
+            code="dataset_deleted",
+        )
+    if dataset.kind != DatasetKind.PUBLIC:
+        raise InvalidError(
+            f"{field}: dataset {dataset_id!r} is private; a prompt is scored on public "
+            "labelled data only (upload it with public=true and labelled=true)",
+            code="not_public",
+        )
+    if not dataset.label_counts:
+        raise InvalidError(
+            f"{field}: dataset {dataset_id!r} has no labels (upload the validation set with "
+            "public=true, labelled=true and a task)",
+            code="not_labelled",
+        )
+    theirs = TaskSpec.model_validate(dataset.task)
+    if theirs.kind != task.kind or set(theirs.labels) != set(task.labels):
+        raise InvalidError(
+            f"{field}: dataset {dataset_id!r} is labelled for task {theirs.name!r} "
+            f"({theirs.kind.value}, labels {', '.join(theirs.labels) or '-'}); the job's task "
+            f"{task.name!r} has labels {', '.join(task.labels) or '-'}",
+            code="validation_labels",
+        )
 
 
 def check_backend(method: Method, backend: BackendKind) -> None:
@@ -248,6 +297,7 @@ def plan_submission(
             ledger.BudgetExceededError(requested=epsilon, spent=spent, total=budget.epsilon)
         )
     task = TaskSpec.model_validate(dataset.task)
+    check_validation_dataset(session, tenant_id, request.validation_dataset_id, task)
     counts = Counts(
         labels={str(k): int(v) for k, v in dataset.label_counts.items()},
         private=dataset.record_count,
@@ -274,6 +324,7 @@ def plan_submission(
     except ValueError as err:  # CalibrationError, SynthesisError, PateError, TaskError, sampling
         raise InvalidError(str(err), code="cannot_plan") from None
     job = job_record(tenant_id, dataset_id, method, plan, public_dataset_id)
+    job.validation_dataset_id = request.validation_dataset_id
     return PlannedJob(method=method, plan=plan, job=job, accounting=budget_accounting)
 
 
@@ -298,6 +349,7 @@ class Quote:
     budget_epsilon: float
     spend_now: ledger.Spend
     spend_after: ledger.Spend
+    event: DatasetEvent | None = None  # what the job would charge (per-label breakdown)
 
     @property
     def fits(self) -> bool:
@@ -319,12 +371,14 @@ def quote_job(
     budget = session.get(Budget, request.dataset_id)
     if budget is None:
         raise _no_budget(request.dataset_id)
+    event = planned.plan.event()
     quote = Quote(
         epsilon=planned.job.epsilon,
         delta=planned.job.delta,
         budget_epsilon=budget.epsilon,
         spend_now=ledger.spend(session, budget),
-        spend_after=ledger.spend_with(session, budget, planned.plan.event(), planned.job.epsilon),
+        spend_after=ledger.spend_with(session, budget, event, planned.job.epsilon),
+        event=event,
     )
     session.rollback()
     return quote
@@ -337,6 +391,7 @@ def submit_job(
     *,
     tenant_id: str,
     backend: BackendKind | None = None,
+    submitted_by: str | None = None,
 ) -> Job:
     """Plan, admit and enqueue a job; returns the committed row.
 
@@ -349,10 +404,12 @@ def submit_job(
     the wrong kind. A failed submission stores nothing (nor reserves anything). The job is
     committed with its outbox mark before its task is sent: if this process dies in between,
     a dispatcher sends it later. A send that fails is a 503 and the job fails, released,
-    unless a dispatcher's copy started it meanwhile.
+    unless a dispatcher's copy started it meanwhile. ``submitted_by`` is the ID of the
+    API key that asked (recorded on the job; None outside the API).
     """
     planned = plan_submission(session, request, tenant_id=tenant_id, backend=backend)
     job, event, budget_accounting = planned.job, planned.plan.event(), planned.accounting
+    job.submitted_by = submitted_by
     dataset_id, public_dataset_id = request.dataset_id, request.public_dataset_id
 
     try:
@@ -459,6 +516,50 @@ def cancel_job(session: Session, tenant_id: str, job_id: str) -> Job:
     return job
 
 
+# --- what a job cost, in words (the API's and the dashboard's) -----------------------------
+
+
+def job_charges(session: Session, jobs: Collection[Job]) -> dict[str, ledger.JobCharge]:
+    """Each job's charge as the ledger states it (one query for all of ``jobs``)."""
+    return ledger.job_charges(session, [job.id for job in jobs])
+
+
+def dataset_names(session: Session, tenant_id: str, ids: Collection[str]) -> dict[str, str]:
+    """The names of the tenant's datasets among ``ids`` (deleted ones too: a job or prompt
+    outlives its dataset), for lists that show them. Names are public metadata."""
+    if not ids:
+        return {}
+    rows = session.execute(
+        select(Dataset.id, Dataset.name).where(
+            Dataset.tenant_id == tenant_id, Dataset.id.in_(list(set(ids)))
+        )
+    )
+    return {row.id: row.name for row in rows}
+
+
+def charge_note(job: Job, charge: ledger.JobCharge | None) -> str:
+    """One sentence on what ``job`` costs and why, for clients: the reason its closing
+    ledger entry recorded, or, while it is still reserved, what will decide it. Built from
+    the job's status, its read mark and the ledger only: never record text."""
+    if charge is None:  # every admitted job has a reservation; a hand-written row may not
+        return "not in the ledger: nothing was reserved or charged for this job"
+    if charge.state is ledger.ChargeState.RESERVED:
+        held = f"reserved: epsilon {charge.epsilon:.4g} is held against the budget"
+        if job.touched_data:
+            return f"{held}; the job has read the private data, so it stays charged however it ends"
+        return (
+            f"{held}; it is released if the job ends before it reads a private record "
+            "(cancel it now to get it back), and charged once it has read one"
+        )
+    if charge.reason is not None:
+        return charge.reason
+    # Entries written before reasons were kept: the rule that wrote them.
+    status = JobStatus(job.status)
+    if charge.state is ledger.ChargeState.RELEASED:
+        return released_reason(status)
+    return SUCCEEDED_REASON if status == JobStatus.SUCCEEDED else charged_reason(status)
+
+
 # --- outcomes, shared with the workers ---------------------------------------------------
 
 
@@ -467,7 +568,9 @@ def store_result(session: Session, job: Job, result: SynthesisResult) -> PromptS
 
     Idempotent (a redelivered task stores once); flushes, the caller commits. The prompt set
     records the epsilon and delta the ledger charged for the job, and a PromptDPSGD result's
-    soft prompt (:func:`attach_soft_prompt`).
+    soft prompt (:func:`attach_soft_prompt`). A job that names a validation set stores its
+    prompt with the validation pending: the worker scores it after this commit, so that a
+    scoring failure can never undo the prompt (``app.services.prompts``).
     """
     existing = session.scalars(select(PromptSet).where(PromptSet.job_id == job.id)).first()
     if existing is None:
@@ -485,6 +588,9 @@ def store_result(session: Session, job: Job, result: SynthesisResult) -> PromptS
             model=result.model,
             epsilon=job.epsilon,
             delta=job.delta,
+            validation=(
+                pending_validation(job.validation_dataset_id) if job.validation_dataset_id else None
+            ),
         )
         if result.soft_prompt is not None:
             attach_soft_prompt(existing, result.soft_prompt)
@@ -497,7 +603,7 @@ def store_result(session: Session, job: Job, result: SynthesisResult) -> PromptS
     job.progress_done = method.progress_done(result, job.progress_total)
     job.error = None
     job.finished_at = job.finished_at or now()
-    ledger.commit(session, job.id)
+    ledger.commit(session, job.id, reason=SUCCEEDED_REASON)
     session.flush()
     return existing
 

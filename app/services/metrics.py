@@ -7,9 +7,12 @@ queries it on every scrape instead of counting in this process:
 * ``dpsyn_tokens_generated_total`` -- token steps done by all token-loop jobs (sum of their
   progress; a PromptPATE job's progress counts public inputs, not tokens);
 * ``dpsyn_ledger_epsilon_spent{tenant_id,dataset_id,accounting}`` -- composed epsilon of each
-  budgeted dataset (``ledger.spend``), and ``dpsyn_budget_epsilon`` its total.
+  budgeted dataset (``ledger.spend``), and ``dpsyn_budget_epsilon`` its total;
+* ``dpsyn_budget_spent_fraction{tenant_id,dataset_id,accounting}`` -- the share of each
+  budget spent (1.0: used up), and ``dpsyn_budget_warn_threshold`` the share at which the
+  dashboard warns, so that an alert rule is ``fraction >= threshold``.
 
-The last two carry tenant and dataset IDs and spend, so they are only collected when
+The per-dataset ones carry tenant and dataset IDs and spend, so they are only collected when
 ``per_dataset`` is true: the API does that only when a metrics token is configured and the
 scraper sent it (``DPSYN_METRICS_TOKEN``); an open ``/metrics`` has the aggregates only.
 
@@ -31,6 +34,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from app.db.models import Budget, Dataset, Job, JobStatus, LedgerEntry
 from app.ledger import ledger
 from app.methods.registry import kinds_where
+from app.services.budgets import spend_fraction
 
 
 class DpsynCollector(Collector):
@@ -55,6 +59,16 @@ class DpsynCollector(Collector):
         total = GaugeMetricFamily(
             "dpsyn_budget_epsilon", "Epsilon budget per dataset.", labels=labels
         )
+        fraction = GaugeMetricFamily(
+            "dpsyn_budget_spent_fraction",
+            "Share of each dataset's epsilon budget spent or reserved (1.0: used up).",
+            labels=labels,
+        )
+        threshold = GaugeMetricFamily(
+            "dpsyn_budget_warn_threshold",
+            "Share of each dataset's budget at which it is flagged (warn).",
+            labels=labels,
+        )
         with self._sessions() as session:
             rows = session.execute(select(Job.status, func.count()).group_by(Job.status))
             counts = {status: count for status, count in rows}
@@ -70,8 +84,11 @@ class DpsynCollector(Collector):
                 epsilon = self._spent(session, budget, last_entry)
                 spent.add_metric(labels_of, epsilon)
                 total.add_metric(labels_of, budget.epsilon)
+                fraction.add_metric(labels_of, spend_fraction(epsilon, budget.epsilon))
+                threshold.add_metric(labels_of, budget.warn_threshold)
             session.rollback()
-        yield from (jobs, tokens, spent, total) if self._per_dataset else (jobs, tokens)
+        per_dataset = (spent, total, fraction, threshold) if self._per_dataset else ()
+        yield from (jobs, tokens, *per_dataset)
 
     @staticmethod
     def _budgets(session: Session) -> list[tuple[Budget, str, int | None]]:

@@ -325,6 +325,52 @@ _READERS: dict[str, Callable[[Path, TaskSpec], list[Record]]] = {
     "mitd": lambda path, task: read_mit(path, task.slot or "director"),
 }
 
+# File name endings of the tables :func:`read_table` reads (anything else is no table).
+TABLE_SUFFIXES = (".csv", ".tsv", ".jsonl", ".ndjson")
+
+
+def own_format_tasks() -> tuple[str, ...]:
+    """The tasks whose benchmark files :func:`load_dataset` reads in their own format."""
+    return tuple(sorted(_READERS))
+
+
+def has_own_format(task: TaskSpec) -> bool:
+    """Whether ``task`` (by name) has a reader of its benchmark's own file format."""
+    return task.name in _READERS
+
+
+def _header_names(path: Path, text_col: str, label_col: str) -> bool:
+    """Whether the CSV's first row names both columns (a header), read without keeping it."""
+    try:
+        with path.open(encoding="utf-8", errors="replace", newline="") as handle:
+            first = next(csv.reader(handle), [])
+    except (OSError, csv.Error):
+        return False  # the reader that runs next reports the problem, by line
+    cells = {cell.strip() for cell in first}
+    return text_col in cells and label_col in cells
+
+
+def own_format(
+    task: TaskSpec, path: str | Path, text_col: str = "text", label_col: str = "label"
+) -> bool:
+    """Whether the file at ``path`` is read in ``task``'s own format rather than as a table
+    with the columns ``text_col`` and ``label_col``.
+
+    A built-in task's file that is no table by its name (TREC's ``train.txt``, SST-2's
+    ``stsa.binary.train``, MIT's ``train``) is in the task's own format. AG News's own format
+    is a CSV without a header, so a ``.csv`` for it is a table only when its first row names
+    both columns: an upload cannot say "no columns given" the way the command line can.
+    """
+    if not has_own_format(task):
+        return False
+    path = Path(path)
+    suffix = path.suffix.lower()
+    if suffix not in TABLE_SUFFIXES:
+        return True
+    return (
+        task.name == "agnews" and suffix == ".csv" and not _header_names(path, text_col, label_col)
+    )
+
 
 def _label_mapper(task: TaskSpec) -> Callable[[str], str | None]:
     """Raw label -> public label: exact, a built-in raw code, or a case-insensitive match

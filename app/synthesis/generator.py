@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from app.llm.base import LLMBackend
+from app.llm.base import LLMBackend, kv_scope
 from app.privacy.adadpsyn import adadpsyn_aggregate
 from app.privacy.calibration import calibrate_noise
 from app.privacy.events import SynthesisEvent, to_dict
@@ -199,18 +199,14 @@ def synthesize(
     ``progress`` is called between tokens; an exception it raises (for example a
     cancellation) stops the job there.
 
-    A backend that keeps prompts' KV caches across calls (``forget_prompts``, e.g.
-    TransformersBackend with ``kv_cache_mb``) is emptied before and after the job, so that no
-    job's speed depends on another job's private prompts.
+    The job runs inside the backend's KV scope (:func:`app.llm.base.kv_scope`): a local
+    model keeps each prompt's KV cache for the job's next steps (incremental decoding), in a
+    store of this job's own, freed when the job ends however it ends (success, failure,
+    cancellation), so that no job reads or evicts another's caches or runs faster because of
+    another job's private prompts.
     """
-    forget: Callable[[], None] | None = getattr(backend, "forget_prompts", None)
-    if forget is not None:
-        forget()
-    try:
-        return _synthesize(task, records, config, backend, progress, job)
-    finally:
-        if forget is not None:
-            forget()
+    with kv_scope(backend) as scoped:
+        return _synthesize(task, records, config, scoped, progress, job)
 
 
 def _synthesize(
@@ -274,7 +270,10 @@ def _synthesize(
             done = sum(config.tmax if s.done else step + 1 for s in shots)
             progress(min(done, planned), planned)
 
-    demos = [Demonstration(s.label, backend.detokenize(s.generated).strip()) for s in shots]
+    demos = [
+        Demonstration(s.label, demonstration_text(backend.detokenize(s.generated), s.done))
+        for s in shots
+    ]
     return SynthesisResult(
         task=task.name,
         method=config.method.value if private else "instruction-only",
@@ -289,6 +288,29 @@ def _synthesize(
         # private records sampled into teacher prompts, with no noise.
         stats={"backend_calls": calls, **job.planner},
     )
+
+
+#: What ends a demonstration that ran out of tokens (T_max) before its stop token.
+TRUNCATED = "…"
+_SENTENCE_END = ".?!;:)]\"'"
+
+
+def demonstration_text(text: str, finished: bool) -> str:
+    """A demonstration's text, never cut inside a word.
+
+    ``finished``: it ended at a stop token (newline or end of sequence), so the text is whole.
+    Otherwise T_max cut it. The last token may then end inside a word, and whether it did is
+    only known from the token that was never generated, so a last fragment after the last
+    space is dropped unless it ends a sentence (at worst one complete word is lost), and the
+    text is marked :data:`TRUNCATED`: a reader and the model both see that it stops early.
+    A single word is kept. Post-processing of a DP output, so no privacy cost.
+    """
+    text = text.strip()
+    if finished or not text:
+        return text
+    if not text.endswith(tuple(_SENTENCE_END)) and len(parts := text.rsplit(None, 1)) == 2:
+        text = parts[0].rstrip()
+    return f"{text} {TRUNCATED}"
 
 
 def _teacher_probs(

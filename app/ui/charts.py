@@ -12,6 +12,9 @@ from functools import cached_property
 
 from markupsafe import Markup, escape
 
+from app.db.models import DEFAULT_WARN_THRESHOLD
+from app.services.budgets import spend_fraction, spend_level
+
 COMPOSED = "#2563eb"
 PLAIN_SUM = "#d97706"
 BUDGET = "#dc2626"
@@ -22,26 +25,62 @@ def _num(value: float) -> str:
     return f"{value:.4g}"
 
 
-def spend_bar(budget: float, composed: float, plain_sum: float, width: int = 240) -> Markup:
-    """One dataset's bar: composed spend filled, the plain sum as a tick, the budget as the
-    end of the track (the track grows when the plain sum passes the budget)."""
-    height, top = 20, 4
-    scale_max = max(budget, plain_sum, 1e-12)
+#: A bar's fill by level (app.services.budgets.SpendLevel): below the warn threshold,
+#: at or past it, the budget used up.
+LEVEL_FILL = {"ok": "#16a34a", "warn": "#f59e0b", "over": "#dc2626"}
+BAR_SUM = "#111827"
+BAR_BUDGET = "#7f1d1d"
+BAR_THRESHOLD = "#6b7280"
+
+
+def spend_bar(
+    budget: float,
+    composed: float,
+    plain_sum: float | None,
+    width: int = 240,
+    threshold: float = DEFAULT_WARN_THRESHOLD,
+) -> Markup:
+    """One dataset's (or label group's) bar: the composed spend filled in its level's colour
+    (:data:`LEVEL_FILL`) with its percentage of the budget beside it, the warn threshold
+    dashed, the plain sum as a dark tick (None: no tick, e.g. a label group's bar), the budget
+    as the end of the track (the track grows when the plain sum passes the budget)."""
+    height, top, text_w = 20, 4, 48
+    level = spend_level(composed, budget, threshold).value
+    percent = spend_fraction(composed, budget) * 100
+    scale_max = max(budget, plain_sum or 0.0, 1e-12)
     fill = min(composed, scale_max) / scale_max * width
     budget_x = budget / scale_max * width
-    sum_x = min(plain_sum, scale_max) / scale_max * width
-    label = f"composed spend {_num(composed)} of budget {_num(budget)}; plain sum {_num(plain_sum)}"
+    warn_x = threshold * budget / scale_max * width
+    label = (
+        f"composed spend {_num(composed)} of budget {_num(budget)} ({percent:.0f}%, {level}); "
+        + (f"plain sum {_num(plain_sum)}; " if plain_sum is not None else "")
+        + f"warn at {threshold * 100:.0f}%"
+    )
+    full = height + 2 * top
+    tick = ""
+    if plain_sum is not None:
+        sum_x = min(plain_sum, scale_max) / scale_max * width
+        tick = (
+            f'<line class="bar-sum" x1="{sum_x + 1:.1f}" x2="{sum_x + 1:.1f}" y1="1" '
+            f'y2="{full - 1}" stroke="{BAR_SUM}" stroke-width="3"/>'
+        )
     return Markup(
-        f'<svg class="bar" width="{width + 2}" height="{height + 2 * top}" role="img" '
-        f'aria-label="{escape(label)}"><title>{escape(label)}</title>'
+        f'<svg class="bar" width="{width + 2 + text_w}" height="{full}" role="img" '
+        f'aria-label="{escape(label)}" data-level="{level}" data-percent="{percent:.1f}">'
+        f"<title>{escape(label)}</title>"
         f'<rect x="1" y="{top}" width="{width}" height="{height}" fill="#f3f4f6" '
         f'stroke="#d1d5db"/>'
         f'<rect class="bar-composed" x="1" y="{top}" width="{fill:.1f}" height="{height}" '
-        f'fill="{COMPOSED}"/>'
-        f'<line x1="{sum_x + 1:.1f}" x2="{sum_x + 1:.1f}" y1="1" y2="{height + 2 * top - 1}" '
-        f'stroke="{PLAIN_SUM}" stroke-width="3"/>'
+        f'fill="{LEVEL_FILL[level]}"/>'
+        f'<line class="bar-threshold" x1="{warn_x + 1:.1f}" x2="{warn_x + 1:.1f}" y1="{top}" '
+        f'y2="{top + height}" stroke="{BAR_THRESHOLD}" stroke-width="1" '
+        f'stroke-dasharray="3 2"/>'
+        f"{tick}"
         f'<line x1="{budget_x + 1:.1f}" x2="{budget_x + 1:.1f}" y1="1" '
-        f'y2="{height + 2 * top - 1}" stroke="{BUDGET}" stroke-width="2"/>'
+        f'y2="{full - 1}" stroke="{BAR_BUDGET}" stroke-width="2"/>'
+        f'<text class="bar-percent" x="{width + text_w - 2}" y="{top + height - 5}" '
+        f'text-anchor="end" font-size="13" font-weight="600" '
+        f'fill="{LEVEL_FILL[level] if level != "ok" else "#374151"}">{percent:.0f}%</text>'
         "</svg>"
     )
 

@@ -84,6 +84,8 @@ NOT_USER_WRITABLE: dict[Column, str] = {
     ("jobs", "tenant_id"): _OWNER,
     ("jobs", "dataset_id"): _LOOKED_UP,
     ("jobs", "public_dataset_id"): _LOOKED_UP,
+    ("jobs", "validation_dataset_id"): _LOOKED_UP,
+    ("jobs", "submitted_by"): "the ID of the API key that authenticated the request",
     ("jobs", "status"): "set by the service and the workers (a JobStatus)",
     ("jobs", "lease_owner"): "written by a worker (host:pid:token), never by a request",
     ("jobs", "prompt_set_id"): "the ID of the prompt set a worker stored",
@@ -468,6 +470,8 @@ def test_over_long_ids_are_not_found(world: World, path: str) -> None:
         response = api.submit(long_id)
         assert response.status_code == 404, response.text
         response = api.submit_pate(world.dataset_id, long_id)
+        assert response.status_code == 404, response.text
+        response = api.submit(world.dataset_id, validation_dataset_id=long_id)
     elif path.endswith("budget"):
         response = api.budget(long_id, 1.0)
     else:

@@ -28,6 +28,7 @@ METADATA = {
     "kind",
     "task",
     "label_counts",
+    "labelled",
     "record_count",
     "created_at",
     "deleted_at",
@@ -47,7 +48,7 @@ def test_upload_csv_file_with_a_builtin_task(api: Api) -> None:
     assert response.status_code == 201, response.text
     body = response.json()
     assert set(body) == METADATA
-    assert body["name"] == "reviews"
+    assert body["name"] == "sst2"  # named after the task, not the file (issue 24)
     assert body["task"]["name"] == "sst2"
     assert body["label_counts"] == {"negative": 5, "positive": 4}  # raw "0" mapped
     assert body["record_count"] == 9 and body["deleted_at"] is None

@@ -222,9 +222,13 @@ def _views(served: Served, dataset_id: str, job_ids: list[str]) -> list[tuple[st
     bodies = [("GET /v1/jobs", api.get("/v1/jobs", params={"limit": 100}).text)]
     bodies += [(f"GET /v1/jobs/{j}", api.get(f"/v1/jobs/{j}").text) for j in job_ids]
     bodies.append(("GET /v1/datasets", api.get("/v1/datasets").text))
+    budget = f"/v1/datasets/{dataset_id}/budget"  # the budget views (issue 24)
+    for path in (budget, budget + "/ledger.csv", "/v1/budgets", "/v1/budgets?over_threshold=1"):
+        bodies.append((f"GET {path}", api.get(path).text))
     ui = served.ui()
     try:
         pages = ["/ui/jobs", "/ui/datasets", f"/ui/datasets/{dataset_id}"]
+        pages += ["/ui/datasets?sort=spent&order=desc", f"/ui/datasets/{dataset_id}/ledger.csv"]
         pages += [f"/ui/jobs/{j}" for j in job_ids] + [f"/ui/jobs/{j}/status" for j in job_ids]
         for path in pages:
             response = ui.get(path)

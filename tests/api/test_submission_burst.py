@@ -7,6 +7,10 @@ in a lane of their own (``DPSYN_PLANNING_CONCURRENCY`` at once, ``DPSYN_PLANNING
 waiting) and hold a request slot only while they plan; the lane answers 503 only when its own
 queue is full. The timing under real planning is ``bench/submission_burst.py``'s; here
 planning is made slow (a sleep, so the test's CPU stays free) to make the overlap certain.
+
+A burst is also admitted exactly up to the budget (issue 23): admission reuses remembered
+compositions, and the count and the refusals' spend must still be those of composing every
+live job afresh.
 """
 
 from __future__ import annotations
@@ -18,8 +22,13 @@ from typing import Any
 
 import httpx
 import pytest
+from sqlalchemy import select
 
 import app.services.jobs as job_service
+from app.db.models import LedgerEntry
+from app.db.session import session_scope
+from app.privacy.accounting import TightPldAccountant
+from app.privacy.events import SynthesisEvent, from_dict
 from tests.api.conftest import FAST_PARAMS, Api, auth, error_of, make_api
 
 PLAN_S = 0.4
@@ -111,3 +120,50 @@ def test_the_lane_answers_503_only_when_its_own_queue_is_full(
         assert error["code"] == "overloaded" and "DPSYN_PLANNING_QUEUE" in error["message"]
         assert refused.headers["Retry-After"] == "1"
         assert set(readers) == {200}, readers
+
+
+def test_a_burst_is_admitted_exactly_up_to_the_budget(sqlite_url: str) -> None:
+    """Issue 23: admissions reuse the composition of the jobs before them; a burst still
+    stops exactly where composing every live job afresh says the budget ends."""
+    for api in make_api(sqlite_url, request_threads=4, planning_concurrency=2):
+        dataset_id = api.upload()["id"]
+        assert api.budget(dataset_id, 100.0).status_code == 200
+        first = api.submit(dataset_id, epsilon=EPSILON)
+        assert first.status_code == 201, first.text
+        with session_scope(sqlite_url) as session:
+            stored = session.scalars(
+                select(LedgerEntry.event).where(LedgerEntry.job_id == first.json()["id"])
+            ).one()
+        event = from_dict(stored)
+        assert isinstance(event, SynthesisEvent)
+        uncached = TightPldAccountant(cached=False)
+        five = uncached.dataset_epsilon([event] * 5, api_delta(api, dataset_id))
+        six = uncached.dataset_epsilon([event] * 6, api_delta(api, dataset_id))
+        assert api.budget(dataset_id, (five + six) / 2).status_code == 200
+        answers = asyncio.run(_submissions(api, dataset_id, 12))
+        assert Counter(a.status_code for a in answers) == {201: 4, 409: 8}
+        refused = [error_of(a) for a in answers if a.status_code == 409]
+        assert {e["code"] for e in refused} == {"budget_exceeded"}
+        assert all(e["spent"] == five for e in refused)  # the five jobs, composed exactly
+
+
+def api_delta(api: Api, dataset_id: str) -> float:
+    budget = api.client.get(f"/v1/datasets/{dataset_id}/budget", headers=auth(api.admin))
+    assert budget.status_code == 200, budget.text
+    return float(budget.json()["delta"])
+
+
+async def _submissions(api: Api, dataset_id: str, n: int) -> list[httpx.Response]:
+    transport = httpx.ASGITransport(api.client.app)
+    body = {"dataset_id": dataset_id, "method": "tang", "epsilon": EPSILON, "shots": 2}
+    async with httpx.AsyncClient(transport=transport, base_url="http://t", timeout=60) as http:
+        return list(
+            await asyncio.gather(
+                *(
+                    http.post(
+                        "/v1/jobs", json={**body, "params": FAST_PARAMS}, headers=auth(api.admin)
+                    )
+                    for _ in range(n)
+                )
+            )
+        )

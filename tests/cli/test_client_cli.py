@@ -4,111 +4,31 @@ in-process worker and the fake backend; and ``dpsyn serve`` / ``dpsyn worker`` s
 from __future__ import annotations
 
 import os
-import socket
 import stat
 import subprocess
 import sys
-import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import numpy as np
 import pytest
-import uvicorn
-from typer.testing import CliRunner
 
 from app.cli import app as cli
 from app.cli.serve import load_or_create_admin_key, prepare
 from app.db.models import PromptSet
 from app.db.session import session_scope
-from app.llm.provider import StaticProvider
-from app.main import create_app
 from app.promptdpsgd.artifact import SoftPrompt
 from app.services.jobs import attach_soft_prompt
 from app.services.tenants import authenticate
 from app.settings import Settings
 from app.synthesis.tasks import BUILTIN_TASKS
+from tests.cli.live_server import CODES, FAST, KEY, SECRET, free_port, runner, upload
 from tests.conftest import require_shared_data, shared_data_dir
 from tests.synthesis.fake_backend import FakeBackend
-from workers.inprocess import InProcessQueue
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = shared_data_dir()
-KEY = "test-admin-key-for-the-client-cli-0123456789"
-SECRET = "SECRETWORD"
-CODES = {"ABBR", "ENTY", "DESC", "HUM", "LOC", "NUM"}
-FAST = ["--M", "4", "--N", "2", "--tmax", "4", "--K", "10", "--shots", "2"]
-
-runner = CliRunner()
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-@pytest.fixture
-def fake_backend() -> FakeBackend:
-    """The server's model (a test parametrizes ``fake_backend`` to use another one)."""
-    return FakeBackend()
-
-
-@pytest.fixture
-def server(sqlite_url, fake_backend) -> Iterator[str]:
-    """A live API on a free port, jobs in its in-process worker; yields its URL."""
-    provider = StaticProvider(fake_backend)
-    queue = InProcessQueue(database_url=sqlite_url, provider=provider, progress_interval_s=0)
-    app = create_app(
-        Settings(database_url=sqlite_url, bootstrap_api_key=KEY),
-        queue=queue.start(),
-        backend_provider=provider,
-    )
-    port = free_port()
-    uv = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=uv.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 20
-    while not uv.started:
-        assert time.monotonic() < deadline, "the server did not start"
-        time.sleep(0.05)
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        uv.should_exit = True
-        thread.join(10)
-        queue.close()
-
-
-@pytest.fixture
-def dpsyn(server, monkeypatch, tmp_path):
-    """Run a client command against ``server``; returns the result (exit code, output)."""
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("DPSYN_URL", server)
-    monkeypatch.setenv("DPSYN_API_KEY", KEY)
-
-    def run(*args: str):
-        return runner.invoke(cli, list(args))
-
-    return run
-
-
-@pytest.fixture
-def trec_file(tmp_path) -> Path:
-    path = tmp_path / "trec.txt"
-    lines = [
-        f"{code}:x {SECRET}{code}{i} what is it ?" for code in sorted(CODES) for i in range(20)
-    ]
-    path.write_text("\n".join(lines) + "\n")
-    return path
-
-
-def upload(dpsyn, path: Path) -> str:
-    result = dpsyn("datasets", "upload", str(path), "--task", "trec", "-q")
-    assert result.exit_code == 0, result.output
-    return result.output.strip()
 
 
 def test_upload_budget_submit_wait_and_use_the_prompt(dpsyn, trec_file):
@@ -271,7 +191,7 @@ def test_promptpate_on_sst2_with_the_imdb_sample_as_public_data(dpsyn):
 
     missing = dpsyn("jobs", "submit", "--dataset", dataset, "--method", "promptpate",
                     "--epsilon", "3")  # fmt: skip
-    assert missing.exit_code == 1 and "public_dataset_id: required" in missing.output
+    assert missing.exit_code == 1 and "--public-dataset: required" in missing.output
     bad = dpsyn("jobs", "submit", "--dataset", dataset, "--epsilon", "3", "--param", "teachers")
     assert bad.exit_code == 2 and "KEY=VALUE" in bad.output
     submitted = dpsyn(
@@ -422,8 +342,9 @@ def test_a_fourteen_class_task_needs_no_spec_file(dpsyn, dbpedia_file):
         "--text-col", "2+3", "--label-col", "1", "--text-field", "Question", "--json",
     )  # fmt: skip
     assert uploaded.exit_code == 0, uploaded.output
-    dataset = httpx.Response(200, content=uploaded.output).json()
+    dataset = httpx.Response(200, content=uploaded.stdout).json()
     assert dataset["record_count"] == 14 * 8
+    assert uploaded.stderr.startswith("records per label after --label-map: Company 8, ")
     assert dataset["label_counts"] == dict.fromkeys(DBPEDIA, 8)
     task = dataset["task"]
     assert task["labels"] == list(DBPEDIA)
@@ -463,3 +384,44 @@ def test_custom_task_upload_mistakes_are_refused_locally(dpsyn, dbpedia_file):
         assert result.exit_code == 2, (args, result.output)
         assert message in result.output and SECRET not in result.output, args
     assert dpsyn("datasets", "list", "--json").output.strip() == "[]"  # nothing was stored
+
+
+def test_an_upload_without_a_name_is_named_after_its_task(dpsyn, tmp_path, trec_file):
+    """Issue 24: TREC's train.txt made a dataset called "train"; a name given is kept."""
+    train = tmp_path / "train.txt"
+    train.write_text(trec_file.read_text())
+    unnamed = dpsyn("datasets", "upload", str(train), "--task", "trec", "--json")
+    assert unnamed.exit_code == 0, unnamed.output
+    assert httpx.Response(200, content=unnamed.stdout).json()["name"] == "trec"
+    named = dpsyn("datasets", "upload", str(train), "--task", "trec", "--name", "q", "--json")
+    assert named.exit_code == 0, named.output
+    assert httpx.Response(200, content=named.stdout).json()["name"] == "q"
+
+
+def test_budget_warn_threshold_and_spend_per_label_group(dpsyn, trec_file):
+    """Issue 24: `budget set --warn`, the share spent and its level, each label group's spend
+    with the one that sets the dataset's, and the reason a job was charged."""
+    dataset = upload(dpsyn, trec_file)
+    refused = dpsyn("budget", "set", dataset, "--epsilon", "10", "--warn", "1.5")
+    assert refused.exit_code != 0 and "--warn" in refused.output
+    assert "warn_threshold" not in refused.output
+    budget = dpsyn("budget", "set", dataset, "--epsilon", "10", "--warn", "0.5")
+    assert budget.exit_code == 0, budget.output
+    assert "warns at 50% of the budget" in budget.output and "(0%, ok)" in budget.output
+
+    submitted = dpsyn(
+        "jobs", "submit", "--dataset", dataset, "--method", "tang", "--epsilon", "8",
+        *FAST, "--wait", "--poll", "0.1", "-q",
+    )  # fmt: skip
+    assert submitted.exit_code == 0, submitted.output
+    shown = dpsyn("budget", "show", dataset)
+    assert shown.exit_code == 0, shown.output
+    assert ", warn)" in shown.output
+    groups = shown.output.split("spend per label group")[1].split("ledger:")[0]
+    assert groups.count("sets the spend") >= 1
+    labels = BUILTIN_TASKS["trec"].labels
+    assert all(label in groups for label in labels)  # every label's group is listed
+    ledger = shown.output.split("ledger:")[1]
+    commit = next(line for line in ledger.splitlines() if "commit" in line)
+    assert len(commit.split("commit", 1)[1].split()) > 3  # epsilon, delta and a reason
+    assert SECRET not in shown.output

@@ -7,15 +7,21 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import pytest
+
 from app.cli.client import _describe_job, _flag_params
 from app.methods.kinds import MethodKind
 
-CLIENT = Path(__file__).resolve().parents[2] / "app" / "cli" / "client.py"
+CLI = Path(__file__).resolve().parents[2] / "app" / "cli"
+CLIENT = CLI / "client.py"
+# Every module of the thin client: its commands, its HTTP client, its error wording.
+CLIENT_MODULES = ("client.py", "client_lists.py", "http_client.py", "vocabulary.py", "config.py")
 FORBIDDEN = ("app.methods", "app.cli.method_options", "app.cli.synthesize", "torch", "transformers")
 
 
-def test_the_client_imports_no_method_code_and_names_no_method() -> None:
-    source = CLIENT.read_text()
+@pytest.mark.parametrize("module", CLIENT_MODULES)
+def test_the_client_imports_no_method_code_and_names_no_method(module: str) -> None:
+    source = (CLI / module).read_text()
     imported = set()
     for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.ImportFrom) and node.module:
@@ -23,7 +29,8 @@ def test_the_client_imports_no_method_code_and_names_no_method() -> None:
         elif isinstance(node, ast.Import):
             imported |= {alias.name for alias in node.names}
     assert not [m for m in imported if m.startswith(FORBIDDEN)], imported
-    assert "app.cli.options" in imported  # the check does see imports
+    if module == "client.py":
+        assert "app.cli.options" in imported  # the check does see imports
     named = [kind.value for kind in MethodKind if f'"{kind.value}"' in source]
     assert named == []
 
@@ -38,6 +45,22 @@ def test_a_job_is_described_from_its_json() -> None:
         "job j1 succeeded: anything, epsilon 1 at delta 0.01, dataset d1, progress 3/3 echoes, "
         "3 echoes; prompt p1"
     )
+
+
+def test_a_cancelled_or_failed_job_says_what_it_is_charged_and_why() -> None:
+    job = {
+        "id": "j2", "status": "cancelled", "method": "anything", "shots": 0, "epsilon": 1.0,
+        "delta": 0.01, "dataset_id": "d1", "progress": {"done": 0, "total": 3, "unit": "echoes"},
+        "charged_epsilon": 0.0, "charge_note": "released: it never read a private record",
+    }  # fmt: skip
+    assert _describe_job(job).endswith(
+        "progress 0/3 echoes; charged epsilon 0: released: it never read a private record"
+    )
+    running = {**job, "status": "running", "cancel_requested": True, "charged_epsilon": 1.0,
+               "charge_note": "reserved: epsilon 1 is held"}  # fmt: skip
+    assert _describe_job(running).endswith("echoes; reserved: epsilon 1 is held")
+    done = {**job, "status": "succeeded", "charge_note": "charged: it released a prompt"}
+    assert "charged" not in _describe_job(done)  # a prompt says it was charged
 
 
 def test_method_parameters_are_options_of_their_own() -> None:

@@ -216,7 +216,7 @@ def test_chunks_keep_order_batch_size_and_bounded_padding(backend):
         ]  # fmt: skip
 
 
-def test_kv_store_extends_each_prompt_by_its_new_tokens_only(backend):
+def test_kv_scope_extends_each_prompt_by_its_new_tokens_only(backend):
     # Incremental decoding: a prompt one token longer than a stored one runs that token
     # alone, on top of the stored KV cache, and the answers equal the plain path's.
     prompts = teacher_batch(backend)
@@ -227,17 +227,13 @@ def test_kv_store_extends_each_prompt_by_its_new_tokens_only(backend):
     with settings(backend, prefix_cache=False, batch_size=4):
         plain = backend.next_token_probs(prompts, sets)
         plain_longer = backend.next_token_probs(longer, sets)
-    backend.forget_prompts()
-    try:
-        with settings(backend, kv_cache_mb=64.0, batch_size=4):
-            before = backend.tokens_computed
-            first = backend.next_token_probs(prompts, sets)
-            first_computed = backend.tokens_computed - before
-            before = backend.tokens_computed
-            second = backend.next_token_probs(longer, sets)
-            second_computed = backend.tokens_computed - before
-    finally:
-        backend.forget_prompts()
+    with settings(backend, kv_cache_mb=64.0, batch_size=4), backend.kv_scope() as scope:
+        first = scope.next_token_probs(prompts, sets)
+        first_computed = scope.tokens_computed
+        second = scope.next_token_probs(longer, sets)
+        second_computed = scope.tokens_computed - first_computed
+        assert scope.store_bytes > 0
+    assert scope.closed and scope.store_bytes == 0  # freed at the end of the block
     assert np.allclose(first, plain, atol=1e-5), np.abs(first - plain).max()
     assert np.allclose(second, plain_longer, atol=1e-5), np.abs(second - plain_longer).max()
     # First call: the shared prefix once, then each prompt's own tokens (BOS included).
@@ -249,27 +245,157 @@ def test_kv_store_extends_each_prompt_by_its_new_tokens_only(backend):
         assert np.allclose(row, torch.softmax(chosen, dim=0).numpy(), atol=1e-5)
 
 
-def test_kv_store_is_bounded_forgets_on_demand_and_steps_aside_at_the_window(backend, monkeypatch):
+def full_cost(prompts: Sequence[Sequence[int]]) -> int:
+    """Tokens a batch computes with no stored cache: BOS and the shared prefix once, then each
+    prompt's own tokens (the shared-prefix cache of one call)."""
+    shared = shared_prefix(prompts)
+    return shared + 1 + sum(len(p) - shared for p in prompts)
+
+
+def test_incremental_decoding_is_on_by_default_and_only_inside_a_scope(backend):
+    from app.llm.transformers_backend import DEFAULT_KV_CACHE_MB
+
+    assert backend.kv_cache_mb == DEFAULT_KV_CACHE_MB > 0
+    prompts = teacher_batch(backend)
+    longer = [[*p, 100] for p in prompts]
+    backend.top_k(prompts, 3)
+    before = backend.tokens_computed
+    backend.top_k(longer, 3)  # outside a scope nothing was kept: the prompts run again
+    assert backend.tokens_computed - before == full_cost(longer)
+    with backend.kv_scope() as scope:
+        scope.top_k(prompts, 3)
+        scope.top_k(longer, 3)
+        assert scope.tokens_computed == full_cost(prompts) + len(longer)
+    with settings(backend, kv_cache_mb=0.0), backend.kv_scope() as off:
+        off.top_k(prompts, 3)
+        off.top_k(longer, 3)  # a scope without a budget counts, and stores nothing
+        assert off.store_bytes == 0
+        assert off.tokens_computed == full_cost(prompts) + full_cost(longer)
+
+
+def test_two_scopes_on_one_backend_never_see_each_others_caches(backend):
+    # Two jobs interleaved on one backend: each computes exactly what it computes alone,
+    # and a prompt extending the other scope's stored prompt is computed in full.
+    prompts = teacher_batch(backend)
+    a_calls = [prompts[:5], [[*p, 7] for p in prompts[:5]]]
+    b_calls = [[[*p, 7] for p in prompts[:5]], [[*p, 7, 9] for p in prompts[:5]]]
+    sets = np.tile(np.arange(200, 230), (5, 1))
+
+    def alone(calls):
+        with backend.kv_scope() as scope:
+            answers = [scope.next_token_probs(c, sets) for c in calls]
+        return answers, scope.tokens_computed
+
+    a_alone, a_computed = alone(a_calls)
+    b_alone, b_computed = alone(b_calls)
+    with backend.kv_scope() as a, backend.kv_scope() as b:
+        a_first = a.next_token_probs(a_calls[0], sets)
+        b_first = b.next_token_probs(b_calls[0], sets)  # extends a's prompts: not reused
+        assert b.tokens_computed == full_cost(b_calls[0])
+        a_second = a.next_token_probs(a_calls[1], sets)
+        b_second = b.next_token_probs(b_calls[1], sets)
+        assert a.tokens_computed == a_computed and b.tokens_computed == b_computed
+    for together, lone in zip(
+        [a_first, a_second, b_first, b_second], [*a_alone, *b_alone], strict=True
+    ):
+        assert np.allclose(together, lone, atol=1e-6)
+    assert a.store_bytes == b.store_bytes == 0
+
+
+class Flaky:
+    """The model, failing its ``fail_at``-th forward pass with a transient error."""
+
+    def __init__(self, model, fail_at: int) -> None:
+        self.model, self.fail_at, self.calls = model, fail_at, 0
+
+    def __getattr__(self, name):
+        return getattr(self.model, name)
+
+    def __call__(self, *args, **kwargs):
+        from app.llm.base import TransientBackendError
+
+        self.calls += 1
+        if self.calls == self.fail_at:
+            raise TransientBackendError("model failed half-way")
+        return self.model(*args, **kwargs)
+
+
+def test_retry_layer_passes_the_scope_through_and_a_retry_recomputes(backend, monkeypatch):
+    from app.llm.retry import RetryingBackend, RetryPolicy
+
+    prompts = teacher_batch(backend)
+    longer = [[*p, 11] for p in prompts]
+    sets = np.tile(np.arange(300, 340), (len(prompts), 1))
+    with settings(backend, prefix_cache=False, kv_cache_mb=0.0):
+        plain_longer = backend.next_token_probs(longer, sets)
+    retrying = RetryingBackend(backend, retry=RetryPolicy(retries=2, sleep=lambda _s: None))
+    with settings(backend, batch_size=4), retrying.kv_scope() as scoped:
+        assert isinstance(scoped, RetryingBackend)
+        scope = scoped._backend  # the KVScope inside the retry layer
+        assert scope is not backend and scope.name == backend.name
+        scoped.next_token_probs(prompts, sets)
+        assert scope.store_bytes > 0
+        # The second call fails in its second chunk, after its first chunk stored rows.
+        flaky = Flaky(backend.model, fail_at=2)
+        monkeypatch.setattr(backend, "model", flaky)
+        before = scope.tokens_computed
+        answers = scoped.next_token_probs(longer, sets)
+        assert flaky.calls >= 3  # failed once, then retried
+        # The retry started from an empty store: every prompt ran again (shared prefix once),
+        # where the cached path would have run one token per prompt.
+        assert scope.tokens_computed - before > full_cost(longer)
+        monkeypatch.setattr(backend, "model", flaky.model)
+    assert scope.closed and scope.store_bytes == 0
+    assert np.allclose(answers, plain_longer, atol=1e-5), np.abs(answers - plain_longer).max()
+
+
+def test_kv_store_is_bounded_and_steps_aside_at_the_window(backend, monkeypatch):
     prompts = teacher_batch(backend)
     sets = np.tile(np.arange(100, 140), (len(prompts), 1))
     with settings(backend, prefix_cache=False):
         plain = backend.next_token_probs(prompts, sets)
-    backend.forget_prompts()
-    try:
-        with settings(backend, kv_cache_mb=5.0):  # room for 2-3 prompts (~37 kB a token)
-            small = backend.next_token_probs(prompts, sets)
-            assert 0 < backend._store.bytes <= 5 * 2**20
-            backend.forget_prompts()
-            assert backend._store.bytes == 0 and backend._store.longest(prompts[0]) == (0, None)
-            window = max(len(p) for p in prompts) - 5  # the longest prompts exceed it
-            monkeypatch.setattr(backend.model.config, "sliding_window", window)
-            before = backend.tokens_computed
-            narrow = backend.next_token_probs(prompts, sets)
+    with settings(backend, kv_cache_mb=5.0):  # room for 2-3 prompts (~37 kB a token)
+        with backend.kv_scope() as scope:
+            small = scope.next_token_probs(prompts, sets)
+            assert 0 < scope.store_bytes <= 5 * 2**20
+        window = max(len(p) for p in prompts) - 5  # the longest prompts exceed it
+        monkeypatch.setattr(backend.model.config, "sliding_window", window)
+        with backend.kv_scope() as scope:
+            narrow = scope.next_token_probs(prompts, sets)
             # The prompts reaching the window ran whole, on the plain path.
-            assert backend.tokens_computed - before > sum(len(p) + 1 for p in prompts) // 2
-            with settings(backend, kv_cache_mb=0.0, prefix_cache=False):
-                plain_narrow = backend.next_token_probs(prompts, sets)
-    finally:
-        backend.forget_prompts()
+            assert scope.tokens_computed > sum(len(p) + 1 for p in prompts) // 2
+        with settings(backend, kv_cache_mb=0.0, prefix_cache=False):
+            plain_narrow = backend.next_token_probs(prompts, sets)
     assert np.allclose(small, plain, atol=1e-5)
     assert np.allclose(narrow, plain_narrow, atol=1e-5), np.abs(narrow - plain_narrow).max()
+
+
+def test_kv_store_evicts_the_least_recently_used_within_its_budget():
+    from app.llm.transformers_backend import KVStore
+
+    def entry(tokens: int):  # one layer, 1 head, 4 dims, float32: 32 bytes a token
+        return [(torch.zeros(1, tokens, 4), torch.zeros(1, tokens, 4))]
+
+    store = KVStore(budget=32 * 10)
+    store.put([1, 2, 3], entry(3))
+    store.put([5, 6, 7], entry(3))
+    assert store.longest([1, 2, 3, 4])[0] == 3  # touched: [5, 6, 7] is now the oldest
+    store.put([8, 9, 10, 11, 12], entry(5))  # 11 tokens > the budget's 10: one must go
+    assert store.bytes == 32 * 8 and len(store) == 2
+    assert store.longest([5, 6, 7, 1]) == (0, None)
+    assert store.longest([1, 2, 3, 4])[0] == 3 and store.longest([8, 9, 10, 11, 12, 0])[0] == 5
+    store.put(list(range(20)), entry(20))  # larger than the budget: not stored, nothing evicted
+    assert len(store) == 2
+    store.clear()
+    assert store.bytes == 0 and store.longest([1, 2, 3, 4]) == (0, None)
+
+
+def test_kv_scope_counts_distinct_tokens_for_diagnostics(backend):
+    prompts = [[5, 6, 7], [5, 6, 8], [5, 6, 7, 9]]
+    with backend.kv_scope(count_distinct=True) as scope:
+        scope.top_k(prompts[:2], 2)
+        scope.top_k(prompts[2:], 2)
+        report = scope.diagnostics()
+    # BOS 5 6 7 8 9: six trie nodes; 4 + 4 + 5 tokens sent (BOS included).
+    assert report.distinct == 6 and report.sent == 13
+    assert report.computed == scope.tokens_computed and report.ratio == report.computed / 6

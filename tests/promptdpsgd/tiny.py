@@ -8,7 +8,7 @@ from types import SimpleNamespace
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from app.llm.transformers_backend import KVStore, TransformersBackend
+from app.llm.transformers_backend import TransformersBackend
 
 VOCAB = 64
 BOS, EOS, PAD = 1, 2, 0
@@ -62,6 +62,5 @@ def tiny_backend(seed: int = 0, batch_size: int = 32) -> TransformersBackend:
     backend.tokenizer = WordTokenizer()
     backend._cache_arg = "past_key_values"
     backend.tokens_processed = backend.tokens_computed = 0
-    backend.kv_cache_mb = 0.0  # no per-prompt KV store (the default)
-    backend._store = KVStore()
+    backend.kv_cache_mb = 0.0  # no per-prompt KV store in a job's kv_scope
     return backend

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
+from contextlib import contextmanager
 
 import numpy as np
 import pytest
@@ -16,7 +17,7 @@ from app.privacy.rng import make_rng
 from app.results import SynthesisError
 from app.synthesis.config import SynthesisConfig
 from app.synthesis.data import Record
-from app.synthesis.generator import partition_sizes, plan_synthesis, synthesize
+from app.synthesis.generator import TRUNCATED, partition_sizes, plan_synthesis, synthesize
 from app.synthesis.tasks import BUILTIN_TASKS
 from tests.synthesis.fake_backend import FakeBackend
 
@@ -58,9 +59,12 @@ def test_consensus_is_generated_and_stops_at_newline(method):
 
 
 def test_tmax_caps_a_demonstration_that_never_stops():
+    """Cut by T_max: the last fragment (which may end inside a word) is dropped and the text
+    is marked as truncated; one that stopped keeps every word (the test above)."""
     backend = FakeBackend(stop_after=None)
     result = synthesize(TREC, trec_records(), config(tmax=5), backend)
-    assert all(d.text.split() == [f"w{i}" for i in range(5)] for d in result.demonstrations)
+    expected = [f"w{i}" for i in range(4)] + [TRUNCATED]
+    assert all(d.text.split() == expected for d in result.demonstrations)
 
 
 def test_all_teacher_prompts_of_a_step_go_in_one_batch():
@@ -261,25 +265,46 @@ def test_adadpsyn_runs_the_variant_and_constants_it_is_charged_for(variant):
     assert SynthesisConfig.for_task("trec", epsilon=1.0).variant is AdaDPSynVariant.POOLED
 
 
-class ForgettingBackend(FakeBackend):
-    """A fake backend with a KV store's ``forget_prompts``: records when it is emptied."""
+class ScopedBackend(FakeBackend):
+    """A fake backend with a job KV scope (``kv_scope``): records when a scope opens, every
+    call made through it, and when it closes."""
 
     def __init__(self, **kwargs) -> None:
         super().__init__(**kwargs)
         self.events: list[str] = []
 
-    def forget_prompts(self) -> None:
-        self.events.append("forget")
+    @contextmanager
+    def kv_scope(self):
+        self.events.append("open")
+        try:
+            yield ScopeView(self)
+        finally:
+            self.events.append("close")
 
     def next_token_probs(self, prompts, token_sets):
-        self.events.append("call")
+        self.events.append("unscoped call")
         return super().next_token_probs(prompts, token_sets)
 
 
+class ScopeView:
+    """What ``ScopedBackend.kv_scope`` yields: the backend, with its calls recorded."""
+
+    def __init__(self, backend: ScopedBackend) -> None:
+        self._backend = backend
+
+    def __getattr__(self, name):
+        return getattr(self._backend, name)
+
+    def next_token_probs(self, prompts, token_sets):
+        self._backend.events.append("call")
+        return FakeBackend.next_token_probs(self._backend, prompts, token_sets)
+
+
 @pytest.mark.parametrize("fail", [False, True])
-def test_a_backend_kv_store_is_emptied_before_and_after_every_job(fail):
-    # No job may run faster because of another job's private prompts, even one that fails.
-    backend = ForgettingBackend(stop_after=3)
+def test_every_job_runs_in_a_kv_scope_closed_however_it_ends(fail):
+    # The scope's store holds this job's prompts only, and is freed even when the job fails
+    # or is cancelled (progress raises), so no job sees or evicts another's caches.
+    backend = ScopedBackend(stop_after=3)
 
     def progress(done: int, planned: int) -> None:
         if fail:
@@ -290,5 +315,29 @@ def test_a_backend_kv_store_is_emptied_before_and_after_every_job(fail):
             synthesize(BUILTIN_TASKS["trec"], trec_records(), config(), backend, progress)
     else:
         synthesize(BUILTIN_TASKS["trec"], trec_records(), config(), backend, progress)
-    assert backend.events[0] == "forget" and backend.events[-1] == "forget"
-    assert "call" in backend.events and backend.events.count("forget") == 2
+    assert backend.events[0] == "open" and backend.events[-1] == "close"
+    assert backend.events.count("open") == backend.events.count("close") == 1
+    assert "call" in backend.events and "unscoped call" not in backend.events
+
+
+def test_the_retry_layer_passes_a_jobs_scope_through():
+    from app.llm.retry import RetryingBackend, RetryPolicy
+
+    backend = ScopedBackend(stop_after=3)
+    retrying = RetryingBackend(backend, retry=RetryPolicy(sleep=lambda _s: None))
+    result = synthesize(BUILTIN_TASKS["trec"], trec_records(), config(), retrying)
+    assert backend.events[0] == "open" and backend.events[-1] == "close"
+    assert "call" in backend.events and "unscoped call" not in backend.events
+    alone = synthesize(BUILTIN_TASKS["trec"], trec_records(), config(), FakeBackend(stop_after=3))
+    assert result.demonstrations == alone.demonstrations
+
+
+def test_the_evaluations_memo_wrapper_passes_a_jobs_scope_through():
+    from app.eval.memo import MemoBackend
+
+    backend = ScopedBackend(stop_after=3)
+    result = synthesize(BUILTIN_TASKS["trec"], trec_records(), config(), MemoBackend(backend))
+    assert backend.events[0] == "open" and backend.events[-1] == "close"
+    assert "call" in backend.events and "unscoped call" not in backend.events
+    alone = synthesize(BUILTIN_TASKS["trec"], trec_records(), config(), FakeBackend(stop_after=3))
+    assert result.demonstrations == alone.demonstrations

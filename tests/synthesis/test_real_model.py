@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import re
+from contextlib import contextmanager, suppress
+from threading import Barrier, BrokenBarrierError, Lock, Thread
 
 import pytest
 
+from app.llm.retry import RetryingBackend, RetryPolicy
 from app.synthesis.config import SynthesisConfig
 from app.synthesis.data import load_dataset
 from app.synthesis.generator import synthesize
@@ -36,27 +39,100 @@ def test_short_adadpsyn_run_on_trec_gives_readable_questions(backend):
     assert "planner_T" in result.stats  # the default pooled variant's constants were planned
 
 
-def test_kv_store_releases_the_same_tokens_and_computes_fewer(backend):
+@pytest.fixture
+def scopes(backend, monkeypatch) -> list:
+    """Every KV scope a job opens on ``backend`` (the job's own, see app.llm.base.kv_scope)."""
+    opened: list = []
+    original = backend.kv_scope
+
+    @contextmanager
+    def capture(**kwargs):
+        with original(**kwargs) as scope:
+            opened.append(scope)
+            yield scope
+
+    monkeypatch.setattr(backend, "kv_scope", capture)
+    return opened
+
+
+def small_job(seed: int) -> SynthesisConfig:
+    return SynthesisConfig(epsilon=8.0, shots=2, M=3, N=1, tmax=5, K=20, seed=seed)
+
+
+def test_kv_store_releases_the_same_tokens_and_computes_fewer(backend, scopes):
     # Incremental decoding changes no release: same seed, same demonstrations, same stats,
     # with fewer tokens run through the model. Token counts stay out of the stats (they
     # depend on the private records' lengths).
     require_shared_data(TREC_TRAIN)
     task = BUILTIN_TASKS["trec"]
     records = load_dataset(task, TREC_TRAIN)
-    config = SynthesisConfig(epsilon=8.0, shots=2, M=3, N=1, tmax=5, K=20, seed=7)
     runs = []
     old = backend.kv_cache_mb
     try:
         for mb in (0.0, 256.0):
             backend.kv_cache_mb = mb
-            before = backend.tokens_computed
-            result = synthesize(task, records, config, backend)
-            runs.append((result, backend.tokens_computed - before))
-            assert backend._store.bytes == 0  # emptied at the end of the job
+            result = synthesize(task, records, small_job(7), backend)
+            scope = scopes[-1]
+            assert scope.closed and scope.store_bytes == 0  # freed at the end of the job
+            runs.append((result, scope.tokens_computed))
     finally:
         backend.kv_cache_mb = old
     (off, off_computed), (on, on_computed) = runs
+    assert len(scopes) == 2
     assert [d.text for d in on.demonstrations] == [d.text for d in off.demonstrations]
     assert on.stats == off.stats
     assert not any("token" in key for key in on.stats)
     assert on_computed < off_computed
+
+
+def test_two_jobs_interleaved_on_one_backend_equal_each_job_alone(backend, scopes):
+    # The in-process and Celery workers share one backend (behind the provider's lock):
+    # two jobs whose calls alternate release what each releases alone and compute exactly
+    # the tokens each computes alone (a shared store would let the second reuse the first's
+    # instruction and prompts, and compute fewer).
+    require_shared_data(TREC_TRAIN)
+    task = BUILTIN_TASKS["trec"]
+    records = load_dataset(task, TREC_TRAIN)
+    alone = {}
+    for seed in (11, 12):
+        result = synthesize(task, records, small_job(seed), backend)
+        alone[seed] = (result.demonstrations, scopes[-1].tokens_computed)
+    shared = RetryingBackend(backend, retry=RetryPolicy(sleep=lambda _s: None), lock=Lock())
+    step = Barrier(2)  # both jobs finish each token step before either starts the next
+    together: dict[int, tuple] = {}
+
+    def run(seed: int) -> None:
+        def lockstep(done: int, planned: int) -> None:
+            with suppress(BrokenBarrierError):
+                step.wait(timeout=120)
+
+        try:
+            result = synthesize(task, records, small_job(seed), shared, progress=lockstep)
+            together[seed] = result.demonstrations
+        finally:
+            step.abort()  # the other job no longer waits for this one
+
+    threads = [Thread(target=run, args=(seed,)) for seed in (11, 12)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    computed = {scope.tokens_computed for scope in scopes[2:]}
+    assert len(scopes) == 4 and all(scope.closed for scope in scopes)
+    assert together == {seed: demos for seed, (demos, _) in alone.items()}
+    assert computed == {alone[11][1], alone[12][1]}
+
+
+def test_a_failing_job_frees_its_kv_store(backend, scopes):
+    require_shared_data(TREC_TRAIN)
+    task = BUILTIN_TASKS["trec"]
+    records = load_dataset(task, TREC_TRAIN)
+
+    def cancel_after_two(done: int, planned: int) -> None:
+        if done >= 2 * 2:  # two token steps of two shots
+            assert scopes[-1].store_bytes > 0  # the store held this job's caches
+            raise RuntimeError("cancelled")
+
+    with pytest.raises(RuntimeError, match="cancelled"):
+        synthesize(task, records, small_job(13), backend, progress=cancel_after_two)
+    assert scopes[-1].closed and scopes[-1].store_bytes == 0

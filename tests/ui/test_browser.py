@@ -45,9 +45,13 @@ def css(driver: Any, selector: str) -> list[Any]:
 
 
 def wait_for(driver: Any, test: Callable[[Any], Any], what: str) -> Any:
+    from selenium.common.exceptions import StaleElementReferenceException
     from selenium.webdriver.support.ui import WebDriverWait
 
-    return WebDriverWait(driver, WAIT_S, poll_frequency=0.1).until(test, message=what)
+    # An element found just before a submitted form's page replaces it goes stale: look again.
+    return WebDriverWait(
+        driver, WAIT_S, poll_frequency=0.1, ignored_exceptions=(StaleElementReferenceException,)
+    ).until(test, message=what)
 
 
 def shot(driver: Any, name: str, height: int | None = None) -> None:

@@ -124,6 +124,7 @@ def _from_json(
         name=meta.name,
         task=meta.task,
         public=meta.public,
+        labelled=meta.labelled,
         write=service.jsonl_writer(meta.records),
         suffix=".jsonl",
         text_column=meta.text_column,

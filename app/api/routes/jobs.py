@@ -1,15 +1,32 @@
-"""Submit, watch and cancel synthesis jobs, of any method in the registry (``app.methods``)."""
+"""Submit, watch and cancel synthesis jobs, of any method in the registry (``app.methods``).
+
+Every job response carries what the job costs as the ledger states it (``charge``,
+``charged_epsilon``, ``charge_note``): :func:`job_views` reads the ledger entries of all the
+jobs of a response in one query.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from fastapi import APIRouter
+from sqlalchemy.orm import Session
 
 from app.api.deps import AdminKey, ProviderDep, QueueDep, SessionDep
 from app.api.schemas import IdFilter, JobCreate, JobPublic, Limit, Offset
-from app.db.models import JobStatus
+from app.db.models import Job, JobStatus
 from app.services import jobs as service
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
+
+
+def job_views(session: Session, rows: Sequence[Job]) -> list[JobPublic]:
+    """The public view of each job, with its charge from the ledger (one query for all)."""
+    return JobPublic.from_rows(rows, service.job_charges(session, rows))
+
+
+def job_view(session: Session, row: Job) -> JobPublic:
+    return job_views(session, [row])[0]
 
 
 @router.post(
@@ -26,9 +43,14 @@ def submit_job(
     provider: ProviderDep,
 ) -> JobPublic:
     job = service.submit_job(
-        session, queue, body.to_request(), tenant_id=principal.tenant_id, backend=provider.kind
+        session,
+        queue,
+        body.to_request(),
+        tenant_id=principal.tenant_id,
+        backend=provider.kind,
+        submitted_by=principal.key_id,
     )
-    return JobPublic.from_row(job)
+    return job_view(session, job)
 
 
 @router.get("", response_model=list[JobPublic])
@@ -48,18 +70,21 @@ def list_jobs(
         limit=limit,
         offset=offset,
     )
-    return [JobPublic.from_row(row) for row in rows]
+    return job_views(session, rows)
 
 
 @router.get("/{job_id}", response_model=JobPublic)
 def get_job(job_id: str, principal: AdminKey, session: SessionDep) -> JobPublic:
-    return JobPublic.from_row(service.get_job(session, principal.tenant_id, job_id))
+    return job_view(session, service.get_job(session, principal.tenant_id, job_id))
 
 
 @router.post(
     "/{job_id}/cancel",
     response_model=JobPublic,
     summary="Cancel: a queued job at once (its reservation released), a running one soon",
+    description="A job cancelled before its worker marked it as reading the private data "
+    "has its reservation released; one cancelled after stays charged (``charge_note`` says "
+    "which, and why).",
 )
 def cancel_job(job_id: str, principal: AdminKey, session: SessionDep) -> JobPublic:
-    return JobPublic.from_row(service.cancel_job(session, principal.tenant_id, job_id))
+    return job_view(session, service.cancel_job(session, principal.tenant_id, job_id))

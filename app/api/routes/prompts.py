@@ -7,6 +7,9 @@ prompt ID), in a bounded in-process LRU (:data:`PROMPT_CACHE_SIZE` bodies, none 
 no thread hop, no query and no serialisation, and a client that sends the ETag back in
 ``If-None-Match`` gets 304 without the body. Only a successful read fills the cache, under the
 caller's tenant: another tenant asking for the same ID misses and gets the database's 404.
+One part of a prompt set is written after it: the score on its job's validation set. A body
+whose validation is still ``pending`` is served but never cached, so the read after the
+worker writes the score has it (and a new ETag: the old one then gets the new body, not 304).
 The soft-prompt download answers 304 the same way (its ETag, the file's SHA-256, is kept too).
 """
 
@@ -32,6 +35,7 @@ from app.api.schemas import (
     PromptSummary,
 )
 from app.services import prompts as service
+from app.services.jobs import dataset_names
 from app.services.key_cache import LruCache
 
 router = APIRouter(prefix="/v1/prompts", tags=["prompts"])
@@ -48,7 +52,8 @@ def list_prompts(
     rows = service.list_prompt_sets(
         session, principal.tenant_id, dataset_id=dataset_id, limit=limit, offset=offset
     )
-    return [PromptSummary.from_row(row) for row in rows]
+    names = dataset_names(session, principal.tenant_id, [row.dataset_id for row in rows])
+    return [PromptSummary.from_row(row, names.get(row.dataset_id)) for row in rows]
 
 
 #: Most prompt bodies (and soft-prompt ETags) kept per process, and the largest body kept.
@@ -62,10 +67,12 @@ _NOT_MODIFIED: dict[int | str, dict[str, Any]] = {
 
 @dataclass(frozen=True)
 class CachedBody:
-    """A prompt's response body, serialised as FastAPI would, and its strong ETag."""
+    """A prompt's response body, serialised as FastAPI would, and its strong ETag; ``final``
+    unless a validation score is still to be written (such a body is not cached)."""
 
     data: bytes
     etag: str
+    final: bool = True
 
 
 def prompt_cache(app: FastAPI) -> LruCache[tuple[str, str, str], Any]:
@@ -97,7 +104,8 @@ def _load_body(sessions: sessionmaker[Session], tenant_id: str, prompt_id: str) 
     data = json.dumps(
         model.model_dump(mode="json"), ensure_ascii=False, allow_nan=False, separators=(",", ":")
     ).encode()
-    return CachedBody(data, f'"{hashlib.sha256(data).hexdigest()}"')
+    final = model.validation is None or model.validation.status != "pending"
+    return CachedBody(data, f'"{hashlib.sha256(data).hexdigest()}"', final)
 
 
 @router.get("/{prompt_id}", response_model=PromptPublic, responses=_NOT_MODIFIED)
@@ -108,7 +116,7 @@ async def get_prompt(prompt_id: str, principal: AnyKey, request: Request) -> Res
         body = await run_in_threadpool(
             _load_body, request.app.state.read_sessions, principal.tenant_id, prompt_id
         )
-        if len(body.data) <= PROMPT_CACHE_MAX_BYTES:
+        if body.final and len(body.data) <= PROMPT_CACHE_MAX_BYTES:
             cache.put(key, body)
     if etag_matches(request, body.etag):
         return _not_modified(body.etag)

@@ -45,10 +45,24 @@
       const bar = field("progress");
       if (bar) {
         bar.max = state.total || 1;
-        bar.value = state.done;
+        bar.value = state.status === "succeeded" ? bar.max : state.done; // complete
       }
       const text = field("progress-text");
-      if (text) text.textContent = state.done + "/" + state.total;
+      if (text) text.textContent = state.progress_text;
+      const charged = field("charged");
+      if (charged) charged.textContent = fmt(state.charged_epsilon);
+      const charge = field("charge");
+      if (charge) {
+        charge.textContent = state.charge || "—";
+        charge.className = "tag charge charge-" + (state.charge || "none");
+      }
+      const note = field("charge-note");
+      if (note) note.textContent = state.charge_note;
+      if (charged && charged.parentElement) charged.parentElement.title = state.charge_note;
+      const started = field("started");
+      if (started) started.textContent = state.started;
+      const duration = field("duration");
+      if (duration) duration.textContent = state.duration;
       const finished = field("finished");
       if (finished && state.finished) finished.textContent = state.finished;
       const error = field("error");
@@ -115,7 +129,35 @@
         " (plain sum after: " + fmt(body.plain_sum_after) + "). ",
         el("span", body.fits ? "It fits." : "It does NOT fit the budget.", body.fits ? "ok" : "error"),
       );
-      quoteBox.replaceChildren(line);
+      if (body.spent_after <= body.spent * (1 + 1e-9) && body.groups && body.groups.length > 1) {
+        line.append(" ", el("span", "It adds 0 to the dataset's composed spend: the label " +
+          "groups it charges stay at or below the group that sets it.", "zero-extra"));
+      }
+      const parts = [line];
+      if (body.groups && body.groups.length) parts.push(quoteGroups(body.groups));
+      quoteBox.replaceChildren(...parts);
+    }
+    // Each label group's spend before and after the job: the job moves only the groups it
+    // charges, and the dataset's spend is the binding (largest) group's.
+    function quoteGroups(groups) {
+      const table = el("table", undefined, "grid small quote-groups");
+      table.id = "quote-groups";
+      const head = el("tr");
+      ["Label group", "Now", "After", ""].forEach((name) => head.append(el("th", name)));
+      table.append(head);
+      groups.forEach((g) => {
+        const row = el("tr");
+        row.dataset.group = g.group;
+        if (g.binding_after) row.className = "binding";
+        const after = el("td", fmt(g.after), "num" + (g.charged ? " charged" : ""));
+        const note = g.binding_after ? "sets the dataset's spend"
+          : (g.charged ? "charged by this job" : "not charged");
+        const said = el("td");
+        said.append(el("span", note, g.binding_after ? "tag tag-binding" : "muted"));
+        row.append(el("td", g.group), el("td", fmt(g.before), "num"), after, said);
+        table.append(row);
+      });
+      return table;
     }
     method.addEventListener("change", () => { showFields(); });
     form.querySelector("#job-quote").addEventListener("click", quote);
@@ -188,6 +230,9 @@
     document.querySelectorAll("[data-copy]").forEach(setupCopy);
     const complete = document.getElementById("complete-form");
     if (complete) setupComplete(complete);
+    document.querySelectorAll("form[data-autosubmit] select").forEach((select) => {
+      select.addEventListener("change", () => select.form.submit());
+    });
     document.querySelectorAll("[data-back]").forEach((link) => {
       link.addEventListener("click", (event) => { event.preventDefault(); history.back(); });
     });

@@ -110,6 +110,7 @@ def job_request(form: FormData) -> JobRequest:
         "dataset_id": text(form, "dataset_id"),
         "method": method,
         "public_dataset_id": text(form, "public_dataset_id"),
+        "validation_dataset_id": text(form, "validation_dataset_id"),
         "epsilon": number(form, "epsilon", float),
         "delta": number(form, "delta", float),
         "accounting": text(form, "accounting"),
@@ -127,31 +128,41 @@ def job_request(form: FormData) -> JobRequest:
 
 
 def budget_update(form: FormData) -> BudgetUpdate:
-    """The budget form (accounting: tight unless chosen, as the page preselects)."""
+    """The budget form (accounting: tight unless chosen, as the page preselects). The warn
+    threshold is typed in percent (``warn_percent``; empty: unchanged) and sent as the API's
+    fraction."""
+    percent = number(form, "warn_percent", float)
     try:
         return BudgetUpdate.model_validate(
             {
                 "epsilon": number(form, "epsilon", float),
                 "delta": number(form, "delta", float),
                 "accounting": text(form, "accounting") or Accounting.TIGHT.value,
+                "warn_threshold": percent / 100 if percent is not None else None,
             }
         )
     except ValidationError as err:
+        if any(e["loc"] == ("warn_threshold",) for e in err.errors()):
+            raise InvalidError("warn_percent: a percentage in (0, 100]") from None
         raise _invalid(err) from None
 
 
 def dataset_upload(form: FormData) -> tuple[DatasetUploadForm, UploadFile]:
     """The upload form: its file, and its fields as the API's multipart fields (a custom
-    task is the JSON typed into ``task_spec``; the checkbox ``public`` is on or absent)."""
+    task is the JSON typed into ``task_spec``; the checkboxes ``public`` and ``labelled`` are
+    on or absent)."""
     upload = form.get("file")
     if not isinstance(upload, UploadFile) or not upload.filename:
-        raise InvalidError("file: choose a CSV, TSV or JSONL file to upload")
+        raise InvalidError(
+            "file: choose a file to upload (CSV, TSV, JSONL, or a built-in task's own format)"
+        )
     fields: dict[str, Any] = {
         name: value for name in _UPLOAD_TEXT_FIELDS if (value := text(form, name)) is not None
     }
     if text(form, "task") == "custom":
         fields["task"] = text(form, "task_spec")
     fields["public"] = form.get("public") == "on"
+    fields["labelled"] = form.get("labelled") == "on"
     try:
         return DatasetUploadForm.model_validate(fields), upload
     except ValidationError as err:

@@ -21,7 +21,7 @@ from sqlalchemy.orm import Session
 from app.api.deps import ProviderDep, QueueDep, SessionDep, SettingsDep
 from app.api.errors import describe_request_errors
 from app.api.limits import RateLimitedError, client_address
-from app.api.routes.ui import forms
+from app.api.routes.ui import budget_views, forms
 from app.api.routes.ui.session import (
     AdminUi,
     AnyUi,
@@ -40,13 +40,14 @@ from app.api.routes.ui.session import (
 )
 from app.api.schemas import BudgetPublic, DatasetPublic, JobPublic, PromptPublic, PromptSummary
 from app.api.uploads import store_file_upload
-from app.db.models import TERMINAL_STATUSES, DatasetKind
+from app.db.models import TERMINAL_STATUSES, DatasetKind, PromptSet
 from app.services import budgets as budget_service
 from app.services import datasets as dataset_service
 from app.services import jobs as job_service
 from app.services import prompts as prompt_service
 from app.services.errors import NotFoundError, ServiceError
 from app.synthesis.tasks import BUILTIN_TASKS
+from app.ui import job_list
 from app.ui.charts import ChartPoint, spend_chart
 from app.ui.render import error_page, page, see_other, wants_json
 from app.ui.session import SESSION_COOKIE, forget_cookie
@@ -148,20 +149,15 @@ async def logout(request: Request, ui: SignedInUi, sessions: SessionsDep) -> Res
 
 @router.get("/datasets", response_class=HTMLResponse)
 def datasets_page(request: Request, ui: AdminUi, session: SessionDep) -> Response:
-    rows = budget_service.overview(session, tenant_id=ui.principal.tenant_id)
+    """The datasets table, sorted and filtered by the query string (``sort``, ``order``,
+    ``kind``, ``level``, ``q``; an unknown value is a 422)."""
+    table = budget_views.datasets_table(session, ui.principal.tenant_id, request.query_params)
     return page(
         request,
         "datasets.html",
         ui,
-        rows=[
-            {
-                "dataset": DatasetPublic.from_row(row.dataset),
-                "budget": row.budget,
-                "spend": row.spend,
-                "remaining": row.remaining,
-            }
-            for row in rows
-        ],
+        table=table,
+        rows=table.rows,
         builtin_tasks=sorted(BUILTIN_TASKS),
     )
 
@@ -221,15 +217,18 @@ def dataset_page(request: Request, dataset_id: str, ui: AdminUi, session: Sessio
     if dataset.kind == DatasetKind.PRIVATE:
         budget, points = _spend(session, tenant, dataset_id)
     jobs = job_service.list_jobs(session, tenant, dataset_id=dataset_id, limit=50)
+    public = DatasetPublic.from_row(dataset)
     return page(
         request,
         "dataset.html",
         ui,
-        dataset=DatasetPublic.from_row(dataset),
+        dataset=public,
         budget=budget,
+        groups=budget_views.label_rows(budget, public.label_counts) if budget else [],
+        binding=budget_views.binding_name(budget) if budget else None,
         points=points,
         chart=spend_chart(points, budget.epsilon) if budget is not None and points else None,
-        jobs=[JobPublic.from_row(j) for j in jobs],
+        jobs=JobPublic.from_rows(jobs, job_service.job_charges(session, jobs)),
         publics=_public_datasets(session, tenant),
         terminal=_terminal(),
         **forms.job_form_options(),
@@ -249,8 +248,22 @@ async def set_budget(
         epsilon=body.epsilon,
         delta=body.delta,
         accounting=body.accounting,
+        warn_threshold=body.warn_threshold,
     )
     return see_other(f"/ui/datasets/{dataset_id}")
+
+
+@router.get("/datasets/{dataset_id}/ledger.csv")
+def ledger_csv(dataset_id: str, ui: AdminUi, session: SessionDep) -> Response:
+    """The dataset's ledger as CSV (as ``GET /v1/datasets/{id}/budget/ledger.csv``)."""
+    filename, text = budget_service.ledger_export(
+        session, tenant_id=ui.principal.tenant_id, dataset_id=dataset_id
+    )
+    return Response(
+        content=text,
+        media_type="text/csv; charset=utf-8",
+        headers={"Content-Disposition": f'attachment; filename="{filename}"'},
+    )
 
 
 # --- jobs ------------------------------------------------------------------------------------
@@ -270,6 +283,9 @@ async def quote(
             backend=provider.kind,  # promptdpsgd: not on vLLM
         )
     )
+    groups = await run_in_threadpool(
+        budget_views.quote_groups, session, ui.principal.tenant_id, asked.dataset_id, result
+    )
     return JSONResponse(
         {
             "epsilon": result.epsilon,
@@ -279,6 +295,7 @@ async def quote(
             "spent_after": result.spend_after.epsilon,
             "plain_sum_after": result.spend_after.plain_sum,
             "fits": result.fits,
+            "groups": groups,
         }
     )
 
@@ -295,6 +312,7 @@ async def submit(
             asked,
             tenant_id=ui.principal.tenant_id,
             backend=provider.kind,  # promptdpsgd: not on vLLM
+            submitted_by=ui.principal.key_id,  # the signed-in key
         )
     )
     return see_other(f"/ui/jobs/{job.id}")
@@ -302,35 +320,76 @@ async def submit(
 
 @router.get("/jobs", response_class=HTMLResponse)
 def jobs_page(request: Request, ui: AdminUi, session: SessionDep) -> Response:
+    """The tenant's jobs, filtered by status and dataset and sorted by a column (the query
+    string of :mod:`app.ui.tables`: ``status``, ``dataset``, ``sort``, ``order``; an unknown
+    value is a 422)."""
     tenant = ui.principal.tenant_id
-    names = {
-        d.id: d.name
-        for d in dataset_service.list_datasets(
-            session, tenant, include_deleted=True, limit=1000, offset=0
-        )
-    }
-    jobs = [JobPublic.from_row(j) for j in job_service.list_jobs(session, tenant, limit=200)]
-    return page(request, "jobs.html", ui, jobs=jobs, names=names, terminal=_terminal())
+    datasets = dataset_service.list_datasets(
+        session, tenant, include_deleted=True, limit=1000, offset=0
+    )
+    names = {d.id: d.name for d in datasets}
+    private = [d for d in datasets if d.kind == DatasetKind.PRIVATE]
+    spec = job_list.jobs_table([d.id for d in private])
+    status, dataset_id = job_list.query_filters(spec, request.query_params)
+    rows = job_service.list_jobs(
+        session, tenant, status=status, dataset_id=dataset_id, limit=job_list.MAX_ROWS
+    )
+    view = spec.apply(
+        JobPublic.from_rows(rows, job_service.job_charges(session, rows)), request.query_params
+    )
+    return page(
+        request,
+        "jobs.html",
+        ui,
+        jobs_view=view,
+        jobs=view.rows,
+        names=names,
+        filter_datasets=private,
+        terminal=_terminal(),
+    )
 
 
 @router.get("/jobs/{job_id}", response_class=HTMLResponse)
 def job_page(request: Request, job_id: str, ui: AdminUi, session: SessionDep) -> Response:
+    """A job: its parameters, requested against charged epsilon and why, its timings, its
+    dataset (and public dataset, validation set) by name, the key that submitted it, and a
+    link to its prompt."""
     tenant = ui.principal.tenant_id
-    job = JobPublic.from_row(job_service.get_job(session, tenant, job_id))
-    dataset = dataset_service.get_dataset(session, tenant, job.dataset_id)
-    return page(request, "job.html", ui, job=job, dataset_name=dataset.name, terminal=_terminal())
+    row = job_service.get_job(session, tenant, job_id)
+    job = JobPublic.from_rows([row], job_service.job_charges(session, [row]))[0]
+    ids = [job.dataset_id, job.public_dataset_id, job.validation_dataset_id]
+    names = job_service.dataset_names(session, tenant, [i for i in ids if i])
+    return page(
+        request,
+        "job.html",
+        ui,
+        job=job,
+        dataset_name=names.get(job.dataset_id, job.dataset_id),
+        public_name=names.get(job.public_dataset_id or "", job.public_dataset_id),
+        validation_name=names.get(job.validation_dataset_id or "", job.validation_dataset_id),
+        duration=job_list.duration_text(job.duration_s),
+        when=job_list.when_text,
+        terminal=_terminal(),
+    )
 
 
 @router.get("/jobs/{job_id}/status")
 def job_status(job_id: str, ui: AdminUi, session: SessionDep) -> JSONResponse:
-    """The job's live state, polled by the page."""
-    job = JobPublic.from_row(job_service.get_job(session, ui.principal.tenant_id, job_id))
+    """The job's live state, polled by the page (and by the jobs table's rows)."""
+    row = job_service.get_job(session, ui.principal.tenant_id, job_id)
+    job = JobPublic.from_rows([row], job_service.job_charges(session, [row]))[0]
     return JSONResponse(
         {
             "id": job.id,
             "status": job.status,
             "done": job.progress.done,
             "total": job.progress.total,
+            "progress_text": job.progress_text,
+            "charge": job.charge,
+            "charged_epsilon": job.charged_epsilon,
+            "charge_note": job.charge_note,
+            "started": job_list.when_text(job.started_at),
+            "duration": job_list.duration_text(job.duration_s),
             "error": job.error,
             "prompt_id": job.prompt_id,
             "cancel_requested": job.cancel_requested,
@@ -352,14 +411,24 @@ async def cancel(request: Request, job_id: str, ui: AdminUi, session: SessionDep
 
 @router.get("/prompts", response_class=HTMLResponse)
 def prompts_page(request: Request, ui: AnyUi, session: SessionDep) -> Response:
-    rows = prompt_service.list_prompt_sets(session, ui.principal.tenant_id, limit=200)
-    return page(request, "prompts.html", ui, prompts=[PromptSummary.from_row(r) for r in rows])
+    tenant = ui.principal.tenant_id
+    rows = prompt_service.list_prompt_sets(session, tenant, limit=200)
+    names = job_service.dataset_names(session, tenant, [r.dataset_id for r in rows])
+    prompts = [PromptSummary.from_row(r, names.get(r.dataset_id)) for r in rows]
+    return page(request, "prompts.html", ui, prompts=prompts)
+
+
+def _prompt_view(session: Session, tenant: str, row: PromptSet) -> PromptPublic:
+    """The prompt with its dataset's name (the page shows it beside the method)."""
+    names = job_service.dataset_names(session, tenant, [row.dataset_id])
+    return PromptPublic.from_row(row, names.get(row.dataset_id))
 
 
 @router.get("/prompts/{prompt_id}", response_class=HTMLResponse)
 def prompt_page(request: Request, prompt_id: str, ui: AnyUi, session: SessionDep) -> Response:
     row = prompt_service.get_prompt_set(session, ui.principal.tenant_id, prompt_id)
-    return page(request, "prompt.html", ui, prompt=PromptPublic.from_row(row), answer=None)
+    prompt = _prompt_view(session, ui.principal.tenant_id, row)
+    return page(request, "prompt.html", ui, prompt=prompt, answer=None)
 
 
 @router.get("/prompts/{prompt_id}/soft-prompt")
@@ -392,7 +461,8 @@ async def complete(
     row = await run_in_threadpool(
         prompt_service.get_prompt_set, session, ui.principal.tenant_id, prompt_id
     )
-    prompt, source = PromptPublic.from_row(row), prompt_service.PromptSource.from_row(row)
+    prompt = await run_in_threadpool(_prompt_view, session, ui.principal.tenant_id, row)
+    source = prompt_service.PromptSource.from_row(row)
     await run_in_threadpool(session.rollback)
     # A model call: a stricter limit than the key's pages.
     await limiter.charge(limiter.model_calls, ui.principal.key_id)

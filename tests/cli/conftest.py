@@ -1,0 +1,77 @@
+"""Fixtures of the client-command tests: a live API (uvicorn in a thread) with the in-process
+worker and the fake backend, and ``dpsyn`` to run a client command against it."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import uvicorn
+
+from app.cli import app as cli
+from app.llm.provider import StaticProvider
+from app.main import create_app
+from app.settings import Settings
+from tests.cli.live_server import CODES, KEY, SECRET, free_port, runner
+from tests.synthesis.fake_backend import FakeBackend
+from workers.inprocess import InProcessQueue
+
+
+@pytest.fixture
+def fake_backend() -> FakeBackend:
+    """The server's model (a test parametrizes ``fake_backend`` to use another one)."""
+    return FakeBackend()
+
+
+@pytest.fixture
+def server(sqlite_url, fake_backend) -> Iterator[str]:
+    """A live API on a free port, jobs in its in-process worker; yields its URL."""
+    provider = StaticProvider(fake_backend)
+    queue = InProcessQueue(database_url=sqlite_url, provider=provider, progress_interval_s=0)
+    app = create_app(
+        Settings(database_url=sqlite_url, bootstrap_api_key=KEY),
+        queue=queue.start(),
+        backend_provider=provider,
+    )
+    port = free_port()
+    uv = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=uv.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 20
+    while not uv.started:
+        assert time.monotonic() < deadline, "the server did not start"
+        time.sleep(0.05)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        uv.should_exit = True
+        thread.join(10)
+        queue.close()
+
+
+@pytest.fixture
+def dpsyn(server, monkeypatch, tmp_path):
+    """Run a client command against ``server`` (keyword arguments go to the runner, e.g.
+    ``input``); returns the result (exit code, output)."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("DPSYN_URL", server)
+    monkeypatch.setenv("DPSYN_API_KEY", KEY)
+
+    def run(*args: str, **kwargs):
+        return runner.invoke(cli, list(args), **kwargs)
+
+    return run
+
+
+@pytest.fixture
+def trec_file(tmp_path) -> Path:
+    """TREC lines, 20 per label, each carrying the secret word."""
+    path = tmp_path / "trec.txt"
+    lines = [
+        f"{code}:x {SECRET}{code}{i} what is it ?" for code in sorted(CODES) for i in range(20)
+    ]
+    path.write_text("\n".join(lines) + "\n")
+    return path

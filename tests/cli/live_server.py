@@ -1,0 +1,30 @@
+"""What the client-command tests share besides their fixtures (in ``conftest.py``): the test
+server's admin key, a secret word planted in the records (it must never come back), the
+small synthesis settings, and helpers."""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+KEY = "test-admin-key-for-the-client-cli-0123456789"
+SECRET = "SECRETWORD"
+CODES = {"ABBR", "ENTY", "DESC", "HUM", "LOC", "NUM"}
+FAST = ["--M", "4", "--N", "2", "--tmax", "4", "--K", "10", "--shots", "2"]
+
+runner = CliRunner()
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def upload(dpsyn, path: Path) -> str:
+    """Upload a TREC file with the ``dpsyn`` fixture; the new dataset's ID."""
+    result = dpsyn("datasets", "upload", str(path), "--task", "trec", "-q")
+    assert result.exit_code == 0, result.output
+    return result.output.strip()
