@@ -20,6 +20,7 @@ costs no thread hop and no query. Failed lookups are never remembered.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Annotated
@@ -123,17 +124,60 @@ def key_lookups(app: FastAPI) -> KeyCache:
 
 
 async def _lookup(request: Request, raw_key: str) -> Principal | None:
-    """The key's principal: from the cache, else from the database (then remembered)."""
+    """The key's principal: from the cache, else from the database (then remembered).
+
+    A remembered key past half its life is renewed by one background lookup while it is
+    still served, and concurrent misses of one key wait for one lookup
+    (:meth:`KeyCache.get_fresh`); the staleness bound after a revocation elsewhere is the
+    same ``KEY_TTL_S``, since no entry is served past it."""
     cache = key_lookups(request.app)
     digest = hash_key(raw_key)
-    cached = cache.get(digest)
+    cached, renew = cache.get_fresh(digest)
     if cached is not None:
+        if renew:
+            _shared_lookup(request.app, digest, raw_key)  # in the background, once
         return Principal(tenant_id=cached.tenant_id, key_id=cached.key_id, scope=cached.scope)
+    # Shielded: a request that goes away (cancelled) must not cancel the others' lookup.
+    return await asyncio.shield(_shared_lookup(request.app, digest, raw_key))
+
+
+def _shared_lookup(app: FastAPI, digest: str, raw_key: str) -> asyncio.Future[Principal | None]:
+    """The one lookup of ``digest`` in flight, started if there is none (event loop only)."""
+    inflight: dict[str, asyncio.Future[Principal | None]] | None = getattr(
+        app.state, "key_lookups_in_flight", None
+    )
+    if inflight is None:
+        inflight = app.state.key_lookups_in_flight = {}
+    running = inflight.get(digest)
+    if running is None:
+        running = inflight[digest] = asyncio.ensure_future(_database_lookup(app, digest, raw_key))
+        running.add_done_callback(lambda done: _lookup_done(inflight, digest, done))
+    return running
+
+
+def _lookup_done(
+    inflight: dict[str, asyncio.Future[Principal | None]],
+    digest: str,
+    done: asyncio.Future[Principal | None],
+) -> None:
+    """Forget the finished lookup; a background renewal's failure (the database down) is
+    read here so that it is not reported as never retrieved: the entry simply expires."""
+    inflight.pop(digest, None)
+    if not done.cancelled():
+        done.exception()
+
+
+async def _database_lookup(app: FastAPI, digest: str, raw_key: str) -> Principal | None:
+    """Look the key up and remember the answer (or forget the key if it no longer opens the
+    API). Shared by the requests that wait for it (shielded from their cancellation)."""
+    cache = key_lookups(app)
     generation = key_cache.generation()  # read before the lookup: see KeyCache.put
     # The read-only sessions: on SQLite a key lookup never takes the write lock, whatever
     # the request's method.
-    principal = await run_in_threadpool(_authenticate, request.app.state.read_sessions, raw_key)
-    if principal is not None:
+    principal = await run_in_threadpool(_authenticate, app.state.read_sessions, raw_key)
+    if principal is None:
+        cache.discard(digest)
+    else:
         cache.put(digest, CachedKey(principal.tenant_id, principal.key_id, principal.scope),
                   generation)  # fmt: skip
     return principal

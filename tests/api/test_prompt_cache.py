@@ -8,12 +8,17 @@ revoked elsewhere that opens it past ``KEY_TTL_S``.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
+import time
 from collections.abc import Iterator
+from types import SimpleNamespace
 
 import pytest
+from fastapi import FastAPI
 from sqlalchemy import update
 
+from app.api import deps
 from app.api.deps import key_lookups
 from app.api.routes.prompts import prompt_cache
 from app.db.models import ApiKey, KeyScope
@@ -163,3 +168,44 @@ def test_the_lru_is_bounded_and_evicts_the_least_recently_used() -> None:
     assert cache.get("a") == 1  # "b" is now the least recently used
     cache.put("c", 3)
     assert len(cache) == 2 and cache.get("b") is None and cache.get("a") == 1
+
+
+def test_a_key_past_half_its_life_is_renewed_in_the_background(
+    api: Api, prompt_id: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Served while renewed, so no request waits for the database; a renewal that finds the
+    key revoked elsewhere drops it before the TTL would have."""
+    path = f"/v1/prompts/{prompt_id}"
+    assert _get(api, path, api.reader).status_code == 200
+    with session_scope(api.url) as session:  # revoked by another process: no invalidation
+        session.execute(update(ApiKey).where(ApiKey.scope == "prompts:read").values(revoked=True))
+    later = key_cache.clock() + 0.6 * key_cache.KEY_TTL_S  # past half the life, not expired
+    monkeypatch.setattr(key_cache, "clock", lambda: later)
+    assert _get(api, path, api.reader).status_code == 200  # served from the cache meanwhile
+    deadline = time.monotonic() + 10
+    while _get(api, path, api.reader).status_code == 200:
+        assert time.monotonic() < deadline, "the renewal never dropped the revoked key"
+        time.sleep(0.05)
+    assert _get(api, path, api.admin).status_code == 200
+
+
+def test_concurrent_misses_of_one_key_share_one_lookup(monkeypatch: pytest.MonkeyPatch) -> None:
+    """When a busy key's entry expires under many requests, one goes to the database."""
+    calls = []
+
+    def slow_lookup(_sessions: object, raw_key: str) -> deps.Principal:
+        calls.append(raw_key)
+        time.sleep(0.2)
+        return deps.Principal(tenant_id="t", key_id="k", scope=KeyScope.ADMIN)
+
+    monkeypatch.setattr(deps, "_authenticate", slow_lookup)
+    app = FastAPI()
+    app.state.read_sessions = None
+    request = SimpleNamespace(app=app)
+
+    async def crowd() -> list[deps.Principal | None]:
+        return await asyncio.gather(*(deps._lookup(request, "dpsyn_k") for _ in range(20)))
+
+    principals = asyncio.run(crowd())
+    assert len(calls) == 1 and all(p is not None and p.key_id == "k" for p in principals)
+    assert asyncio.run(crowd()) and len(calls) == 1  # then remembered
