@@ -3,19 +3,16 @@ worker and the fake backend, and ``dpsyn`` to run a client command against it.""
 
 from __future__ import annotations
 
-import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import uvicorn
 
 from app.cli import app as cli
 from app.llm.provider import StaticProvider
 from app.main import create_app
 from app.settings import Settings
-from tests.cli.live_server import CODES, KEY, SECRET, free_port, runner
+from tests.cli.live_server import CODES, KEY, SECRET, runner, serving
 from tests.synthesis.fake_backend import FakeBackend
 from workers.inprocess import InProcessQueue
 
@@ -36,19 +33,10 @@ def server(sqlite_url, fake_backend) -> Iterator[str]:
         queue=queue.start(),
         backend_provider=provider,
     )
-    port = free_port()
-    uv = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=uv.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 20
-    while not uv.started:
-        assert time.monotonic() < deadline, "the server did not start"
-        time.sleep(0.05)
     try:
-        yield f"http://127.0.0.1:{port}"
+        with serving(app) as url:
+            yield url
     finally:
-        uv.should_exit = True
-        thread.join(10)
         queue.close()
 
 

@@ -5,8 +5,14 @@ small synthesis settings, and helpers."""
 from __future__ import annotations
 
 import socket
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
+import uvicorn
+from fastapi import FastAPI
 from typer.testing import CliRunner
 
 KEY = "test-admin-key-for-the-client-cli-0123456789"
@@ -21,6 +27,24 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+@contextmanager
+def serving(app: FastAPI) -> Iterator[str]:
+    """``app`` on a free port (uvicorn in a thread) while the block runs; yields its URL."""
+    port = free_port()
+    uv = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=uv.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 20
+    while not uv.started:
+        assert time.monotonic() < deadline, "the server did not start"
+        time.sleep(0.05)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        uv.should_exit = True
+        thread.join(10)
 
 
 def upload(dpsyn, path: Path) -> str:

@@ -8,13 +8,10 @@ what the commands print, so a wrong URL or key fails them."""
 from __future__ import annotations
 
 import stat
-import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import uvicorn
 from typer.testing import CliRunner
 
 from app.cli import app as cli
@@ -22,6 +19,7 @@ from app.cli.serve import write_client_url
 from app.llm.provider import StaticProvider
 from app.main import create_app
 from app.settings import Settings
+from tests.cli.live_server import serving
 from tests.synthesis.fake_backend import FakeBackend
 from tests.workers.processes import free_port
 from workers.inprocess import InProcessQueue
@@ -39,19 +37,10 @@ def server(sqlite_url) -> Iterator[str]:
         queue=queue,
         backend_provider=provider,
     )
-    port = free_port()
-    uv = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=uv.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 20
-    while not uv.started:
-        assert time.monotonic() < deadline, "the server did not start"
-        time.sleep(0.05)
     try:
-        yield f"http://127.0.0.1:{port}"
+        with serving(app) as url:
+            yield url
     finally:
-        uv.should_exit = True
-        thread.join(10)
         queue.close()
 
 
