@@ -84,6 +84,12 @@ def shots_coverage(shots: int, covered: int, labels: int) -> str:
     )
 
 
+def empty_labels(task: TaskSpec, labels: Iterable[str]) -> list[str]:
+    """The task's labels that no record carries, in the task's order."""
+    present = set(labels)
+    return [label for label in task.labels if label not in present]
+
+
 def label_counts_line(task: TaskSpec, labels: Iterable[str]) -> str | None:
     """Records per label name after ``--label-map``, every label of the task included (0 for
     one no raw value maps to), so that a map of another numbering shows before upload or any
@@ -94,6 +100,6 @@ def label_counts_line(task: TaskSpec, labels: Iterable[str]) -> str | None:
     counts = Counter(labels)
     listed = ", ".join(f"{label} {counts.get(label, 0)}" for label in task.labels)
     line = f"records per label after --label-map: {listed} ({sum(counts.values())} records)"
-    if empty := [label for label in task.labels if not counts.get(label)]:
+    if empty := empty_labels(task, counts):
         line += f"; no records for {', '.join(empty)}: check --label-map against the file"
     return line

@@ -19,6 +19,7 @@ import typer
 
 from app.cli.custom_task import (
     custom_task,
+    empty_labels,
     label_counts_line,
     parse_column,
     parse_pairs,
@@ -264,7 +265,7 @@ def _task_and_records(data: Path, options: TaskOptions) -> tuple[TaskSpec, list[
         err.print(counts, markup=False, highlight=False, soft_wrap=True)
         # A mapped label without records is a map of another numbering, whatever labels
         # the shots would draw: stop before any model is loaded or budget is spent.
-        if set(task.labels) - {record.label for record in records}:
+        if empty_labels(task, (record.label for record in records)):
             raise fail("a label of --label-map has no records (see above); fix the map")
     return task, records
 

@@ -195,13 +195,7 @@ def complete(source: PromptSource, query: str, provider: BackendProvider) -> Com
     the same scorer runs on top; its forward passes take the provider's lock like any other
     (the retry layer holds it), as they use the same model."""
     task = source.task
-    if source.soft_prompt is None:
-        model = provider.get()
-    else:
-        model = _soft_prompted(source, source.soft_prompt, provider)
-    backend = RetryingBackend(
-        model, retry=COMPLETE_RETRY, lock=provider.use_lock, context="/complete"
-    )
+    backend = scoring_backend(source, provider, COMPLETE_RETRY, context="/complete")
     if task.kind == TaskKind.CLASSIFICATION:
         try:
             scores = label_scores(backend, task, source.prompt, query)
@@ -268,16 +262,17 @@ def load_validation_records(
 
 
 def scoring_backend(
-    source: PromptSource, provider: BackendProvider, retry: RetryPolicy
+    source: PromptSource, provider: BackendProvider, retry: RetryPolicy, *, context: str
 ) -> LLMBackend:
-    """The backend ``source`` answers on, as ``/complete`` builds it: the provider's model,
-    with the soft prompt in front for a PromptDPSGD prompt; through the one retry layer."""
+    """The backend ``source`` answers on (``/complete`` and validation alike): the provider's
+    model, with the soft prompt in front for a PromptDPSGD prompt; through the one retry
+    layer, whose log lines name ``context``."""
     model = (
         provider.get()
         if source.soft_prompt is None
         else _soft_prompted(source, source.soft_prompt, provider)
     )
-    return RetryingBackend(model, retry=retry, lock=provider.use_lock, context="validation")
+    return RetryingBackend(model, retry=retry, lock=provider.use_lock, context=context)
 
 
 def score_prompt(
@@ -287,7 +282,7 @@ def score_prompt(
     retry: RetryPolicy = COMPLETE_RETRY,
 ) -> dict[str, Any]:
     """``n`` and ``accuracy`` of the prompt on ``records`` (public), by the one scorer."""
-    backend = scoring_backend(source, provider, retry)
+    backend = scoring_backend(source, provider, retry, context="validation")
     score = evaluate(backend, source.task, source.prompt, records, calibrated=False)
     return {"n": score.n, "accuracy": score.accuracy}
 

@@ -99,12 +99,12 @@ def _not_modified(etag: str) -> Response:
 def _load_body(sessions: sessionmaker[Session], tenant_id: str, prompt_id: str) -> CachedBody:
     """Read and serialise the prompt (a 404 for another tenant's), on a session of its own."""
     with sessions() as session:
-        model = PromptPublic.from_row(service.get_prompt_set(session, tenant_id, prompt_id))
+        row = service.get_prompt_set(session, tenant_id, prompt_id)
+        model, final = PromptPublic.from_row(row), service.validation_is_final(row.validation)
     # The bytes JSONResponse would render for this model.
     data = json.dumps(
         model.model_dump(mode="json"), ensure_ascii=False, allow_nan=False, separators=(",", ":")
     ).encode()
-    final = model.validation is None or model.validation.status != "pending"
     return CachedBody(data, f'"{hashlib.sha256(data).hexdigest()}"', final)
 
 
