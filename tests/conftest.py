@@ -7,6 +7,7 @@ Tests that need a service skip with the reason when it is unreachable, unless
 from __future__ import annotations
 
 import functools
+import gc
 import importlib.util
 import os
 import re
@@ -256,3 +257,15 @@ def vllm_server(vllm_pool):
     if found is not None:
         return found
     return vllm_pool.get(())
+
+
+@pytest.fixture(autouse=True)
+def _collector_as_found() -> Iterator[None]:
+    """A test that runs ``dpsyn serve``'s code switches on heap freezing (app.heap) for the
+    process; switch it off again, so that later tests collect their garbage as usual."""
+    yield
+    from app import heap
+
+    heap.disable()
+    if gc.get_freeze_count():
+        gc.unfreeze()

@@ -23,6 +23,7 @@ from pydantic import SecretStr
 from rich.console import Console
 from sqlalchemy.engine import make_url
 
+from app import heap
 from app.cli.errors import fail
 from app.cli.model_options import quiet_progress_bars
 from app.llm.factory import BackendKind
@@ -224,6 +225,7 @@ def serve_command(
     logging.basicConfig(level=logging.INFO, format="%(levelname)s:     %(name)s: %(message)s")
     quiet_progress_bars()  # the in-process worker loads the model into this process
     app = create_app(settings)
+    heap.enable()  # the app and its imports live as long as the process
     try:
         uvicorn.run(app, host=settings.host, port=settings.port, log_level="info")
     finally:

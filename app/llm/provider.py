@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 from typing import Protocol
 
+from app import heap
 from app.llm.base import LLMBackend
 from app.llm.factory import BackendKind, make_backend
 
@@ -28,6 +29,7 @@ class BackendProvider:
                 self._backend = make_backend(
                     self.kind, model=self.model, url=self.url, dtype=self.dtype, retry=None
                 )
+                heap.freeze_long_lived()  # the model lives as long as the process
             return self._backend
 
 

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import gc
 import os
 import subprocess
 import sys
@@ -97,6 +98,7 @@ def test_dpsyn_serve_follows_the_flag_and_the_setting(tmp_path, monkeypatch, arg
     served = []
 
     def fake_run(app, **_: object) -> None:
+        assert gc.get_freeze_count() > 0  # the app's heap is out of the collector's walk
         with TestClient(app) as client:
             served.append(client.get("/healthz").status_code)
 
