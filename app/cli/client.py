@@ -57,7 +57,7 @@ from app.cli.options import (
 from app.cli.progress import progress_reporter
 from app.db.models import TERMINAL_STATUSES
 from app.privacy.accounting import Accounting
-from app.privacy.budget import is_epsilon
+from app.privacy.budget import budget_percent, is_epsilon
 from app.synthesis.config import DEFAULT_SHOTS
 from app.synthesis.data import Column
 
@@ -385,7 +385,7 @@ def _print_budget(budget: dict[str, Any], *, history: bool) -> None:
     """The budget line, the spend per label group (which group sets the dataset's spend, and
     why a job can add 0) and, with ``history``, the ledger with each closing entry's reason."""
     share = budget.get("spent_fraction")
-    level = f" ({share:.0%}, {budget['level']})" if share is not None else ""
+    level = f" ({budget_percent(share)}, {budget['level']})" if share is not None else ""
     out.print(
         f"budget of dataset {budget['dataset_id']}: epsilon {budget['epsilon']:g} at delta "
         f"{budget['delta']:.3g} ({budget['accounting']} accounting); spent "

@@ -28,3 +28,13 @@ def is_epsilon(value: float) -> bool:
 def fits_budget(cost: float, total: float) -> bool:
     """Whether a spend of ``cost`` stays within a budget of ``total`` epsilon."""
     return not cost > total * (1 + FIT_TOLERANCE)
+
+
+def budget_percent(fraction: float) -> str:
+    """A share of a budget as a whole percentage for people to read: rounded down, so that a
+    spend below a warn threshold never prints as the threshold itself (a spend of 79.98% beside
+    "warns at 80%" reads "79%"), within the same tolerance as the levels; a spend that is not
+    zero never reads "0%"."""
+    if 0 < fraction < 0.01:
+        return "<1%"
+    return f"{math.floor(fraction * 100 * (1 + FIT_TOLERANCE))}%"

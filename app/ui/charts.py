@@ -13,6 +13,7 @@ from functools import cached_property
 from markupsafe import Markup, escape
 
 from app.db.models import DEFAULT_WARN_THRESHOLD
+from app.privacy.budget import budget_percent
 from app.services.budgets import spend_fraction, spend_level
 
 COMPOSED = "#2563eb"
@@ -46,13 +47,14 @@ def spend_bar(
     as the end of the track (the track grows when the plain sum passes the budget)."""
     height, top, text_w = 20, 4, 48
     level = spend_level(composed, budget, threshold).value
-    percent = spend_fraction(composed, budget) * 100
+    fraction = spend_fraction(composed, budget)
+    shown = budget_percent(fraction)
     scale_max = max(budget, plain_sum or 0.0, 1e-12)
     fill = min(composed, scale_max) / scale_max * width
     budget_x = budget / scale_max * width
     warn_x = threshold * budget / scale_max * width
     label = (
-        f"composed spend {_num(composed)} of budget {_num(budget)} ({percent:.0f}%, {level}); "
+        f"composed spend {_num(composed)} of budget {_num(budget)} ({shown}, {level}); "
         + (f"plain sum {_num(plain_sum)}; " if plain_sum is not None else "")
         + f"warn at {threshold * 100:.0f}%"
     )
@@ -66,7 +68,7 @@ def spend_bar(
         )
     return Markup(
         f'<svg class="bar" width="{width + 2 + text_w}" height="{full}" role="img" '
-        f'aria-label="{escape(label)}" data-level="{level}" data-percent="{percent:.1f}">'
+        f'aria-label="{escape(label)}" data-level="{level}" data-percent="{fraction * 100:.1f}">'
         f"<title>{escape(label)}</title>"
         f'<rect x="1" y="{top}" width="{width}" height="{height}" fill="#f3f4f6" '
         f'stroke="#d1d5db"/>'
@@ -80,7 +82,7 @@ def spend_bar(
         f'y2="{full - 1}" stroke="{BAR_BUDGET}" stroke-width="2"/>'
         f'<text class="bar-percent" x="{width + text_w - 2}" y="{top + height - 5}" '
         f'text-anchor="end" font-size="13" font-weight="600" '
-        f'fill="{LEVEL_FILL[level] if level != "ok" else "#374151"}">{percent:.0f}%</text>'
+        f'fill="{LEVEL_FILL[level] if level != "ok" else "#374151"}">{shown}</text>'
         "</svg>"
     )
 

@@ -16,10 +16,12 @@ from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Resp
 from fastapi.templating import Jinja2Templates
 from jinja2 import StrictUndefined
 
+from app.privacy.budget import budget_percent
 from app.ui.charts import spend_bar
 
 TEMPLATES = Jinja2Templates(directory=Path(__file__).resolve().parent / "templates")
 TEMPLATES.env.globals.update(spend_bar=spend_bar)
+TEMPLATES.env.filters["budget_percent"] = budget_percent  # rounded down, as the CLI prints
 TEMPLATES.env.undefined = StrictUndefined  # a missing variable is a bug, not an empty string
 
 
