@@ -13,6 +13,7 @@ from typing import Literal
 from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from app.llm.base import DEFAULT_KV_CACHE_MB
 from app.llm.factory import BackendKind
 
 
@@ -43,6 +44,13 @@ class Settings(BaseSettings):
     )
     dtype: Literal["auto", "float32", "bfloat16"] = Field(
         "auto", description="Local model precision; auto: bfloat16 where the hardware has it."
+    )
+    kv_cache_mb: float = Field(
+        DEFAULT_KV_CACHE_MB,
+        ge=0,
+        allow_inf_nan=False,
+        description="Most MiB of KV cache a synthesis job keeps on the local model between "
+        "its token steps (incremental decoding; 0 turns it off). One per running job.",
     )
     bootstrap_api_key: str | None = Field(
         None,

@@ -95,6 +95,14 @@ class KVScoped(Protocol):
     def kv_scope(self) -> AbstractContextManager[LLMBackend]: ...
 
 
+# Each job's KV store, in MiB. Sized for the packaged CPU model: Gemma-3-270M keeps 36 kB of
+# keys and values per token in float32 (18 layers x 1 KV head x 256 x 2 x 4 bytes), 18 kB in
+# bfloat16, so 512 MiB hold 14,500 float32 tokens: one token step of the largest paper shape
+# (AG News, 4 shots x M 10 teacher prompts of about 150 tokens, 6,000 tokens) with room for
+# the public prompts and the shared instruction that the next step extends.
+DEFAULT_KV_CACHE_MB = 512.0
+
+
 @contextmanager
 def kv_scope(backend: LLMBackend) -> Iterator[LLMBackend]:
     """``backend``'s scope for one job (``KVScoped``), or ``backend`` itself if it keeps no

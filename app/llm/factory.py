@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-from app.llm.base import LLMBackend
+from app.llm.base import DEFAULT_KV_CACHE_MB, LLMBackend
 from app.llm.models import DEFAULT_MODEL
 from app.llm.retry import RetryingBackend, RetryPolicy
 
@@ -32,10 +32,12 @@ def make_backend(
     url: str | None,
     dtype: str = "auto",
     retry: RetryPolicy | None = CLI_RETRY,
+    kv_cache_mb: float = DEFAULT_KV_CACHE_MB,
 ) -> LLMBackend:
     """A transformers backend (local model) or a vLLM HTTP client (``url`` required).
 
-    ``dtype`` applies to the local model only (see ``transformers_backend.resolve_dtype``);
+    ``dtype`` and ``kv_cache_mb`` (a synthesis job's KV store between token steps) apply to
+    the local model only (see ``transformers_backend.resolve_dtype``);
     a vLLM server chooses its own. The vLLM client comes inside the one retry layer
     (:mod:`app.llm.retry`) with ``retry``; pass ``None`` when the caller wraps it itself
     (:class:`~app.llm.provider.BackendProvider`: the job runner and ``/complete`` do), so no
@@ -51,4 +53,4 @@ def make_backend(
         return client if retry is None else RetryingBackend(client, retry=retry, context="vLLM")
     from app.llm.transformers_backend import TransformersBackend
 
-    return TransformersBackend(model or DEFAULT_MODEL, dtype=dtype)
+    return TransformersBackend(model or DEFAULT_MODEL, dtype=dtype, kv_cache_mb=kv_cache_mb)

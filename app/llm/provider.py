@@ -6,7 +6,7 @@ import threading
 from typing import Protocol
 
 from app import heap
-from app.llm.base import LLMBackend
+from app.llm.base import DEFAULT_KV_CACHE_MB, LLMBackend
 from app.llm.factory import BackendKind, make_backend
 
 
@@ -14,9 +14,16 @@ class BackendProvider:
     """Lazily builds and then shares one backend; thread-safe."""
 
     def __init__(
-        self, kind: BackendKind, *, model: str | None, url: str | None, dtype: str = "auto"
+        self,
+        kind: BackendKind,
+        *,
+        model: str | None,
+        url: str | None,
+        dtype: str = "auto",
+        kv_cache_mb: float = DEFAULT_KV_CACHE_MB,
     ) -> None:
         self.kind, self.model, self.url, self.dtype = kind, model, url, dtype
+        self.kv_cache_mb = kv_cache_mb
         self._backend: LLMBackend | None = None
         self._lock = threading.Lock()
         # Forward passes of one local model are not re-entrant across threads; serialise them.
@@ -27,7 +34,12 @@ class BackendProvider:
             if self._backend is None:
                 # No retry layer here: the runner and /complete add theirs, with the lock.
                 self._backend = make_backend(
-                    self.kind, model=self.model, url=self.url, dtype=self.dtype, retry=None
+                    self.kind,
+                    model=self.model,
+                    url=self.url,
+                    dtype=self.dtype,
+                    retry=None,
+                    kv_cache_mb=self.kv_cache_mb,
                 )
                 heap.freeze_long_lived()  # the model lives as long as the process
             return self._backend
@@ -49,12 +61,19 @@ class BackendSettings(Protocol):
     @property
     def dtype(self) -> str: ...
 
+    @property
+    def kv_cache_mb(self) -> float: ...
+
 
 def provider_for(settings: BackendSettings) -> BackendProvider:
     """The provider of the configured backend: the one place the API, the in-process worker
     and the Celery worker build theirs."""
     return BackendProvider(
-        settings.backend, model=settings.model, url=settings.vllm_url, dtype=settings.dtype
+        settings.backend,
+        model=settings.model,
+        url=settings.vllm_url,
+        dtype=settings.dtype,
+        kv_cache_mb=settings.kv_cache_mb,
     )
 
 

@@ -45,7 +45,7 @@ from transformers import (
     PreTrainedTokenizerBase,
 )
 
-from app.llm.base import BackendError
+from app.llm.base import DEFAULT_KV_CACHE_MB, BackendError
 from app.llm.models import DEFAULT_MODEL, ModelSource, resolve
 
 log = logging.getLogger(__name__)
@@ -53,12 +53,6 @@ log = logging.getLogger(__name__)
 MIN_PREFIX = 8  # shortest shared prefix (tokens, BOS included) worth a separate pass
 Layers = list[tuple[torch.Tensor, torch.Tensor]]  # per layer (keys, values)
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
-# Each job's KV store, in MiB. Sized for the packaged CPU model: Gemma-3-270M keeps 36 kB of
-# keys and values per token in float32 (18 layers x 1 KV head x 256 x 2 x 4 bytes), 18 kB in
-# bfloat16, so 512 MiB hold 14,500 float32 tokens: one token step of the largest paper shape
-# (AG News, 4 shots x M 10 teacher prompts of about 150 tokens, 6,000 tokens) with room for
-# the public prompts and the shared instruction that the next step extends.
-DEFAULT_KV_CACHE_MB = 512.0
 
 
 def _cpu_has_native_bf16() -> bool:
