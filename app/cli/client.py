@@ -526,9 +526,38 @@ def _describe_job(job: dict[str, Any]) -> str:
     return text
 
 
-def _wait(api: Api, job: dict[str, Any], *, interval: float, timeout: float | None) -> dict:
-    """Poll the job until it finishes, with progress on stderr (plain lines off a terminal)."""
+def _wait(
+    api: Api, job: dict[str, Any], *, interval: float, timeout: float | None
+) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """Poll the job until it finishes, with progress on stderr (plain lines off a terminal);
+    then, if it succeeded and named a validation set, until its prompt is scored (the worker
+    scores after storing the prompt), within the same ``timeout``: what ``--wait`` is for is
+    the result, and the score is part of it. The job, and its prompt's validation (None if
+    it named no validation set)."""
     deadline = None if timeout is None else time.monotonic() + timeout
+    job = _wait_for_job(api, job, interval=interval, deadline=deadline, timeout=timeout)
+    if job["status"] == "succeeded" and job.get("validation_dataset_id") and job.get("prompt_id"):
+        return job, _wait_for_score(api, job, interval, deadline)
+    return job, None
+
+
+def _wait_for_score(
+    api: Api, job: dict[str, Any], interval: float, deadline: float | None
+) -> dict[str, Any] | None:
+    """The prompt's validation once it is no longer pending, or as it is at the deadline."""
+    while True:
+        validation = api.call("GET", f"/v1/prompts/{job['prompt_id']}").get("validation")
+        if not validation or validation["status"] != "pending":
+            return validation
+        if deadline is not None and time.monotonic() > deadline:
+            return validation
+        time.sleep(interval)
+
+
+def _wait_for_job(
+    api: Api, job: dict[str, Any], *, interval: float, deadline: float | None, timeout: float | None
+) -> dict:
+    """Poll the job until it finishes (a :class:`ClientError` past the deadline)."""
     unit = job["progress"].get("unit", "")
     with progress_reporter(err, f"job {job['id']}", unit) as report:
         report(job["progress"]["done"], job["progress"]["total"] or None, job["status"])
@@ -597,14 +626,25 @@ def _job_body(fields: dict[str, Any], params: list[str] | None, extra: list[str]
     return body
 
 
-def _show_submitted(job: dict[str, Any], *, wait: bool, quiet: bool, as_json: bool) -> None:
-    """What ``jobs submit`` prints once the job is submitted (and waited for)."""
+def _show_submitted(
+    job: dict[str, Any],
+    validation: dict[str, Any] | None,
+    *,
+    wait: bool,
+    quiet: bool,
+    as_json: bool,
+) -> None:
+    """What ``jobs submit`` prints once the job is submitted (and waited for, with its
+    prompt's ``validation`` when the job named a validation set; ``--json`` prints the job
+    as the API answers it, and ``prompts get --json`` has the score)."""
     if as_json:
         print_json(job)
     elif quiet:
         typer.echo(job["prompt_id"] if wait and job.get("prompt_id") else job["id"])
     elif wait:
         out.print(_describe_job(job), markup=False)
+        if validation:
+            out.print(validation_line(validation), markup=False)
         if job.get("prompt_id"):
             out.print(f"see it with: dpsyn prompts get {job['prompt_id']}", markup=False)
     if wait and job["status"] != "succeeded":
@@ -710,11 +750,12 @@ def jobs_submit(
                 if job.get("settings"):
                     err.print(job["settings"], markup=False)
                     _print_coverage(api, job)
+            validation = None
             if wait:
-                job = _wait(api, job, interval=poll, timeout=timeout)
+                job, validation = _wait(api, job, interval=poll, timeout=timeout)
     except ClientError as error:
         exit_with(error)
-    _show_submitted(job, wait=wait, quiet=quiet, as_json=as_json)
+    _show_submitted(job, validation, wait=wait, quiet=quiet, as_json=as_json)
 
 
 def _print_job(job: dict[str, Any], as_json: bool) -> None:

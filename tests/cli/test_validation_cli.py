@@ -45,10 +45,10 @@ def test_a_job_scored_on_a_labelled_public_dataset(dpsyn, trec_file, tmp_path):
 
     submitted = dpsyn(
         "jobs", "submit", "--dataset", dataset, "--epsilon", "8", *FAST,
-        "--validation-dataset", validation, "--wait", "--poll", "0.1", "-q",
+        "--validation-dataset", validation, "--wait", "--poll", "0.1",
     )  # fmt: skip
     assert submitted.exit_code == 0, submitted.output
-    prompt_id = submitted.output.strip().splitlines()[-1]
+    prompt_id = submitted.output.strip().splitlines()[-1].rsplit(None, 1)[-1]
 
     shown = _prompt_when_scored(dpsyn, prompt_id)
     prompt = _get(f"/v1/prompts/{prompt_id}")
@@ -56,6 +56,8 @@ def test_a_job_scored_on_a_labelled_public_dataset(dpsyn, trec_file, tmp_path):
     assert scored["status"] == "scored" and scored["n"] == 18
     expected = f"validation: accuracy {scored['accuracy']:.3f} on 18 records of public dataset"
     assert f"{expected} {validation}" in shown
+    # --wait waited for the score and printed it under the job's line, not "pending"
+    assert f"{expected} {validation}" in submitted.output
     job = _get(f"/v1/jobs/{prompt['job_id']}")
     assert job["validation_dataset_id"] == validation and job["submitted_by"]
 
@@ -93,3 +95,37 @@ def test_a_private_validation_set_is_refused_naming_the_option(dpsyn, trec_file)
     )  # fmt: skip
     assert refused.exit_code != 0
     assert "is private" in refused.output
+
+
+class _PendingApi:
+    """A server whose prompt stays pending (the worker has not scored it yet)."""
+
+    def __init__(self) -> None:
+        self.reads = 0
+
+    def call(self, method: str, path: str, **_: object) -> dict:
+        assert (method, path) == ("GET", "/v1/prompts/p1")
+        self.reads += 1
+        return {"validation": {"status": "pending", "dataset_id": "v1"}}
+
+
+def test_wait_gives_up_on_the_score_at_the_deadline_without_failing():
+    """Past ``--timeout`` the score is left pending (the job succeeded; its prompt is stored)."""
+    from app.cli.client import _wait
+
+    api = _PendingApi()
+    job = {"id": "j1", "status": "succeeded", "progress": {"done": 1, "total": 1},
+           "validation_dataset_id": "v1", "prompt_id": "p1"}  # fmt: skip
+    done, validation = _wait(api, job, interval=0.01, timeout=0.05)  # type: ignore[arg-type]
+    assert done == job and validation == {"status": "pending", "dataset_id": "v1"}
+    assert api.reads >= 2  # it did wait, then gave up
+
+
+def test_wait_skips_the_score_of_a_job_without_a_validation_set():
+    from app.cli.client import _wait
+
+    api = _PendingApi()
+    job = {"id": "j1", "status": "succeeded", "progress": {"done": 1, "total": 1},
+           "validation_dataset_id": None, "prompt_id": "p1"}  # fmt: skip
+    assert _wait(api, job, interval=0.01, timeout=1.0) == (job, None)  # type: ignore[arg-type]
+    assert api.reads == 0
