@@ -9,12 +9,8 @@ from pathlib import Path
 import pytest
 
 from app.cli import app as cli
-from app.llm.provider import StaticProvider
-from app.main import create_app
-from app.settings import Settings
-from tests.cli.live_server import CODES, KEY, SECRET, runner, serving
+from tests.cli.live_server import CODES, KEY, SECRET, runner, serving_with_worker
 from tests.synthesis.fake_backend import FakeBackend
-from workers.inprocess import InProcessQueue
 
 
 @pytest.fixture
@@ -26,18 +22,8 @@ def fake_backend() -> FakeBackend:
 @pytest.fixture
 def server(sqlite_url, fake_backend) -> Iterator[str]:
     """A live API on a free port, jobs in its in-process worker; yields its URL."""
-    provider = StaticProvider(fake_backend)
-    queue = InProcessQueue(database_url=sqlite_url, provider=provider, progress_interval_s=0)
-    app = create_app(
-        Settings(database_url=sqlite_url, bootstrap_api_key=KEY),
-        queue=queue.start(),
-        backend_provider=provider,
-    )
-    try:
-        with serving(app) as url:
-            yield url
-    finally:
-        queue.close()
+    with serving_with_worker(sqlite_url, fake_backend, KEY, progress_interval_s=0) as url:
+        yield url
 
 
 @pytest.fixture

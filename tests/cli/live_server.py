@@ -10,10 +10,17 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import uvicorn
 from fastapi import FastAPI
 from typer.testing import CliRunner
+
+from app.llm.base import LLMBackend
+from app.llm.provider import StaticProvider
+from app.main import create_app
+from app.settings import Settings
+from workers.inprocess import InProcessQueue
 
 KEY = "test-admin-key-for-the-client-cli-0123456789"
 SECRET = "SECRETWORD"
@@ -45,6 +52,26 @@ def serving(app: FastAPI) -> Iterator[str]:
     finally:
         uv.should_exit = True
         thread.join(10)
+
+
+@contextmanager
+def serving_with_worker(
+    sqlite_url: str, backend: LLMBackend, key: str, **queue_options: Any
+) -> Iterator[str]:
+    """A live API on ``sqlite_url`` whose admin key is ``key``, its jobs run by its in-process
+    worker on ``backend``, while the block runs; yields its URL."""
+    provider = StaticProvider(backend)
+    queue = InProcessQueue(database_url=sqlite_url, provider=provider, **queue_options).start()
+    app = create_app(
+        Settings(database_url=sqlite_url, bootstrap_api_key=key),
+        queue=queue,
+        backend_provider=provider,
+    )
+    try:
+        with serving(app) as url:
+            yield url
+    finally:
+        queue.close()
 
 
 def upload(dpsyn, path: Path) -> str:

@@ -16,13 +16,9 @@ from typer.testing import CliRunner
 
 from app.cli import app as cli
 from app.cli.serve import write_client_url
-from app.llm.provider import StaticProvider
-from app.main import create_app
-from app.settings import Settings
-from tests.cli.live_server import serving
+from tests.cli.live_server import serving_with_worker
 from tests.synthesis.fake_backend import FakeBackend
 from tests.workers.processes import free_port
-from workers.inprocess import InProcessQueue
 
 KEY = "client-config-test-admin-key-0123456789abcdef"
 runner = CliRunner()
@@ -30,18 +26,8 @@ runner = CliRunner()
 
 @pytest.fixture
 def server(sqlite_url) -> Iterator[str]:
-    provider = StaticProvider(FakeBackend())
-    queue = InProcessQueue(database_url=sqlite_url, provider=provider).start()
-    app = create_app(
-        Settings(database_url=sqlite_url, bootstrap_api_key=KEY),
-        queue=queue,
-        backend_provider=provider,
-    )
-    try:
-        with serving(app) as url:
-            yield url
-    finally:
-        queue.close()
+    with serving_with_worker(sqlite_url, FakeBackend(), KEY) as url:
+        yield url
 
 
 @pytest.fixture
