@@ -205,7 +205,9 @@ def _cases(url: str, state: EchoState) -> Iterator[Case]:
     for endpoint in ("/tokenize", "/v1/completions"):
         for name, quote in STYLES.items():
             state.leak = Leak(endpoint, quote)
-            backend = VLLMHttpBackend(url=url, model=MODEL, timeout=5.0)
+            # a generous timeout: under a loaded test run a timed-out request would fail the
+            # job before the server could quote anything
+            backend = VLLMHttpBackend(url=url, model=MODEL, timeout=30.0)
             expected = EXPECTED_HTTP.get(name, DEFAULT_HTTP)
             yield Case(
                 f"{endpoint} {name}", StaticProvider(backend), expected, lambda: state.echoed
@@ -268,7 +270,11 @@ def _run_all(served: Served, vllm_url: str, state: EchoState) -> tuple[str, dict
             retry=no_wait,
             progress_interval_s=0.0,
         )
-        assert case.leaks() > leaks, f"{case.name}: the backend never quoted the prompt"
+        if case.leaks() <= leaks:
+            with session_scope(served.url) as session:
+                job = session.get(Job, job_id)
+                seen = (job.status, job.error) if job is not None else None
+            pytest.fail(f"{case.name}: the backend never quoted the prompt; the job: {seen}")
         expected[job_id] = case.expected
     return dataset_id, expected
 
