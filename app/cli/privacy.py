@@ -271,13 +271,20 @@ def plan_command(
         "T": chosen.T,
         "sigma1": chosen.sigma1,
         "sigma2": chosen.sigma2 if chosen.T else None,
+        "clip": chosen.clip,
         "epsilon": result.epsilon,
         "delta": delta,
     }
     if as_json:
         typer.echo(json.dumps(out))
         return
-    if chosen.T == 0:
+    if chosen.T == 0 and chosen.clip is not None:
+        typer.echo(
+            f"no coverage checks: T = 0, one Gaussian mean of the teachers clipped to "
+            f"{chosen.clip} around the uniform distribution, at sigma1 = {chosen.sigma1:.4g} "
+            "(Tang's multiplier and price, a smaller sensitivity)"
+        )
+    elif chosen.T == 0:
         typer.echo(
             f"no coverage checks: T = 0, the plain Gaussian mean at sigma1 = {chosen.sigma1:.4g}"
         )

@@ -128,7 +128,8 @@ class TokenLoop(Method):
     public_stats_help: ClassVar[str] = (
         "when AdaDPSyn's planner chose the constants (adadpsyn, pooled), its choice: "
         "planner_T, planner_checks, planner_check_share, planner_mu, planner_shrink, "
-        "planner_margin, planner_tang_sigma, planner_agreement, planner_tang_agreement "
+        "planner_margin, planner_clip, planner_tang_sigma, planner_agreement, "
+        "planner_tang_agreement "
         "(docs/privacy.md)"
     )
 
@@ -185,6 +186,12 @@ class TokenLoop(Method):
         stats = result.stats
         if "planner_T" not in stats:
             return None
+        clip = stats.get("planner_clip") or 0.0
+        if not stats["planner_checks"] and clip:
+            return (
+                f"planner: no coverage checks; teachers clipped to {clip} around the uniform "
+                "distribution (Tang's price, a smaller sensitivity) for this shape"
+            )
         if not stats["planner_checks"]:
             return "planner: no coverage checks (T = 0, Tang's mean) for this shape"
         return (

@@ -20,6 +20,8 @@ import numpy as np
 
 from app.privacy.geometry import (
     SIMPLEX_RADIUS,
+    clip_towards_uniform,
+    clipped_diameter,
     count_within,
     counts_within,
     project_onto_ball,
@@ -41,6 +43,21 @@ def projected_mean_mechanism(M: int, radius: float, sigma1: float) -> GaussianMe
     the diameter 2R; the fixed divisor M gives 2R/M. Noise std 2 * R * sigma1 / M.
     """
     return GaussianMechanism("adadpsyn.projected_mean", 2.0 * radius / M, sigma1)
+
+
+def clipped_mean_mechanism(M: int, K: int, clip: float, sigma1: float) -> GaussianMechanism:
+    """Noisy mean of M distributions over K tokens, each first clipped to L2 distance
+    ``clip`` from the uniform distribution (:func:`~app.privacy.geometry.clip_towards_uniform`).
+
+    Sensitivity D/M with D = :func:`~app.privacy.geometry.clipped_diameter` (clip, K) =
+    min(sqrt(2), sqrt(2 clip^2 + 2/K)), under replacing one of the M teachers (one disjoint
+    subset of the step's private records, as for :func:`app.privacy.tang.mean_mechanism`):
+    the clipped teachers are distributions within ``clip`` of the public uniform point, any
+    two such are at most D apart (the proof is on ``clipped_diameter``), and the divisor M is
+    fixed. Noise std D * sigma1 / M, so the multiplier (and the price) is sigma1's, as for a
+    projected mean; it is the projected mean's formula with radius D / 2.
+    """
+    return GaussianMechanism("adadpsyn.clipped_mean", clipped_diameter(clip, K) / M, sigma1)
 
 
 def coverage_mechanism(sigma2: float) -> GaussianMechanism:
@@ -180,9 +197,9 @@ def pooled_aggregate_steps(
         ]
     target = np.array([np.nan if t is None else t for t in targets])
     rows = np.arange(S)
-    means = probs.mean(axis=1)
+    means, start = _unprojected_means(probs, params)
     T = params.T
-    radii = np.full((S, T + 1), SIMPLEX_RADIUS)
+    radii = np.full((S, T + 1), start)
     checks = np.full((S, T), -1, dtype=np.int8)
     stopped = np.full(S, "rounds", dtype=object)
     active = np.ones(S, dtype=bool)
@@ -196,18 +213,23 @@ def pooled_aggregate_steps(
         has_ball = np.isfinite(ball_radius)
         projected = project_onto_ball(probs, ball_centre[:, None, :], ball_radius[:, None, None])
         values = np.where(has_ball[:, None], projected.mean(axis=1), means)
-        radius = np.where(has_ball, ball_radius, SIMPLEX_RADIUS)
+        radius = np.where(has_ball, ball_radius, start)
         std = 2.0 * radius * params.sigma1 / M  # projected_mean_mechanism's, per step
         noisy = values + rng.normal(0.0, std[:, None], size=(S, K))
         radii[:, j] = radius
         weighted = weighted + noisy / radius[:, None] ** 2
         weight = weight + 1.0 / radius**2
         if released is not None:
-            released.extend(projected_mean_mechanism(M, float(r), params.sigma1) for r in radius)
+            released.extend(
+                projected_mean_mechanism(M, float(r), params.sigma1)
+                if ball or params.clip is None
+                else clipped_mean_mechanism(M, K, params.clip, params.sigma1)
+                for ball, r in zip(has_ball, radius, strict=True)
+            )
         return project_onto_simplex(weighted / weight[:, None])
 
     centre = release_means(0)
-    current = np.full(S, SIMPLEX_RADIUS)
+    current = np.full(S, start)
     coverage = coverage_mechanism(params.sigma2)
     threshold = params.mu * M + params.coverage_margin * params.sigma2
     for r in range(T):
@@ -236,6 +258,17 @@ def pooled_aggregate_steps(
     return PooledSteps(centre, radii, checks, rounds, list(stopped), targets)
 
 
+def _unprojected_means(probs: np.ndarray, params: AdaDPSynParams) -> tuple[np.ndarray, float]:
+    """Each step's mean before any check passes, and its sensitivity radius (half the L2
+    diameter of what one teacher can contribute): the plain mean at sqrt(2)/2, or the mean
+    of teachers clipped towards the uniform distribution at ``clipped_diameter / 2``."""
+    if params.clip is None:
+        return probs.mean(axis=1), SIMPLEX_RADIUS
+    K = probs.shape[-1]
+    clipped = clip_towards_uniform(probs, params.clip)
+    return clipped.mean(axis=1), clipped_diameter(params.clip, K) / 2
+
+
 def _aggregate_pooled(
     probs: np.ndarray, params: AdaDPSynParams, rng: np.random.Generator
 ) -> AggregationResult:
@@ -258,10 +291,15 @@ def _aggregate_pooled(
       before any check passes, means are not projected at all. A ball of radius sqrt(2)/2
       around an arbitrary centre does not hold the simplex (two vertices are sqrt(2) apart),
       so projecting onto it would pull teachers towards a centre that is mostly noise;
+    * with ``clip`` set, those unprojected means instead average the teachers clipped
+      towards the *uniform* distribution, a public centre: clipping keeps each teacher's
+      ranking of the tokens, and their sensitivity is sqrt(2 clip^2 + 2/K)/M, below
+      sqrt(2)/M (:func:`clipped_mean_mechanism`), at the same multiplier and price;
     * when the loop stops early, the means it did not run run on the last passed check's
       ball (unprojected if none passed), and the output is the combination of all T + 1.
 
-    With T = 0 this is one unprojected mean at multiplier sigma1: Tang et al.'s mechanism.
+    With T = 0 and no clip this is one unprojected mean at multiplier sigma1: Tang et al.'s
+    mechanism.
     """
     released: list[GaussianMechanism] = []
     steps = pooled_aggregate_steps(probs[None], params, rng, released)

@@ -8,6 +8,11 @@ diameter). That is AdaDPSyn's initial radius *for sensitivity only*: the simplex
 in a ball of that radius around an arbitrary centre (around a vertex, the opposite vertices
 are sqrt(2) away; around the uniform point they are sqrt((K-1)/K) away, more than sqrt(2)/2
 for K >= 3), so means at this radius are never projected (:func:`ball_holds_simplex`).
+
+The uniform distribution is the one public centre with a better bound: teachers clipped to
+radius r around it are at most sqrt(2 r^2 + 2/K) apart (:func:`clipped_diameter`), since no
+two distributions point in opposite directions from it. Clipping keeps each teacher's
+ranking of the tokens, so it costs signal only for teachers farther than r from uniform.
 """
 
 from __future__ import annotations
@@ -35,6 +40,37 @@ def project_onto_ball(
     with np.errstate(divide="ignore", invalid="ignore"):
         scale = np.where(norms > radius, radius / norms, 1.0)
     return centre + offsets * scale
+
+
+def clip_towards_uniform(points: np.ndarray, radius: float) -> np.ndarray:
+    """Pull each distribution (row) that lies farther than ``radius`` from the uniform one
+    back along the ray towards it, to distance ``radius``; nearer rows are unchanged.
+
+    The result is a convex combination of the row and the uniform distribution, so it is
+    still a distribution, and it ranks the tokens exactly as the row did (each coordinate
+    moves towards 1/K by the same factor): a teacher's argmax never changes. The centre is
+    public (it depends on K only), unlike a noisy centre's ball, which can pull every
+    teacher towards a token none of them prefers.
+    """
+    K = points.shape[-1]
+    return project_onto_ball(points, np.full(K, 1.0 / K), radius)
+
+
+def clipped_diameter(radius: float, K: int) -> float:
+    """The largest L2 distance between two distributions over K tokens that are each within
+    ``radius`` of the uniform distribution u: min(sqrt(2), sqrt(2 radius^2 + 2/K)).
+
+    Proof. For distributions a and b, ||a - b||^2 = ||a - u||^2 + ||b - u||^2 -
+    2 <a - u, b - u>, and <a - u, b - u> = <a, b> - 1/K (since <a, u> = <b, u> = <u, u> =
+    1/K), which is at least -1/K because a and b have no negative coordinates. So
+    ||a - b||^2 <= 2 radius^2 + 2/K; and no two distributions are farther apart than two
+    vertices, sqrt(2). This is the sensitivity (times M) of a mean of M teachers each passed
+    through :func:`clip_towards_uniform`, under replacing one teacher. It is below the
+    simplex's sqrt(2) once radius^2 < 1 - 1/K; radius = sqrt(1 - 1/K) clips nothing.
+    """
+    if radius <= 0 or K < 2:
+        raise ValueError(f"need radius > 0 and K >= 2, got {radius}, {K}")
+    return float(min(SIMPLEX_DIAMETER, np.sqrt(2.0 * radius**2 + 2.0 / K)))
 
 
 def to_simplex(vector: np.ndarray) -> np.ndarray:

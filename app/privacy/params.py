@@ -12,7 +12,7 @@ import math
 from enum import StrEnum
 from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from app.privacy.events import GaussianEvent
 from app.privacy.geometry import SIMPLEX_RADIUS
@@ -114,6 +114,20 @@ class AdaDPSynParams(_Params):
         lt=1.0,
         description="pooled without GoodRadius: each round tries radius * shrink.",
     )
+    clip: float | None = Field(
+        None,
+        gt=0.0,
+        le=1.0,
+        description="pooled: the means no passed check has projected use every teacher "
+        "clipped to this L2 distance from the uniform distribution (sensitivity "
+        "sqrt(2 clip^2 + 2/K)/M instead of sqrt(2)/M); None: not clipped.",
+    )
+
+    @model_validator(mode="after")
+    def _clip_is_pooled(self) -> AdaDPSynParams:
+        if self.clip is not None and self.variant is not AdaDPSynVariant.POOLED:
+            raise ValueError("clip applies to the pooled variant only")
+        return self
 
     @property
     def free_multiplier(self) -> float:

@@ -8,7 +8,11 @@ noisy mean at the calibrated multiplier ``sigma``, mu^2 = 1 / sigma^2. The const
 decide how it is split: a share ``check_share`` goes to the T coverage checks, the rest to the
 T + 1 means. Checks pay for themselves only when they let later means run in a small ball,
 which depends on M, K and sigma. With no checks (T = 0) the pooled aggregator *is* Tang's
-mean, so "never worse than Tang" is always available.
+mean, so "never worse than Tang" is always available. A clip radius is the other constant:
+the means that no passed check projects may average the teachers clipped towards the uniform
+distribution, at the same multiplier (the same price) and a smaller sensitivity
+(:func:`app.privacy.adadpsyn.clipped_mean_mechanism`); it costs no budget, only a bias
+between confident and unsure teachers, which is what the simulation weighs.
 
 The planner simulates candidate splits on public synthetic teachers (seven regimes, from
 agreeing to a confident majority with a scattered minority, a two-way split and diffuse),
@@ -48,8 +52,11 @@ GRID = {
     "margin": (0.0, 1.0),
     "shrink": (0.5, 0.7, 0.85),
 }
+# Clip radii tried without checks (T = 0): the clipped mean costs what Tang's mean costs.
+CLIPS = (0.8, 0.7, 0.6, 0.5, 0.4, 0.3, 0.2)
 STEPS = {"screen": 150, "select": 400, "validate": 400}  # simulated token steps per regime
 SHORTLIST = 4  # candidates the screen passes on to the selection
+FINAL_TRIES = 3  # the selection's best candidates offered to the final check, in order
 # A coverage check whose count noise (std sigma2) exceeds a fifth of the M teachers cannot
 # tell "all in" from "half in": it passes around a wrong centre about as often as around the
 # right one, and such a pass pulls every teacher towards the wrong token. Never planned.
@@ -83,13 +90,18 @@ class Candidate:
     mu: float = 0.5
     shrink: float = 0.5
     margin: float = 0.0
+    clip: float | None = None  # the unprojected means clip teachers towards uniform
 
     def params(self, sigma: float) -> AdaDPSynParams:
         """The pooled parameters that spend exactly the budget of Tang's mean at ``sigma``:
         (T + 1) / sigma1^2 + T / sigma2^2 = 1 / sigma^2, the checks taking ``check_share``."""
         if self.T == 0:
             return AdaDPSynParams(
-                variant=AdaDPSynVariant.POOLED, good_radius=False, T=0, sigma1=sigma
+                variant=AdaDPSynVariant.POOLED,
+                good_radius=False,
+                T=0,
+                sigma1=sigma,
+                clip=self.clip,
             )
         return AdaDPSynParams(
             variant=AdaDPSynVariant.POOLED,
@@ -100,12 +112,15 @@ class Candidate:
             mu=self.mu,
             shrink=self.shrink,
             coverage_margin=self.margin,
+            clip=self.clip,
         )
 
 
 TANG = Candidate(T=0)
+CLIP_ONLY = tuple(Candidate(0, clip=clip) for clip in CLIPS)
 CANDIDATES = (
     TANG,
+    *CLIP_ONLY,
     *(
         Candidate(int(T), share, mu, shrink, margin)
         for T in GRID["T"]
@@ -141,6 +156,7 @@ class Choice:
             "planner_mu": c.mu if c.T else 0.0,
             "planner_shrink": c.shrink if c.T else 0.0,
             "planner_margin": c.margin if c.T else 0.0,
+            "planner_clip": c.clip if c.clip is not None else 0.0,
             "planner_tang_sigma": round(self.sigma, 6),
             "planner_agreement": round(self.agreement, 4),
             "planner_tang_agreement": round(self.tang_agreement, 4),
@@ -181,26 +197,31 @@ def choose(M: int, K: int, bucket: int) -> Choice:
     """The best candidate at multiplier SIGMA_GRID**bucket; T = 0 unless one validates.
 
     Three stages on fresh synthetic teachers each (fixed public seeds): a screen of every
-    candidate on a few steps keeps the ``SHORTLIST`` best by mean gain over T = 0; a selection
-    on more steps ranks those that pass :func:`_beats`; the best of them is chosen only if it
-    is ahead on the validation teachers and passes :func:`_beats` on selection and validation
-    together. Testing one candidate at the end keeps the winner's curse of a large grid out
-    of the final check.
+    candidate on a few steps keeps the ``SHORTLIST`` best by mean gain over T = 0, and every
+    clip radius joins them; a selection on more steps ranks those that pass :func:`_beats`;
+    the first of its ``FINAL_TRIES`` best that is ahead on the validation teachers and passes
+    :func:`_beats` on selection and validation together is chosen. Offering the final check
+    at most three candidates, not the grid, keeps the winner's curse of a large grid out of it.
     """
     sigma = SIGMA_GRID**bucket
-    usable = [c for c in CANDIDATES[1:] if c.params(sigma).sigma2 <= MAX_CHECK_NOISE * M]
+    usable = [
+        c for c in CANDIDATES[1:] if c.T == 0 or c.params(sigma).sigma2 <= MAX_CHECK_NOISE * M
+    ]
     shortlist = _Stage(M, K, sigma, "screen").ranked(usable, tolerance=math.inf)
+    finalists = [c for c, _ in shortlist[:SHORTLIST]]
+    # every clip radius reaches the selection: the smaller radii gain most on average, so a
+    # top-by-gain shortlist would hold only those, and they are the ones a regime vetoes
+    finalists += [c for c in CLIP_ONLY if c not in finalists]
     select = _Stage(M, K, sigma, "select")
-    ranked = select.ranked([c for c, _ in shortlist[:SHORTLIST]], tolerance=1.0)
+    ranked = select.ranked(finalists, tolerance=1.0)
     validate = _Stage(M, K, sigma, "validate")
     tang_mean = float(np.mean([s.mean() for s in validate.tang]))
-    if ranked:
-        best, selected = ranked[0]
+    tang_both = [np.concatenate(p) for p in zip(select.tang, validate.tang, strict=True)]
+    for best, selected in ranked[:FINAL_TRIES]:
         held_out = validate.scores(best)
         # The final check pools selection and validation steps (800 per regime), so that a
         # regime with no real difference rarely vetoes by chance and a real loss rarely hides.
         both = [np.concatenate(pair) for pair in zip(selected, held_out, strict=True)]
-        tang_both = [np.concatenate(p) for p in zip(select.tang, validate.tang, strict=True)]
         if _mean_gain(held_out, validate.tang) > 0 and _beats(both, tang_both, tolerance=1.0):
             agreement = float(np.mean([s.mean() for s in held_out]))
             return Choice(best, sigma, agreement, tang_mean)

@@ -146,8 +146,9 @@ def plan_synthesis(
         )
         privacy = privacy.model_copy(update={"params": choice.params()})
         planner = choice.public_stats()
-    # No checks planned: sigma1 is Tang's calibrated sigma, the same event at the same price,
-    # so the job is Tang's job draw for draw. Otherwise sigma1 is calibrated as usual.
+    # No checks planned: sigma1 is Tang's calibrated sigma, the same event at the same price
+    # (a clip changes the sensitivity, not the multiplier); without a clip the job is Tang's
+    # job draw for draw. Otherwise sigma1 is calibrated as usual.
     if math.isfinite(config.epsilon) and planner.get("planner_T") != 0:
         privacy = calibrate_noise(
             privacy, label_sizes=sizes, shots=charged, target_epsilon=config.epsilon, delta=delta

@@ -173,3 +173,44 @@ def test_the_audited_pooled_stack_is_what_a_job_runs():
                 job = adadpsyn_aggregate(inputs, params, make_rng(seed)).distribution
                 stack = pooled_aggregate_steps(inputs[None], params, make_rng(seed))
                 np.testing.assert_array_equal(job, stack.distributions[0])
+
+
+# --- the clipped mean (issue 19) ----------------------------------------------------------
+
+
+def clipped_step(sigma1: float) -> AdaDPSynParams:
+    """A pooled step with no checks whose one mean clips the teachers to 0.4 from uniform."""
+    return AdaDPSynParams(
+        variant=AdaDPSynVariant.POOLED, good_radius=False, T=0, sigma1=sigma1, clip=0.4
+    )
+
+
+def clipped_neighbours(K: int = 50) -> tuple[np.ndarray, np.ndarray]:
+    """All teachers on token 0, and one moved to token 1: after clipping the two means are
+    0.4 * sqrt(2K / (K - 1)) / M apart, 95% of the stated sensitivity at K = 50."""
+    base = np.zeros((M, K))
+    base[:, 0] = 1.0
+    neighbour = base.copy()
+    neighbour[0] = np.eye(K)[1]
+    return base, neighbour
+
+
+def test_audit_of_the_clipped_mean_stays_below_its_charge():
+    """The clipped mean is charged as Tang's mean at the same multiplier, its noise scaled
+    to the clipped diameter; on its worst-case neighbours the audit stays below the charge
+    and comes close to it."""
+    params = clipped_step(1.0)
+    base, neighbour = clipped_neighbours()
+    lower = epsilon_lower_bound(run_step(base, params, 9), run_step(neighbour, params, 10))
+    accounted = adadpsyn_step_epsilon(params)
+    assert accounted == pytest.approx(accounted_epsilon(1.0))
+    assert lower <= accounted
+    assert lower > 0.3 * accounted
+
+
+def test_audit_flags_a_clipped_mean_with_too_little_noise():
+    """Negative control: charged at sigma1 = 1, run at 0.25."""
+    base, neighbour = clipped_neighbours()
+    weak = clipped_step(0.25)
+    lower = epsilon_lower_bound(run_step(base, weak, 11), run_step(neighbour, weak, 12))
+    assert lower > adadpsyn_step_epsilon(clipped_step(1.0))

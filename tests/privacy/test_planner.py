@@ -78,6 +78,12 @@ def _recording(monkeypatch):
         checks.append((np.array(centre), np.array(radius)))
         return count(points, centre, radius)
 
+    def clip_spy(points, radius):
+        projections.append((np.full(points.shape[-1], 1.0 / points.shape[-1]), np.array([radius])))
+        return clip(points, radius)
+
+    clip = adadpsyn_module.clip_towards_uniform
+    monkeypatch.setattr(adadpsyn_module, "clip_towards_uniform", clip_spy)
     monkeypatch.setattr(adadpsyn_module, "project_onto_ball", project_spy)
     monkeypatch.setattr(adadpsyn_module, "counts_within", counts_spy)
     monkeypatch.setattr(adadpsyn_module, "count_within", count_spy)
@@ -103,10 +109,13 @@ def _passed_checks(result, variant: AdaDPSynVariant) -> list[bool]:
     sigma2=st.floats(0.1, 8.0),
     concentration=st.floats(0.05, 50.0),
     variant=st.sampled_from(list(AdaDPSynVariant)),
+    clip=st.one_of(st.none(), st.floats(0.05, 1.0)),
 )
 def test_every_projection_holds_the_simplex_or_comes_from_a_passed_check(
-    seed, M, K, T, mu, shrink, sigma1, sigma2, concentration, variant
+    seed, M, K, T, mu, shrink, sigma1, sigma2, concentration, variant, clip
 ):
+    """...or is a clip towards the uniform distribution: a public centre, and a clip that
+    keeps every teacher's ranking of the tokens (tests/privacy/test_clip.py)."""
     rng = make_rng(seed)
     probs = rng.dirichlet(np.full(K, concentration), size=M)
     params = AdaDPSynParams(
@@ -118,16 +127,20 @@ def test_every_projection_holds_the_simplex_or_comes_from_a_passed_check(
         T=T,
         mu=mu,
         shrink=shrink,
+        clip=clip if variant is AdaDPSynVariant.POOLED else None,
     )
     with pytest.MonkeyPatch.context() as patch:
         projections, checks = _recording(patch)
         result = adadpsyn_aggregate(probs, params, rng)
     flags = _passed_checks(result, variant)  # paper: the failing last check is left out
     passed = [ball for ball, ok in zip(checks, flags, strict=False) if ok]
+    uniform = np.full(K, 1.0 / K)
     for centre, radius in projections:
         centre, radius = centre.reshape(-1), float(radius.reshape(-1)[0])
         if math.isinf(radius) or ball_holds_simplex(centre, radius):
             continue  # no projection at all, or a ball that holds every distribution
+        if np.array_equal(centre, uniform) and radius == params.clip:
+            continue  # the public clip
         assert any(np.array_equal(centre, c) and radius == float(r) for c, r in passed), (
             f"projected onto an unchecked ball of radius {radius:.3f}"
         )

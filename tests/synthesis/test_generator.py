@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections import Counter
 from contextlib import contextmanager
@@ -12,9 +13,11 @@ import pytest
 from app.privacy.accounting import Accounting
 from app.privacy.events import FixedSizeSampling, PoissonSampling, from_dict
 from app.privacy.params import AdaDPSynVariant, Aggregator, adadpsyn_defaults
-from app.privacy.planner import PlannerShape, plan_adadpsyn
+from app.privacy.planner import TANG as TANG_CANDIDATE
+from app.privacy.planner import Candidate, Choice, PlannerShape, plan_adadpsyn
 from app.privacy.rng import make_rng
 from app.results import SynthesisError
+from app.synthesis import generator
 from app.synthesis.config import SynthesisConfig
 from app.synthesis.data import Record
 from app.synthesis.generator import TRUNCATED, partition_sizes, plan_synthesis, synthesize
@@ -154,19 +157,36 @@ def test_a_budget_too_small_for_the_settings_is_an_error():
         synthesize(TREC, trec_records(), config(epsilon=0.001, T=2), FakeBackend())
 
 
-def test_with_no_checks_planned_adadpsyn_is_tangs_job_draw_for_draw():
-    """Where the planner finds that no coverage check pays (a small epsilon here), the
-    AdaDPSyn job runs Tang's mechanism at Tang's calibrated sigma: same price, same draws,
-    same demonstrations."""
+def _planning(monkeypatch: pytest.MonkeyPatch, candidate: Candidate) -> None:
+    """Make every job's planner choose ``candidate`` (at the shape's own Tang sigma)."""
+
+    def plan(shape: PlannerShape) -> Choice:
+        return dataclasses.replace(plan_adadpsyn(shape), candidate=candidate)
+
+    monkeypatch.setattr(generator, "plan_adadpsyn", plan)
+
+
+def test_with_no_checks_and_no_clip_planned_adadpsyn_is_tangs_job_draw_for_draw(monkeypatch):
+    """Where the planner finds that neither a check nor a clip pays, the AdaDPSyn job runs
+    Tang's mechanism at Tang's calibrated sigma: same price, same draws, same demonstrations.
+    With a clip planned, the price and the multiplier are still Tang's, the mechanism's
+    sensitivity is smaller, and the draws land elsewhere."""
     records = trec_records()
     backend = FakeBackend(stop_after=3)
     noisy = {"epsilon": 0.5, "M": 4, "N": 2, "tmax": 6, "K": 10, "shots": 4, "seed": 9}
-    ada = synthesize(TREC, records, config(method=Aggregator.ADADPSYN, **noisy), backend)
     tang = synthesize(TREC, records, config(method=Aggregator.TANG, **noisy), backend)
-    assert ada.stats["planner_T"] == 0
+    _planning(monkeypatch, TANG_CANDIDATE)
+    ada = synthesize(TREC, records, config(method=Aggregator.ADADPSYN, **noisy), backend)
+    assert ada.stats["planner_T"] == 0 and ada.stats["planner_clip"] == 0.0
     assert ada.plan["params"]["sigma1"] == tang.plan["params"]["sigma"]
     assert ada.epsilon == tang.epsilon and ada.event == tang.event
     assert [d.text for d in ada.demonstrations] == [d.text for d in tang.demonstrations]
+    _planning(monkeypatch, Candidate(0, clip=0.2))
+    clipped = synthesize(TREC, records, config(method=Aggregator.ADADPSYN, **noisy), backend)
+    assert clipped.stats["planner_clip"] == 0.2 and clipped.plan["params"]["clip"] == 0.2
+    assert clipped.plan["params"]["sigma1"] == tang.plan["params"]["sigma"]
+    assert clipped.epsilon == tang.epsilon and clipped.event == tang.event
+    assert [d.text for d in clipped.demonstrations] != [d.text for d in tang.demonstrations]
     consensus = synthesize(
         TREC, records, config(method=Aggregator.TANG, **{**noisy, "epsilon": math.inf}), backend
     )
