@@ -163,8 +163,9 @@ class PooledSteps:
     """What the pooled aggregator did for a stack of S token steps (DP outputs only).
 
     ``radii[s, j]`` is the sensitivity radius of step s's mean j (sqrt(2)/2 when the mean was
-    not projected); ``checks[s, r]`` is 1 (passed), 0 (failed) or -1 (not run) for round r;
-    ``targets[s]`` is GoodRadius's target (None when it does not run).
+    not projected, half the clipped diameter when its teachers were clipped towards uniform);
+    ``checks[s, r]`` is 1 (passed), 0 (failed) or -1 (not run) for round r; ``targets[s]`` is
+    GoodRadius's target (None when it does not run).
     """
 
     distributions: np.ndarray

@@ -42,6 +42,24 @@ def project_onto_ball(
     return centre + offsets * scale
 
 
+def as_distributions(rows: np.ndarray) -> np.ndarray:
+    """Every row as an exact probability vector: the inputs every sensitivity here assumes.
+
+    A backend renormalises in float32, so a row may sum to 1 +- 1e-7 or hold a -0.0; such
+    rows are clipped at 0 and divided by their sum, so that no bound (sqrt(2) for two rows,
+    :func:`clipped_diameter` after a clip) depends on a backend's rounding. A row with a
+    non-finite entry or no positive mass is not a distribution at all: ValueError.
+    """
+    rows = np.asarray(rows, dtype=float)
+    if not np.all(np.isfinite(rows)):
+        raise ValueError("a next-token distribution holds a non-finite value")
+    clipped = np.maximum(rows, 0.0)
+    totals = clipped.sum(axis=-1, keepdims=True)
+    if np.any(totals <= 0.0):
+        raise ValueError("a next-token distribution has no positive probability")
+    return clipped / totals
+
+
 def clip_towards_uniform(points: np.ndarray, radius: float) -> np.ndarray:
     """Pull each distribution (row) that lies farther than ``radius`` from the uniform one
     back along the ray towards it, to distance ``radius``; nearer rows are unchanged.

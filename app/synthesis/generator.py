@@ -18,10 +18,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from app.llm.base import LLMBackend, kv_scope
+from app.llm.base import BackendError, LLMBackend, kv_scope
 from app.privacy.adadpsyn import adadpsyn_aggregate
 from app.privacy.calibration import calibrate_noise
 from app.privacy.events import SynthesisEvent, to_dict
+from app.privacy.geometry import as_distributions
 from app.privacy.params import (
     AdaDPSynParams,
     AdaDPSynVariant,
@@ -334,7 +335,10 @@ def _teacher_probs(
             prompt = teacher_prompt(task, examples, shot.label, "")
             batch.append(backend.tokenize(prompt) + shot.generated)
             sets.append(token_set)
-    return backend.next_token_probs(batch, np.array(sets))
+    try:
+        return as_distributions(backend.next_token_probs(batch, np.array(sets)))
+    except ValueError as err:  # the aggregators' sensitivities hold for distributions only
+        raise BackendError(f"{type(backend).__name__}: {err}") from None
 
 
 def _with_stop_tokens(top: np.ndarray, stop: np.ndarray) -> np.ndarray:

@@ -15,6 +15,7 @@ from pydantic import ValidationError
 from app.privacy.adadpsyn import adadpsyn_aggregate, clipped_mean_mechanism
 from app.privacy.geometry import (
     SIMPLEX_DIAMETER,
+    as_distributions,
     clip_towards_uniform,
     clipped_diameter,
     project_onto_simplex,
@@ -139,3 +140,15 @@ def test_clip_is_a_pooled_parameter_with_a_positive_radius():
     assert AdaDPSynParams(variant=POOLED, sigma1=1.0, clip=0.4).round_events() == (
         AdaDPSynParams(variant=POOLED, sigma1=1.0).round_events()
     )  # the same mechanisms at the same multipliers: the same price
+
+
+def test_backend_rows_become_exact_distributions_or_an_error():
+    """The bounds assume distributions: float32 rounding is repaired, a row that is not a
+    distribution at all is refused."""
+    rows = np.array([[0.5, 0.5 + 1e-7, -0.0, -1e-9], [2.0, 1.0, 1.0, 0.0]])
+    fixed = as_distributions(rows)
+    assert np.all(fixed >= 0) and np.allclose(fixed.sum(-1), 1.0, rtol=0, atol=1e-15)
+    np.testing.assert_allclose(fixed[1], [0.5, 0.25, 0.25, 0.0])
+    for bad, message in (([np.nan, 1.0], "non-finite"), ([0.0, -0.1], "no positive")):
+        with pytest.raises(ValueError, match=message):
+            as_distributions(np.array([[0.5, 0.5], bad]))

@@ -10,6 +10,7 @@ from contextlib import contextmanager
 import numpy as np
 import pytest
 
+from app.llm.base import BackendError
 from app.privacy.accounting import Accounting
 from app.privacy.events import FixedSizeSampling, PoissonSampling, from_dict
 from app.privacy.params import AdaDPSynVariant, Aggregator, adadpsyn_defaults
@@ -361,3 +362,19 @@ def test_the_evaluations_memo_wrapper_passes_a_jobs_scope_through():
     assert "call" in backend.events and "unscoped call" not in backend.events
     alone = synthesize(BUILTIN_TASKS["trec"], trec_records(), config(), FakeBackend(stop_after=3))
     assert result.demonstrations == alone.demonstrations
+
+
+class _NaNBackend(FakeBackend):
+    """A backend whose distributions hold a NaN (a broken model server, a bad conversion)."""
+
+    def next_token_probs(self, prompts, token_sets):
+        probs = super().next_token_probs(prompts, token_sets)
+        probs[0, 0] = np.nan
+        return probs
+
+
+@pytest.mark.parametrize("method", list(Aggregator))
+def test_a_row_that_is_not_a_distribution_fails_the_job_before_any_aggregation(method):
+    """Every sensitivity assumes distributions: such a row is a backend error, not noise."""
+    with pytest.raises(BackendError, match="non-finite"):
+        synthesize(TREC, trec_records(), config(method=method), _NaNBackend(stop_after=3))
