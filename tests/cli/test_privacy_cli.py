@@ -104,8 +104,12 @@ def test_plan_prints_the_planners_choice_and_its_price():
     assert out["T"] == out["planner_T"] == 0 and out["sigma2"] is None
     assert out["sigma1"] == pytest.approx(out["planner_tang_sigma"], rel=1e-6)
     assert 0.99 <= out["epsilon"] <= 1.0 and out["delta"] == pytest.approx(1 / 4998)
+    # the chosen clip (towards uniform; issue 19) is in the stats and in the parameters
+    assert out["clip"] == out["planner_clip"] > 0
+    assert out["planner_agreement"] > out["planner_tang_agreement"]
     text = invoke("plan", "--epsilon", "1", *shape, "--n-total", "4998")
     assert text.exit_code == 0 and "no coverage checks" in text.stdout
+    assert f"clipped to {out['clip']} around the uniform distribution" in text.stdout
 
 
 @pytest.mark.parametrize(
