@@ -23,6 +23,7 @@ from app.privacy.geometry import (
 from app.privacy.params import AdaDPSynParams, AdaDPSynVariant
 from app.privacy.rng import make_rng
 from tests.privacy.test_noise import RecordingGenerator, assert_std
+from tests.privacy.test_pooled import failing_checks
 
 POOLED = AdaDPSynVariant.POOLED
 
@@ -100,16 +101,7 @@ def test_the_unprojected_means_are_clipped_means_released_at_their_sensitivity(T
     means, each recorded as the clipped-mean mechanism, and the pooled estimate's noise has
     std D sigma1 / (M sqrt(T + 1)), D = clipped_diameter(clip, K): below Tang's sqrt(2)."""
     M, K, sigma1, clip = 10, 20, 0.7, 0.3
-    params = AdaDPSynParams(
-        variant=POOLED,
-        good_radius=False,
-        sigma1=sigma1,
-        sigma2=0.01,
-        T=T,
-        mu=1.0,
-        coverage_margin=10.0,
-        clip=clip,
-    )
+    params = failing_checks(T, sigma1, clip=clip)
     rng = make_rng(3)
     probs = rng.dirichlet(np.full(K, 0.2), size=M)
     clipped_mean = clip_towards_uniform(probs, clip).mean(axis=0)

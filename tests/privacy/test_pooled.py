@@ -33,6 +33,20 @@ def cluster(M: int, K: int, spread: float, seed: int) -> np.ndarray:
     return np.array([to_simplex(row) for row in base + rng.normal(0.0, spread, size=(M, K))])
 
 
+def failing_checks(T: int, sigma1: float, **extra: object) -> AdaDPSynParams:
+    """Pooled parameters whose every check fails: no noisy count reaches M + 10 sigma2."""
+    return AdaDPSynParams(
+        variant=POOLED,
+        good_radius=False,
+        sigma1=sigma1,
+        sigma2=0.01,
+        T=T,
+        mu=1.0,
+        coverage_margin=10.0,
+        **extra,
+    )
+
+
 def charged_counts(params: AdaDPSynParams) -> Counter:
     return Counter({e.noise_multiplier: e.count for e in params.round_events()})
 
@@ -79,15 +93,7 @@ def test_pooled_noise_is_the_inverse_variance_combination_of_all_means():
     means: its noise std is 2 R sigma1 / (M sqrt(T + 1)). Using only the last mean, as the
     paper does, would give sqrt(T + 1) times more."""
     M, K, T, sigma1 = 10, 5, 3, 0.5
-    params = AdaDPSynParams(  # no noisy count reaches M + 10 sigma2: every check fails
-        variant=POOLED,
-        good_radius=False,
-        sigma1=sigma1,
-        sigma2=0.01,
-        T=T,
-        mu=1.0,
-        coverage_margin=10.0,
-    )
+    params = failing_checks(T, sigma1)
     # The centre of the simplex; the centres stay within ~0.1 of it, so balls of radius
     # sqrt(2)/2 around them clip nothing and every mean is unbiased.
     probs = np.full((M, K), 1.0 / K)
