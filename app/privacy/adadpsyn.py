@@ -221,12 +221,7 @@ def pooled_aggregate_steps(
         weighted = weighted + noisy / radius[:, None] ** 2
         weight = weight + 1.0 / radius**2
         if released is not None:
-            released.extend(
-                projected_mean_mechanism(M, float(r), params.sigma1)
-                if ball or params.clip is None
-                else clipped_mean_mechanism(M, K, params.clip, params.sigma1)
-                for ball, r in zip(has_ball, radius, strict=True)
-            )
+            released.extend(_mean_mechanisms(has_ball, radius, M, K, params))
         return project_onto_simplex(weighted / weight[:, None])
 
     centre = release_means(0)
@@ -257,6 +252,19 @@ def pooled_aggregate_steps(
 
     rounds = np.count_nonzero(checks == 1, axis=1)
     return PooledSteps(centre, radii, checks, rounds, list(stopped), targets)
+
+
+def _mean_mechanisms(
+    has_ball: np.ndarray, radius: np.ndarray, M: int, K: int, params: AdaDPSynParams
+) -> list[GaussianMechanism]:
+    """The mechanism each step's mean ran: projected onto a passed check's ball, clipped
+    towards uniform, or unprojected (the projected mean's formula at sqrt(2)/2)."""
+    return [
+        projected_mean_mechanism(M, float(r), params.sigma1)
+        if ball or params.clip is None
+        else clipped_mean_mechanism(M, K, params.clip, params.sigma1)
+        for ball, r in zip(has_ball, radius, strict=True)
+    ]
 
 
 def _unprojected_means(probs: np.ndarray, params: AdaDPSynParams) -> tuple[np.ndarray, float]:

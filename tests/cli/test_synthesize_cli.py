@@ -366,6 +366,7 @@ WRITTEN = {
             "mu",
             "shrink",
             "margin",
+            "clip",
             "tang_sigma",
             "agreement",
             "tang_agreement",
