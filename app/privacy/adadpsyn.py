@@ -212,8 +212,11 @@ def pooled_aggregate_steps(
         """Mean j of every step: projected onto its last passed check's ball, if any."""
         nonlocal weighted, weight
         has_ball = np.isfinite(ball_radius)
-        projected = project_onto_ball(probs, ball_centre[:, None, :], ball_radius[:, None, None])
-        values = np.where(has_ball[:, None], projected.mean(axis=1), means)
+        values = means
+        if has_ball.any():  # (no check passed in any step: nothing to project)
+            ball = (ball_centre[:, None, :], ball_radius[:, None, None])
+            projected = project_onto_ball(probs, *ball).mean(axis=1)
+            values = np.where(has_ball[:, None], projected, means)
         radius = np.where(has_ball, ball_radius, start)
         std = 2.0 * radius * params.sigma1 / M  # projected_mean_mechanism's, per step
         noisy = values + rng.normal(0.0, std[:, None], size=(S, K))
