@@ -335,8 +335,9 @@ def _teacher_probs(
             prompt = teacher_prompt(task, examples, shot.label, "")
             batch.append(backend.tokenize(prompt) + shot.generated)
             sets.append(token_set)
+    probs = backend.next_token_probs(batch, np.array(sets))
     try:
-        return as_distributions(backend.next_token_probs(batch, np.array(sets)))
+        return as_distributions(probs)
     except ValueError as err:  # the aggregators' sensitivities hold for distributions only
         raise BackendError(f"{type(backend).__name__}: {err}") from None
 
