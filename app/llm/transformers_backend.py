@@ -46,6 +46,7 @@ from transformers import (
 )
 
 from app.llm.base import DEFAULT_KV_CACHE_MB, BackendError
+from app.llm.conversion import ensure_converted
 from app.llm.models import DEFAULT_MODEL, ModelSource, resolve
 
 log = logging.getLogger(__name__)
@@ -83,35 +84,16 @@ def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
 
 
 def _load(source: ModelSource, dtype: torch.dtype):
-    """Load a model and tokenizer, converting a GGUF once and caching the result."""
+    """Load a model and tokenizer, converting a GGUF once and caching the result
+    (:func:`app.llm.conversion.ensure_converted`: safe when several processes start at once)."""
     if source.folder is not None:
-        return (
-            AutoModelForCausalLM.from_pretrained(source.folder, dtype=dtype),
-            AutoTokenizer.from_pretrained(source.folder),
-        )
-    converted = source.converted
-    if not (converted / "config.json").exists():
-        log.info("converting %s once into %s (this takes up to a minute)", source.gguf, converted)
-        gguf = source.gguf
-        assert gguf is not None
-        tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
-        quantized = AutoModelForCausalLM.from_pretrained(
-            gguf.parent, gguf_file=gguf.name, dtype=torch.float32
-        )
-        # A model loaded from GGUF refuses save_pretrained; copy its de-quantised weights
-        # into a plain model of the same configuration.
-        config = quantized.config
-        if hasattr(config, "quantization_config"):
-            delattr(config, "quantization_config")
-        plain = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
-        plain.load_state_dict(quantized.state_dict())
-        partial = converted.with_name(converted.name + ".partial")
-        plain.save_pretrained(partial)
-        tokenizer.save_pretrained(partial)
-        partial.rename(converted)
+        folder = source.folder
+    else:
+        assert source.gguf is not None
+        folder = ensure_converted(source.gguf, source.converted)
     return (
-        AutoModelForCausalLM.from_pretrained(converted, dtype=dtype),
-        AutoTokenizer.from_pretrained(converted),
+        AutoModelForCausalLM.from_pretrained(folder, dtype=dtype),
+        AutoTokenizer.from_pretrained(folder),
     )
 
 
@@ -124,9 +106,8 @@ def model_folder(model: str = DEFAULT_MODEL) -> Path:
     source = resolve(model)
     if source.folder is not None:
         return source.folder
-    if not (source.converted / "config.json").exists():
-        _load(source, torch.float32)  # converts, then loads once (a few seconds)
-    return source.converted
+    assert source.gguf is not None
+    return ensure_converted(source.gguf, source.converted)
 
 
 class LastLogitsAnswers(ABC):
