@@ -326,20 +326,17 @@ class VLLMHttpBackend:
     def _probs_top_logprobs(self, prompts: list[list[int]], rows: list[list[int]]) -> np.ndarray:
         """Log-probabilities of each row's ids among the top ``max_logprobs`` tokens.
 
-        An id outside the returned top list gets -inf (probability 0 after renormalising);
-        a row with none of its ids returned cannot be renormalised and is an error.
+        An id outside the returned top list gets -inf (probability 0 after renormalising).
+        A row with none of its ids returned cannot be renormalised: it comes back as NaN, not
+        as an error, because whether it happens depends on the prompt (private records, in a
+        synthesis step), and a call that fails for one row fails the whole job without noise.
+        The caller decides: the token loop puts the uniform distribution in its place
+        (``app.privacy.geometry.as_distributions``), scoring treats it as uniform too.
         """
         tops = self._complete(prompts, logprobs=self._max_logprobs)
         out = np.full((len(rows), len(rows[0])), -math.inf)
         for b, (row, top) in enumerate(zip(rows, tops, strict=True)):
             out[b] = [top.get(t, -math.inf) for t in row]
-            if not np.isfinite(out[b]).any():
-                raise BackendError(
-                    f"{self._where(COMPLETIONS)}: row {b}: none of its {len(row)} requested "
-                    f"tokens is among the server's top {self._max_logprobs}; restart vLLM "
-                    "with a larger --max-logprobs (and pass it as max_logprobs) or use a vLLM "
-                    "with logprob_token_ids"
-                )
         return out
 
     def _complete(
@@ -553,10 +550,12 @@ def _parse_top(top: Any, where: str) -> dict[int, float]:
 
 
 def _renormalise(logprobs: np.ndarray) -> np.ndarray:
-    """Row-wise softmax of log-probabilities; -inf entries become exactly 0."""
-    shifted = logprobs - logprobs.max(axis=1, keepdims=True)
-    weights = np.exp(shifted)
-    return weights / weights.sum(axis=1, keepdims=True)
+    """Row-wise softmax of log-probabilities; -inf entries become exactly 0, and a row of
+    -inf only (none of its tokens returned) becomes NaN."""
+    top = logprobs.max(axis=1, keepdims=True)
+    with np.errstate(invalid="ignore"):
+        weights = np.exp(logprobs - np.where(np.isfinite(top), top, 0.0))
+        return weights / weights.sum(axis=1, keepdims=True)
 
 
 def _status_words(status: int) -> str:

@@ -47,17 +47,24 @@ def as_distributions(rows: np.ndarray) -> np.ndarray:
 
     A backend renormalises in float32, so a row may sum to 1 +- 1e-7 or hold a -0.0; such
     rows are clipped at 0 and divided by their sum, so that no bound (sqrt(2) for two rows,
-    :func:`clipped_diameter` after a clip) depends on a backend's rounding. A row with a
-    non-finite entry or no positive mass is not a distribution at all: ValueError.
+    :func:`clipped_diameter` after a clip) depends on a backend's rounding.
+
+    A row that is no distribution at all (a non-finite entry, no positive mass: a model
+    server that returned none of the requested tokens, a NaN from the forward pass) becomes
+    the uniform distribution. Why not fail the job instead: whether it happens depends on
+    the prompt, so on the private records sampled into it, and a job that fails (or not)
+    without noise would tell the dataset's admins something no mechanism paid for. The
+    replacement keeps the step's outcome a function of noisy aggregates only: each row is
+    still a function of its own teacher's disjoint records, and it is a distribution (at the
+    centre of every clip ball), so the sensitivity of every mean here is unchanged.
     """
     rows = np.asarray(rows, dtype=float)
-    if not np.all(np.isfinite(rows)):
-        raise ValueError("a next-token distribution holds a non-finite value")
-    clipped = np.maximum(rows, 0.0)
+    finite = np.all(np.isfinite(rows), axis=-1, keepdims=True)
+    clipped = np.where(finite, np.maximum(rows, 0.0), 0.0)
     totals = clipped.sum(axis=-1, keepdims=True)
-    if np.any(totals <= 0.0):
-        raise ValueError("a next-token distribution has no positive probability")
-    return clipped / totals
+    valid = totals > 0.0
+    uniform = np.full(rows.shape[-1:], 1.0 / rows.shape[-1])
+    return np.where(valid, clipped / np.where(valid, totals, 1.0), uniform)
 
 
 def clip_towards_uniform(points: np.ndarray, radius: float) -> np.ndarray:

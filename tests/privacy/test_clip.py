@@ -134,13 +134,14 @@ def test_clip_is_a_pooled_parameter_with_a_positive_radius():
     )  # the same mechanisms at the same multipliers: the same price
 
 
-def test_backend_rows_become_exact_distributions_or_an_error():
-    """The bounds assume distributions: float32 rounding is repaired, a row that is not a
-    distribution at all is refused."""
+def test_backend_rows_become_exact_distributions_or_the_uniform_one():
+    """The bounds assume distributions: float32 rounding is repaired, and a row that is not a
+    distribution at all (NaN, infinite, no positive mass) becomes the uniform distribution,
+    leaving the other rows as they were."""
     rows = np.array([[0.5, 0.5 + 1e-7, -0.0, -1e-9], [2.0, 1.0, 1.0, 0.0]])
     fixed = as_distributions(rows)
     assert np.all(fixed >= 0) and np.allclose(fixed.sum(-1), 1.0, rtol=0, atol=1e-15)
     np.testing.assert_allclose(fixed[1], [0.5, 0.25, 0.25, 0.0])
-    for bad, message in (([np.nan, 1.0], "non-finite"), ([0.0, -0.1], "no positive")):
-        with pytest.raises(ValueError, match=message):
-            as_distributions(np.array([[0.5, 0.5], bad]))
+    for bad in ([np.nan, 1.0], [np.inf, 1.0], [0.0, -0.1], [0.0, 0.0]):
+        fixed = as_distributions(np.array([[0.75, 0.25], bad]))
+        np.testing.assert_array_equal(fixed, [[0.75, 0.25], [0.5, 0.5]])

@@ -10,7 +10,6 @@ from contextlib import contextmanager
 import numpy as np
 import pytest
 
-from app.llm.base import BackendError
 from app.privacy.accounting import Accounting
 from app.privacy.events import FixedSizeSampling, PoissonSampling, from_dict
 from app.privacy.params import AdaDPSynVariant, Aggregator, adadpsyn_defaults
@@ -364,17 +363,29 @@ def test_the_evaluations_memo_wrapper_passes_a_jobs_scope_through():
     assert result.demonstrations == alone.demonstrations
 
 
-class _NaNBackend(FakeBackend):
-    """A backend whose distributions hold a NaN (a broken model server, a bad conversion)."""
+class _BrokenRowBackend(FakeBackend):
+    """A backend whose first row per call is ``row`` (NaN: a bad forward pass; zeros: a
+    model server that returned none of the requested tokens; uniform: the replacement)."""
+
+    def __init__(self, row: str, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.row = row
 
     def next_token_probs(self, prompts, token_sets):
         probs = super().next_token_probs(prompts, token_sets)
-        probs[0, 0] = np.nan
+        K = probs.shape[1]
+        probs[0] = {"nan": np.nan, "zeros": 0.0, "uniform": 1.0 / K}[self.row]
         return probs
 
 
 @pytest.mark.parametrize("method", list(Aggregator))
-def test_a_row_that_is_not_a_distribution_fails_the_job_before_any_aggregation(method):
-    """Every sensitivity assumes distributions: such a row is a backend error, not noise."""
-    with pytest.raises(BackendError, match="non-finite"):
-        synthesize(TREC, trec_records(), config(method=method), _NaNBackend(stop_after=3))
+@pytest.mark.parametrize("row", ["nan", "zeros"])
+def test_a_row_that_is_not_a_distribution_counts_as_uniform_and_never_fails_the_job(method, row):
+    """Whether a teacher's row is broken depends on the records in its prompt: failing the
+    job then (issue 31) would reveal that without noise. The row counts as the uniform
+    distribution instead, so the job, noise included, is the one run with that row uniform."""
+    cfg = config(method=method, epsilon=4.0)
+    broken = synthesize(TREC, trec_records(), cfg, _BrokenRowBackend(row, stop_after=3))
+    uniform = synthesize(TREC, trec_records(), cfg, _BrokenRowBackend("uniform", stop_after=3))
+    assert [d.text for d in broken.demonstrations] == [d.text for d in uniform.demonstrations]
+    assert broken.demonstrations and broken.stats == uniform.stats
