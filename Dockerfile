@@ -62,14 +62,21 @@ RUN python -m venv /opt/vllm \
     && python -c "import vllm" \
     && groupadd --system --gid 10001 dpsyn \
     && useradd --system --uid 10001 --gid dpsyn --home-dir /var/lib/dpsyn --create-home \
-        --shell /usr/sbin/nologin dpsyn
+        --shell /usr/sbin/nologin dpsyn \
+    && install -d -o dpsyn -g dpsyn /var/lib/dpsyn/.cache /var/lib/dpsyn/.cache/huggingface \
+        /var/lib/dpsyn/.cache/vllm
 COPY --from=build /opt/dpsyn-cache/models /models
 COPY scripts/vllm_serve.sh /opt/dpsyn/vllm_serve.sh
+# The caches belong to the user the engine runs as: vLLM's (torch.compile's cache, written at
+# every start) and the hub's, where compose mounts the vllm-models volume (a new volume takes
+# the owner of the folder it is mounted on; a folder missing from the image would be root's).
 ENV VLLM_HOST=0.0.0.0 \
     VLLM_PYTHON=/opt/vllm/bin/python \
     VLLM_MODEL=/models/gemma-3-270m \
     VLLM_SERVED_NAME=gemma-3-270m \
-    HOME=/var/lib/dpsyn
+    HOME=/var/lib/dpsyn \
+    HF_HOME=/var/lib/dpsyn/.cache/huggingface \
+    VLLM_CACHE_ROOT=/var/lib/dpsyn/.cache/vllm
 USER 10001:10001
 EXPOSE 8000
 HEALTHCHECK --interval=15s --timeout=5s --start-period=300s --retries=3 \
@@ -98,7 +105,8 @@ ENV PATH=/opt/dpsyn/bin:$PATH \
 WORKDIR /var/lib/dpsyn
 USER 10001:10001
 EXPOSE 8000
-# The API's own check (database reachable); docker-compose.yml gives workers a Celery ping.
+# The API's own check (database reachable). docker-compose.yml checks workers with
+# dpsyn-worker-health instead: the age of the alive file their lease threads touch.
 HEALTHCHECK --interval=30s --timeout=5s --start-period=60s --retries=3 \
     CMD ["python", "-c", "import os, urllib.request; urllib.request.urlopen('http://127.0.0.1:%s/healthz' % os.environ.get('DPSYN_PORT', '8000'), timeout=4)"]
 ENTRYPOINT ["dpsyn"]

@@ -10,6 +10,14 @@ exception of the chain naming its type and the frames it passed through (file, l
 function: code, not data); an exception passed as a formatting argument, or as the message
 itself, becomes its type name. Stack frames' source lines are not repeated either, only
 their locations.
+
+HTTP clients log what a peer wrote: httpx logs every response at INFO with its status line,
+reason phrase included, and httpcore's DEBUG trace the raw status line and headers; a model
+server or a proxy may put its input there (``HTTP/1.1 400 Question: <record> ...``).
+:func:`quiet_http_client_logs` (part of :func:`install_log_redaction`) sets those libraries'
+loggers to WARNING. Their warnings name hosts, URLs we built and retry counts; the one that
+carries an exception (urllib3's "Retrying ... after connection broken by ...") has it
+redacted to its type like any other.
 """
 
 from __future__ import annotations
@@ -24,6 +32,20 @@ from typing import Any
 _lock = threading.Lock()
 _installed = False
 _MAX_FRAMES = 12  # the innermost frames; enough to find the place, short enough to read
+#: The HTTP client libraries a dpsyn process may load: httpx and httpcore (the vLLM client, the
+#: CLI's API client), httpx2 and httpcore2 (huggingface_hub's downloads), requests and urllib3
+#: (gguf's), h11, h2 and hpack (the wire protocols under them; h11 also under uvicorn).
+HTTP_CLIENT_LOGGERS = (
+    "httpx",
+    "httpcore",
+    "httpx2",
+    "httpcore2",
+    "requests",
+    "urllib3",
+    "h11",
+    "h2",
+    "hpack",
+)
 
 
 def describe_exception(exc: BaseException) -> str:
@@ -82,9 +104,22 @@ def _redact(record: logging.LogRecord) -> logging.LogRecord:
     return record
 
 
+def quiet_http_client_logs() -> None:
+    """Set the HTTP client libraries' loggers to WARNING (a higher level set by an operator
+    stays): their INFO and DEBUG lines quote what the peer answered. A level set on the
+    logger itself outlasts ``logging.basicConfig``, uvicorn's log config
+    (``disable_existing_loggers=False``) and Celery's root logger, which set other loggers."""
+    for name in HTTP_CLIENT_LOGGERS:
+        logger = logging.getLogger(name)
+        if logger.level < logging.WARNING:  # NOTSET included: it would inherit the root's
+            logger.setLevel(logging.WARNING)
+
+
 def install_log_redaction() -> None:
-    """Make every log record of this process redact exceptions (idempotent)."""
+    """Make every log record of this process redact exceptions, and keep the HTTP clients'
+    request lines out of the log (idempotent)."""
     global _installed
+    quiet_http_client_logs()
     with _lock:
         if _installed:
             return

@@ -65,6 +65,8 @@ def create_app(
     again (``DPSYN_REDISPATCH_AFTER_S``), and whoever runs the app closes it. A queue passed
     in is used as it is (tests pass their own: no dispatcher then).
     """
+    # First: an in-process queue made below may start recovered jobs at once.
+    install_log_redaction()
     settings = settings or get_settings()
     import_method_modules(settings.method_module_names())  # plug-ins, before the schema
     provider = backend_provider or provider_for(settings)
@@ -95,7 +97,6 @@ def create_app(
     app.state.queue = queue
     app.state.backend_provider = provider
     app.state.metrics = make_registry(sessions, per_dataset=settings.metrics_token is not None)
-    install_log_redaction()
     install_error_handlers(app)
     # The last middleware added runs first: a request is checked (path, rate, body size)
     # before it may take one of the admission slots.

@@ -7,10 +7,11 @@ settings (a PostgreSQL URL, a Redis broker URL, a vLLM backend), never code path
 
 from __future__ import annotations
 
+import ipaddress
 from functools import lru_cache
 from typing import Literal
 
-from pydantic import Field, SecretStr, model_validator
+from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from app.llm.base import DEFAULT_KV_CACHE_MB
@@ -206,14 +207,22 @@ class Settings(BaseSettings):
         description="dpsyn serve applies the migrations at start. Set false on API replicas "
         "that start after a one-shot 'dpsyn migrate', so that replicas never race on the schema.",
     )
+    forwarded_allow_ips: str = Field(
+        "",
+        description="The reverse proxies whose X-Forwarded-For and X-Forwarded-Proto "
+        "headers dpsyn serve believes: comma-separated IP addresses or networks (CIDR), or "
+        "'*' (any sender). Empty (the default): none, so a client is the address that "
+        "connected. The only source: uvicorn's FORWARDED_ALLOW_IPS is not read.",
+    )
 
     # --- Web dashboard (docs/dashboard.md) ------------------------------------------------
     ui_secret: SecretStr | None = Field(
         None,
         min_length=32,
-        description="Key that signs the dashboard's session cookies. Unset: dpsyn serve "
-        "keeps one in its data directory (embedded), else each process makes a random one "
-        "(sessions then end at restart and do not cross replicas: set it behind several).",
+        description="Key that signs the dashboard's session cookies; required by dpsyn serve "
+        "in production. Unset: dpsyn serve keeps one in its data directory (development), "
+        "else each process makes a random one (sessions then end at restart and do not cross "
+        "replicas: set it behind several).",
     )
     ui_session_ttl_s: int = Field(
         8 * 3600, gt=0, description="How long a dashboard sign-in lasts (absolute expiry)."
@@ -230,6 +239,40 @@ class Settings(BaseSettings):
     def method_module_names(self) -> list[str]:
         """The modules of ``method_modules``, in order, without blanks."""
         return [name.strip() for name in self.method_modules.split(",") if name.strip()]
+
+    @field_validator("forwarded_allow_ips")
+    @classmethod
+    def _proxy_addresses(cls, value: str) -> str:
+        """The list without blanks; each entry an address or network as uvicorn reads it (a
+        network with host bits set, or a name, would be compared as text and never match)."""
+        entries = [entry.strip() for entry in value.split(",") if entry.strip()]
+        if entries == ["*"]:
+            return "*"
+        for entry in entries:
+            try:
+                ipaddress.ip_network(entry)  # an address is a network of one
+            except ValueError:
+                raise ValueError(
+                    f"DPSYN_FORWARDED_ALLOW_IPS: {entry!r} is not an IP address or network "
+                    "(e.g. 10.0.0.5 or 10.0.0.0/24); '*' (any sender) stands alone"
+                ) from None
+        return ",".join(entries)
+
+    def forwarded_allow_list(self) -> list[str]:
+        """The proxies of ``forwarded_allow_ips`` as uvicorn takes them (``[]``: none)."""
+        return [entry for entry in self.forwarded_allow_ips.split(",") if entry]
+
+    def check_serving(self) -> None:
+        """ValueError, naming the setting, if an API server cannot start with these settings.
+
+        Production is one deployment however many replicas serve it: they must sign the
+        dashboard's sessions with one key, which a replica cannot make up on its own (a key
+        kept in each replica's folder would refuse every other replica's sign-ins)."""
+        if self.environment == "production" and self.ui_secret is None:
+            raise ValueError(
+                "production needs DPSYN_UI_SECRET (32+ characters, e.g. openssl rand -base64 "
+                "48), the same on every API replica: it signs the dashboard's sessions"
+            )
 
     @model_validator(mode="after")
     def _heartbeat_within_lease(self) -> Settings:

@@ -278,8 +278,9 @@ def wait_healthy(server: subprocess.Popen, port: int, log) -> subprocess.Popen:
 
 
 # The ceiling: the least a FastAPI route can cost under these server settings (those of
-# ``dpsyn serve``: ``uvicorn.run(app, host, port, log_level="info")``), with no auth, no
-# database and no middleware: a fixed body from memory.
+# ``dpsyn serve`` with no DPSYN_FORWARDED_ALLOW_IPS: ``uvicorn.run(app, host, port,
+# log_level="info", proxy_headers=False)``), with no auth, no database and no middleware: a
+# fixed body from memory.
 CEILING_APP = """
 import sys, uvicorn
 from fastapi import FastAPI, Response
@@ -291,7 +292,8 @@ async def prompt(prompt_id: str) -> Response:
 @app.get('/healthz')
 async def healthz() -> Response:
     return Response(b'{"status":"ok"}', media_type='application/json')
-uvicorn.run(app, host=sys.argv[2], port=int(sys.argv[3]), log_level='info')
+uvicorn.run(app, host=sys.argv[2], port=int(sys.argv[3]), log_level='info',
+            proxy_headers=False, forwarded_allow_ips=[])
 """
 
 

@@ -73,7 +73,7 @@ def start_server(url: str, port: int, workers: int) -> subprocess.Popen:
     command = [
         sys.executable, "-m", "uvicorn", "app.main:create_app", "--factory",
         "--host", "127.0.0.1", "--port", str(port), "--workers", str(workers),
-        "--log-level", "warning",
+        "--log-level", "warning", "--no-proxy-headers",  # as dpsyn serve: no proxy named
     ]  # fmt: skip
     server = subprocess.Popen(command, env=env, cwd=ROOT)
     deadline = time.monotonic() + 60

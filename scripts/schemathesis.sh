@@ -11,9 +11,15 @@
 # refused at admission, and the rare one admitted fails fast (its failure is a stored job
 # state, not an HTTP error). SCHEMATHESIS_REAL_MODEL=1 keeps the packaged model instead.
 #
+# The seeded private dataset keeps its job on the ledger (reserved, or charged once the job
+# failed after reading the data): scripts/schemathesis.toml sends every generated budget PUT
+# to it, half of them at a delta so small that no finite epsilon covers that spend (a 409
+# with a JSON body, never a 500), and the seeding checks that one such PUT is that 409.
+#
 #   scripts/schemathesis.sh                      # report in out/schemathesis/
 #   PYTHON=/path/to/python scripts/schemathesis.sh
 #   EXAMPLES=30 SEED=1 scripts/schemathesis.sh
+#   scripts/schemathesis.sh --include-tag budgets   # arguments go to `schemathesis run`
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 ROOT=$PWD
@@ -54,9 +60,10 @@ for _ in $(seq 120); do
 done
 
 echo "== seeding: a private dataset with a budget, a job on it, a public dataset, a key"
-"$PY" - "$URL" "$KEY" <<'PY'
-"""Objects for the ID-taking operations to find (through the list operations' links)."""
-import sys, httpx
+DPSYN_LIVE_DATASET=$("$PY" - "$URL" "$KEY" <<'PY'
+"""Objects for the ID-taking operations to find (through the list operations' links); prints
+the private dataset's ID, whose job stays on the ledger."""
+import json, sys, httpx
 
 url, key = sys.argv[1:]
 client = httpx.Client(base_url=url, headers={"Authorization": f"Bearer {key}"}, timeout=30)
@@ -72,11 +79,22 @@ assert job.status_code == 201, job.text
 public = client.post("/v1/datasets", json={"public": True, "records": records})
 assert public.status_code == 201, public.text
 assert client.post("/v1/keys", json={"scope": "prompts:read"}).status_code == 201
+# The job is live on the ledger: at delta 1e-300 no finite epsilon covers it, a 409 in JSON
+# proper (json.loads would take Infinity or NaN: refused here).
+def not_json(name):
+    raise ValueError(f"not JSON: {name}")
+
+tiny = client.put(f"/v1/datasets/{dataset['id']}/budget", json={"epsilon": 10, "delta": 1e-300})
+assert tiny.status_code == 409, tiny.text
+assert json.loads(tiny.text, parse_constant=not_json)["error"]["code"] == "budget_below_spent"
+print(dataset["id"])
 PY
+)
+export DPSYN_LIVE_DATASET
 
 echo "== schemathesis run ($EXAMPLES examples per operation, all checks, seed $SEED)"
 set +e
-"$ST" run "$URL/openapi.json" \
+"$ST" --config-file "$ROOT/scripts/schemathesis.toml" run "$URL/openapi.json" \
   --header "Authorization: Bearer $KEY" \
   --checks all \
   --max-examples "$EXAMPLES" \
@@ -86,7 +104,7 @@ set +e
   --generation-database none \
   --request-timeout 30 \
   --no-color \
-  --report junit,ndjson --report-dir "$OUT" 2>&1 | tee "$OUT/run.txt"
+  --report junit,ndjson --report-dir "$OUT" "$@" 2>&1 | tee "$OUT/run.txt"
 status=${PIPESTATUS[0]}
 set -e
 echo "== schemathesis exit status: $status"

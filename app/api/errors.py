@@ -2,7 +2,8 @@
 
 Messages name the problem (a field, a limit, an id) and never echo request input: a
 validation error names the failing field and the rule, not the value (which could be private
-record text or a query).
+record text or a query). A body is JSON whatever the numbers in it: a non-finite one (a spend
+no finite epsilon covers) is written as null (``app.api.responses``), never a 500.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from fastapi.responses import JSONResponse
 from sqlalchemy import exc as sa_exc
 from starlette.exceptions import HTTPException
 
+from app.api.responses import FiniteJSONResponse
 from app.llm.base import BackendError
 from app.log_redaction import describe_exception
 from app.services.errors import ServiceError
@@ -39,7 +41,7 @@ DATABASE_RETRY_AFTER_S = 5
 def error_response(
     status: int, code: str, message: str, headers: Mapping[str, str] | None = None, **extra: Any
 ) -> JSONResponse:
-    return JSONResponse(
+    return FiniteJSONResponse(
         {"error": {"code": code, "message": message, **extra}}, status_code=status, headers=headers
     )
 

@@ -541,7 +541,10 @@ class JobCreate(_Request):
 class ProgressPublic(BaseModel):
     """Units of the job's method done, out of those planned."""
 
-    done: int
+    done: int = Field(
+        description="Units done; a succeeded job's equals its total (it is complete, even "
+        "when its method stopped before the planned total: progress_note says where)."
+    )
     total: int
     unit: str = Field(description="What the method counts (tokens, public inputs, steps, ...).")
 
@@ -578,9 +581,9 @@ class JobPublic(BaseModel):
     accounting: str | None
     shots: int
     progress_note: str | None = Field(
-        description="Why a succeeded job's progress stopped before its planned total "
-        "(PromptPATE stops when its privacy budget is spent): the run is complete; null "
-        "otherwise."
+        description="Why a succeeded job stopped before its planned total (PromptPATE stops "
+        "when its privacy budget is spent), with how far it got: the run is complete (its "
+        "progress reads total/total); null otherwise."
     )
     cancel_requested: bool
     read_private_data: bool = Field(
@@ -635,7 +638,9 @@ class JobPublic(BaseModel):
             method=row.method,
             status=row.status,
             progress=ProgressPublic(
-                done=row.progress_done,
+                # A succeeded job is complete: PromptPATE's run stops when its budget is spent,
+                # usually before the last planned public input (its note and stats say where).
+                done=row.progress_total if row.status == "succeeded" else row.progress_done,
                 total=row.progress_total,
                 unit=method.unit if method else "units",
             ),

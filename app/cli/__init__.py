@@ -18,6 +18,7 @@ from app.cli.serve import (
     worker_health_command,
 )
 from app.cli.synthesize import synthesize_command
+from app.log_redaction import install_log_redaction
 
 app = typer.Typer(
     name="dpsyn",
@@ -43,5 +44,8 @@ app.add_typer(config_app, name="config")
 
 
 def main() -> None:
-    """Console-script entry point."""
+    """Console-script entry point. Every command's log redacts exceptions and leaves out the
+    HTTP clients' request lines, which quote what a server answered (a vLLM server's reason
+    phrase may hold a prompt): `dpsyn synthesize --backend vllm` as much as `dpsyn serve`."""
+    install_log_redaction()
     app()

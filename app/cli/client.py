@@ -493,7 +493,8 @@ _ENDED_WITHOUT_PROMPT = ("cancelled", "failed")
 
 
 def _describe_job(job: dict[str, Any]) -> str:
-    """One line: status, method, cost, datasets, progress in the method's unit, what the
+    """One line: status, method, cost, datasets, progress in the method's unit (a succeeded
+    job's is complete, with the server's note when its run stopped early), what the
     server says about the finished job and, for a cancelled or failed one (or one being
     cancelled), what it is charged and why (all from the job's JSON: the client knows no
     method)."""
@@ -511,6 +512,8 @@ def _describe_job(job: dict[str, Any]) -> str:
         )
         + f", progress {progress['done']}/{progress['total']} {progress.get('unit', '')}".rstrip()
     )
+    if job.get("progress_note"):  # a complete run that stopped before its planned total
+        text += f" ({one_line(job['progress_note'])})"
     if job.get("summary"):
         text += f", {job['summary']}"
     if job.get("prompt_id"):

@@ -6,7 +6,8 @@ jobs in a background thread of the server process, the packaged CPU model. In de
 without ``DPSYN_BOOTSTRAP_API_KEY``, it creates an admin API key once, prints it, and saves it
 to ``./.dpsyn/admin_key`` (mode 0600), where the ``dpsyn`` client commands find it. Unless
 ``DPSYN_UI_SECRET`` is set, the key that signs the dashboard's sessions is kept beside it
-(``ui_secret``), so sign-ins survive a restart.
+(``ui_secret``), so sign-ins survive a restart; in production, where several replicas must
+share one key, ``DPSYN_UI_SECRET`` is required instead.
 """
 
 from __future__ import annotations
@@ -28,6 +29,8 @@ from app.cli.errors import fail
 from app.cli.model_options import quiet_progress_bars
 from app.llm.factory import BackendKind
 from app.settings import Settings
+from app.worker_health import DEFAULT_MAX_AGE_S, UnhealthyError
+from app.worker_health import check as check_worker_alive
 
 err = Console(stderr=True)
 DATA_DIR = Path(".dpsyn")
@@ -193,13 +196,7 @@ def serve_command(
     from app.main import create_app
 
     try:
-        settings = Settings(**_embedded_overrides(data_dir))
-        if host is not None or port is not None:
-            settings = settings.model_copy(
-                update={"host": host or settings.host, "port": port or settings.port}
-            )
-        if migrate is not None:
-            settings = settings.model_copy(update={"migrate_on_start": migrate})
+        settings = _settings_to_serve(data_dir, host=host, port=port, migrate=migrate)
         check_port(settings.host, settings.port)
         settings, created = prepare(settings, data_dir=data_dir, migrate=settings.migrate_on_start)
     except ValueError as error:  # settings validation, e.g. production with SQLite
@@ -227,11 +224,46 @@ def serve_command(
     app = create_app(settings)
     heap.enable()  # the app and its imports live as long as the process
     try:
-        uvicorn.run(app, host=settings.host, port=settings.port, log_level="info")
+        uvicorn.run(
+            app, host=settings.host, port=settings.port, log_level="info", **_proxies(settings)
+        )
     finally:
         close = getattr(getattr(app.state, "queue", None), "close", None)
         if callable(close):
             close()
+
+
+def _settings_to_serve(
+    data_dir: Path, *, host: str | None, port: int | None, migrate: bool | None
+) -> Settings:
+    """The settings with the command's options, checked for serving, and the plug-in methods
+    loaded: a ValueError naming what is wrong before anything is migrated, written or bound."""
+    from app.methods.registry import import_method_modules
+
+    settings = Settings(**_embedded_overrides(data_dir))
+    if host is not None or port is not None:
+        settings = settings.model_copy(
+            update={"host": host or settings.host, "port": port or settings.port}
+        )
+    if migrate is not None:
+        settings = settings.model_copy(update={"migrate_on_start": migrate})
+    settings.check_serving()
+    import_method_modules(settings.method_module_names())
+    return settings
+
+
+class _ProxyOptions(TypedDict):
+    proxy_headers: bool
+    forwarded_allow_ips: list[str]
+
+
+def _proxies(settings: Settings) -> _ProxyOptions:
+    """uvicorn's forwarded-header options from ``DPSYN_FORWARDED_ALLOW_IPS`` alone. Left to
+    itself uvicorn believes ``X-Forwarded-For`` from 127.0.0.1 (or from its own
+    ``FORWARDED_ALLOW_IPS``), so any local process could pose as a new address to the
+    per-address failure limits; a list, even empty, keeps it from reading that variable."""
+    allowed = settings.forwarded_allow_list()
+    return {"proxy_headers": bool(allowed), "forwarded_allow_ips": allowed}
 
 
 def migrate_command(
@@ -299,21 +331,45 @@ def worker_command(
     settings = Settings()
     if not settings.broker_url:
         raise fail("dpsyn worker needs DPSYN_BROKER_URL (e.g. redis://127.0.0.1:6379/0)")
+    from app.methods.registry import import_method_modules
+
+    try:  # before the worker's module, which imports them too, so that a failure is one line
+        import_method_modules(settings.method_module_names())
+    except ValueError as error:
+        raise fail(str(error)) from None
     if settings.backend is BackendKind.VLLM and os.environ.get("DPSYN_TEST_FAKE_BACKEND") != "1":
         _check_engine(settings)
     from app.services.queue import load_runtime
 
     quiet_progress_bars()  # each worker loads the model once, into its log
-    load_runtime(settings).worker_main(
-        [
-            "worker",
-            f"--pool={pool}",
-            f"--concurrency={concurrency}",
-            f"--queues={queue}",
-            f"--loglevel={loglevel}",
-            *([f"--hostname={hostname}"] if hostname else []),
-        ]
+    argv = celery_worker_argv(
+        queue=queue, concurrency=concurrency, pool=pool, loglevel=loglevel, hostname=hostname
     )
+    load_runtime(settings).worker_main(argv)
+
+
+def celery_worker_argv(
+    *, queue: str, concurrency: int, pool: str, loglevel: str, hostname: str | None
+) -> list[str]:
+    """Celery's ``worker`` arguments for ``dpsyn worker``.
+
+    Without gossip, mingle and heartbeat events: a solo-pool worker handles no event while it
+    runs a job, so after every job it read the other workers' heartbeats of the last minutes
+    at once and logged "Substantial drift ... clocks are out of sync". dpsyn uses none of
+    them: jobs are handed out through the queue, health is the alive file
+    (``dpsyn-worker-health``), and no task is revoked through Celery's remote control.
+    """
+    return [
+        "worker",
+        f"--pool={pool}",
+        f"--concurrency={concurrency}",
+        f"--queues={queue}",
+        f"--loglevel={loglevel}",
+        "--without-gossip",
+        "--without-mingle",
+        "--without-heartbeat",
+        *([f"--hostname={hostname}"] if hostname else []),
+    ]
 
 
 def _check_engine(settings: Settings) -> None:
@@ -353,27 +409,15 @@ def _check_engine(settings: Settings) -> None:
 def worker_health_command(
     max_age: Annotated[
         float, typer.Option("--max-age", min=1, help="Seconds; an older alive file is unhealthy.")
-    ] = 90.0,
+    ] = DEFAULT_MAX_AGE_S,
 ) -> None:
     """Exit 0 while this container's worker is alive (its DPSYN_WORKER_ALIVE_FILE is fresh).
 
     A container healthcheck: unlike ``celery inspect ping`` it answers while a solo-pool
-    worker runs a long job, since the job's lease heartbeat keeps the file fresh.
+    worker runs a long job, since the job's lease heartbeat keeps the file fresh. Containers
+    run the same check as ``dpsyn-worker-health``, which skips loading this command line.
     """
-    import time
-
-    path = Settings().worker_alive_file
-    if not path:
-        raise fail("dpsyn worker-health needs DPSYN_WORKER_ALIVE_FILE (as the worker has it)")
     try:
-        age = time.time() - Path(path).stat().st_mtime
-    except FileNotFoundError:
-        raise fail(
-            f"{path} does not exist: the worker has not started (or cannot write it)"
-        ) from None
-    if age > max_age:
-        raise fail(
-            f"the worker has not renewed a lease or reaped for {age:.0f} s (> {max_age:g} s): "
-            "it is stuck or has lost its database"
-        )
-    typer.echo(f"alive ({age:.0f} s ago)")
+        typer.echo(check_worker_alive(Settings().worker_alive_file, max_age))
+    except UnhealthyError as error:
+        raise fail(str(error)) from None

@@ -132,12 +132,15 @@ def registered(method: Method) -> Iterator[Method]:
 def import_method_modules(modules: Iterable[str]) -> None:
     """Import each of ``modules`` (``DPSYN_METHOD_MODULES``), which register their methods
     as they load; one already imported is not run again. A module that is missing or fails
-    is a ValueError naming it and the error's type, at the process's start rather than at
-    the first job of its method."""
+    is a ValueError naming it and the error's type (not its message), at the process's start
+    rather than at the first job of its method. That includes a module that raises
+    ``SystemExit`` (``sys.exit(0)``) or ``KeyboardInterrupt`` as it loads, which would
+    otherwise end the process as if it had been asked to stop (``sys.exit(0)``: status 0,
+    no message) instead of naming the plug-in."""
     for module in modules:
         try:
             importlib.import_module(module)
-        except Exception as err:
+        except BaseException as err:  # SystemExit, KeyboardInterrupt: the plug-in failed too
             raise ValueError(
                 f"DPSYN_METHOD_MODULES: cannot import {module!r} ({type(err).__name__})"
             ) from err

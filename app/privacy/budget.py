@@ -7,6 +7,8 @@ API accepts is one the ledger can admit against, with the same tolerance everywh
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from decimal import ROUND_CEILING, Decimal
 from typing import Annotated
 
 from pydantic import Field
@@ -26,8 +28,53 @@ def is_epsilon(value: float) -> bool:
 
 
 def fits_budget(cost: float, total: float) -> bool:
-    """Whether a spend of ``cost`` stays within a budget of ``total`` epsilon."""
-    return not cost > total * (1 + FIT_TOLERANCE)
+    """Whether a spend of ``cost`` stays within a budget of ``total`` epsilon (a NaN never
+    does: fail closed)."""
+    return cost <= total * (1 + FIT_TOLERANCE)
+
+
+def round_up(value: float, digits: int) -> float:
+    """``value`` rounded up to ``digits`` significant digits (an epsilon or a delta to advise:
+    rounding up keeps one that fits one that fits). Exact for any positive double, subnormals
+    included."""
+    if not (math.isfinite(value) and value > 0):
+        return value
+    nearest = float(f"{value:.{digits - 1}e}")  # the double of 3.2e-12 stays 3.2e-12
+    if nearest >= value:
+        return nearest
+    exact = Decimal(value)
+    quantum = Decimal(1).scaleb(exact.adjusted() - digits + 1)
+    # The decimal is at least ``value``, a double, so its nearest double is too.
+    return float(exact.quantize(quantum, rounding=ROUND_CEILING))
+
+
+# log(1/5e-324) is about 745: 30 halvings of log(delta) leave 7e-7, a relative error far
+# below the two digits advised.
+_BISECTION_STEPS = 30
+
+
+def smallest_fitting_delta(
+    epsilon_at: Callable[[float], float], epsilon: float, *, above: float
+) -> float | None:
+    """The smallest delta in (``above``, 1), to two significant digits (rounded up), at which a
+    spend priced by ``epsilon_at`` fits a budget of ``epsilon``; None if no delta below 1 makes
+    it fit. ``epsilon_at`` must not grow with delta (no accountant's epsilon does), and is
+    asked some 30 times: a bisection on log(delta), from ``above`` (whose spend does not fit
+    or is unknown) to the largest double below 1."""
+    top = math.nextafter(1.0, 0.0)
+    if not fits_budget(epsilon_at(top), epsilon):
+        return None
+    found, low, high = top, math.log(above), math.log(top)
+    for _ in range(_BISECTION_STEPS):
+        middle = (low + high) / 2
+        candidate = math.exp(middle)
+        if fits_budget(epsilon_at(candidate), epsilon):
+            found, high = candidate, middle
+        else:
+            low = middle
+    advised = round_up(found, 2)
+    fits = advised < 1 and fits_budget(epsilon_at(advised), epsilon)
+    return advised if fits else found
 
 
 def budget_percent(fraction: float) -> str:

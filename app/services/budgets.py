@@ -4,14 +4,12 @@ The spend is the composition of the live events (reserved or committed, not rele
 budget's accountant, at the budget's delta (``ledger.spend``); the plain sum of the jobs'
 epsilons is reported beside it. The accounting mode cannot change once a job is charged
 (its events were sampled for one accountant), and a budget cannot be lowered below what is
-already spent. Public datasets (PromptPATE's unlabelled inputs) are never charged and take
-no budget.
+already spent (the refusal names the epsilon, and the delta, that would fit). Public datasets
+(PromptPATE's unlabelled inputs) are never charged and take no budget.
 """
 
 from __future__ import annotations
 
-import csv
-import io
 import itertools
 import math
 from collections.abc import Sequence
@@ -24,12 +22,20 @@ from sqlalchemy.orm import Session
 from app.db.models import DEFAULT_WARN_THRESHOLD, Budget, Dataset, DatasetKind, LedgerEntry, now
 from app.ledger import ledger
 from app.privacy.accounting import Accounting, Priced, accountant_for
-from app.privacy.budget import EPSILON_RULE, FIT_TOLERANCE, fits_budget, is_epsilon
+from app.privacy.budget import (
+    EPSILON_RULE,
+    FIT_TOLERANCE,
+    fits_budget,
+    is_epsilon,
+    round_up,
+    smallest_fitting_delta,
+)
 from app.privacy.events import DatasetEvent, DpsgdEvent, PateEvent
 from app.privacy.mechanisms import Relation
 
 from .datasets import get_dataset, get_live_dataset, list_datasets
 from .errors import ConflictError, InvalidError, NotFoundError
+from .ledger_csv import ledger_csv
 
 
 def default_delta(record_count: int) -> float:
@@ -220,18 +226,52 @@ def set_budget(
     )
     spent = ledger.spend(session, candidate) if current.jobs else current
     if not fits_budget(spent.epsilon, epsilon):
-        raise ConflictError(
-            f"epsilon {epsilon:g} is below what is already spent or reserved at delta "
-            f"{delta:g} ({spent.epsilon:.4g})",
-            code="budget_below_spent",
-            spent=spent.epsilon,
-        )
+        raise _below_spent_error(session, candidate, spent)
     budget.epsilon, budget.delta, budget.accounting = epsilon, delta, accounting.value
     if warn_threshold is not None:
         budget.warn_threshold = warn_threshold
     budget.updated_at = now()
     session.commit()
     return budget
+
+
+def _below_spent_error(session: Session, asked: Budget, spent: ledger.Spend) -> ConflictError:
+    """The refusal of a budget ``asked`` (epsilon, delta, accounting) below what the live jobs
+    spend at its delta, in plain words with what would fit: the epsilon they need at that
+    delta (``spent``; null when no finite epsilon covers them, as at a delta of 1e-300), and
+    the smallest delta at which they fit the epsilon asked (``min_delta``; null if none below
+    1). Both are rounded up (``spent`` in the message only), so that either, typed back, is
+    accepted."""
+    events = ledger.live_events(session, asked.dataset_id)
+    accountant = accountant_for(Accounting(asked.accounting))
+    min_delta = smallest_fitting_delta(
+        lambda delta: accountant.dataset_epsilon(events, delta), asked.epsilon, above=asked.delta
+    )
+    head = (
+        f"epsilon {asked.epsilon:g} is below what is already spent or reserved at delta "
+        f"{asked.delta:g}"
+    )
+    options = []
+    if math.isfinite(spent.epsilon):
+        needed = round_up(spent.epsilon, 4)
+        head += f": the {spent.jobs} live job(s) need epsilon {needed:g} there"
+        options.append(f"set epsilon to at least {needed:g}")
+    else:
+        head += f": no finite epsilon covers the {spent.jobs} live job(s) at so small a delta"
+    if min_delta is not None:
+        options.append(
+            f"keep epsilon {asked.epsilon:g} with delta at least {min_delta:g} (the smallest "
+            "delta at which the spend fits)"
+        )
+    message = f"{head}; {' or '.join(options)}" if options else head
+    if min_delta is None:
+        message += f"; no delta below 1 makes the spend fit epsilon {asked.epsilon:g}"
+    return ConflictError(
+        message,
+        code="budget_below_spent",
+        spent=spent.epsilon if math.isfinite(spent.epsilon) else None,
+        min_delta=min_delta,
+    )
 
 
 def budget_view(session: Session, *, tenant_id: str, dataset_id: str) -> BudgetView:
@@ -330,58 +370,8 @@ def spend_timeline(
     return view, ledger.timeline(session, view.budget)
 
 
-# A cell that a spreadsheet would run as a formula (CSV injection): label names are typed by
-# users, so such a cell is written with a leading apostrophe.
-_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
-
-
-def _cell(value: object) -> str:
-    text = "" if value is None else str(value)
-    return "'" + text if text.startswith(_FORMULA_START) else text
-
-
-LEDGER_CSV_COLUMNS = (
-    "entry",
-    "created_at",
-    "kind",
-    "job_id",
-    "job_epsilon",
-    "job_delta",
-    "labels",
-    "composed_after",
-    "plain_sum_after",
-)
-
-
-def ledger_csv(points: Sequence[ledger.SpendPoint]) -> str:
-    """The ledger as CSV, one row per entry with the spend after it (as the dataset page's
-    table: ``composed_after`` is empty where a long ledger's chart left it out). ``labels``
-    are the label partitions the job read ("*" for a job that reads every record). Holds
-    metadata and epsilons only, never a record."""
-    out = io.StringIO()
-    writer = csv.writer(out, lineterminator="\r\n")
-    writer.writerow(LEDGER_CSV_COLUMNS)
-    for index, point in enumerate(points, start=1):
-        entry = point.entry
-        labels = [item["label"] for item in entry.event.get("labels", [])] or ["*"]
-        writer.writerow(
-            [
-                index,
-                entry.created_at.isoformat(),
-                entry.kind,
-                entry.job_id,
-                repr(entry.epsilon),
-                repr(entry.delta),
-                ";".join(_cell(label) for label in labels),
-                "" if point.epsilon is None else repr(point.epsilon),
-                repr(point.plain_sum),
-            ]
-        )
-    return out.getvalue()
-
-
 def ledger_export(session: Session, *, tenant_id: str, dataset_id: str) -> tuple[str, str]:
-    """The ledger CSV of a dataset (:func:`ledger_csv`) and its file name, for the API's and
-    the dashboard's download."""
+    """The ledger CSV of a dataset (:func:`app.services.ledger_csv.ledger_csv`: safe in a
+    spreadsheet of any locale) and its file name, for the API's and the dashboard's download."""
     view, points = spend_timeline(session, tenant_id=tenant_id, dataset_id=dataset_id)
     return f"ledger-{view.dataset.id}.csv", ledger_csv(points)

@@ -5,17 +5,20 @@ fake backend; the API fixture fails a test if any response shows record text."""
 
 from __future__ import annotations
 
+import html
 from typing import Any
 
 import pytest
 
 from app.api.schemas import JobPublic
+from app.cli.client import _describe_job
 from app.db.models import Job
 from app.db.session import session_scope
 from app.llm.base import BackendError
 from app.llm.fake import FakeBackend
 from app.methods.registry import get_method
 from tests.api.conftest import FAST_PARAMS, PATE_PARAMS, Api, auth, public_rows
+from tests.ui.test_pages import sign_in
 
 
 def _job(api: Api, job_id: str) -> dict[str, Any]:
@@ -151,17 +154,32 @@ def test_a_succeeded_promptpate_job_reads_complete(api: Api) -> None:
     public = api.upload_public(public_rows(120))
     response = api.submit_pate(private, public["id"], params={**PATE_PARAMS, "max_public": 120})
     assert response.status_code == 201, response.text
-    api.run_job(response.json()["id"], marker="Question:")
-    done = _job(api, response.json()["id"])
+    job_id = response.json()["id"]
+    api.run_job(job_id, marker="Question:")
+    with session_scope(api.url) as session:
+        row = session.get(Job, job_id)
+        assert row is not None and row.progress_done < row.progress_total == 120  # stopped early
+    done = _job(api, job_id)
     progress, stats = done["progress"], done["stats"]
-    assert done["status"] == "succeeded" and progress["done"] == stats["processed"]
-    assert stats["budget_exhausted"] is True and progress["done"] < progress["total"] == 120
-    assert done["progress_note"] == (
-        f"complete: {progress['done']} of 120 public inputs processed (the planned privacy "
+    assert done["status"] == "succeeded" and stats["budget_exhausted"] is True
+    # Complete, not "56/120 public inputs (47%)": the count it got to is in the note and stats.
+    assert progress == {"done": 120, "total": 120, "unit": "public inputs"}
+    processed = int(stats["processed"])
+    note = (
+        f"complete: {processed} of 120 public inputs processed (the planned privacy "
         f"budget was spent first); {int(stats['answered'])} labelled, "
         f"{int(stats['rejected'])} refused by the Confident-GNMax threshold"
     )
-    assert JobPublic.model_validate(done).progress_text == done["progress_note"]  # the pages'
+    assert processed < 120 and done["progress_note"] == note
+    assert JobPublic.model_validate(done).progress_text == note  # the pages'
+    # `dpsyn jobs show` (its first line) and the dashboard's job page and status.
+    assert f", progress 120/120 public inputs ({note})" in _describe_job(done)
+    sign_in(api.client, api.admin)
+    page = api.client.get(f"/ui/jobs/{job_id}").text
+    assert f'id="job-progress">{html.escape(note)}<' in page
+    assert 'value="120" data-field="progress"' in page
+    status = api.client.get(f"/ui/jobs/{job_id}/status").json()
+    assert status["done"] == status["total"] == 120 and status["progress_text"] == note
 
 
 @pytest.mark.parametrize(

@@ -20,6 +20,7 @@ import pytest
 from app.methods.registry import METHODS, import_method_modules, unregister
 from app.settings import Settings
 from tests.api.conftest import make_api
+from tests.cli.live_server import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 PLUGIN = """
@@ -85,3 +86,42 @@ def test_the_worker_process_imports_them_at_start(plugin, tmp_path) -> None:
     )
     assert done.returncode == 0, done.stderr[-2000:]
     assert "'echo'" in done.stdout
+
+
+# A plug-in that ends its import by asking the process to stop: the process must still fail
+# loudly, naming the module, rather than exit 0 without serving (or, for Ctrl-C, "Aborted!").
+STOPPING = {
+    "SystemExit": "import sys\nsys.exit(0)\n",
+    "KeyboardInterrupt": "raise KeyboardInterrupt('plugin detail')\n",
+}
+
+
+@pytest.mark.parametrize("command", ["serve", "worker"])
+@pytest.mark.parametrize("kind", sorted(STOPPING))
+def test_a_plugin_that_stops_the_process_at_import_fails_its_start(
+    tmp_path, command: str, kind: str
+) -> None:
+    """The real ``dpsyn serve`` and ``dpsyn worker``: exit non-zero, the module and the
+    exception's type on stderr (its message withheld), before the server migrates or binds."""
+    module = f"stopping_plugin_{kind.lower()}"
+    (tmp_path / f"{module}.py").write_text(STOPPING[kind])
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DPSYN_")}
+    env.update(
+        PYTHONPATH=os.pathsep.join([str(tmp_path), str(ROOT)]),
+        DPSYN_METHOD_MODULES=f"app.methods.registry, {module}",
+        DPSYN_PORT=str(free_port()),
+        DPSYN_BROKER_URL="redis://127.0.0.1:1/0" if command == "worker" else "",
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", "from app.cli import main; main()", command],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode != 0, (done.stdout, done.stderr[-2000:])
+    assert f"DPSYN_METHOD_MODULES: cannot import '{module}' ({kind})" in done.stderr
+    assert "plugin detail" not in done.stderr + done.stdout
+    assert "API on" not in done.stderr  # stopped before the banner ...
+    assert not (tmp_path / ".dpsyn" / "dpsyn.db").exists()  # ... and before migrating

@@ -16,7 +16,6 @@ The soft-prompt download answers 304 the same way (its ETag, the file's SHA-256,
 from __future__ import annotations
 
 import hashlib
-import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,6 +24,7 @@ from fastapi.concurrency import run_in_threadpool
 from sqlalchemy.orm import Session, sessionmaker
 
 from app.api.deps import AnyKey, ProviderDep, SessionDep
+from app.api.responses import json_bytes
 from app.api.schemas import (
     CompletionPublic,
     CompletionRequest,
@@ -101,10 +101,8 @@ def _load_body(sessions: sessionmaker[Session], tenant_id: str, prompt_id: str) 
     with sessions() as session:
         row = service.get_prompt_set(session, tenant_id, prompt_id)
         model, final = PromptPublic.from_row(row), service.validation_is_final(row.validation)
-    # The bytes JSONResponse would render for this model.
-    data = json.dumps(
-        model.model_dump(mode="json"), ensure_ascii=False, allow_nan=False, separators=(",", ":")
-    ).encode()
+    # The bytes JSONResponse would render for this model (a non-finite number as null).
+    data = json_bytes(model.model_dump(mode="json"))
     return CachedBody(data, f'"{hashlib.sha256(data).hexdigest()}"', final)
 
 

@@ -21,6 +21,7 @@ from sqlalchemy.orm import Session
 from app.api.deps import ProviderDep, QueueDep, SessionDep, SettingsDep
 from app.api.errors import describe_request_errors
 from app.api.limits import RateLimitedError, client_address
+from app.api.responses import FiniteJSONResponse
 from app.api.routes.ui import budget_views, forms
 from app.api.routes.ui.session import (
     AdminUi,
@@ -286,7 +287,7 @@ async def quote(
     groups = await run_in_threadpool(
         budget_views.quote_groups, session, ui.principal.tenant_id, asked.dataset_id, result
     )
-    return JSONResponse(
+    return FiniteJSONResponse(
         {
             "epsilon": result.epsilon,
             "delta": result.delta,
@@ -378,7 +379,7 @@ def job_status(job_id: str, ui: AdminUi, session: SessionDep) -> JSONResponse:
     """The job's live state, polled by the page (and by the jobs table's rows)."""
     row = job_service.get_job(session, ui.principal.tenant_id, job_id)
     job = JobPublic.from_rows([row], job_service.job_charges(session, [row]))[0]
-    return JSONResponse(
+    return FiniteJSONResponse(
         {
             "id": job.id,
             "status": job.status,
@@ -474,5 +475,5 @@ async def complete(
         "value": result.value,
     }
     if wants_json(request):
-        return JSONResponse(answer)
+        return FiniteJSONResponse(answer)
     return page(request, "prompt.html", ui, prompt=prompt, answer=answer)

@@ -1,0 +1,88 @@
+"""The ledger as CSV, safe to open in a spreadsheet of any locale.
+
+A spreadsheet runs a cell that starts with ``=``, ``+``, ``-``, ``@`` or ``|`` (DDE), or with a
+tab or carriage return before one, as a formula (CSV injection), and label names are typed by
+users. Which character splits cells depends on the locale and the import: ``,`` in most,
+``;`` where the decimal mark is a comma, a tab on paste, and a careless reader splits a quoted
+cell too. So the rule covers every substring a reader could take for a cell:
+
+* A *fragment* is a cell's text from its start, or from just after any ``,``, ``;``, tab,
+  carriage return or line feed inside it.
+* A fragment that starts with a formula character, after any spaces and double quotes (which
+  a reader may strip), gets an apostrophe put before it: ``a;=1+4`` is written ``a;'=1+4``,
+  ``|cmd`` as ``'|cmd``, a tab and ``=1`` as ``'`` tab ``'=1``. The spreadsheet shows the text
+  (the apostrophe makes it text), and no split of the line in any of those delimiters yields a
+  cell that starts a formula.
+* The rule applies to every text cell of the file, after the cell is assembled (the ``;``
+  joining a job's labels included), so it holds whatever the labels hold. Numeric cells (the
+  entry number and the epsilons and deltas, written as Python's shortest float) are numbers a
+  spreadsheet reads as such and are never negative; they are written as they are.
+
+A label's own ``;`` is kept, so a label ``a;b`` reads as two labels in the ``labels`` cell:
+the file is for people; the API's JSON (``GET /v1/datasets/{id}/budget``) has the labels.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import re
+from collections.abc import Sequence
+
+from app.ledger import ledger
+
+# Where a fragment that starts a formula begins: at the start of the cell or just after a
+# separator, then any spaces and quotes, then a formula character (a lookahead: the
+# apostrophe goes before the spaces).
+_FORMULA_FRAGMENT = re.compile(r"(?:^|(?<=[,;\t\r\n]))(?=[\s\"]*[=+\-@|\t\r])")
+
+LEDGER_CSV_COLUMNS = (
+    "entry",
+    "created_at",
+    "kind",
+    "job_id",
+    "job_epsilon",
+    "job_delta",
+    "labels",
+    "composed_after",
+    "plain_sum_after",
+)
+
+
+def safe_cell(value: object) -> str:
+    """One cell's text under the module's rule: a number as it is (an int, or a float's
+    shortest repr), None as empty, any other value's text with an apostrophe before each
+    fragment that would start a formula."""
+    if value is None:
+        return ""
+    if isinstance(value, float):
+        return repr(float(value))  # a numpy float's repr names its type
+    if isinstance(value, int) and not isinstance(value, bool):
+        return str(int(value))
+    return _FORMULA_FRAGMENT.sub("'", str(value))
+
+
+def ledger_csv(points: Sequence[ledger.SpendPoint]) -> str:
+    """The ledger as CSV, one row per entry with the spend after it (as the dataset page's
+    table: ``composed_after`` is empty where a long ledger's chart left it out). ``labels``
+    are the label partitions the job read, joined by ``;`` ("*" for a job that reads every
+    record). Holds metadata and epsilons only, never a record."""
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\r\n")
+    writer.writerow(LEDGER_CSV_COLUMNS)
+    for index, point in enumerate(points, start=1):
+        entry = point.entry
+        labels = [str(item["label"]) for item in entry.event.get("labels", [])] or ["*"]
+        cells = (
+            index,
+            entry.created_at.isoformat(),
+            entry.kind,
+            entry.job_id,
+            entry.epsilon,
+            entry.delta,
+            ";".join(labels),
+            point.epsilon,
+            point.plain_sum,
+        )
+        writer.writerow([safe_cell(cell) for cell in cells])
+    return out.getvalue()
