@@ -189,6 +189,21 @@ VLLM_WORDS = re.compile(r"\b(vllm_server|server_without_tokenizer_info|vllm_pool
 
 
 @pytest.hookimpl(optionalhook=True)  # a hook of pytest-xdist, which scripts/test.sh uses
+def pytest_configure(config: pytest.Config) -> None:
+    """Under pytest-xdist, each worker's torch computes on its share of the cores.
+
+    torch's default is every core in every process: two workers on two cores then run four
+    spinning threads, and a forward pass beside another one took up to nine times as long
+    (the real-model tests: 242 s with the default, 126 s with one thread per worker, on this
+    2-core machine). Processes the tests start (servers, workers, vLLM) keep their defaults."""
+    del config
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT") or 0)
+    if workers > 1 and importlib.util.find_spec("torch") is not None:
+        import torch
+
+        torch.set_num_threads(max(1, (os.cpu_count() or 1) // workers))
+
+
 def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
     """Two workers (scripts/test.sh) share the tests out by module, so that a module's
     fixtures are set up once, and every module that uses vLLM goes to one worker, so that

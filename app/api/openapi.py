@@ -49,6 +49,7 @@ _SPECIFIC: dict[tuple[str, str], set[int]] = {
     ("POST", "/v1/datasets"): {413, 415},
     ("DELETE", "/v1/datasets/{dataset_id}"): {409},
     ("PUT", "/v1/datasets/{dataset_id}/budget"): {409},
+    ("PUT", "/v1/datasets/{dataset_id}/counts-public"): {409},
     ("POST", "/v1/jobs"): {404, 409},
     ("POST", "/v1/jobs/{job_id}/cancel"): {409},
     # A soft prompt on a vLLM server, or on a server running another model.
@@ -104,6 +105,7 @@ def declare_errors(router: APIRouter) -> None:
 
 _DATASET = "/v1/datasets/{dataset_id}"
 _BUDGET = "/v1/datasets/{dataset_id}/budget"
+_COUNTS = "/v1/datasets/{dataset_id}/counts-public"
 _JOB, _CANCEL = "/v1/jobs/{job_id}", "/v1/jobs/{job_id}/cancel"
 _PROMPT, _COMPLETE = "/v1/prompts/{prompt_id}", "/v1/prompts/{prompt_id}/complete"
 _SOFT = "/v1/prompts/{prompt_id}/soft-prompt"
@@ -117,7 +119,13 @@ _LINK_SOURCES: list[tuple[str, str, str, str, str, list[tuple[str, str]]]] = [
         "201",
         "/id",
         "dataset_id",
-        [("GET", _DATASET), ("DELETE", _DATASET), ("GET", _BUDGET), ("PUT", _BUDGET)],
+        [
+            ("GET", _DATASET),
+            ("DELETE", _DATASET),
+            ("GET", _BUDGET),
+            ("PUT", _BUDGET),
+            ("PUT", _COUNTS),
+        ],
     ),
     (
         "GET",
@@ -125,7 +133,13 @@ _LINK_SOURCES: list[tuple[str, str, str, str, str, list[tuple[str, str]]]] = [
         "200",
         "/0/id",
         "dataset_id",
-        [("GET", _DATASET), ("DELETE", _DATASET), ("GET", _BUDGET), ("PUT", _BUDGET)],
+        [
+            ("GET", _DATASET),
+            ("DELETE", _DATASET),
+            ("GET", _BUDGET),
+            ("PUT", _BUDGET),
+            ("PUT", _COUNTS),
+        ],
     ),
     ("PUT", _BUDGET, "200", "/dataset_id", "dataset_id", [("GET", _BUDGET), ("GET", _DATASET)]),
     ("POST", "/v1/jobs", "201", "/id", "job_id", [("GET", _JOB), ("POST", _CANCEL)]),

@@ -33,6 +33,7 @@ from app.methods.params import json_schema
 from app.methods.registry import (
     DEFAULT_METHOD,
     METHODS,
+    CountsMode,
     Method,
     Stored,
     find_method,
@@ -42,9 +43,11 @@ from app.methods.registry import (
 )
 from app.privacy.accounting import Accounting
 from app.privacy.budget import Epsilon
+from app.privacy.unit import DEFAULT_DELTA
 from app.services.budgets import (
     BudgetView,
     DatasetSpend,
+    DeltaSource,
     GroupSpend,
     SpendLevel,
     display_groups,
@@ -111,6 +114,12 @@ LABELLED_DESCRIPTION = (
     "must be the task's): the dataset can be a job's validation_dataset_id, on which the "
     "stored prompt is scored (never charged)."
 )
+COUNTS_PUBLIC_DESCRIPTION = (
+    "Private only. true: the data owner declares the per-label record counts public (an "
+    "audited opt-in, changeable later with PUT /v1/datasets/{id}/counts-public): jobs then "
+    "plan with the exact counts and release none, and paper accounting is allowed. Default "
+    "false: every job releases the counts it plans with under DP, charged to the budget."
+)
 
 
 class DatasetCreate(_Request):
@@ -126,6 +135,7 @@ class DatasetCreate(_Request):
     )
     public: bool = Field(False, description=PUBLIC_DESCRIPTION)
     labelled: bool = Field(False, description=LABELLED_DESCRIPTION)
+    counts_public: bool = Field(False, description=COUNTS_PUBLIC_DESCRIPTION)
     text_column: Column = "text"
     label_column: Column = Field(
         "label", description="Ignored for a public dataset unless labelled."
@@ -155,6 +165,7 @@ class DatasetUploadForm(_Request):
     )
     public: bool = Field(False, description=PUBLIC_DESCRIPTION)
     labelled: bool = Field(False, description=LABELLED_DESCRIPTION)
+    counts_public: bool = Field(False, description=COUNTS_PUBLIC_DESCRIPTION)
     text_column: Column = "text"
     label_column: Column = Field(
         "label", description="Ignored for a public dataset unless labelled."
@@ -198,6 +209,11 @@ UPLOAD_OPENAPI: dict[str, Any] = {
                             "default": False,
                             "description": LABELLED_DESCRIPTION,
                         },
+                        "counts_public": {
+                            "type": "boolean",
+                            "default": False,
+                            "description": COUNTS_PUBLIC_DESCRIPTION,
+                        },
                         "name": _NAME,
                         "text_column": {**_BOUNDED, "default": "text"},
                         "label_column": {**_BOUNDED, "default": "label"},
@@ -223,6 +239,11 @@ UPLOAD_OPENAPI: dict[str, Any] = {
                             "type": "boolean",
                             "default": False,
                             "description": LABELLED_DESCRIPTION,
+                        },
+                        "counts_public": {
+                            "type": "boolean",
+                            "default": False,
+                            "description": COUNTS_PUBLIC_DESCRIPTION,
                         },
                         "name": _NAME,
                         "text_column": {**_BOUNDED, "default": "text"},
@@ -266,6 +287,20 @@ class DatasetPublic(BaseModel):
         "public one, uploaded with labelled=true (it can then be a validation set).",
     )
     record_count: int
+    counts_public: bool = Field(
+        False,
+        description="Private datasets: whether the data owner declared the per-label record "
+        "counts public (jobs then plan with the exact counts and release none); false: every "
+        "job releases the counts it plans with under DP. Always false for a public dataset.",
+    )
+    counts_public_at: Timestamp | None = Field(
+        None,
+        description="When the current counts_public setting was chosen (at upload, or by the "
+        "last change); null: private by default, never changed.",
+    )
+    counts_public_by: str | None = Field(
+        None, description="The ID of the API key that chose it (null as counts_public_at)."
+    )
     created_at: Timestamp
     deleted_at: Timestamp | None
 
@@ -279,9 +314,25 @@ class DatasetPublic(BaseModel):
             label_counts={str(k): int(v) for k, v in row.label_counts.items()},
             labelled=row.kind == DatasetKind.PRIVATE or bool(row.label_counts),
             record_count=row.record_count,
+            counts_public=bool(row.counts_public),
+            counts_public_at=row.counts_public_at,
+            counts_public_by=row.counts_public_by,
             created_at=row.created_at,
             deleted_at=row.deleted_at,
         )
+
+
+class CountsPublicUpdate(_Request):
+    """The owner's declaration that a private dataset's label counts are public, or its
+    withdrawal (``PUT /v1/datasets/{id}/counts-public``)."""
+
+    public: bool = Field(
+        strict=True,
+        description="true: declare the per-label record counts public (jobs admitted from now "
+        "on plan with the exact counts and release none; paper accounting is allowed). false: "
+        "withdraw it (jobs admitted from now on release their counts under DP again, and "
+        "paper accounting is refused). Jobs already admitted keep what they were planned with.",
+    )
 
 
 # --- budgets --------------------------------------------------------------------------------
@@ -289,8 +340,17 @@ class DatasetPublic(BaseModel):
 
 class BudgetUpdate(_Request):
     epsilon: Epsilon
-    delta: Delta | None = Field(None, description="Default: 1/record_count.")
-    accounting: Accounting = Accounting.TIGHT
+    delta: Delta | None = Field(
+        None,
+        description=f"Default: unchanged; a new budget {DEFAULT_DELTA:g}, public and the same "
+        "for every dataset (never derived from its size: every prompt carries its job's "
+        "delta). A delta above 1/|D| of the dataset is accepted with a warning (delta_note).",
+    )
+    accounting: Accounting = Field(
+        Accounting.TIGHT,
+        description="tight: add/remove neighbours, Poisson sampling. paper: replace-one "
+        "neighbours, fixed-size samples, which needs the dataset's counts declared public.",
+    )
     warn_threshold: float | None = Field(
         None,
         gt=0,
@@ -356,8 +416,27 @@ class LabelGroupPublic(BaseModel):
 class BudgetPublic(BaseModel):
     dataset_id: str
     epsilon: float = Field(description="Total budget.")
-    delta: float
+    delta: float = Field(
+        description="The delta every job of this budget is charged at (a job may ask for a "
+        "smaller one); public: every prompt carries its job's delta."
+    )
+    delta_source: DeltaSource = Field(
+        description="Where the delta comes from: default (the public default, the same for "
+        "every dataset), owner (set by the data owner), or former_default (1/|D| of this "
+        "dataset, the default of budgets set before issue 32; prompts at it tell their "
+        "readers the dataset's size)."
+    )
+    delta_note: str | None = Field(
+        None,
+        description="A warning for the owner about the delta, in plain words (above 1/|D| of "
+        "this dataset, or equal to it); null when there is none.",
+    )
     accounting: Accounting
+    accounting_note: str | None = Field(
+        None,
+        description="A warning about the accounting (paper accounting on a dataset whose "
+        "counts are not declared public: its jobs are refused); null when there is none.",
+    )
     spent: float = Field(description="Composition of live jobs by the accountant, at delta.")
     plain_sum: float = Field(description="Sum of the live jobs' own epsilons.")
     remaining: float
@@ -381,7 +460,10 @@ class BudgetPublic(BaseModel):
             dataset_id=view.budget.dataset_id,
             epsilon=total,
             delta=view.budget.delta,
+            delta_source=view.delta_source,
+            delta_note=view.delta_note,
             accounting=Accounting(view.budget.accounting),
+            accounting_note=view.accounting_note,
             spent=view.spend.epsilon,
             plain_sum=view.spend.plain_sum,
             remaining=view.remaining,
@@ -577,8 +659,15 @@ class JobPublic(BaseModel):
     status: str
     progress: ProgressPublic
     epsilon: float = Field(description="What the ledger charges for this job.")
-    delta: float
+    delta: float = Field(description="The job's delta: the budget's, or the smaller one asked.")
     accounting: str | None
+    counts: CountsMode | None = Field(
+        None,
+        description="How the job knew the dataset's per-label record counts: released (under "
+        "DP, charged inside the job's event) or declared_public (the owner's opt-in on the "
+        "dataset when the job was admitted); null: the method reads no counts, or the job "
+        "was planned before counts were private (issue 32).",
+    )
     shots: int
     progress_note: str | None = Field(
         description="Why a succeeded job stopped before its planned total (PromptPATE stops "
@@ -648,6 +737,7 @@ class JobPublic(BaseModel):
             epsilon=row.epsilon,
             delta=row.delta,
             accounting=accounting,
+            counts=method.counts_mode(stored) if method else None,
             shots=shots,
             cancel_requested=row.cancel_requested,
             read_private_data=bool(row.touched_data),

@@ -10,31 +10,36 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
+from app.api.deps import Principal
 from app.api.schemas import DatasetPublic, DatasetUploadForm
 from app.services import datasets as service
 from app.settings import Settings
 
 
 def store_file_upload(
-    session: Session, settings: Settings, tenant_id: str, meta: DatasetUploadForm, upload: Any
+    session: Session, settings: Settings, principal: Principal, meta: DatasetUploadForm, upload: Any
 ) -> DatasetPublic:
     """Store ``upload`` (a Starlette ``UploadFile``) as described by the form's fields.
 
     A table (CSV/TSV/JSONL by its name or ``format``) or a built-in task's own format (TREC's
     ``train.txt``, read as ``dpsyn datasets upload`` reads it: :func:`service.read_upload`).
+    The uploading key (``principal``) owns it, and is recorded if it declares the counts
+    public.
     """
     suffix = service.upload_suffix(upload.filename, meta.format)
     display = Path(upload.filename or f"upload{suffix or ''}").name
     upload.file.seek(0)
     dataset = service.store_upload(
         session,
-        tenant_id=tenant_id,
+        tenant_id=principal.tenant_id,
         # A private dataset is named after its task (not "train" of train.txt); a public one
         # after its file, whose texts often come from elsewhere (IMDB texts for SST-2).
         name=meta.name or ((Path(display).stem or None) if meta.public else None),
         task=meta.task,
         public=meta.public,
         labelled=meta.labelled,
+        counts_public=meta.counts_public,
+        declared_by=principal.key_id,
         write=lambda handle: service.copy_limited(upload.file, handle, settings.max_upload_bytes),
         suffix=suffix,
         text_column=meta.text_column,

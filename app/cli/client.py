@@ -35,6 +35,8 @@ from app.cli.http_client import (
     KeyOpt,
     QuietOpt,
     UrlOpt,
+    YesOpt,
+    confirm,
     err,
     exit_with,
     one_line,
@@ -55,9 +57,11 @@ from app.cli.options import (
     TEXT_FIELD,
 )
 from app.cli.progress import progress_reporter
+from app.cli.vocabulary import in_cli_words
 from app.db.models import TERMINAL_STATUSES
 from app.privacy.accounting import Accounting
 from app.privacy.budget import budget_percent, is_epsilon
+from app.privacy.unit import DEFAULT_DELTA
 from app.synthesis.config import DEFAULT_SHOTS
 from app.synthesis.data import Column
 
@@ -217,9 +221,31 @@ def describe_dataset(dataset: dict[str, Any]) -> str:
             f"{dataset['record_count']} texts{about}"
         )
     counts = ", ".join(f"{label} {n}" for label, n in dataset["label_counts"].items())
+    declared = "; counts declared public" if dataset.get("counts_public") else ""
     return (
         f"dataset {dataset['id']} '{dataset['name']}': {dataset['record_count']} records, "
-        f"task {task or '?'} ({counts})"
+        f"task {task or '?'} ({counts}){declared}"
+    )
+
+
+def counts_line(dataset: dict[str, Any]) -> str | None:
+    """What a private dataset's label counts are to its jobs, with when and by which key
+    that was chosen (None: a public dataset, or a server that does not say)."""
+    if dataset.get("kind") == "public" or "counts_public" not in dataset:
+        return None
+    at, by = dataset.get("counts_public_at"), dataset.get("counts_public_by")
+    who = f" by key {by}" if by else ""
+    if dataset["counts_public"]:
+        when = f" ({at[:19]}{who})" if at else ""
+        return (
+            f"label counts: declared public{when}: jobs plan with the exact counts and release "
+            "none; paper accounting is allowed"
+        )
+    withdrawn = f" (declaration withdrawn {at[:19]}{who})" if at else ""
+    return (
+        f"label counts: private{withdrawn}: each job releases the counts it plans with under "
+        "DP, charged in its epsilon; paper accounting needs them declared public "
+        f"(dpsyn datasets counts-public {dataset['id']})"
     )
 
 
@@ -254,10 +280,16 @@ def _dataset_parts(
     custom: dict[str, str | None],
     columns: tuple[str | None, str | None, str | None],
     name: str | None,
+    counts_public: bool = False,
 ) -> tuple[dict[str, str], tuple[str, bytes, str]]:
     """Form fields and file part of ``datasets upload``: public texts, or labelled records
-    (private, or with ``--labelled`` a public validation set, read the same way)."""
+    (private, or with ``--labelled`` a public validation set, read the same way), private
+    ones with the owner's declaration that their label counts are public if given."""
     text_col, label_col, label_map = columns
+    if counts_public and public:
+        raise ClientError(
+            "--public-counts: only for a private dataset (a public one is public whole)", code=2
+        )
     if labelled and not public:
         raise ClientError("--labelled: only with --public (a private dataset always is)", code=2)
     if public and not labelled:
@@ -282,6 +314,8 @@ def _dataset_parts(
         )
         if labelled:  # a public validation set, named after its file as --public is
             fields.update(public="true", labelled="true", name=name or file.stem)
+        if counts_public:
+            fields["counts_public"] = "true"
     return fields, part
 
 
@@ -289,6 +323,12 @@ LABELLED = typer.Option(
     "--labelled",
     help="With --public: keep the labels (read as for a private dataset, --task required): "
     "a validation set for 'jobs submit --validation-dataset'.",
+)
+PUBLIC_COUNTS = typer.Option(
+    "--public-counts",
+    help="Private: declare the records per label public (jobs then plan with the exact counts "
+    "and release none; paper accounting needs it). Default: private, each job releases them "
+    "under DP. Change later with 'dpsyn datasets counts-public'.",
 )
 
 
@@ -309,6 +349,7 @@ def datasets_upload(
         ),
     ] = False,
     labelled: Annotated[bool, LABELLED] = False,
+    public_counts: Annotated[bool, PUBLIC_COUNTS] = False,
     text_col: Annotated[str | None, TEXT_COL] = None,
     label_col: Annotated[str | None, LABEL_COL] = None,
     label_map: Annotated[str | None, LABEL_MAP] = None,
@@ -339,7 +380,14 @@ def datasets_upload(
     }
     try:
         fields, part = _dataset_parts(
-            file, task, public, labelled, custom, (text_col, label_col, label_map), name
+            file,
+            task,
+            public,
+            labelled,
+            custom,
+            (text_col, label_col, label_map),
+            name,
+            public_counts,
         )
         with Api(url, key) as api:
             dataset = api.call("POST", "/v1/datasets", data=fields, files={"file": part})
@@ -361,7 +409,7 @@ def datasets_list(url: UrlOpt = None, key: KeyOpt = None, as_json: JsonOpt = Fal
         print_json(rows)
         return
     print_rows(
-        ["id", "name", "kind", "task", "records", "created"],
+        ["id", "name", "kind", "task", "records", "counts", "created"],
         [
             [
                 row["id"],
@@ -369,11 +417,54 @@ def datasets_list(url: UrlOpt = None, key: KeyOpt = None, as_json: JsonOpt = Fal
                 row.get("kind", "private"),
                 row["task"].get("name", "-"),
                 str(row["record_count"]),
+                _counts_cell(row),
                 row["created_at"][:19],
             ]
             for row in rows
         ],
     )
+
+
+def _counts_cell(row: dict[str, Any]) -> str:
+    """The list's counts column: declared public or private (a public dataset: -)."""
+    if row.get("kind") == "public" or "counts_public" not in row:
+        return "-"
+    return "public" if row["counts_public"] else "private"
+
+
+@datasets_app.command("counts-public")
+def datasets_counts_public(
+    dataset_id: Annotated[str, typer.Argument(help="Private dataset ID.")],
+    withdraw: Annotated[
+        bool,
+        typer.Option("--withdraw", help="Make the counts private again (jobs release them)."),
+    ] = False,
+    yes: YesOpt = False,
+    url: UrlOpt = None,
+    key: KeyOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Declare a private dataset's records per label public, or with --withdraw make them
+    private again. Applies to jobs submitted afterwards; recorded with the time and your key.
+
+    Declared public, jobs plan with the exact counts and release none, and paper accounting
+    is allowed: declare them only if anyone who reads a prompt may know them. Private (the
+    default), each job releases the counts it plans with under DP, charged in its epsilon."""
+    if not withdraw:
+        confirm(
+            f"Declare the label counts of dataset {dataset_id} public? Jobs submitted from now "
+            "on plan with the exact counts and release none, so a prompt's readers may learn "
+            "them.",
+            yes,
+        )
+    path = f"/v1/datasets/{dataset_id}/counts-public"
+    dataset = request(url, key, "PUT", path, json={"public": not withdraw})
+    if as_json:
+        print_json(dataset)
+        return
+    out.print(describe_dataset(dataset), markup=False)
+    if (line := counts_line(dataset)) is not None:
+        out.print(line, markup=False)
 
 
 # --- budget ---------------------------------------------------------------------------------
@@ -395,6 +486,7 @@ def _print_budget(budget: dict[str, Any], *, history: bool) -> None:
     )
     if "warn_threshold" in budget:
         typer.echo(f"warns at {budget['warn_threshold']:.0%} of the budget")
+    _print_delta(budget)
     _print_label_groups(budget.get("label_groups") or [])
     if history and budget["history"]:
         typer.echo("ledger:")
@@ -412,6 +504,25 @@ def _print_budget(budget: dict[str, Any], *, history: bool) -> None:
                 for entry in budget["history"]
             ],
         )
+
+
+DELTA_SOURCES = {
+    "default": "the public default, chosen independent of the dataset",
+    "owner": "set by the owner",
+    "former_default": "1/|D| of this dataset, the default of budgets set before counts "
+    "became private",
+}
+
+
+def _print_delta(budget: dict[str, Any]) -> None:
+    """Where the budget's delta comes from, and the server's warnings on the delta and the
+    accounting (in the CLI's words), when it gives them."""
+    source = DELTA_SOURCES.get(budget.get("delta_source") or "")
+    if source is not None:
+        typer.echo(f"delta {budget['delta']:.3g}: {source} (every prompt carries its job's delta)")
+    for name in ("delta_note", "accounting_note"):
+        if budget.get(name):
+            err.print(f"warning: {in_cli_words(one_line(budget[name]))}", markup=False)
 
 
 def _print_label_groups(groups: list[dict[str, Any]]) -> None:
@@ -441,7 +552,14 @@ def _print_label_groups(groups: list[dict[str, Any]]) -> None:
 def budget_set(
     dataset: Annotated[str, typer.Argument(help="Dataset ID.")],
     epsilon: Annotated[float, typer.Option("--epsilon", help="Total epsilon (> 0).")],
-    delta: Annotated[float | None, typer.Option("--delta", help="Default: 1/|D|.")] = None,
+    delta: Annotated[
+        float | None,
+        typer.Option(
+            "--delta",
+            help=f"Public; default: unchanged, a new budget {DEFAULT_DELTA:g} (the same for "
+            "every dataset). Above 1/|D| is accepted with a warning.",
+        ),
+    ] = None,
     accounting: Annotated[Accounting, typer.Option("--accounting")] = Accounting.TIGHT,
     warn: Annotated[
         float | None,
@@ -769,6 +887,14 @@ def _print_job(job: dict[str, Any], as_json: bool) -> None:
         out.print(_describe_job(job), markup=False)
 
 
+# What a job's ``counts`` field says, in words.
+JOB_COUNTS = {
+    "released": "released under DP inside the job (charged in its epsilon) and planned with",
+    "declared_public": "declared public by the dataset's owner: planned with the exact counts, "
+    "none released",
+}
+
+
 @jobs_app.command("show")
 def jobs_show(
     job_id: Annotated[str, typer.Argument(help="Job ID.")],
@@ -780,6 +906,8 @@ def jobs_show(
     job = request(url, key, "GET", f"/v1/jobs/{job_id}")
     _print_job(job, as_json)
     if not as_json:
+        if (counts := JOB_COUNTS.get(job.get("counts") or "")) is not None:
+            out.print(f"label counts: {counts}", markup=False)
         submitter = job.get("submitted_by")
         out.print(
             f"submitted by key {submitter}" if submitter else "submitter not recorded",

@@ -16,7 +16,7 @@ from typing import Annotated, Any
 
 import typer
 
-from app.cli.client import datasets_app, describe_dataset, jobs_app, prompts_app
+from app.cli.client import counts_line, datasets_app, describe_dataset, jobs_app, prompts_app
 from app.cli.http_client import (
     Api,
     ClientError,
@@ -63,6 +63,8 @@ def datasets_show(
         print_json(dataset)
         return
     out.print(describe_dataset(dataset), markup=False)
+    if (line := counts_line(dataset)) is not None:
+        out.print(line, markup=False)
     typer.echo(f"created {dataset['created_at'][:19]}")
     if dataset.get("deleted_at"):
         typer.echo(f"records deleted {dataset['deleted_at'][:19]} (its ledger stays)")

@@ -120,6 +120,15 @@ Calibrate = Annotated[
 ]
 
 
+PublicCounts = Annotated[
+    bool,
+    typer.Option(
+        "--public-counts",
+        help="Plan with the exact label counts, as a job on a dataset whose owner declared "
+        "them public. Default off: each run releases the counts it plans with under DP, "
+        "within its epsilon (what the utility tables measure).",
+    ),
+]
 MOption = Annotated[int | None, typer.Option("--M", help="Shorthand for --param M=VALUE.")]
 NOption = Annotated[int | None, typer.Option("--N", help="Shorthand for --param N=VALUE.")]
 TmaxOption = Annotated[int | None, typer.Option("--tmax", help="Shorthand for --param tmax=VALUE.")]
@@ -193,8 +202,9 @@ def build_config(
     **settings: Any,
 ) -> ExperimentConfig:
     """The profile's config with the command line's settings (``shots``, ``calibrate``,
-    ``baselines``) and parameters ``given``; a parameter that no method asked for takes is
-    refused by name (a value a method refuses is refused by :func:`check_config`)."""
+    ``baselines``, ``public_counts``) and parameters ``given``; a parameter that no method
+    asked for takes is refused by name (a value a method refuses is refused by
+    :func:`check_config`)."""
     if seeds is not None and seeds < 1:
         raise fail("--seeds must be at least 1")
     if test_size is not None and test_size < 1:
@@ -213,6 +223,7 @@ def build_config(
         params={**base.params, **given},
         calibrated=settings["calibrate"],
         baselines=settings["baselines"],
+        public_counts=bool(settings.get("public_counts", False)),
     )
 
 
@@ -307,6 +318,7 @@ def eval_command(
     tmax: TmaxOption = None,
     K: KOption = None,
     calibrate: Calibrate = True,
+    public_counts: PublicCounts = False,
     variant: VariantOption = None,
     dpsgd_steps: DpsgdSteps = None,
     dpsgd_batch_size: DpsgdBatch = None,
@@ -325,6 +337,7 @@ def eval_command(
         shots=shots,
         calibrate=calibrate,
         baselines=baselines,
+        public_counts=public_counts,
     )
     started = time.perf_counter()
     with reported_errors():

@@ -14,6 +14,7 @@ from app.privacy.calibration import CalibrationError, calibrate_noise
 from app.privacy.params import AdaDPSynParams, AdaDPSynVariant, Aggregator, TangParams
 from app.privacy.planner import PlannerShape, plan_adadpsyn
 from app.privacy.synthesis import SynthesisPrivacy
+from app.privacy.unit import DEFAULT_DELTA
 
 privacy_app = typer.Typer(help="Privacy accounting: epsilon of a configuration, calibration.")
 
@@ -44,7 +45,10 @@ NOpt = Annotated[int, typer.Option("--N", help="Records per subset.")]
 TmaxOpt = Annotated[int, typer.Option("--tmax", help="Maximum tokens per demonstration.")]
 NLabelOpt = Annotated[int, typer.Option("--n-label", help="Records in the label partition.")]
 NTotalOpt = Annotated[int, typer.Option("--n-total", help="Records in the dataset |D|.")]
-DeltaOpt = Annotated[float | None, typer.Option("--delta", help="Delta (default 1/|D|).")]
+DeltaOpt = Annotated[
+    float | None,
+    typer.Option("--delta", help=f"Delta (default {DEFAULT_DELTA:g}, as a job's; never 1/|D|)."),
+]
 ShotsOpt = Annotated[
     int, typer.Option("--shots-per-label", help="Demonstrations generated per label.")
 ]
@@ -108,7 +112,7 @@ def _dataset(
         )
     if shots < 0:
         raise fail("--shots-per-label must be >= 0")
-    delta = 1.0 / n_total if delta is None else delta
+    delta = DEFAULT_DELTA if delta is None else delta
     if not 0 < delta < 1:
         raise fail(f"--delta must be in (0, 1), got {delta}")
     labels = [f"label{i}" for i in range(n_labels)]

@@ -42,9 +42,17 @@ from app.cli.options import (
 from app.cli.progress import progress_reporter
 from app.llm.factory import BackendKind, Dtype, make_backend
 from app.methods.base import Stored
-from app.methods.registry import DEFAULT_METHOD, Counts, Method, get_method, kinds_where
+from app.methods.registry import (
+    DEFAULT_METHOD,
+    Counts,
+    Method,
+    counts_refusal,
+    get_method,
+    kinds_where,
+)
 from app.pate.public import read_public
 from app.privacy.accounting import Accounting
+from app.privacy.unit import DEFAULT_DELTA
 from app.results import Progress, SynthesisResult
 from app.synthesis.data import Record, load_dataset
 from app.synthesis.generator import partition_sizes
@@ -69,8 +77,23 @@ MethodOpt = Annotated[str, typer.Option("--method", help="A registered method.")
 BaselineOpt = Annotated[
     bool, typer.Option("--instruction-only", help="epsilon = 0 baseline: no private data.")
 ]
-DeltaOpt = Annotated[float | None, typer.Option("--delta", help="Default 1/|D|.")]
-AccountingOpt = Annotated[Accounting, typer.Option("--accounting")]
+DeltaOpt = Annotated[
+    float | None,
+    typer.Option("--delta", help=f"Default {DEFAULT_DELTA:g} (public; never 1/|D|)."),
+]
+AccountingOpt = Annotated[
+    Accounting,
+    typer.Option("--accounting", help="tight (default) or paper (needs --public-counts)."),
+]
+PublicCountsOpt = Annotated[
+    bool,
+    typer.Option(
+        "--public-counts",
+        help="You, the data owner, declare the records per label of --data public: the run "
+        "plans with the exact counts and releases none (needed for --accounting paper). "
+        "Default: it releases the counts it plans with under DP, within its epsilon.",
+    ),
+]
 BackendOpt = Annotated[BackendKind, typer.Option("--backend")]
 UrlOpt = Annotated[str | None, typer.Option("--url", help="vLLM server URL.")]
 SeedOpt = Annotated[
@@ -130,6 +153,7 @@ def _synthesize(
     instruction_only: BaselineOpt = False,
     delta: DeltaOpt = None,
     accounting: AccountingOpt = Accounting.TIGHT,
+    public_counts: PublicCountsOpt = False,
     backend: BackendOpt = BackendKind.TRANSFORMERS,
     model: ModelOpt = None,
     dtype: DtypeOpt = Dtype.AUTO,
@@ -166,6 +190,7 @@ def _synthesize(
         given = given_options(method_options)
         _check_options(chosen, given, instruction_only=instruction_only, public=public)
         _check_training(chosen, backend, out)
+        _check_counts(accounting, public_counts)
         target = 0.0 if instruction_only else _parse_epsilon(epsilon)
         spec_task, records = _task_and_records(data, options)
         shots, params = _method_inputs(chosen, given)
@@ -179,7 +204,8 @@ def _synthesize(
             seed=seed,
         )
         inputs = read_public(public, public_field) if public is not None else []
-        counts = Counts(partition_sizes(spec_task, records), len(records), len(inputs))
+        sizes = partition_sizes(spec_task, records)
+        counts = Counts(sizes, len(records), len(inputs), declared_public=public_counts)
         plan = chosen.plan(spec_task, config, counts)
         precision = training_dtype(chosen.needs_gradients, dtype).value
         quiet_progress_bars()
@@ -292,6 +318,17 @@ def _check_training(method: Method, backend: BackendKind, out: Path | None) -> N
         raise fail(
             f"--method {method.name} needs --out FILE.json: its result is a soft prompt, "
             "written next to it as FILE.safetensors"
+        )
+
+
+def _check_counts(accounting: Accounting, public_counts: bool) -> None:
+    """Refuse, before any data or model is read, an accounting that needs the counts declared
+    public when they are not (paper accounting)."""
+    refusal = counts_refusal(accounting, public_counts)
+    if refusal is not None:
+        raise fail(
+            f"--accounting {accounting.value}: {refusal}; pass --public-counts if you may "
+            "declare the records per label of --data public, or use --accounting tight"
         )
 
 

@@ -34,6 +34,7 @@ FIELD_OPTIONS: dict[str, str] = {
     "limit": "--limit",
     "offset": "--offset",
     "warn_threshold": "--warn",
+    "counts_public": "--public-counts",
 }
 
 _ID = r"(\{id\}|\{[a-z_]+_id\}|[A-Za-z0-9_.-]+)"
@@ -43,6 +44,10 @@ _ID = r"(\{id\}|\{[a-z_]+_id\}|[A-Za-z0-9_.-]+)"
 ROUTE_COMMANDS: list[tuple[re.Pattern[str], str]] = [
     (re.compile(rf"PUT /v1/datasets/{_ID}/budget\b"), "'dpsyn budget set {0} --epsilon TOTAL'"),
     (re.compile(rf"GET /v1/datasets/{_ID}/budget\b"), "'dpsyn budget show {0}'"),
+    (
+        re.compile(rf"PUT /v1/datasets/{_ID}/counts-public\b"),
+        "'dpsyn datasets counts-public {0}'",
+    ),
     (re.compile(rf"POST /v1/jobs/{_ID}/cancel\b"), "'dpsyn jobs cancel {0}'"),
     (re.compile(rf"GET /v1/jobs/{_ID}\b"), "'dpsyn jobs show {0}'"),
     (re.compile(r"POST /v1/jobs\b"), "'dpsyn jobs submit'"),

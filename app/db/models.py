@@ -31,6 +31,7 @@ from sqlalchemy import (
     String,
     Text,
 )
+from sqlalchemy import false as sa_false
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 
@@ -99,6 +100,17 @@ class Dataset(Base):
     record_count: Mapped[int] = mapped_column(Integer)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=now)
     deleted_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    # Migration 0012 (issue 32). The owner's opt-in that the per-label record counts of this
+    # private dataset are public: jobs then plan with the exact counts and release none;
+    # otherwise every job releases the counts it plans with under DP (charged). Audited:
+    # when and by which API key (an ID, never the key) the current setting was chosen (at
+    # the upload that declared it, or by the last change); NULL: private by default, never
+    # changed. Jobs record which they used (``JobPublic.counts``).
+    counts_public: Mapped[bool] = mapped_column(Boolean, default=False, server_default=sa_false())
+    counts_public_at: Mapped[datetime | None] = mapped_column(
+        DateTime(timezone=True), nullable=True
+    )
+    counts_public_by: Mapped[str | None] = mapped_column(String(32), nullable=True)
 
 
 class DatasetRecord(Base):

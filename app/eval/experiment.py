@@ -154,6 +154,9 @@ class ExperimentConfig:
     params: dict[str, Any] = field(default_factory=dict)
     calibrated: bool = True
     accounting: Accounting = Accounting.TIGHT
+    # The owner's declaration that the label counts are public (``dpsyn eval --public-counts``);
+    # off by default: the tables measure what a job on an undeclared dataset releases.
+    public_counts: bool = False
     # the epsilon = 0 and epsilon = inf synthesis baselines (instruction-only, noise-free, real)
     baselines: bool = True
 
@@ -187,7 +190,11 @@ class ExperimentConfig:
     def job(self, setting: Setting, seed: int) -> eval_methods.JobSpec:
         """The job fields of ``setting``'s run with ``seed``."""
         return eval_methods.JobSpec(
-            epsilon=setting.epsilon, shots=self.shots, accounting=self.accounting, seed=seed
+            epsilon=setting.epsilon,
+            shots=self.shots,
+            accounting=self.accounting,
+            seed=seed,
+            public_counts=self.public_counts,
         )
 
 

@@ -1,7 +1,8 @@
 """The registered methods, run by the evaluation and the audit the way a job runs them.
 
-A job is ``configure`` (the job's fields and its params), ``plan`` (from public counts only:
-the label sizes the service stores for a dataset, the record counts) and ``plan.run``; the
+A job is ``configure`` (the job's fields and its params), ``plan`` (from the counts the
+service gives a job: the label sizes and record counts, released under DP by the plan unless
+``JobSpec.public_counts`` declares them public) and ``plan.run``; the
 worker does exactly this (:mod:`workers.runner`). ``dpsyn eval`` and ``dpsyn audit`` go through
 :func:`run_method` so that what they measure is what the service's jobs release. The one
 difference is the seed, which the service never passes: it makes runs repeatable (and voids
@@ -74,8 +75,11 @@ class JobSpec:
     epsilon: float
     shots: int | None
     accounting: Accounting = Accounting.TIGHT
-    delta: float | None = None  # None: the method's default (1 / private records)
+    delta: float | None = None  # None: the method's default (public, app.privacy.unit)
     seed: int | None = None
+    # The data owner's declaration that the label counts are public (the service's
+    # Dataset.counts_public); False, as a new dataset: the run releases the counts it plans with.
+    public_counts: bool = False
 
 
 @dataclass(frozen=True)
@@ -119,7 +123,12 @@ def run_method(
     if method.reads_public and not public:
         raise ValueError(f"method {name} needs public inputs (dpsyn eval --public PATH)")
     texts = list(public or ()) if method.reads_public else []
-    counts = Counts(labels=partition_sizes(task, records), private=len(records), public=len(texts))
+    counts = Counts(
+        labels=partition_sizes(task, records),
+        private=len(records),
+        public=len(texts),
+        declared_public=job.public_counts,
+    )
     plan = method.plan(task, config, counts)
     plan.check_backend(backend)  # as the worker asks, before any record is read
     return MethodRun(plan, plan.run(list(records), backend, None, texts))

@@ -13,6 +13,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Any, ClassVar
 
 from pydantic import BaseModel, ValidationError
@@ -33,12 +34,40 @@ class ParamsError(ValueError):
 
 @dataclass(frozen=True)
 class Counts:
-    """The public sizes planning needs: private records per partition (label), all private
-    records, and the records of the public dataset a method reads (0: none)."""
+    """The sizes planning needs: private records per partition (label), all private records,
+    and the records of the public dataset a method reads (0: none).
+
+    The private counts are private (issue 32, ``app.privacy.unit``): a plan may read them
+    only through a charged DP release, unless ``declared_public`` says that the data owner
+    declared them public (an explicit opt-in per dataset)."""
 
     labels: Mapping[str, int]
     private: int
     public: int = 0
+    declared_public: bool = False
+
+
+class CountsMode(StrEnum):
+    """How a job knew the private dataset's per-label record counts (its record says which,
+    :meth:`Method.counts_mode`)."""
+
+    RELEASED = "released"  # released under DP inside the job, charged in its event
+    DECLARED_PUBLIC = "declared_public"  # the data owner declared them public (an opt-in)
+
+
+def counts_refusal(accounting: Accounting, declared_public: bool) -> str | None:
+    """Why a job under ``accounting`` cannot run on counts that are (not) declared public, in
+    words naming neither the API nor the CLI (each adds how to declare them); None: it can.
+
+    Paper accounting prices replace-one neighbours, which keep the dataset's size: under the
+    add/remove unit (``app.privacy.unit``) that holds only if the counts are public, and its
+    fixed-size samples draw from an exact count. This holds for every method."""
+    if accounting is Accounting.PAPER and not declared_public:
+        return (
+            "paper accounting (replace-one neighbours, fixed-size samples of an exact number "
+            "of records) needs the dataset's label counts declared public by its owner"
+        )
+    return None
 
 
 @dataclass(frozen=True)
@@ -161,8 +190,9 @@ class Method(ABC):
 
     @abstractmethod
     def plan(self, task: TaskSpec, config: Any, counts: Counts) -> MethodPlan:
-        """Plan a job from public counts (noise calibrated to the config's epsilon); a
-        ValueError whose message names counts and settings only if it cannot run."""
+        """Plan a job (noise calibrated to the config's epsilon) from ``counts``, read only
+        through a charged DP release unless declared public; a ValueError whose message names
+        settings (and public counts only) if it cannot run."""
 
     @abstractmethod
     def rebuild(self, task: TaskSpec, stored: Stored) -> MethodPlan:
@@ -171,6 +201,13 @@ class Method(ABC):
     @abstractmethod
     def summary(self, stored: Stored) -> tuple[str | None, int]:
         """The accounting and the shots of a stored job, as the API shows them."""
+
+    def counts_mode(self, stored: Stored) -> CountsMode | None:
+        """How the stored job knew the dataset's per-label record counts: released under DP
+        or declared public by the owner (from what its plan stored); None: the method reads
+        no private count, or the job was planned before counts were private."""
+        del stored
+        return None
 
     def public_stats(self, result: SynthesisResult) -> dict[str, Any] | None:
         """The run's stats the API may show (functions of DP outputs only); None: none."""

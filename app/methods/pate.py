@@ -1,8 +1,10 @@
 """PromptPATE (``app.pate``): teacher prompts built from the private records label the texts
 of a public dataset under Confident-GNMax; the best labelled student prompt is the result.
 
-It is the one method that also reads a public dataset; its plan needs only the two record
-counts, and its public stats are functions of the noisy outputs and public data alone.
+It is the one method that also reads a public dataset; its plan needs only the public
+dataset's record count (the private one is read only when declared public, to refuse a
+dataset that cannot fill a teacher), and its public stats are functions of the noisy
+outputs and public data alone.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from app.synthesis.tasks import TaskSpec
 
 from .base import (
     Counts,
+    CountsMode,
     Method,
     MethodPlan,
     Stored,
@@ -43,14 +46,14 @@ PARAMETERS = declare(
     (
         name
         for name in PateConfig.model_fields
-        if name not in {"epsilon", "delta", "accounting", "student_shots", "seed"}
+        if name not in {"epsilon", "delta", "accounting", "student_shots", "seed", "public_counts"}
     ),
     flags={"shots": "--teacher-shots", "candidates": "--student-candidates"},
 )
 SHOTS = declare(PateConfig, ("student_shots",))[0]
 # What a run reports that the API shows: functions of the Confident-GNMax outputs (which
-# queries passed the noisy threshold check, the noisy labels) and of public data only.
-# Left out: ``seconds`` (timing).
+# queries passed the noisy threshold check, the noisy labels) and of public data only. A run
+# reports no wall time: it depends on the private records' lengths, without noise.
 PUBLIC_STATS = (
     "processed",
     "answered",
@@ -97,6 +100,8 @@ class PromptPateMethodPlan(MethodPlan):
         return Stored(
             config={
                 "pate": self.plan.config.model_dump(mode="json"),
+                # private: exact, for the worker's check of the data only (nothing is planned
+                # from it); public: the public dataset's size.
                 "sizes": {"private": self.plan.n_private, "public": self.public_available},
             },
             schedule=[],
@@ -155,6 +160,9 @@ class PromptPate(Method):
             raise config_error(err) from None
 
     def plan(self, task: TaskSpec, config: Any, counts: Counts) -> PromptPateMethodPlan:
+        # Whether the count is public is the data owner's word, carried by the counts: the
+        # job's config records it.
+        config = config.model_copy(update={"public_counts": counts.declared_public})
         return PromptPateMethodPlan(
             task, plan_pate(task, counts.private, counts.public, config), counts.public
         )
@@ -162,6 +170,8 @@ class PromptPate(Method):
     def rebuild(self, task: TaskSpec, stored: Stored) -> PromptPateMethodPlan:
         # Planning is deterministic: this is the plan admission reserved if the row is unchanged.
         config = PateConfig.model_validate(stored.config["pate"])
+        if config.delta is None:  # planned at the delta the row holds, whatever the default
+            config = config.model_copy(update={"delta": stored.delta})
         sizes = stored.config["sizes"]
         n_private, n_public = int(sizes["private"]), int(sizes["public"])
         return PromptPateMethodPlan(task, plan_pate(task, n_private, n_public, config), n_public)
@@ -169,6 +179,14 @@ class PromptPate(Method):
     def summary(self, stored: Stored) -> tuple[str | None, int]:
         pate = stored.config.get("pate", {})
         return pate.get("accounting"), int(pate.get("student_shots", 0))
+
+    def counts_mode(self, stored: Stored) -> CountsMode | None:
+        """Declared public (the config's ``public_counts``: the plan read the count, to
+        refuse a dataset that cannot fill a teacher); None otherwise, as the plan reads no
+        private count (and for jobs planned before issue 32)."""
+        if (stored.config.get("pate") or {}).get("public_counts"):
+            return CountsMode.DECLARED_PUBLIC
+        return None
 
     def public_stats(self, result: SynthesisResult) -> dict[str, Any]:
         return {k: result.stats[k] for k in PUBLIC_STATS if k in result.stats}

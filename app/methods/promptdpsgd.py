@@ -4,7 +4,9 @@ DP-SGD, the model frozen; the result is the soft prompt (no demonstrations).
 It needs gradients and input embeddings, so it runs only on the local transformers backend
 (:attr:`needs_gradients`); on any other backend the run raises
 :class:`~app.promptdpsgd.backend.GradientAccessError` before it reads a record. Its plan
-needs only the number of private records (the batch is drawn from all of them).
+needs only the number of private records (the batch is drawn from all of them), read
+through a charged DP release unless the data owner declared it public
+(:mod:`app.promptdpsgd.plan`).
 """
 
 from __future__ import annotations
@@ -19,13 +21,14 @@ from app.llm.base import LLMBackend
 from app.privacy.accounting import Accounting
 from app.privacy.events import DpsgdEvent
 from app.promptdpsgd.config import PromptDpsgdConfig
-from app.promptdpsgd.plan import PromptDpsgdPlan, plan_promptdpsgd
+from app.promptdpsgd.plan import PromptDpsgdPlan, calibrated_plan, plan_promptdpsgd
 from app.results import Progress, SynthesisResult
 from app.synthesis.data import Record
 from app.synthesis.tasks import TaskSpec
 
 from .base import (
     Counts,
+    CountsMode,
     Method,
     MethodPlan,
     Stored,
@@ -41,8 +44,8 @@ PARAMETERS = declare(
     PromptDpsgdConfig,
     ("prompt_length", "steps", "batch_size", "learning_rate", "clip_norm", "init"),
 )
-# What a run reports that the API shows: settings and the calibrated noise (public). Left
-# out: ``seconds`` (timing).
+# What a run reports that the API shows: settings and the calibrated noise (public). A run
+# reports no wall time: it depends on the private records' lengths, without noise.
 PUBLIC_STATS = ("steps", "prompt_length", "noise_multiplier")
 
 
@@ -75,7 +78,10 @@ class PromptDpsgdMethodPlan(MethodPlan):
         return Stored(
             config={
                 "promptdpsgd": self.plan.config.model_dump(mode="json"),
-                "sizes": {"private": self.plan.n_private},
+                # private: exact, the worker checks the data against it; planned: released
+                # under DP (count_sigma) or declared public, what the sampling divides by.
+                "sizes": {"private": self.plan.n_private, "planned": self.plan.n_planned},
+                "count_sigma": self.plan.count_sigma,
             },
             schedule=[],
             delta=self.plan.delta,
@@ -136,16 +142,40 @@ class PromptDpsgd(Method):
             raise config_error(err) from None
 
     def plan(self, task: TaskSpec, config: Any, counts: Counts) -> PromptDpsgdMethodPlan:
+        # Whether the count is public is the data owner's word, carried by the counts: the
+        # job's config records it (it decides the sampling and what the job releases).
+        config = config.model_copy(update={"public_counts": counts.declared_public})
         return PromptDpsgdMethodPlan(task, plan_promptdpsgd(task, counts.private, config))
 
     def rebuild(self, task: TaskSpec, stored: Stored) -> PromptDpsgdMethodPlan:
-        # Planning is deterministic: this is the plan admission reserved if the row is unchanged.
+        # Calibration is deterministic given the count admission released (stored): this is
+        # the plan admission reserved if the row is unchanged.
         config = PromptDpsgdConfig.model_validate(stored.config["promptdpsgd"])
-        n_private = int(stored.config["sizes"]["private"])
-        return PromptDpsgdMethodPlan(task, plan_promptdpsgd(task, n_private, config))
+        sizes = stored.config["sizes"]
+        n_private = int(sizes["private"])
+        # Jobs planned before issue 32 sampled from the exact count and released none.
+        n_planned = int(sizes.get("planned", n_private))
+        count_sigma = stored.config.get("count_sigma")
+        plan = calibrated_plan(
+            config,
+            n_private,
+            n_planned,
+            stored.delta,
+            None if count_sigma is None else float(count_sigma),
+        )
+        return PromptDpsgdMethodPlan(task, plan)
 
     def summary(self, stored: Stored) -> tuple[str | None, int]:
         return stored.config.get("promptdpsgd", {}).get("accounting"), 0
+
+    def counts_mode(self, stored: Stored) -> CountsMode | None:
+        """Declared public (the config's ``public_counts``), or released (the stored count
+        release's noise); None for jobs planned before issue 32."""
+        if (stored.config.get("promptdpsgd") or {}).get("public_counts"):
+            return CountsMode.DECLARED_PUBLIC
+        if stored.config.get("count_sigma") is not None:
+            return CountsMode.RELEASED
+        return None
 
     def public_stats(self, result: SynthesisResult) -> dict[str, Any]:
         return {k: result.stats[k] for k in PUBLIC_STATS if k in result.stats}

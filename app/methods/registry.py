@@ -25,7 +25,16 @@ from pydantic_core import InitErrorDetails, PydanticCustomError
 from app.privacy.accounting import Accounting
 from app.synthesis.tasks import TaskSpec
 
-from .base import Counts, Method, MethodPlan, ParamsError, Stored, client_overrides
+from .base import (
+    Counts,
+    CountsMode,
+    Method,
+    MethodPlan,
+    ParamsError,
+    Stored,
+    client_overrides,
+    counts_refusal,
+)
 from .kinds import MethodKind
 from .params import FLAG, Param
 from .pate import PromptPate
@@ -36,6 +45,7 @@ __all__ = [
     "DEFAULT_METHOD",
     "METHODS",
     "Counts",
+    "CountsMode",
     "Method",
     "MethodKind",
     "MethodPlan",
@@ -43,6 +53,7 @@ __all__ = [
     "Stored",
     "UnknownMethodError",
     "configure",
+    "counts_refusal",
     "find_method",
     "get_method",
     "kinds_where",

@@ -33,6 +33,7 @@ from app.synthesis.tasks import TaskSpec
 
 from .base import (
     Counts,
+    CountsMode,
     Method,
     MethodPlan,
     Stored,
@@ -94,7 +95,8 @@ class TokenLoopMethodPlan(MethodPlan):
             config={
                 "synthesis": self.plan.config.model_dump(mode="json"),
                 "plan": self.plan.privacy.model_dump(mode="json"),  # the stored key
-                "sizes": self.plan.sizes,
+                "sizes": self.plan.sizes,  # exact: the worker checks the data against them
+                "planned_sizes": self.plan.planned_sizes,  # DP or public: what is priced
                 "planner": self.plan.planner,
                 "task": self.plan.task.name,  # for the settings line (its defaults)
             },
@@ -165,6 +167,9 @@ class TokenLoop(Method):
 
     def plan(self, task: TaskSpec, config: Any, counts: Counts) -> TokenLoopMethodPlan:
         sizes = {str(k): int(v) for k, v in counts.labels.items()}
+        # Whether the counts are public is the data owner's word, carried by the counts: the
+        # job's config records it (it decides the sampling and what the job releases).
+        config = config.model_copy(update={"public_counts": counts.declared_public})
         return TokenLoopMethodPlan(plan_synthesis(task, sizes, config, make_rng(config.seed)))
 
     def rebuild(self, task: TaskSpec, stored: Stored) -> TokenLoopMethodPlan:
@@ -172,9 +177,14 @@ class TokenLoop(Method):
         privacy = SynthesisPrivacy.model_validate(stored.config["plan"])
         sizes = {str(k): int(v) for k, v in stored.config["sizes"].items()}
         planner = dict(stored.config.get("planner") or {})  # absent for older jobs
+        # Jobs planned before issue 32 priced and sampled with the exact counts.
+        planned = stored.config.get("planned_sizes")
+        planned_sizes = {str(k): int(v) for k, v in (sizes if planned is None else planned).items()}
         schedule = tuple(stored.schedule)
         return TokenLoopMethodPlan(
-            SynthesisPlan(task, config, privacy, schedule, sizes, stored.delta, planner)
+            SynthesisPlan(
+                task, config, privacy, schedule, sizes, stored.delta, planner, planned_sizes
+            )
         )
 
     def public_stats(self, result: SynthesisResult) -> dict[str, Any] | None:
@@ -202,6 +212,16 @@ class TokenLoop(Method):
 
     def summary(self, stored: Stored) -> tuple[str | None, int]:
         return stored.config.get("synthesis", {}).get("accounting"), len(stored.schedule)
+
+    def counts_mode(self, stored: Stored) -> CountsMode | None:
+        """Declared public (the config's ``public_counts``), or released (the plan has a
+        count release's noise); None for a run without noise (epsilon 0 or inf) and for
+        jobs planned before issue 32."""
+        if (stored.config.get("synthesis") or {}).get("public_counts"):
+            return CountsMode.DECLARED_PUBLIC
+        if (stored.config.get("plan") or {}).get("count_sigma") is not None:
+            return CountsMode.RELEASED
+        return None
 
     def settings(self, stored: Stored) -> str | None:
         """Shots, M, N, tmax and K, naming those at their default; None for the

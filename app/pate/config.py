@@ -3,7 +3,8 @@
 Defaults follow the paper where it states them (one private example per teacher prompt, a
 student prompt of a few labelled public examples) and are otherwise sized for the packaged
 CPU model: 100 teachers and 100 answered queries keep a job to minutes. Every field is public:
-nothing here is derived from the private data.
+nothing here is derived from the private data (``public_counts`` is the data owner's
+declaration, set from :class:`app.methods.base.Counts`, never by a client).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from app.privacy.accounting import Accounting
+from app.privacy.unit import DEFAULT_DELTA
 from app.results import SynthesisError
 
 
@@ -37,7 +39,10 @@ class PateConfig(BaseModel):
         description="Target epsilon of the whole job (> 0, finite: PATE has no no-noise mode).",
     )
     delta: float | None = Field(
-        None, gt=0.0, lt=1.0, description="Target delta; default 1/n_private at planning."
+        None,
+        gt=0.0,
+        lt=1.0,
+        description=f"Target delta; default {DEFAULT_DELTA:g} (public, never 1/|D|).",
     )
     accounting: Accounting = Field(
         Accounting.TIGHT,
@@ -110,6 +115,13 @@ class PateConfig(BaseModel):
         description="Public inputs per group of backend calls; the unit of progress.",
     )
     seed: int | None = Field(None, description="Tests and studies only: voids the guarantee.")
+    public_counts: bool = Field(
+        False,
+        description="The data owner declares the record count public: a job whose records "
+        "cannot fill one teacher prompt is refused at planning. Otherwise nothing is planned "
+        "from the count (teachers short of records abstain, and the noisy threshold check "
+        "rejects what too few teachers agree on).",
+    )
 
     @model_validator(mode="after")
     def _sigmas_together(self) -> PateConfig:

@@ -3,6 +3,14 @@
 The service plans a job at admission (to reserve its privacy charge) and again in the worker
 (to run it), and compares the two events: so planning reads no record, draws no randomness
 and gives the same plan for the same sizes and config.
+
+Nothing planned depends on the number of private records (issue 32, ``app.privacy.unit``):
+the teachers are ``config.teachers`` (a setting, not a share of the records), the noise and
+the filter budget follow from epsilon, delta (a public default, never 1/|D|) and the public
+dataset's size. That count is read only to refuse a job that cannot fill one teacher prompt,
+and only when the data owner declared it public; otherwise short teachers abstain and the
+noisy threshold check decides. The answered-query counts a run reports are functions of the
+threshold checks' noisy outcomes (post-processing of DP outputs), not of the partition.
 """
 
 from __future__ import annotations
@@ -13,6 +21,7 @@ from typing import Any
 from app.pate.config import PateConfig, PateError
 from app.privacy.events import PateEvent
 from app.privacy.pate import PatePrivacy, plan_pate_privacy
+from app.privacy.unit import DEFAULT_DELTA
 from app.synthesis.tasks import TaskKind, TaskSpec
 
 
@@ -22,7 +31,8 @@ class PatePlan:
 
     config: PateConfig
     privacy: PatePrivacy
-    n_private: int  # private records (a public count, as in docs/privacy.md)
+    # Exact: the run checks the records against it; never written into what a job releases.
+    n_private: int
     n_public: int  # public inputs the job processes at most: min(max_public, available)
     delta: float
 
@@ -44,7 +54,6 @@ class PatePlan:
         return {
             "method": "promptpate",
             "config": self.config.model_dump(mode="json"),
-            "n_private": self.n_private,
             "n_public": self.n_public,
             "delta": self.delta,
             "threshold": agg.threshold,
@@ -67,15 +76,16 @@ def plan_pate(task: TaskSpec, n_private: int, n_public: int, config: PateConfig)
 
     ``n_private`` is the number of private records, ``n_public`` the number of public inputs
     available (the job uses at most ``config.max_public``). Fewer records than
-    ``teachers x shots`` is allowed (short teachers abstain), but at least one teacher must be
-    able to fill its prompt. Raises :class:`PateError` (or the calibration's ValueError) with
-    a message naming counts and settings only.
+    ``teachers x shots`` is allowed (short teachers abstain). When the owner declared the
+    count public, at least one teacher must be able to fill its prompt; otherwise the count
+    is not read at all. Raises :class:`PateError` (or the calibration's ValueError) with a
+    message naming settings and public counts only.
     """
     if task.kind != TaskKind.CLASSIFICATION:
         raise PateError(
             f"PromptPATE needs a classification task; task {task.name!r} is {task.kind.value}"
         )
-    if n_private < config.shots:
+    if config.public_counts and n_private < config.shots:
         raise PateError(
             f"{n_private} private record(s) cannot fill one teacher prompt of "
             f"{config.shots} shot(s): no teacher could vote"
@@ -90,7 +100,7 @@ def plan_pate(task: TaskSpec, n_private: int, n_public: int, config: PateConfig)
             f"public inputs={used}) but a student prompt of {config.student_shots} shots "
             f"needs at least {config.student_shots + 1} (its shots and a holdout)"
         )
-    delta = config.delta if config.delta is not None else 1.0 / n_private
+    delta = config.delta if config.delta is not None else DEFAULT_DELTA
     privacy = plan_pate_privacy(
         epsilon=config.epsilon,
         delta=delta,

@@ -18,7 +18,6 @@ error message or returned; the private records reach the backend inside teacher 
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -58,7 +57,6 @@ def run_pate(
     called after every group of public inputs; an exception it raises (a cancellation) stops
     the job there and propagates.
     """
-    started = time.perf_counter()
     config = plan.config
     if len(private) != plan.n_private or public_count(len(public), config) != plan.n_public:
         raise PateError("the private or public data changed since the job was planned")
@@ -104,7 +102,6 @@ def run_pate(
             "holdout": student.holdout,
             "candidates": student.candidates,
             "holdout_accuracy": student.holdout_accuracy,
-            "seconds": time.perf_counter() - started,
         },
     )
 

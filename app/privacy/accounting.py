@@ -40,6 +40,7 @@ from app.privacy.events import (
     DATASET_EVENTS,
     DatasetEvent,
     DpsgdEvent,
+    GaussianEvent,
     PateEvent,
     SampledEvent,
 )
@@ -58,7 +59,10 @@ class Accounting(StrEnum):
     TIGHT = "tight"
 
 
-Priced = SampledEvent | PateEvent  # what one record is exposed to, one entry at a time
+# What one record is exposed to, one entry at a time. A GaussianEvent here is a Gaussian
+# mechanism on a query of L2 sensitivity 1 over the records it reads, without subsampling
+# (a label count's release), under either relation.
+Priced = SampledEvent | PateEvent | GaussianEvent
 
 
 class Accountant(ABC):
@@ -70,6 +74,8 @@ class Accountant(ABC):
 
     def check(self, event: Priced) -> None:
         """Raise :class:`UnsupportedEventError` unless this accountant can price ``event``."""
+        if isinstance(event, GaussianEvent):  # no sampling to agree with
+            return
         if isinstance(event, PateEvent):
             if event.relation != self.relation.value:
                 raise UnsupportedEventError(
@@ -85,13 +91,13 @@ class Accountant(ABC):
 
     def epsilon(self, events: Priced | Sequence[Priced], delta: float) -> float:
         """Epsilon at ``delta`` of the composition of ``events`` (all may touch one record)."""
-        if isinstance(events, SampledEvent | PateEvent):
+        if isinstance(events, SampledEvent | PateEvent | GaussianEvent):
             events = [events]
         if not 0.0 < delta < 1.0:
             raise ValueError(f"delta must be in (0, 1), got {delta}")
         for event in events:
             self.check(event)
-        active = [e for e in events if isinstance(e, PateEvent) or e.steps > 0]
+        active = [e for e in events if not isinstance(e, SampledEvent) or e.steps > 0]
         if not active:
             return 0.0
         if any(e.noise_multiplier == 0 for e in active):
@@ -108,7 +114,8 @@ class Accountant(ABC):
         label decides which of them read it. Under add/remove a record sits in one label
         partition; under replace-one it can be swapped for a record of another label,
         touching two. PromptPATE and PromptDPSGD events read every record, so they join
-        every set (a DP-SGD job as its subsampled Gaussian under this relation).
+        every set (a DP-SGD job as its count release, if any, and its subsampled Gaussian
+        under this relation: ``DpsgdEvent.exposure``).
         """
         by_label: dict[str, list[Priced]] = {}
         everyone: list[Priced] = []
@@ -117,10 +124,10 @@ class Accountant(ABC):
                 everyone.append(event)
                 continue
             if isinstance(event, DpsgdEvent):
-                everyone.append(event.priced(self.relation.value))
+                everyone.extend(event.exposure(self.relation.value))
                 continue
             for entry in event.labels:
-                by_label.setdefault(entry.label, []).append(entry.event)
+                by_label.setdefault(entry.label, []).extend(entry.priced())
         singles = list(by_label.values())
         groups = singles
         if self.relation is Relation.REPLACE_ONE:
@@ -152,6 +159,8 @@ class PaperRdpAccountant(Accountant):
         self.check(event)
         if isinstance(event, PateEvent):  # mu-GDP: the curve of one plain Gaussian
             return rdp.gaussian_rdp(event.noise_multiplier, self.orders)
+        if isinstance(event, GaussianEvent):  # count releases of a plain Gaussian
+            return event.count * rdp.gaussian_rdp(event.noise_multiplier, self.orders)
         orders = tuple(self.orders.tolist())  # ints stay ints: the same array is rebuilt
         per_step = _subsampled_gaussian_rdp(event.sampling.rate, event.noise_multiplier, orders)
         return event.steps * per_step
@@ -187,6 +196,10 @@ class TightPldAccountant(Accountant):
         self.check(event)
         if isinstance(event, PateEvent):
             return _sampled_gaussian_pld(event.noise_multiplier, 1.0, 1, self.discretization)
+        if isinstance(event, GaussianEvent):
+            return _sampled_gaussian_pld(
+                event.noise_multiplier, 1.0, event.count, self.discretization
+            )
         return _sampled_gaussian_pld(
             event.noise_multiplier, event.sampling.rate, event.steps, self.discretization
         )

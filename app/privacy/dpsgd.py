@@ -19,6 +19,13 @@ The event (:class:`~app.privacy.events.DpsgdEvent`) stores ``sigma`` (noise std 
 and converts it per relation, so the same job is priced correctly by either accountant. The
 batch is drawn from *all* records (not a label partition), so the event joins every exposure
 group of the ledger. No I/O, no torch: per-example gradients arrive as a numpy matrix.
+
+The records ``n`` that the sampling rate ``batch_size / n`` divides by are a public count
+(declared so by the data owner) or the Gaussian release of the dataset's count
+(``app.privacy.unit``), whose multiplier ``count_sigma`` the event carries and the
+calibration prices with the steps (issue 32): the rate is then a post-processing of a DP
+output, and Poisson sampling at any rate fixed before the step is amplified as analysed
+for add/remove neighbours, whatever the true ``n``.
 """
 
 from __future__ import annotations
@@ -30,7 +37,7 @@ import numpy as np
 from app.privacy.accounting import Accounting, accountant_for, sampling_for
 from app.privacy.budget import is_epsilon
 from app.privacy.calibration import MAX_MULTIPLIER, MIN_MULTIPLIER, CalibrationError
-from app.privacy.events import DpsgdEvent
+from app.privacy.events import DpsgdEvent, GaussianEvent
 from app.privacy.sampling import Sampling
 
 
@@ -44,11 +51,19 @@ def dpsgd_sampling(accounting: Accounting, *, n: int, batch_size: int) -> Sampli
 
 
 def dpsgd_event(
-    noise_multiplier: float, accounting: Accounting, *, n: int, batch_size: int, steps: int
+    noise_multiplier: float,
+    accounting: Accounting,
+    *,
+    n: int,
+    batch_size: int,
+    steps: int,
+    count_sigma: float | None = None,
 ) -> DpsgdEvent:
-    """The event of a job of ``steps`` steps with noise std ``noise_multiplier * C``."""
+    """The event of a job of ``steps`` steps with noise std ``noise_multiplier * C``,
+    sampled from ``n`` records (public, or released with multiplier ``count_sigma``)."""
     sampling = dpsgd_sampling(accounting, n=n, batch_size=batch_size)
-    return DpsgdEvent(noise_multiplier, sampling, steps)
+    release = None if count_sigma is None else GaussianEvent(count_sigma)
+    return DpsgdEvent(noise_multiplier, sampling, steps, release)
 
 
 def dpsgd_epsilon(event: DpsgdEvent, accounting: Accounting, delta: float) -> float:
@@ -64,26 +79,32 @@ def calibrate_dpsgd(
     n: int,
     batch_size: int,
     steps: int,
+    count_sigma: float | None = None,
     rel_tol: float = 5e-3,
     max_iter: int = 60,
 ) -> tuple[float, float]:
-    """Smallest ``sigma`` (noise std over ``C``) whose job epsilon is <= the target, within
-    ``rel_tol`` below it, and that epsilon. Bisection on log sigma (epsilon decreases in
-    sigma); the returned point is always on the safe side."""
+    """Smallest ``sigma`` (noise std over ``C``) whose job epsilon, the count release of
+    multiplier ``count_sigma`` included, is <= the target, within ``rel_tol`` below it, and
+    that epsilon. Bisection on log sigma (epsilon decreases in sigma); the returned point is
+    always on the safe side. The refusal names ``n`` only when it is public
+    (``count_sigma`` None)."""
     if not is_epsilon(target_epsilon):
         raise CalibrationError(f"target epsilon must be a positive number, got {target_epsilon}")
 
     def eps(sigma: float) -> float:
-        event = dpsgd_event(sigma, accounting, n=n, batch_size=batch_size, steps=steps)
+        event = dpsgd_event(
+            sigma, accounting, n=n, batch_size=batch_size, steps=steps, count_sigma=count_sigma
+        )
         return dpsgd_epsilon(event, accounting, delta)
 
     lo, hi = 1.0, 1.0
     eps_hi = eps(hi)
     while eps_hi > target_epsilon:
         if hi >= MAX_MULTIPLIER:
+            records = f" of {n} records" if count_sigma is None else ""
             raise CalibrationError(
                 f"target epsilon {target_epsilon:g} at delta {delta:g} cannot be met with "
-                f"{steps} steps at batch size {batch_size} of {n} records (lower steps or "
+                f"{steps} steps at batch size {batch_size}{records} (lower steps or "
                 "batch_size, or ask for a larger epsilon)"
             )
         lo, hi = hi, min(2 * hi, MAX_MULTIPLIER)
@@ -109,6 +130,35 @@ def calibrate_dpsgd(
         else:
             hi, eps_hi = mid, value
     return hi, eps_hi
+
+
+def check_any_count_meets(
+    *,
+    target_epsilon: float,
+    delta: float,
+    batch_size: int,
+    steps: int,
+    count_sigma: float,
+) -> None:
+    """Refuse, from public inputs only, a tight-accounted job that no released count could
+    let meet its target: epsilon grows with the sampling rate at a fixed ``sigma``, so a job
+    that meets it at rate 1 with the largest multiplier meets it at any rate
+    ``batch_size / n~``, and calibration after the count release cannot fail. So whether a
+    job is refused never depends on the released count (a refused job is never charged)."""
+    worst = dpsgd_event(
+        MAX_MULTIPLIER,
+        Accounting.TIGHT,
+        n=batch_size,  # rate 1
+        batch_size=batch_size,
+        steps=steps,
+        count_sigma=count_sigma,
+    )
+    if dpsgd_epsilon(worst, Accounting.TIGHT, delta) > target_epsilon:
+        raise CalibrationError(
+            f"target epsilon {target_epsilon:g} at delta {delta:g} cannot be guaranteed with "
+            f"{steps} steps whatever the number of records, which is counted under DP (lower "
+            "steps, ask for a larger epsilon, or have the data owner declare the counts public)"
+        )
 
 
 def clip_rows(per_example: np.ndarray, clip_norm: float) -> np.ndarray:

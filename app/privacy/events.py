@@ -12,11 +12,13 @@ The structure mirrors the generation loop:
 * :class:`SampledEvent` -- ``steps`` rounds (generated tokens); each round draws a fresh
   subsample of one label's records with ``sampling`` and runs the adaptive composition of
   ``mechanisms`` on that subsample.
-* :class:`SynthesisEvent` -- one :class:`SampledEvent` per label partition of a dataset.
+* :class:`SynthesisEvent` -- one :class:`SampledEvent` per label partition of a dataset, each
+  after the Gaussian release of that partition's record count unless the count is public.
 * :class:`PateEvent` -- a PromptPATE job: a Gaussian DP filter over releases that may read
   every record of the dataset (no subsampling, no label partition).
 * :class:`DpsgdEvent` -- a PromptDPSGD job: ``steps`` DP-SGD steps, each a subsampled
-  Gaussian mechanism on the sum of clipped per-example gradients over the whole dataset.
+  Gaussian mechanism on the sum of clipped per-example gradients over the whole dataset,
+  after the Gaussian release of the dataset's record count unless the count is public.
 """
 
 from __future__ import annotations
@@ -79,10 +81,23 @@ class SampledEvent:
 
 @dataclass(frozen=True)
 class LabelEvent:
-    """The rounds that read one label partition."""
+    """The rounds that read one label partition, and the release of its record count.
+
+    ``count_release``: the partition's record count was released once, before the rounds,
+    with this Gaussian mechanism (L2 sensitivity 1: adding or removing one of its records
+    moves the count by 1; ``app.privacy.unit.release_counts``). None: the count is public
+    (declared so by the data owner) or the job predates the release (issue 32).
+    """
 
     label: str
     event: SampledEvent
+    count_release: GaussianEvent | None = None
+
+    def priced(self) -> tuple[SampledEvent | GaussianEvent, ...]:
+        """What this entry exposes one of the partition's records to, in the order it ran."""
+        if self.count_release is None:
+            return (self.event,)
+        return (self.count_release, self.event)
 
 
 @dataclass(frozen=True)
@@ -141,11 +156,19 @@ class DpsgdEvent:
       ``noise_multiplier / 2``.
 
     :meth:`priced` applies this conversion for the relation in force; nothing else does.
+
+    ``count_release``: the dataset's record count, from which the sampling rate was set
+    (``batch_size / count``), was released once before the steps with this Gaussian
+    mechanism (L2 sensitivity 1: adding or removing a record moves the count by 1;
+    ``app.privacy.unit.release_counts``). It reads every record, so it joins every exposure
+    group with the steps (:meth:`exposure`). None: the count is public (declared so by the
+    data owner) or the job predates the release (issue 32).
     """
 
     noise_multiplier: float
     sampling: Sampling
     steps: int
+    count_release: GaussianEvent | None = None
 
     def __post_init__(self) -> None:
         if not self.noise_multiplier >= 0:
@@ -166,6 +189,13 @@ class DpsgdEvent:
         the sensitivity under ``relation`` (see the class docstring)."""
         multiplier = self.noise_multiplier / self.sensitivity_over_clip(relation)
         return SampledEvent(self.sampling, (GaussianEvent(multiplier),), self.steps)
+
+    def exposure(self, relation: str) -> tuple[GaussianEvent | SampledEvent, ...]:
+        """What the job exposes any one record to under ``relation``, in the order it ran:
+        the count release (if any; sensitivity 1 under either relation, which over-prices
+        replace-one, where the count does not move) and the steps (:meth:`priced`)."""
+        steps = self.priced(relation)
+        return (steps,) if self.count_release is None else (self.count_release, steps)
 
 
 Event = GaussianEvent | SampledEvent | SynthesisEvent | PateEvent | DpsgdEvent
@@ -191,7 +221,7 @@ def to_dict(event: Event) -> dict[str, Any]:
     if isinstance(event, SynthesisEvent):
         return {
             "type": "synthesis",
-            "labels": [{"label": e.label, "event": to_dict(e.event)} for e in event.labels],
+            "labels": [_label_entry(e) for e in event.labels],
         }
     if isinstance(event, PateEvent):
         return {
@@ -200,13 +230,33 @@ def to_dict(event: Event) -> dict[str, Any]:
             "relation": event.relation,
         }
     if isinstance(event, DpsgdEvent):
-        return {
+        out: dict[str, Any] = {
             "type": "dpsgd",
             "noise_multiplier": event.noise_multiplier,
             "sampling": event.sampling.to_dict(),
             "steps": event.steps,
         }
+        if event.count_release is not None:  # absent otherwise: older stored events read alike
+            out["count_release"] = to_dict(event.count_release)
+        return out
     raise TypeError(f"not an event: {event!r}")
+
+
+def _label_entry(entry: LabelEvent) -> dict[str, Any]:
+    out: dict[str, Any] = {"label": entry.label, "event": to_dict(entry.event)}
+    if entry.count_release is not None:  # absent otherwise: older stored events read alike
+        out["count_release"] = to_dict(entry.count_release)
+    return out
+
+
+def _label_from_dict(item: dict[str, Any]) -> LabelEvent:
+    inner = from_dict(item["event"])
+    if not isinstance(inner, SampledEvent):
+        raise ValueError("a label entry must hold a sampled event")
+    release = from_dict(item["count_release"]) if "count_release" in item else None
+    if release is not None and not isinstance(release, GaussianEvent):
+        raise ValueError("a label's count release must be a Gaussian event")
+    return LabelEvent(str(item["label"]), inner, release)
 
 
 def from_dict(data: dict[str, Any]) -> Event:
@@ -221,20 +271,18 @@ def from_dict(data: dict[str, Any]) -> Event:
             raise ValueError("a sampled round may only contain Gaussian mechanisms")
         return SampledEvent(sampling_from_dict(data["sampling"]), mechanisms, int(data["steps"]))
     if kind == "synthesis":
-        entries = []
-        for item in data["labels"]:
-            inner = from_dict(item["event"])
-            if not isinstance(inner, SampledEvent):
-                raise ValueError("a label entry must hold a sampled event")
-            entries.append(LabelEvent(str(item["label"]), inner))
-        return SynthesisEvent(tuple(entries))
+        return SynthesisEvent(tuple(_label_from_dict(item) for item in data["labels"]))
     if kind == "pate":
         return PateEvent(float(data["noise_multiplier"]), str(data["relation"]))
     if kind == "dpsgd":
+        release = from_dict(data["count_release"]) if "count_release" in data else None
+        if release is not None and not isinstance(release, GaussianEvent):
+            raise ValueError("a DP-SGD job's count release must be a Gaussian event")
         return DpsgdEvent(
             float(data["noise_multiplier"]),
             sampling_from_dict(data["sampling"]),
             int(data["steps"]),
+            release,
         )
     raise ValueError(f"unknown event type {kind!r}")
 

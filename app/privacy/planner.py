@@ -79,6 +79,8 @@ class PlannerShape(BaseModel):
     epsilon: float = Field(gt=0.0, allow_inf_nan=False)
     delta: float = Field(gt=0.0, lt=1.0)
     accounting: Accounting = Accounting.TIGHT
+    # The job's count release (app.privacy.unit), part of the price every candidate pays.
+    count_sigma: float | None = Field(None, gt=0.0)
 
 
 @dataclass(frozen=True)
@@ -171,6 +173,7 @@ def tang_multiplier(shape: PlannerShape) -> float:
         M=shape.M,
         N=shape.N,
         tmax=shape.tmax,
+        count_sigma=shape.count_sigma,
     )
     return calibrate_noise(
         privacy,

@@ -17,7 +17,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from app.privacy.accounting import Accountant, Accounting, accountant_for, sampling_for
-from app.privacy.events import LabelEvent, SampledEvent, SynthesisEvent
+from app.privacy.events import GaussianEvent, LabelEvent, SampledEvent, SynthesisEvent
 from app.privacy.params import AdaDPSynParams, Aggregator, AggregatorParams, TangParams
 from app.privacy.sampling import Sampling
 
@@ -33,6 +33,12 @@ class SynthesisPrivacy(BaseModel):
     M: int = Field(ge=1, le=1000, description="Teacher subsets per token step.")
     N: int = Field(ge=1, le=100, description="Records per teacher subset (expected, if Poisson).")
     tmax: int = Field(ge=1, le=1000, description="Maximum tokens per demonstration.")
+    count_sigma: float | None = Field(
+        None,
+        gt=0.0,
+        description="Noise multiplier of the Gaussian release of each charged label's record "
+        "count that the job plans with (app.privacy.unit); None: the counts are public.",
+    )
 
     @model_validator(mode="after")
     def _aggregator_params(self) -> SynthesisPrivacy:
@@ -63,9 +69,10 @@ class SynthesisPrivacy(BaseModel):
         unknown = set(shots) - set(label_sizes)
         if unknown:
             raise ValueError(f"shots requested for labels without records: {sorted(unknown)}")
+        release = None if self.count_sigma is None else GaussianEvent(self.count_sigma)
         return SynthesisEvent(
             tuple(
-                LabelEvent(label, self.label_event(label_sizes[label], count))
+                LabelEvent(label, self.label_event(label_sizes[label], count), release)
                 for label, count in shots.items()
                 if count > 0
             )

@@ -2,7 +2,8 @@
 
 Defaults are sized for the packaged CPU model (Gemma-3-270M on 2 cores): see
 :mod:`app.promptdpsgd.train` for the measurements behind them. Every field is public:
-nothing here is derived from the private data.
+nothing here is derived from the private data (``public_counts`` is the data owner's
+declaration, set from :class:`app.methods.base.Counts`, never by a client).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from enum import StrEnum
 from pydantic import BaseModel, ConfigDict, Field
 
 from app.privacy.accounting import Accounting
+from app.privacy.unit import DEFAULT_DELTA
 from app.results import SynthesisError
 
 
@@ -32,7 +34,8 @@ class SoftPromptInit(StrEnum):
 
 class PromptDpsgdConfig(BaseModel):
     """What a PromptDPSGD job does and under which budget; the noise is calibrated to
-    ``epsilon`` given ``steps`` and the sampling rate ``batch_size / n``."""
+    ``epsilon`` given ``steps`` and the sampling rate ``batch_size / n``, with ``n`` the
+    records counted under DP (or declared public)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -42,7 +45,10 @@ class PromptDpsgdConfig(BaseModel):
         description="Target epsilon of the whole job (> 0, finite).",
     )
     delta: float | None = Field(
-        None, gt=0.0, lt=1.0, description="Target delta; default 1/n_private at planning."
+        None,
+        gt=0.0,
+        lt=1.0,
+        description=f"Target delta; default {DEFAULT_DELTA:g} (public, never 1/|D|).",
     )
     accounting: Accounting = Field(
         Accounting.TIGHT,
@@ -73,3 +79,10 @@ class PromptDpsgdConfig(BaseModel):
         SoftPromptInit.LABELS, description="Start: label word or instruction embeddings."
     )
     seed: int | None = Field(None, description="Tests and studies only: voids the guarantee.")
+    public_counts: bool = Field(
+        False,
+        description="The data owner declares the record count public: the job samples at "
+        "batch_size / the exact count and releases none. Otherwise it releases the count "
+        "under DP at a share of its budget (docs/privacy.md). Paper accounting needs it "
+        "(fixed-size batches are drawn from a known number of records).",
+    )

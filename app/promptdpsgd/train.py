@@ -13,9 +13,10 @@ served.
 One step (the mechanism and its sensitivity are in :mod:`app.privacy.dpsgd`):
 
 1. draw the batch with the plan's sampling from *all* records (Poisson with rate
-   ``batch_size / n`` under the tight accountant, so the batch size varies and an empty
-   batch still steps with noise alone; exactly ``batch_size`` without replacement under the
-   paper accountant);
+   ``batch_size / n~`` under the tight accountant, ``n~`` the count released under DP or
+   declared public, so the batch size varies and an empty batch still steps with noise
+   alone; exactly ``batch_size`` without replacement under the paper accountant, whose
+   count is public);
 2. per-example gradients of the soft prompt: every example gets its own copy of the prompt
    (``expand(...).clone()``), so one batched forward/backward of the summed loss leaves
    example b's gradient in ``copy.grad[b]`` (rows never interact: each has its own mask);
@@ -34,7 +35,6 @@ so the default 60 steps take about 3.5 minutes; at epsilon 1 they lifted SST-2 t
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
 
 import numpy as np
@@ -218,7 +218,6 @@ def run_promptdpsgd(
 ) -> SynthesisResult:
     """Train the planned job on ``records`` and return it as a result (no demonstrations;
     the prompt is the hard text that follows the soft prompt)."""
-    started = time.perf_counter()
     if len(records) != plan.n_private:
         raise PromptDpsgdError("the private data changed since the job was planned")
     if rng is None:
@@ -247,7 +246,6 @@ def run_promptdpsgd(
             "steps": plan.config.steps,
             "prompt_length": soft.length,
             "noise_multiplier": plan.noise_multiplier,
-            "seconds": time.perf_counter() - started,
         },
         soft_prompt=soft,
     )

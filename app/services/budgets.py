@@ -21,6 +21,7 @@ from sqlalchemy.orm import Session
 
 from app.db.models import DEFAULT_WARN_THRESHOLD, Budget, Dataset, DatasetKind, LedgerEntry, now
 from app.ledger import ledger
+from app.methods.base import counts_refusal
 from app.privacy.accounting import Accounting, Priced, accountant_for
 from app.privacy.budget import (
     EPSILON_RULE,
@@ -32,15 +33,81 @@ from app.privacy.budget import (
 )
 from app.privacy.events import DatasetEvent, DpsgdEvent, PateEvent
 from app.privacy.mechanisms import Relation
+from app.privacy.unit import DEFAULT_DELTA
 
 from .datasets import get_dataset, get_live_dataset, list_datasets
 from .errors import ConflictError, InvalidError, NotFoundError
 from .ledger_csv import ledger_csv
 
 
-def default_delta(record_count: int) -> float:
-    """The papers' convention, 1/|D| (kept below 1)."""
+def default_delta() -> float:
+    """A new budget's delta when the owner sets none: :data:`DEFAULT_DELTA`, public and the
+    same for every dataset. Never 1/|D| (the papers' convention, and this service's default
+    before issue 32): every prompt carries its job's delta, and 1/|D| is the dataset's size."""
+    return DEFAULT_DELTA
+
+
+def former_default_delta(record_count: int) -> float:
+    """The default of budgets set before issue 32, 1/|D| (kept below 1); such budgets keep
+    it (and their ledger), and are told so (:func:`delta_source`, :func:`delta_note`)."""
     return 1.0 / max(2, record_count)
+
+
+class DeltaSource(StrEnum):
+    """Where a budget's delta comes from, as the owner is told (by value: the budget row keeps
+    no more)."""
+
+    DEFAULT = "default"  # DEFAULT_DELTA: public, independent of the dataset
+    OWNER = "owner"  # set by the data owner
+    FORMER_DEFAULT = "former_default"  # 1/|D| of this dataset: a budget set before issue 32
+
+
+def delta_source(delta: float, record_count: int) -> DeltaSource:
+    """Where ``delta`` comes from, for a dataset of ``record_count`` records."""
+    if math.isclose(delta, DEFAULT_DELTA, rel_tol=1e-12):
+        return DeltaSource.DEFAULT
+    if math.isclose(delta, former_default_delta(record_count), rel_tol=1e-12):
+        return DeltaSource.FORMER_DEFAULT
+    return DeltaSource.OWNER
+
+
+def delta_note(delta: float, record_count: int) -> str | None:
+    """A warning for the dataset's owner about a budget's ``delta``, in plain words; None when
+    there is none. The owner sees their own record count; the note goes to admin keys only
+    (a prompt carries its job's delta, never this note).
+
+    Above 1/|D|: a mechanism may then fail to protect a whole record outright with that
+    probability, about one record of the dataset. Equal to 1/|D|, as budgets set before
+    issue 32 by default: every prompt of a job at it tells its readers the dataset's size."""
+    inverse = former_default_delta(record_count)
+    if delta_source(delta, record_count) is DeltaSource.FORMER_DEFAULT:
+        return (
+            f"delta {delta:.3g} is 1/|D| of this dataset's {record_count} records (the default "
+            "before counts became private): every prompt of a job at this delta carries it, so "
+            f"its readers learn the dataset's size; set a public delta (default {DEFAULT_DELTA:g}) "
+            "or submit jobs with a smaller delta"
+        )
+    if delta > inverse:
+        return (
+            f"delta {delta:.3g} is above 1/|D| = {inverse:.3g} for this dataset's {record_count} "
+            "records: with that probability a job may expose one record outright (you may see "
+            "your own counts; its prompts' readers may not); the usual choice is well below "
+            f"1/|D|, e.g. the default {DEFAULT_DELTA:g}"
+        )
+    return None
+
+
+def accounting_note(accounting: Accounting, counts_public: bool) -> str | None:
+    """A warning about a budget's accounting on a dataset whose counts are (not) declared
+    public: every job of a paper budget is refused until the owner declares them."""
+    refusal = counts_refusal(accounting, counts_public)
+    if refusal is None:
+        return None
+    return (
+        f"{refusal}: jobs on this budget are refused until the owner declares the counts "
+        "public (PUT /v1/datasets/{id}/counts-public); a budget without charged jobs can "
+        "switch to tight accounting"
+    )
 
 
 THRESHOLD_RULE = "must be a fraction of the budget in (0, 1], e.g. 0.8 for 80%"
@@ -96,14 +163,18 @@ def _priced_by_label(
     everyone: list[Priced] = []
     whole: set[int] = set()
     for index, event in enumerate(events):
-        if isinstance(event, PateEvent | DpsgdEvent):
-            everyone.append(event if isinstance(event, PateEvent) else event.priced(relation))
+        if isinstance(event, PateEvent):
+            everyone.append(event)
             whole.add(index)
             continue
-        for entry in event.labels:
-            by_label.setdefault(entry.label, []).append(entry.event)
+        if isinstance(event, DpsgdEvent):  # its count release too, if any
+            everyone.extend(event.exposure(relation.value))
+            whole.add(index)
+            continue
+        for entry in event.labels:  # each label's count release (if any) and its rounds
+            by_label.setdefault(entry.label, []).extend(entry.priced())
             charged = jobs.setdefault(entry.label, set())
-            if entry.event.steps > 0:
+            if entry.event.steps > 0 or entry.count_release is not None:
                 charged.add(index)
     return by_label, jobs, everyone, whole
 
@@ -169,6 +240,19 @@ class BudgetView:
     def level(self) -> SpendLevel:
         return spend_level(self.spend.epsilon, self.budget.epsilon, self.budget.warn_threshold)
 
+    @property
+    def delta_source(self) -> DeltaSource:
+        return delta_source(self.budget.delta, self.dataset.record_count)
+
+    @property
+    def delta_note(self) -> str | None:
+        return delta_note(self.budget.delta, self.dataset.record_count)
+
+    @property
+    def accounting_note(self) -> str | None:
+        note = accounting_note(Accounting(self.budget.accounting), bool(self.dataset.counts_public))
+        return note.replace("{id}", self.dataset.id) if note else None
+
 
 def set_budget(
     session: Session,
@@ -180,8 +264,10 @@ def set_budget(
     accounting: Accounting,
     warn_threshold: float | None = None,
 ) -> Budget:
-    """Create or change the dataset's budget; commits. ``warn_threshold`` None keeps the
-    budget's (a new budget: :data:`DEFAULT_WARN_THRESHOLD`)."""
+    """Create or change the dataset's budget; commits. ``delta`` and ``warn_threshold`` None
+    keep the budget's (a new budget: :func:`default_delta`, :data:`DEFAULT_WARN_THRESHOLD`):
+    a budget set before issue 32 keeps its delta, and its ledger's epsilons, until the owner
+    sets another."""
     if not is_epsilon(epsilon):
         raise InvalidError(f"epsilon: {EPSILON_RULE}, got {epsilon}")
     if warn_threshold is not None and not (
@@ -195,14 +281,14 @@ def set_budget(
             "budget (set the budget on the private dataset a job synthesises from)",
             code="public_dataset",
         )
-    if delta is None:
-        delta = default_delta(dataset.record_count)
-    if not 0 < delta < 1:
+    if delta is not None and not 0 < delta < 1:
         raise InvalidError(f"delta: must be in (0, 1), got {delta}")
     accounting = Accounting(accounting)
     budget = session.scalars(
         select(Budget).where(Budget.dataset_id == dataset.id).with_for_update()
     ).one_or_none()
+    if delta is None:
+        delta = default_delta() if budget is None else budget.delta
     if budget is None:
         budget = Budget(
             dataset_id=dataset.id,

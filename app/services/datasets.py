@@ -14,8 +14,11 @@ A public upload with ``labelled`` keeps its labels (read exactly as a private up
 they must be its task's): it can then be a job's *validation set*, on which the stored prompt
 is scored after the run (``app.services.prompts``); it is still never charged.
 
-Metadata (name, task, label counts, record count) is shown to the dataset's owner; counts
-are treated as public (``docs/privacy.md``).
+Metadata (name, task, label counts, record count) is shown to the dataset's owner (admin
+keys) only. A private dataset's counts are private unless its owner declares them public
+(``counts_public``, at upload or with :func:`set_counts_public`; audited: when and by which
+key): a job on a dataset without the declaration plans with counts released under DP and
+charged (``app.privacy.unit``), so that nothing it writes holds an exact count.
 """
 
 from __future__ import annotations
@@ -238,6 +241,8 @@ def store_upload(
     max_records: int,
     max_record_chars: int,
     labelled: bool = False,
+    counts_public: bool = False,
+    declared_by: str | None = None,
 ) -> Dataset:
     """Parse an upload (``write(file)`` fills a temporary file) and store it; commits.
 
@@ -247,19 +252,10 @@ def store_upload(
     record is checked (storable text, at most ``max_record_chars``) before anything is
     inserted, so a refused upload changes nothing stored. ``labelled`` (public only) reads
     the label column as a private upload does: a validation set, which needs a task.
+    ``counts_public`` (private only) is the owner's declaration that the label counts are
+    public, recorded with the ID of the key that made it (``declared_by``).
     """
-    if labelled and not public:
-        raise InvalidError("labelled: only for a public dataset (a private one always is)")
-    if labelled and task is None:
-        raise InvalidError(
-            "task: required for a labelled public dataset (its labels must be the task's)"
-        )
-    if task is None and not public:
-        raise InvalidError(
-            "task: required for a private dataset (a built-in task: "
-            f"{', '.join(sorted(BUILTIN_TASKS))}; or a task spec); "
-            "or upload unlabelled texts with public=true"
-        )
+    _check_kind(task, public=public, labelled=labelled, counts_public=counts_public)
     spec = parse_task(task) if task is not None else None
     name = name or (spec.name if spec is not None else "public")
     if problem := text_problem(name):
@@ -296,7 +292,29 @@ def store_upload(
         records=records,
         max_records=max_records,
         kind=DatasetKind.PUBLIC if public else DatasetKind.PRIVATE,
+        counts_public=counts_public,
+        declared_by=declared_by,
     )
+
+
+def _check_kind(
+    task: str | Mapping[str, Any] | None, *, public: bool, labelled: bool, counts_public: bool
+) -> None:
+    """Refuse (422) an upload's flags that do not go together, naming the field."""
+    if counts_public and public:
+        raise InvalidError(COUNTS_PUBLIC_PRIVATE_ONLY)
+    if labelled and not public:
+        raise InvalidError("labelled: only for a public dataset (a private one always is)")
+    if labelled and task is None:
+        raise InvalidError(
+            "task: required for a labelled public dataset (its labels must be the task's)"
+        )
+    if task is None and not public:
+        raise InvalidError(
+            "task: required for a private dataset (a built-in task: "
+            f"{', '.join(sorted(BUILTIN_TASKS))}; or a task spec); "
+            "or upload unlabelled texts with public=true"
+        )
 
 
 def create_dataset(
@@ -308,10 +326,15 @@ def create_dataset(
     records: list[Record],
     max_records: int,
     kind: DatasetKind = DatasetKind.PRIVATE,
+    counts_public: bool = False,
+    declared_by: str | None = None,
 ) -> Dataset:
     """Store a labelled dataset's metadata and records; commits. Private, or a public
-    labelled one (a validation set: never charged)."""
+    labelled one (a validation set: never charged). ``counts_public``: the owner declared
+    the private dataset's label counts public at upload, with the key ``declared_by``."""
     _check_size(len(records), max_records)
+    if counts_public and kind != DatasetKind.PRIVATE:
+        raise InvalidError(COUNTS_PUBLIC_PRIVATE_ONLY)
     dataset = Dataset(
         tenant_id=tenant_id,
         name=name,
@@ -319,6 +342,9 @@ def create_dataset(
         task=task.model_dump(mode="json"),
         label_counts=partition_sizes(task, records),
         record_count=len(records),
+        counts_public=counts_public,
+        counts_public_at=now() if counts_public else None,
+        counts_public_by=declared_by if counts_public else None,
     )
     return _store(session, dataset, records)
 
@@ -464,6 +490,41 @@ def delete_dataset(session: Session, tenant_id: str, dataset_id: str) -> Dataset
         close_job(session, job, status=JobStatus.CANCELLED, error=error)
     session.execute(delete(DatasetRecord).where(DatasetRecord.dataset_id == dataset.id))
     dataset.deleted_at = now()
+    session.commit()
+    return dataset
+
+
+COUNTS_PUBLIC_PRIVATE_ONLY = (
+    "counts_public: only for a private dataset (a public dataset is never charged, and its "
+    "texts are public whole)"
+)
+
+
+def set_counts_public(
+    session: Session, tenant_id: str, dataset_id: str, *, public: bool, key_id: str | None
+) -> Dataset:
+    """Declare a private dataset's label counts public, or withdraw the declaration; commits.
+
+    Declaring is the owner's word that the per-label record counts may be treated as public:
+    jobs admitted from then on plan with the exact counts and release none (and may use
+    paper accounting). Withdrawing makes them private again: jobs admitted from then on
+    release the counts they plan with under DP, charged. Jobs already admitted keep what they
+    were planned with (each job's record says which). The change is recorded with its time
+    and the ID of the key that made it (``key_id``); asking for the current setting changes
+    nothing, the record included. A public dataset is refused (409 ``public_dataset``), a
+    deleted one too (409 ``dataset_deleted``).
+    """
+    dataset = get_live_dataset(session, tenant_id, dataset_id, lock=True)
+    if dataset.kind == DatasetKind.PUBLIC:
+        raise ConflictError(
+            f"dataset {dataset_id!r} is public: its texts are never charged and public whole, "
+            "so there are no private counts to declare",
+            code="public_dataset",
+        )
+    if bool(dataset.counts_public) != public:
+        dataset.counts_public = public
+        dataset.counts_public_at = now()
+        dataset.counts_public_by = key_id
     session.commit()
     return dataset
 

@@ -8,7 +8,11 @@ task was lost on its way (the API killed before sending it, Redis emptied) is se
 a dispatcher once the mark is older than a bound (:func:`redispatch_due`). Planning needs
 only the dataset's label counts, which never change, so it runs outside the write
 transaction (it can take seconds; the budget stays unlocked meanwhile); the dataset and
-budget are checked again under lock before the reservation.
+budget are checked again under lock before the reservation, and so is the owner's
+declaration that its counts are public (``Dataset.counts_public``, which the plan read).
+Without that declaration a job plans with counts it releases under DP, charged in its own
+event (``app.privacy.unit``); paper accounting needs the declaration and is refused without
+it (422 ``counts_not_public``, naming how to make it).
 
 A PromptPATE job (``method=promptpate``) is admitted the same way. It also names a *public*
 dataset of unlabelled texts that its teachers label; that dataset is never charged, and it
@@ -57,6 +61,7 @@ from app.methods.registry import (
     Stored,
     UnknownMethodError,
     configure,
+    counts_refusal,
     get_method,
     kinds_where,
     unknown_method,
@@ -279,29 +284,16 @@ def plan_submission(
         if public_dataset_id is not None
         else None
     )
-    budget = session.get(Budget, dataset.id)
-    if budget is None:
-        raise _no_budget(dataset_id)
+    budget = _admissible_budget(session, dataset, request)
     budget_accounting = Accounting(budget.accounting)
-    if request.accounting is not None and request.accounting is not budget_accounting:
-        raise InvalidError(
-            f"accounting: the dataset's budget uses {budget_accounting.value} accounting; "
-            f"submit the job with accounting={budget_accounting.value}"
-        )
     delta, epsilon = request.delta, request.epsilon
-    if delta is not None and delta > budget.delta:
-        raise InvalidError(f"delta: {delta:g} exceeds the budget's delta {budget.delta:g}")
-    if not fits_budget(epsilon, budget.epsilon):  # composition never costs less than one job
-        spent = ledger.spend(session, budget).epsilon
-        raise _exceeded(
-            ledger.BudgetExceededError(requested=epsilon, spent=spent, total=budget.epsilon)
-        )
     task = TaskSpec.model_validate(dataset.task)
     check_validation_dataset(session, tenant_id, request.validation_dataset_id, task)
     counts = Counts(
         labels={str(k): int(v) for k, v in dataset.label_counts.items()},
         private=dataset.record_count,
         public=public.record_count if public else 0,
+        declared_public=bool(dataset.counts_public),
     )
     job_delta = delta if delta is not None else budget.delta
     session.rollback()  # end the read: planning may take seconds and needs no lock
@@ -325,18 +317,64 @@ def plan_submission(
         raise InvalidError(str(err), code="cannot_plan") from None
     job = job_record(tenant_id, dataset_id, method, plan, public_dataset_id)
     job.validation_dataset_id = request.validation_dataset_id
-    return PlannedJob(method=method, plan=plan, job=job, accounting=budget_accounting)
+    return PlannedJob(
+        method=method,
+        plan=plan,
+        job=job,
+        accounting=budget_accounting,
+        counts_public=counts.declared_public,
+    )
+
+
+def _admissible_budget(session: Session, dataset: Dataset, request: JobRequest) -> Budget:
+    """The dataset's budget, if the request can be charged to it: the budget's accounting
+    (which the counts allow), a delta no larger than its own, an epsilon no larger than its
+    total (409 no budget or budget exceeded, 422 otherwise)."""
+    budget = session.get(Budget, dataset.id)
+    if budget is None:
+        raise _no_budget(dataset.id)
+    accounting = Accounting(budget.accounting)
+    if request.accounting is not None and request.accounting is not accounting:
+        raise InvalidError(
+            f"accounting: the dataset's budget uses {accounting.value} accounting; "
+            f"submit the job with accounting={accounting.value}"
+        )
+    _check_counts(dataset, accounting)
+    delta, epsilon = request.delta, request.epsilon
+    if delta is not None and delta > budget.delta:
+        raise InvalidError(f"delta: {delta:g} exceeds the budget's delta {budget.delta:g}")
+    if not fits_budget(epsilon, budget.epsilon):  # composition never costs less than one job
+        spent = ledger.spend(session, budget).epsilon
+        raise _exceeded(
+            ledger.BudgetExceededError(requested=epsilon, spent=spent, total=budget.epsilon)
+        )
+    return budget
+
+
+def _check_counts(dataset: Dataset, accounting: Accounting) -> None:
+    """422 ``counts_not_public`` for a job whose accounting needs the dataset's counts
+    declared public (paper accounting) on a dataset whose owner has not declared them."""
+    refusal = counts_refusal(accounting, bool(dataset.counts_public))
+    if refusal is not None:
+        raise InvalidError(
+            f"{refusal}: declare them with PUT /v1/datasets/{dataset.id}/counts-public, or "
+            "use tight accounting (a budget's accounting can change while no job is charged: "
+            f"PUT /v1/datasets/{dataset.id}/budget)",
+            code="counts_not_public",
+        )
 
 
 @dataclass(frozen=True)
 class PlannedJob:
-    """A job planned for admission: its method, plan, job row (queued, not stored) and the
-    budget's accounting."""
+    """A job planned for admission: its method, plan, job row (queued, not stored), the
+    budget's accounting, and whether the dataset's counts were declared public (planned
+    with them; admission checks that the declaration still stands)."""
 
     method: Method
     plan: MethodPlan
     job: Job
     accounting: Accounting
+    counts_public: bool = False
 
 
 @dataclass(frozen=True)
@@ -413,7 +451,7 @@ def submit_job(
     dataset_id, public_dataset_id = request.dataset_id, request.public_dataset_id
 
     try:
-        get_live_dataset(session, tenant_id, dataset_id, lock=True)
+        _check_declaration(get_live_dataset(session, tenant_id, dataset_id, lock=True), planned)
         if public_dataset_id is not None:  # deleted meanwhile? (its deletion locks its row)
             get_live_dataset(session, tenant_id, public_dataset_id, lock=True)
         session.add(job)
@@ -463,6 +501,17 @@ def submit_job(
             code="queue_unavailable",
         ) from None
     return job
+
+
+def _check_declaration(dataset: Dataset, planned: PlannedJob) -> None:
+    """409 ``counts_changed`` if the owner declared the counts public, or withdrew it, while
+    the job was planned (it was planned with the other setting)."""
+    if bool(dataset.counts_public) != planned.counts_public:
+        raise ConflictError(
+            f"dataset {dataset.id!r}: its counts_public setting changed while the job was "
+            "planned; submit it again",
+            code="counts_changed",
+        )
 
 
 def get_job(session: Session, tenant_id: str, job_id: str, *, lock: bool = False) -> Job:

@@ -8,6 +8,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from app.privacy.accounting import Accounting
 from app.privacy.params import AdaDPSynVariant, Aggregator
+from app.privacy.unit import DEFAULT_DELTA
 
 # M, N, T_max from the AdaDPSyn paper's Tables 12-17 (K = 100, 4 shots everywhere).
 TASK_DEFAULTS: dict[str, dict[str, int]] = {
@@ -38,8 +39,17 @@ class SynthesisConfig(BaseModel):
     # (and the token loop is registered under the aggregator's name).
     method: Aggregator = Aggregator.ADADPSYN
     epsilon: float = Field(ge=0.0, description="Target epsilon; 0 and inf are baselines.")
-    delta: float | None = Field(None, gt=0.0, lt=1.0, description="Default: 1/|D|.")
+    delta: float | None = Field(
+        None, gt=0.0, lt=1.0, description=f"Default: {DEFAULT_DELTA:g} (public, never 1/|D|)."
+    )
     accounting: Accounting = Accounting.TIGHT
+    public_counts: bool = Field(
+        False,
+        description="The data owner declares the per-label record counts public: the job "
+        "plans with the exact counts and releases none. Otherwise it plans with counts "
+        "released under DP at a share of its budget (docs/privacy.md). Paper accounting "
+        "needs it (fixed-size sampling draws from a known number of records).",
+    )
     shots: int = Field(DEFAULT_SHOTS, ge=1, le=64)
     M: int = Field(ge=1, le=200)
     N: int = Field(ge=1, le=50)

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from app.llm.base import LLMBackend, kv_scope
+from app.privacy.accounting import Accounting
 from app.privacy.adadpsyn import adadpsyn_aggregate
 from app.privacy.calibration import calibrate_noise
 from app.privacy.events import SynthesisEvent, to_dict
@@ -35,6 +36,7 @@ from app.privacy.rng import make_rng
 from app.privacy.sampling import Sampling
 from app.privacy.synthesis import SynthesisPrivacy, label_schedule, shots_per_label
 from app.privacy.tang import AggregationResult, gaussian_aggregate
+from app.privacy.unit import DEFAULT_DELTA, count_noise_multiplier, release_counts
 from app.results import Demonstration, Progress, SynthesisError, SynthesisResult
 from app.synthesis.config import SynthesisConfig
 from app.synthesis.data import Record
@@ -84,10 +86,15 @@ class SynthesisPlan:
     config: SynthesisConfig
     privacy: SynthesisPrivacy
     schedule: tuple[str, ...]  # public target label of each shot
-    sizes: dict[str, int]  # records per partition (public counts, see docs/privacy.md)
+    # Records per partition, exact: checked against the data the job reads, never written
+    # into anything a job releases (docs/privacy.md, "Who sees what").
+    sizes: dict[str, int]
     delta: float
     # The AdaDPSyn planner's choice (app.privacy.planner), public; empty when it did not run.
     planner: dict[str, float | int | bool] = field(default_factory=dict)
+    # The sizes of the charged partitions that sampling and pricing use: released under DP
+    # (privacy.count_sigma) or declared public (then equal to ``sizes``). Empty: no noise.
+    planned_sizes: dict[str, int] = field(default_factory=dict)
 
     @property
     def private(self) -> bool:
@@ -96,7 +103,7 @@ class SynthesisPlan:
     def event(self) -> SynthesisEvent:
         if not self.private:
             return SynthesisEvent(())
-        return self.privacy.synthesis_event(self.sizes, self.charged())
+        return self.privacy.synthesis_event(self.planned_sizes, self.charged())
 
     def charged(self) -> dict[str, int]:
         if self.task.kind == TaskKind.EXTRACTION:
@@ -121,16 +128,14 @@ def plan_synthesis(
 ) -> SynthesisPlan:
     """Validate the job, draw its public label schedule and calibrate its noise."""
     schedule = tuple(label_schedule(list(task.target_labels()), config.shots, rng))
-    n_total = sum(sizes.values())
-    delta = config.delta if config.delta is not None else 1.0 / max(1, n_total)
-    job = SynthesisPlan(task, config, _base_privacy(config), schedule, dict(sizes), delta)
+    delta = config.delta if config.delta is not None else DEFAULT_DELTA
+    base = _base_privacy(config)
+    job = SynthesisPlan(task, config, base, schedule, dict(sizes), delta, planned_sizes={})
     if not job.private:
         return job
     charged = job.charged()
-    empty = sorted(label for label in charged if sizes.get(label, 0) == 0)
-    if empty:
-        raise SynthesisError(f"no private records with label(s) {', '.join(empty)}")
-    privacy, planner = job.privacy, {}
+    privacy, planned_sizes = _planning_sizes(base, sizes, charged, config, delta, rng)
+    planner: dict[str, float | int | bool] = {}
     if _planned(config):
         choice = plan_adadpsyn(
             PlannerShape(
@@ -138,11 +143,12 @@ def plan_synthesis(
                 K=config.K,
                 N=config.N,
                 tmax=config.tmax,
-                label_sizes=sizes,
+                label_sizes=planned_sizes,
                 shots=charged,
                 epsilon=config.epsilon,
                 delta=delta,
                 accounting=config.accounting,
+                count_sigma=privacy.count_sigma,
             )
         )
         privacy = privacy.model_copy(update={"params": choice.params()})
@@ -152,11 +158,50 @@ def plan_synthesis(
     # job draw for draw. Otherwise sigma1 is calibrated as usual.
     if math.isfinite(config.epsilon) and planner.get("planner_T") != 0:
         privacy = calibrate_noise(
-            privacy, label_sizes=sizes, shots=charged, target_epsilon=config.epsilon, delta=delta
+            privacy,
+            label_sizes=planned_sizes,
+            shots=charged,
+            target_epsilon=config.epsilon,
+            delta=delta,
         ).privacy
     for label in charged:  # fails early if, e.g., M*N exceeds a partition (paper sampling)
-        privacy.sampling(sizes[label])
-    return SynthesisPlan(task, config, privacy, schedule, dict(sizes), delta, planner)
+        privacy.sampling(planned_sizes[label])
+    return SynthesisPlan(
+        task, config, privacy, schedule, dict(sizes), delta, planner, planned_sizes
+    )
+
+
+def _planning_sizes(
+    privacy: SynthesisPrivacy,
+    sizes: dict[str, int],
+    charged: dict[str, int],
+    config: SynthesisConfig,
+    delta: float,
+    rng: np.random.Generator,
+) -> tuple[SynthesisPrivacy, dict[str, int]]:
+    """The sizes of the charged partitions that the job plans with (sampling rate, noise, the
+    planner), and the privacy that pays for them (``app.privacy.unit``).
+
+    Counts declared public are used as they are; a label without records then stops the job
+    here (its count is public). Otherwise each count is released with the Gaussian mechanism
+    at :data:`COUNT_SHARE` of the budget (no epsilon = inf job needs it: it has no guarantee
+    to keep), and nothing later reads the exact counts: a label without records runs with
+    empty teachers rather than failing on a count no mechanism released.
+    """
+    exact = {label: sizes.get(label, 0) for label in charged}
+    if config.public_counts or math.isinf(config.epsilon):
+        empty = sorted(label for label, n in exact.items() if n == 0)
+        if empty:
+            raise SynthesisError(f"no private records with label(s) {', '.join(empty)}")
+        return privacy, exact
+    if config.accounting is Accounting.PAPER:
+        raise SynthesisError(
+            "paper accounting draws exactly M*N records from each label, which needs the "
+            "label counts public: declare them public (public_counts) or use tight accounting"
+        )
+    sigma = count_noise_multiplier(config.epsilon, delta)
+    released = release_counts(exact, sigma, rng)
+    return privacy.model_copy(update={"count_sigma": sigma}), released
 
 
 def _planned(config: SynthesisConfig) -> bool:
@@ -186,6 +231,14 @@ class _Shot:
     key: str  # the partition it reads
     generated: list[int] = field(default_factory=list)
     done: bool = False
+
+
+def _samplings(job: SynthesisPlan, keys: set[str]) -> dict[str, Sampling]:
+    """Each partition's sampler, at the rate of its planned size (released or declared
+    public: never the exact count, unless declared public)."""
+    if not job.private:
+        return {}
+    return {key: job.privacy.sampling(job.planned_sizes[key]) for key in keys}
 
 
 def synthesize(
@@ -236,9 +289,7 @@ def _synthesize(
         _Shot(label, ALL_RECORDS if task.kind == TaskKind.EXTRACTION else label)
         for label in schedule
     ]
-    samplings = (
-        {key: privacy.sampling(sizes[key]) for key in {s.key for s in shots}} if private else {}
-    )
+    samplings = _samplings(job, {s.key for s in shots})
     planned = len(shots) * config.tmax
     calls = 0
 

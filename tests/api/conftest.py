@@ -132,6 +132,14 @@ class Api:
         assert response.status_code == 201, response.text
         return response.json()
 
+    def counts_public(self, dataset_id: str, public: bool = True, key: str | None = None):
+        """Declare the dataset's label counts public (or withdraw it): the owner's opt-in."""
+        return self.client.put(
+            f"/v1/datasets/{dataset_id}/counts-public",
+            json={"public": public},
+            headers=auth(key or self.admin),
+        )
+
     def budget(self, dataset_id: str, epsilon: float = 3.0, key: str | None = None, **kw):
         return self.client.put(
             f"/v1/datasets/{dataset_id}/budget",

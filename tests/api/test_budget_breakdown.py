@@ -63,7 +63,9 @@ def test_a_job_moves_only_the_label_groups_it_charged(api: Api) -> None:
         assert group["jobs"] == (1 if label in charged else 0)
         assert group["remaining"] == pytest.approx(20.0 - group["spent"])
     binding = {g["labels"][0] for g in after["label_groups"] if g["binding"]}
-    assert binding == charged  # one job, the same mechanism on each of its labels: a tie
+    # One job; each label's rounds are priced at its own released (noisy) count, so the
+    # labels need not tie: the binding ones are among those it charged.
+    assert binding and binding <= charged
     assert all(groups[(label,)]["spent"] == after["spent"] for label in binding)
     assert after["spent"] == pytest.approx(max(g["spent"] for g in after["label_groups"]))
 

@@ -78,6 +78,7 @@ NOT_USER_WRITABLE: dict[Column, str] = {
     ("datasets", "id"): _GENERATED,
     ("datasets", "tenant_id"): _OWNER,
     ("datasets", "kind"): "set from the boolean 'public' (a DatasetKind), not from a string",
+    ("datasets", "counts_public_by"): "the ID of the API key that authenticated the request",
     ("budgets", "dataset_id"): _LOOKED_UP,
     ("dataset_records", "dataset_id"): "the ID of the dataset the upload just created",
     ("jobs", "id"): _GENERATED,

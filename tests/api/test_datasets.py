@@ -30,6 +30,9 @@ METADATA = {
     "label_counts",
     "labelled",
     "record_count",
+    "counts_public",  # the owner's opt-in (issue 32), with when and by which key
+    "counts_public_at",
+    "counts_public_by",
     "created_at",
     "deleted_at",
 }

@@ -27,7 +27,8 @@ def api(request: pytest.FixtureRequest):
 
 
 def funded(api: Api, accounting: Accounting) -> str:
-    dataset = api.upload()
+    # Paper accounting needs the dataset's counts declared public (issue 32).
+    dataset = api.upload(counts_public=accounting is Accounting.PAPER)
     response = api.budget(dataset["id"], 3.0, accounting=accounting.value)
     assert response.status_code == 200, response.text
     return dataset["id"]

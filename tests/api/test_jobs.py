@@ -7,6 +7,7 @@ from sqlalchemy import func, select
 
 from app.db.models import Job, LedgerEntry
 from app.db.session import session_scope
+from app.privacy.unit import DEFAULT_DELTA
 from tests.api.conftest import Api, auth, error_of, toy_rows
 
 
@@ -25,7 +26,9 @@ def test_budget_defaults_and_validation(api: Api) -> None:
     response = api.budget(dataset["id"], 2.5)
     assert response.status_code == 200, response.text
     body = response.json()
-    assert body["epsilon"] == 2.5 and body["delta"] == pytest.approx(1 / 24)
+    # The public default, never 1/|D| (issue 32): the same for every dataset.
+    assert body["epsilon"] == 2.5 and body["delta"] == DEFAULT_DELTA
+    assert body["delta_source"] == "default" and body["delta_note"] is None
     assert body["accounting"] == "tight"
     assert body["spent"] == 0 and body["plain_sum"] == 0 and body["remaining"] == 2.5
     assert body["history"] == []
@@ -44,6 +47,9 @@ def test_budget_defaults_and_validation(api: Api) -> None:
         assert error["fields"][0]["field"] == field
     paper = api.budget(dataset["id"], 4.0, delta=1e-3, accounting="paper").json()
     assert (paper["epsilon"], paper["delta"], paper["accounting"]) == (4.0, 1e-3, "paper")
+    assert paper["delta_source"] == "owner"
+    # Jobs on it are refused until the owner declares the counts public: the budget says so.
+    assert "counts-public" in paper["accounting_note"]
 
 
 def test_submit_reserves_commits_then_enqueues(api: Api) -> None:
@@ -54,7 +60,8 @@ def test_submit_reserves_commits_then_enqueues(api: Api) -> None:
     job = response.json()
     assert job["status"] == "queued" and job["dataset_id"] == dataset["id"]
     assert job["epsilon"] == pytest.approx(1.0, rel=1e-2) and job["epsilon"] <= 1.0
-    assert job["delta"] == pytest.approx(1 / 24)  # the budget's
+    assert job["delta"] == DEFAULT_DELTA  # the budget's
+    assert job["counts"] == "released"  # not declared public: the job releases them
     assert job["progress"] == {"done": 0, "total": 2 * 4, "unit": "tokens"}
     assert job["accounting"] == "tight" and job["shots"] == 2 and job["prompt_id"] is None
     assert api.queue.enqueued == [job["id"]]  # RecordingQueue checked it was committed first
@@ -62,6 +69,8 @@ def test_submit_reserves_commits_then_enqueues(api: Api) -> None:
         row = session.get(Job, job["id"])
         assert row.config["synthesis"]["method"] == "tang"
         assert row.config["plan"]["M"] == 2 and row.config["sizes"] == {"w5": 12, "w7": 12}
+        assert row.config["synthesis"]["public_counts"] is False
+        assert row.config["plan"]["count_sigma"] > 0
         assert sorted(row.schedule) == ["w5", "w7"] and row.event["type"] == "synthesis"
     budget = api.client.get(f"/v1/datasets/{dataset['id']}/budget", headers=auth(api.admin))
     body = budget.json()
@@ -80,8 +89,11 @@ def test_submit_reserves_commits_then_enqueues(api: Api) -> None:
 
 
 def test_over_budget_is_409_with_remaining_and_stores_nothing(api: Api) -> None:
-    dataset = api.upload()
-    api.budget(dataset["id"], 1.5)
+    # Counts declared public: both jobs price the same exact counts, so their composition is
+    # known to pass the budget (with released counts each job is priced at noisy counts).
+    # (Two such jobs compose to 1.30 at the default delta 1e-6.)
+    dataset = api.upload(counts_public=True)
+    api.budget(dataset["id"], 1.25)
     first = api.submit(dataset["id"], 1.0).json()
     before = _counts(api.url)
     for epsilon in (1.0, 2.0):  # 2.0: refused before planning (more than the whole budget)
@@ -89,8 +101,8 @@ def test_over_budget_is_409_with_remaining_and_stores_nothing(api: Api) -> None:
         assert response.status_code == 409, response.text
         error = error_of(response)
         assert error["code"] == "budget_exceeded"
-        assert error["total"] == 1.5
-        assert error["remaining"] == pytest.approx(1.5 - error["spent"])
+        assert error["total"] == 1.25
+        assert error["remaining"] == pytest.approx(1.25 - error["spent"])
         assert error["spent"] == pytest.approx(first["epsilon"], rel=1e-3)
         assert "remaining" in error["message"]
     assert _counts(api.url) == before
@@ -134,12 +146,14 @@ def test_refused_submissions(api: Api) -> None:
 
 
 def test_jobs_that_cannot_be_planned_are_422(api: Api) -> None:
-    one_label = api.upload(toy_rows(labels=("w5",)))
+    # Counts declared public: a label without records is known to be empty (released counts
+    # are never 0, so an undeclared dataset's job runs with empty teachers instead).
+    one_label = api.upload(toy_rows(labels=("w5",)), counts_public=True)
     api.budget(one_label["id"], 3.0)
     response = api.submit(one_label["id"])
     assert response.status_code == 422
     assert "no private records with label(s) w7" in error_of(response)["message"]
-    dataset = api.upload()
+    dataset = api.upload(counts_public=True)  # paper accounting needs the counts public
     api.budget(dataset["id"], 3.0, accounting="paper")
     too_big = api.submit(dataset["id"], params={"M": 10, "N": 2, "tmax": 1})  # 20 > 12 records
     assert too_big.status_code == 422, too_big.text

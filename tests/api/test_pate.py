@@ -10,6 +10,7 @@ from sqlalchemy import func, select
 
 from app.db.models import Budget, DatasetRecord, Job, LedgerEntry
 from app.db.session import session_scope
+from app.privacy.unit import DEFAULT_DELTA
 from app.services.datasets import record_count
 from tests.api.conftest import MARKER, PATE_PARAMS, PUBLIC, Api, auth, error_of, public_rows
 from tests.synthesis.fake_backend import FakeBackend
@@ -154,7 +155,7 @@ def test_promptpate_submissions_that_cannot_run_are_refused_and_store_nothing(
 
 def test_promptpate_admission_reserves_its_event_and_composes_with_other_jobs(api: Api) -> None:
     private = api.upload()
-    api.budget(private["id"], 5.0)
+    api.budget(private["id"], 4.0)  # 3 (+) 1 = 3.2 fits; 3 (+) 1 (+) 3 = 4.6 does not
     public = api.upload_public()
     response = api.submit_pate(
         private["id"], public["id"], params={**PATE_PARAMS, "max_public": 30}
@@ -166,7 +167,7 @@ def test_promptpate_admission_reserves_its_event_and_composes_with_other_jobs(ap
     # min(max_public, 40 public texts)
     assert job["progress"] == {"done": 0, "total": 30, "unit": "public inputs"}
     assert job["epsilon"] == pytest.approx(3.0, rel=1e-2) and job["epsilon"] <= 3.0
-    assert job["delta"] == pytest.approx(1 / 24) and job["stats"] is None
+    assert job["delta"] == DEFAULT_DELTA and job["stats"] is None  # the budget's, public
     assert api.queue.enqueued == [job["id"]]
     with session_scope(api.url) as session:
         row = session.get(Job, job["id"])
@@ -189,7 +190,7 @@ def test_promptpate_admission_reserves_its_event_and_composes_with_other_jobs(ap
     assert refused.status_code == 409
     error = error_of(refused)
     assert error["code"] == "budget_exceeded"
-    assert error["remaining"] == pytest.approx(5.0 - spent, rel=1e-6)
+    assert error["remaining"] == pytest.approx(4.0 - spent, rel=1e-6)
     assert counts(api.url)[:2] == (2, 2)
 
 

@@ -135,7 +135,13 @@ def test_an_address_over_its_failure_limit_gets_429_before_any_lookup(
 def test_without_a_key_limit_keys_are_not_limited_but_failures_are(api: Api) -> None:
     app = api.client.app
     assert set(get_all(app, USER, [("/v1/jobs", auth(api.admin))] * 80, at_once=8)) == {200}
-    assert Counter(get_all(app, ATTACKER, fake_keys(80), at_once=8))[429] >= 80 - 30
+    # The failure limit's burst, and what it refilled while the requests ran (a slow machine
+    # refills more: a fixed bound failed once under load, 49 < 50).
+    per_minute = Settings().auth_failures_per_minute
+    start = time.monotonic()
+    failures = Counter(get_all(app, ATTACKER, fake_keys(80), at_once=8))
+    allowed = per_minute + math.ceil((time.monotonic() - start) * per_minute / 60)
+    assert failures[429] >= 80 - allowed and failures[401] <= allowed, failures
 
 
 # --- the dashboard -----------------------------------------------------------------------------

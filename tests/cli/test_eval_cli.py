@@ -64,3 +64,36 @@ def test_eval_runs_the_adadpsyn_variant_it_is_asked_for(tmp_path, monkeypatch):
     assert seen and set(seen) == {"paper"}
     config = json.loads((tmp_path / "runs.json").read_text())["meta"]["config"]
     assert config["params"]["variant"] == "paper"
+
+
+@pytest.mark.parametrize("declared", [False, True])
+def test_eval_plans_with_released_counts_unless_told_they_are_public(
+    tmp_path, monkeypatch, declared
+):
+    """Issue 32: by default every run plans as a job on an undeclared dataset does (its
+    counts released under DP, charged); --public-counts plans with the exact counts."""
+    import json
+
+    seen: list[tuple[bool, float | None]] = []
+    real = __import__("app.methods.token_loop", fromlist=["plan_synthesis"]).plan_synthesis
+
+    def recording(task, sizes, config, rng):
+        plan = real(task, sizes, config, rng)
+        seen.append((config.public_counts, plan.privacy.count_sigma))
+        return plan
+
+    monkeypatch.setattr("app.methods.token_loop.plan_synthesis", recording)
+    result = runner.invoke(
+        app,
+        [
+            "eval", "--dataset", "trec", "--seeds", "1", "--epsilons", "8", "--methods",
+            "tang", "--M", "2", "--N", "1", "--tmax", "4", "--K", "10", "--out-dir",
+            str(tmp_path), "--no-calibrate", "--no-baselines",
+            *(["--public-counts"] if declared else []),
+        ],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert seen and {public for public, _ in seen} == {declared}
+    assert all((sigma is None) == declared for _, sigma in seen)  # a release, or none
+    config = json.loads((tmp_path / "runs.json").read_text())["meta"]["config"]
+    assert config["public_counts"] is declared

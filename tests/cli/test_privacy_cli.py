@@ -8,6 +8,7 @@ import pytest
 from typer.testing import CliRunner
 
 from app.cli import app
+from app.privacy.unit import DEFAULT_DELTA
 
 runner = CliRunner()
 TREC = [
@@ -29,15 +30,25 @@ def invoke(*args: str):
     return runner.invoke(app, ["privacy", *args])
 
 
-@pytest.mark.parametrize(("accounting", "low", "high"), [("paper", 7.0, 8.0), ("tight", 3.0, 5.0)])
-def test_epsilon_json_for_the_trec_example(accounting, low, high):
+@pytest.mark.parametrize(
+    ("accounting", "delta", "low", "high"),
+    [
+        ("paper", None, 10.0, 11.0),  # at the public default delta, 1e-6 (issue 32)
+        ("tight", None, 6.0, 8.0),
+        ("paper", 1 / 5452, 7.0, 8.0),  # at the papers' 1/|D|, given explicitly
+        ("tight", 1 / 5452, 3.0, 5.0),
+    ],
+)
+def test_epsilon_json_for_the_trec_example(accounting, delta, low, high):
+    given = ["--delta", repr(delta)] if delta is not None else []
     result = invoke(
-        "epsilon", *ADADPSYN, "--sigma1", "1.09", "--accounting", accounting, *TREC, "--json"
-    )
+        "epsilon", *ADADPSYN, "--sigma1", "1.09", "--accounting", accounting, *TREC, *given,
+        "--json",
+    )  # fmt: skip
     assert result.exit_code == 0, result.output
     out = json.loads(result.stdout)
     assert low < out["epsilon"] < high
-    assert out["delta"] == pytest.approx(1 / 5452)
+    assert out["delta"] == pytest.approx(delta if delta is not None else DEFAULT_DELTA)
 
 
 def test_calibrate_round_trips_through_epsilon():
@@ -103,7 +114,7 @@ def test_plan_prints_the_planners_choice_and_its_price():
     out = json.loads(result.stdout)
     assert out["T"] == out["planner_T"] == 0 and out["sigma2"] is None
     assert out["sigma1"] == pytest.approx(out["planner_tang_sigma"], rel=1e-6)
-    assert 0.99 <= out["epsilon"] <= 1.0 and out["delta"] == pytest.approx(1 / 4998)
+    assert 0.99 <= out["epsilon"] <= 1.0 and out["delta"] == DEFAULT_DELTA  # never 1/|D|
     # the chosen clip (towards uniform; issue 19) is in the stats and in the parameters
     assert out["clip"] == out["planner_clip"] > 0
     assert out["planner_agreement"] > out["planner_tang_agreement"]

@@ -11,9 +11,12 @@ from app.pate.config import PateConfig, PateError
 from app.pate.plan import plan_pate
 from app.privacy.accounting import Accounting
 from app.privacy.calibration import CalibrationError
+from app.privacy.unit import DEFAULT_DELTA
 from app.results import SynthesisError
 from app.synthesis.tasks import BUILTIN_TASKS
 from tests.pate.helpers import SST2
+
+PUBLIC_COUNTS = PateConfig(epsilon=1.0, public_counts=True)  # declared by the data owner
 
 
 @pytest.mark.parametrize(
@@ -55,7 +58,7 @@ def test_plan_is_deterministic_and_meets_the_target():
     a = plan_pate(SST2, 500, 300, config)
     b = plan_pate(SST2, 500, 300, config)
     assert a.event() == b.event() and a.to_dict() == b.to_dict()
-    assert a.delta == pytest.approx(1 / 500)
+    assert a.delta == DEFAULT_DELTA  # public, never 1/n_private (issue 32)
     assert a.n_public == 300 and a.threshold == pytest.approx(30.0)
     assert 1.98 <= a.epsilon() <= 2.0
     # planned answered queries (check + release each) exactly exhaust the filter budget
@@ -87,14 +90,14 @@ def test_paper_accounting_prices_replace_one():
 @pytest.mark.parametrize(
     ("n_private", "n_public", "config", "message"),
     [
-        (3, 100, PateConfig(epsilon=1.0, shots=4), "3 private record(s) cannot fill"),
-        (0, 100, PateConfig(epsilon=1.0), "0 private record(s)"),
+        (3, 100, PUBLIC_COUNTS.model_copy(update={"shots": 4}), "3 private record(s) cannot"),
+        (0, 100, PUBLIC_COUNTS, "0 private record(s)"),
         (100, 0, PateConfig(epsilon=1.0), "no public inputs"),
         (100, 4, PateConfig(epsilon=1.0), "at most 4 public inputs can be labelled"),
         (100, 100, PateConfig(epsilon=1.0, queries=3), "at most 3 public inputs"),
     ],
 )
-def test_plan_errors_name_counts(n_private, n_public, config, message):
+def test_plan_errors_name_public_counts(n_private, n_public, config, message):
     with pytest.raises(PateError, match=message.replace("(", r"\(").replace(")", r"\)")):
         plan_pate(SST2, n_private, n_public, config)
 
@@ -102,6 +105,16 @@ def test_plan_errors_name_counts(n_private, n_public, config, message):
 def test_fewer_records_than_teachers_times_shots_is_allowed():
     plan = plan_pate(SST2, 10, 100, PateConfig(epsilon=1.0, teachers=100, shots=2))
     assert plan.n_private == 10
+
+
+@pytest.mark.parametrize("n_private", [0, 3])
+def test_a_private_count_not_declared_public_is_never_read_by_the_plan(n_private):
+    """Too few records for one teacher refuses a job only when the count is public; else
+    the plan is the same whatever the count (the run's short teachers abstain)."""
+    config = PateConfig(epsilon=1.0, shots=4)
+    plan = plan_pate(SST2, n_private, 100, config)
+    assert plan.to_dict() == plan_pate(SST2, 5000, 100, config).to_dict()
+    assert plan.event() == plan_pate(SST2, 5000, 100, config).event()
 
 
 def test_extraction_tasks_are_refused_at_planning():

@@ -10,6 +10,7 @@ import pytest
 from app.pate.config import PateConfig, PateError
 from app.pate.plan import plan_pate
 from app.pate.run import run_pate
+from app.privacy.unit import DEFAULT_DELTA
 from tests.pate.fake_backend import PateFakeBackend
 from tests.pate.helpers import SECRET, SST2, private_records, public_inputs
 
@@ -64,7 +65,7 @@ def test_consensus_is_answered_and_split_votes_are_rejected():
     assert stats["holdout_accuracy"] == 1.0
     assert result.prompt.startswith(SST2.icl_instruction)
     assert result.epsilon == pytest.approx(plan.epsilon()) and result.epsilon <= 100.0
-    assert result.delta == pytest.approx(1 / 400)
+    assert result.delta == DEFAULT_DELTA  # public, never 1/n_private (issue 32)
     assert result.event == {"type": "pate", "noise_multiplier": 1 / plan.privacy.budget_mu,
                             "relation": "add_or_remove"}  # fmt: skip
     assert result.plan["n_public"] == 36 and result.plan["config"]["teachers"] == 40

@@ -31,6 +31,7 @@ from scipy import stats
 from app.privacy.accounting import TightPldAccountant
 from app.privacy.adadpsyn import adadpsyn_aggregate, pooled_aggregate_steps
 from app.privacy.events import GaussianEvent, SampledEvent
+from app.privacy.geometry import clipped_diameter
 from app.privacy.mechanisms import GaussianMechanism
 from app.privacy.params import AdaDPSynParams, AdaDPSynVariant, TangParams, adadpsyn_defaults
 from app.privacy.rng import make_rng
@@ -84,13 +85,16 @@ def run(inputs: np.ndarray, aggregate, seed: int) -> np.ndarray:
     return statistic(np.array([aggregate(inputs, rng) for _ in range(RUNS)]))
 
 
-def run_step(inputs: np.ndarray, params: AdaDPSynParams, seed: int) -> np.ndarray:
+def run_step(
+    inputs: np.ndarray, params: AdaDPSynParams, seed: int, direction: np.ndarray | None = None
+) -> np.ndarray:
     """RUNS independent AdaDPSyn steps on ``inputs``: the pooled variant as one stack of
     RUNS steps (see the module docstring), the paper's one call at a time (it has no
-    stacked form)."""
+    stacked form). ``direction``: project the outputs on it (default: :func:`statistic`)."""
     if params.variant is AdaDPSynVariant.POOLED:
         stack = np.repeat(inputs[None], RUNS, axis=0)
-        return statistic(pooled_aggregate_steps(stack, params, make_rng(seed)).distributions)
+        outputs = pooled_aggregate_steps(stack, params, make_rng(seed)).distributions
+        return statistic(outputs) if direction is None else outputs @ direction
 
     def aggregate(x, rng):
         return adadpsyn_aggregate(x, params, rng).distribution
@@ -181,18 +185,42 @@ def test_the_audited_pooled_stack_is_what_a_job_runs():
 def clipped_step(sigma1: float) -> AdaDPSynParams:
     """A pooled step with no checks whose one mean clips the teachers to 0.4 from uniform."""
     return AdaDPSynParams(
-        variant=AdaDPSynVariant.POOLED, good_radius=False, T=0, sigma1=sigma1, clip=0.4
+        variant=AdaDPSynVariant.POOLED, good_radius=False, T=0, sigma1=sigma1, clip=CLIP
     )
 
 
-def clipped_neighbours(K: int = 50) -> tuple[np.ndarray, np.ndarray]:
-    """All teachers on token 0, and one moved to token 1: after clipping the two means are
-    0.4 * sqrt(2K / (K - 1)) / M apart, 95% of the stated sensitivity at K = 50."""
-    base = np.zeros((M, K))
-    base[:, 0] = 1.0
+CLIP = 0.4
+
+
+def on_support(K: int, tokens: range, radius: float) -> np.ndarray:
+    """A distribution over K tokens, zero outside ``tokens``, at L2 distance exactly
+    ``radius`` from the uniform one: one token gets p, the others of the support share
+    1 - p equally, p solving ||x||^2 = radius^2 + 1/K (so ||x - u|| = radius)."""
+    s, target = len(tokens), radius**2 + 1.0 / K
+    # p^2 + (1 - p)^2 / (s - 1) = target: a quadratic in p; the larger root keeps p >= 1/s.
+    a, b, c = 1 + 1 / (s - 1), -2 / (s - 1), 1 / (s - 1) - target
+    p = (-b + math.sqrt(b * b - 4 * a * c)) / (2 * a)
+    x = np.zeros(K)
+    x[tokens.start] = p
+    x[list(tokens)[1:]] = (1 - p) / (s - 1)
+    assert x.min() >= 0 and abs(np.linalg.norm(x - 1 / K) - radius) < 1e-12
+    return x
+
+
+def clipped_neighbours(K: int = 50) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The true worst case of the clipped mean (issue 32): all teachers on a distribution
+    a, and one moved to b, where a and b have disjoint supports and sit at distance exactly
+    the clip radius c from uniform. Clipping leaves both as they are, <a, b> = 0, so
+    ||a - b||^2 = 2 c^2 + 2/K: the two means are exactly the stated sensitivity apart
+    (:func:`clipped_diameter`). (Clipped one-hot teachers reach only 95% of it at K = 50.)
+    Returns the two inputs and the unit direction in which the mean moves."""
+    first, second = on_support(K, range(0, 6), CLIP), on_support(K, range(6, 12), CLIP)
+    assert np.linalg.norm(first - second) == pytest.approx(clipped_diameter(CLIP, K), rel=1e-12)
+    base = np.tile(first, (M, 1))
     neighbour = base.copy()
-    neighbour[0] = np.eye(K)[1]
-    return base, neighbour
+    neighbour[0] = second
+    direction = (second - first) / np.linalg.norm(second - first)
+    return base, neighbour, direction
 
 
 def test_audit_of_the_clipped_mean_stays_below_its_charge():
@@ -200,8 +228,10 @@ def test_audit_of_the_clipped_mean_stays_below_its_charge():
     to the clipped diameter; on its worst-case neighbours the audit stays below the charge
     and comes close to it."""
     params = clipped_step(1.0)
-    base, neighbour = clipped_neighbours()
-    lower = epsilon_lower_bound(run_step(base, params, 9), run_step(neighbour, params, 10))
+    base, neighbour, direction = clipped_neighbours()
+    lower = epsilon_lower_bound(
+        run_step(base, params, 9, direction), run_step(neighbour, params, 10, direction)
+    )
     accounted = adadpsyn_step_epsilon(params)
     assert accounted == pytest.approx(accounted_epsilon(1.0))
     assert lower <= accounted
@@ -210,7 +240,9 @@ def test_audit_of_the_clipped_mean_stays_below_its_charge():
 
 def test_audit_flags_a_clipped_mean_with_too_little_noise():
     """Negative control: charged at sigma1 = 1, run at 0.25."""
-    base, neighbour = clipped_neighbours()
+    base, neighbour, direction = clipped_neighbours()
     weak = clipped_step(0.25)
-    lower = epsilon_lower_bound(run_step(base, weak, 11), run_step(neighbour, weak, 12))
+    lower = epsilon_lower_bound(
+        run_step(base, weak, 11, direction), run_step(neighbour, weak, 12, direction)
+    )
     assert lower > adadpsyn_step_epsilon(clipped_step(1.0))

@@ -9,6 +9,7 @@ import math
 import numpy as np
 import pytest
 from dp_accounting import dp_event, privacy_accountant
+from dp_accounting.pld import pld_privacy_accountant
 from dp_accounting.rdp import rdp_privacy_accountant
 from opacus.accountants.analysis.rdp import compute_rdp, get_privacy_spent
 
@@ -18,8 +19,10 @@ from app.privacy.accounting import (
     TightPldAccountant,
     UnsupportedEventError,
 )
+from app.privacy.calibration import CalibrationError
 from app.privacy.dpsgd import (
     calibrate_dpsgd,
+    check_any_count_meets,
     clip_rows,
     dpsgd_epsilon,
     dpsgd_event,
@@ -246,3 +249,120 @@ def test_calibration_meets_the_target_from_below(accounting, target):
 def test_no_noise_costs_everything():
     event = dpsgd_event(0.0, Accounting.TIGHT, n=100, batch_size=10, steps=3)
     assert TightPldAccountant().dataset_epsilon(event, 1e-5) == math.inf
+
+
+# --- the count release (issue 32) --------------------------------------------------------
+# The sampling rate batch_size / n divides by a count released with the Gaussian mechanism
+# (sensitivity 1 under add/remove) unless the count is public. The release reads every record,
+# so it joins every exposure group with the steps, and calibration prices it with them.
+
+RELEASED = [  # (count sigma, step sigma, expected batch, released count, steps, delta)
+    (25.0, 0.9, 16, 6920, 60, 1e-6),
+    (8.0, 1.5, 32, 2000, 100, 1e-5),
+    (60.0, 0.7, 20, 500, 40, 1e-6),
+]
+
+
+def test_a_count_release_round_trips_and_older_events_read_without_one():
+    event = dpsgd_event(1.1, Accounting.TIGHT, n=1000, batch_size=16, steps=50, count_sigma=25.0)
+    assert event.count_release == GaussianEvent(25.0)
+    assert from_dict(to_dict(event)) == event
+    stored = to_dict(dpsgd_event(1.1, Accounting.TIGHT, n=1000, batch_size=16, steps=50))
+    assert "count_release" not in stored  # what jobs before the release stored
+    assert from_dict(stored) == DpsgdEvent(1.1, PoissonSampling(16 / 1000, 1), 50)
+    with pytest.raises(ValueError, match="Gaussian"):
+        from_dict({**to_dict(event), "count_release": {"type": "pate", "noise_multiplier": 2.0,
+                                                       "relation": "add_or_remove"}})  # fmt: skip
+
+
+@pytest.mark.parametrize("setting", RELEASED)
+def test_tight_epsilon_with_the_count_release_matches_dp_accounting(setting):
+    count_sigma, sigma, batch, n, steps, delta = setting
+    event = dpsgd_event(
+        sigma, Accounting.TIGHT, n=n, batch_size=batch, steps=steps, count_sigma=count_sigma
+    )
+    ours = TightPldAccountant(cached=False).dataset_epsilon(event, delta)
+    reference = pld_privacy_accountant.PLDAccountant(value_discretization_interval=1e-3)
+    reference.compose(dp_event.GaussianDpEvent(count_sigma))
+    reference.compose(
+        dp_event.PoissonSampledDpEvent(batch / n, dp_event.GaussianDpEvent(sigma)), steps
+    )
+    assert ours == pytest.approx(reference.get_epsilon(delta), rel=TOLERANCE)
+    steps_only = dpsgd_event(sigma, Accounting.TIGHT, n=n, batch_size=batch, steps=steps)
+    assert ours > TightPldAccountant(cached=False).dataset_epsilon(steps_only, delta)
+
+
+@pytest.mark.parametrize("setting", RELEASED)
+def test_paper_epsilon_with_the_count_release_matches_dp_accounting(setting):
+    """The paper accountant prices the release as a Gaussian of sensitivity 1 (safe: under
+    replace-one the count does not move), composed in RDP with the halved-multiplier steps."""
+    count_sigma, sigma, batch, n, steps, delta = setting
+    event = dpsgd_event(
+        sigma, Accounting.PAPER, n=n, batch_size=batch, steps=steps, count_sigma=count_sigma
+    )
+    ours = PaperRdpAccountant(orders=ORDERS).dataset_epsilon(event, delta)
+    reference = rdp_privacy_accountant.RdpAccountant(
+        orders=[float(a) for a in ORDERS],
+        neighboring_relation=privacy_accountant.NeighboringRelation.REPLACE_ONE,
+    )
+    reference.compose(dp_event.GaussianDpEvent(count_sigma))
+    sampled = dp_event.SampledWithoutReplacementDpEvent(
+        n, batch, dp_event.GaussianDpEvent(sigma / 2)
+    )
+    reference.compose(dp_event.SelfComposedDpEvent(sampled, steps))
+    assert ours == pytest.approx(reference.get_epsilon(delta), rel=TOLERANCE)
+
+
+def test_the_count_release_joins_every_exposure_group():
+    tight = TightPldAccountant()
+    dpsgd = dpsgd_event(1.0, Accounting.TIGHT, n=1000, batch_size=20, steps=40, count_sigma=30.0)
+    label_a = SampledEvent(PoissonSampling(0.05, 4), (GaussianEvent(2.0),), 30)
+    label_b = SampledEvent(PoissonSampling(0.02, 4), (GaussianEvent(3.0),), 30)
+    synthesis = SynthesisEvent((LabelEvent("a", label_a), LabelEvent("b", label_b)))
+    groups = tight.exposures([synthesis, dpsgd])
+    release, steps = GaussianEvent(30.0), dpsgd.priced("add_or_remove")
+    assert groups == [[label_a, release, steps], [label_b, release, steps]]
+    assert dpsgd.exposure("add_or_remove") == (release, steps)
+    delta = 1e-5
+    both = tight.dataset_epsilon([synthesis, dpsgd], delta)
+    assert both == pytest.approx(tight.epsilon([label_a, release, steps], delta))
+    assert tight.dataset_epsilon(dpsgd, delta) == pytest.approx(
+        tight.epsilon([release, steps], delta)
+    )
+
+
+@pytest.mark.parametrize("target", [1.0, 8.0])
+def test_calibration_prices_the_count_release_with_the_steps(target):
+    kwargs = {"accounting": Accounting.TIGHT, "n": 6920, "batch_size": 16, "steps": 60}
+    count_sigma = 8.0 / target  # a release that costs a visible share of the target
+    sigma, eps = calibrate_dpsgd(
+        target_epsilon=target,
+        delta=1e-6,
+        count_sigma=count_sigma,
+        **kwargs,
+    )
+    event = dpsgd_event(sigma, count_sigma=count_sigma, **kwargs)
+    assert dpsgd_epsilon(event, Accounting.TIGHT, 1e-6) == pytest.approx(eps)
+    assert target * (1 - 5e-3) <= eps <= target
+    # the release costs something: the steps alone could take less noise
+    alone, _ = calibrate_dpsgd(target_epsilon=target, delta=1e-6, **kwargs)
+    assert alone < sigma
+
+
+def test_a_target_no_released_count_could_meet_is_refused_from_public_inputs():
+    with pytest.raises(CalibrationError, match="whatever the number of records"):
+        check_any_count_meets(
+            target_epsilon=0.02, delta=1e-6, batch_size=16, steps=10_000, count_sigma=5000.0
+        )
+    # a job that meets its target at rate 1 meets it at any released count
+    check_any_count_meets(target_epsilon=1.0, delta=1e-6, batch_size=16, steps=60, count_sigma=40.0)
+    for n in (1, 16, 17, 10_000):
+        calibrate_dpsgd(
+            target_epsilon=1.0,
+            delta=1e-6,
+            accounting=Accounting.TIGHT,
+            n=n,
+            batch_size=16,
+            steps=60,
+            count_sigma=40.0,
+        )

@@ -11,11 +11,12 @@ import numpy as np
 import pytest
 
 from app.privacy.accounting import Accounting
-from app.privacy.events import FixedSizeSampling, PoissonSampling, from_dict
+from app.privacy.events import FixedSizeSampling, GaussianEvent, PoissonSampling, from_dict
 from app.privacy.params import AdaDPSynVariant, Aggregator, adadpsyn_defaults
 from app.privacy.planner import TANG as TANG_CANDIDATE
 from app.privacy.planner import Candidate, Choice, PlannerShape, plan_adadpsyn
 from app.privacy.rng import make_rng
+from app.privacy.unit import DEFAULT_DELTA, count_noise_multiplier
 from app.results import SynthesisError
 from app.synthesis import generator
 from app.synthesis.config import SynthesisConfig
@@ -79,7 +80,10 @@ def test_all_teacher_prompts_of_a_step_go_in_one_batch():
 def test_paper_sampling_draws_n_distinct_records_of_the_target_label_per_teacher():
     backend = FakeBackend(stop_after=3)
     result = synthesize(
-        TREC, trec_records(), config(accounting=Accounting.PAPER, M=6, N=3), backend
+        TREC,
+        trec_records(),
+        config(accounting=Accounting.PAPER, M=6, N=3, public_counts=True),
+        backend,
     )
     labels = [d.label for d in result.demonstrations]
     for batch in probs_calls(backend):
@@ -109,7 +113,12 @@ def test_poisson_sampling_is_disjoint_with_the_planned_expected_size():
 
 def test_fresh_subsample_every_step():
     backend = FakeBackend(stop_after=None)
-    synthesize(TREC, trec_records(), config(accounting=Accounting.PAPER, tmax=4), backend)
+    synthesize(
+        TREC,
+        trec_records(),
+        config(accounting=Accounting.PAPER, tmax=4, public_counts=True),
+        backend,
+    )
     first_teacher = [teacher_records(backend, batch[0]) for batch in probs_calls(backend)]
     assert len({tuple(t) for t in first_teacher}) > 1
 
@@ -118,7 +127,9 @@ def test_fresh_subsample_every_step():
 def test_the_event_charged_is_what_ran(accounting):
     backend = FakeBackend(stop_after=3)
     records = trec_records()
-    result = synthesize(TREC, records, config(accounting=accounting, shots=8, epsilon=8.0), backend)
+    paper = accounting is Accounting.PAPER  # its fixed-size sampling needs public counts
+    cfg = config(accounting=accounting, shots=8, epsilon=8.0, public_counts=paper)
+    result = synthesize(TREC, records, cfg, backend)
     event = from_dict(result.event)
     counts = Counter(d.label for d in result.demonstrations)
     assert {e.label: e.event.steps for e in event.labels} == {
@@ -127,7 +138,59 @@ def test_the_event_charged_is_what_ran(accounting):
     expected = FixedSizeSampling if accounting is Accounting.PAPER else PoissonSampling
     assert all(isinstance(e.event.sampling, expected) for e in event.labels)
     assert 8.0 * 0.99 <= result.epsilon <= 8.0
-    assert result.delta == pytest.approx(1 / len(records))
+    assert result.delta == DEFAULT_DELTA  # public, never 1/|D| (issue 32)
+    # The counts the job planned with: released under DP unless declared public.
+    releases = {e.count_release for e in event.labels}
+    assert releases == ({None} if paper else {GaussianEvent(count_noise_multiplier(8.0, 1e-6))})
+
+
+def test_a_paper_accounted_job_needs_public_counts():
+    """Fixed-size sampling draws M*N of exactly n records: n must be public (issue 32)."""
+    with pytest.raises(SynthesisError, match="public"):
+        synthesize(
+            TREC, trec_records(), config(accounting=Accounting.PAPER, epsilon=4.0), FakeBackend()
+        )
+
+
+def test_with_released_counts_nothing_planned_reads_the_exact_counts(monkeypatch):
+    """Neighbouring datasets (one record removed, one relabelled) whose released counts came
+    out equal plan the very same job: schedule, noise, planner choice, event, epsilon. The
+    plan reads the private counts only through the charged release (issue 32)."""
+    records = trec_records()
+    removed = records[1:]
+    relabelled = [dataclasses.replace(records[0], label="Number"), *records[1:]]
+    noisy = {label: 41 + i for i, label in enumerate(TREC.labels)}
+    calls = []
+
+    def fixed_release(sizes, sigma, rng):
+        calls.append(dict(sizes))
+        rng.normal(0.0, sigma, size=len(sizes))  # the same draws as the real release
+        return {label: noisy[label] for label in sizes}
+
+    monkeypatch.setattr(generator, "release_counts", fixed_release)
+    cfg = config(method=Aggregator.ADADPSYN, epsilon=4.0, shots=6)
+    plans = [
+        plan_synthesis(TREC, partition_sizes(TREC, rs), cfg, make_rng(5))
+        for rs in (records, removed, relabelled)
+    ]
+    assert len({str(c) for c in calls}) == 3  # the exact counts did differ
+    first = plans[0]
+    for plan in plans[1:]:
+        assert (plan.schedule, plan.privacy, plan.planner, plan.delta) == (
+            first.schedule,
+            first.privacy,
+            first.planner,
+            first.delta,
+        )
+        assert plan.event() == first.event() and plan.epsilon() == first.epsilon()
+        assert plan.planned_sizes == first.planned_sizes
+
+
+def test_with_released_counts_a_label_without_records_runs_with_empty_teachers():
+    """Failing on an empty label would release its exact count (0) without noise."""
+    records = [r for r in trec_records() if r.label != "Location"]
+    result = synthesize(TREC, records, config(shots=6, epsilon=4.0), FakeBackend(stop_after=2))
+    assert "Location" in {d.label for d in result.demonstrations}
 
 
 def test_instruction_only_baseline_reads_no_private_record_and_costs_nothing():
@@ -173,7 +236,16 @@ def test_with_no_checks_and_no_clip_planned_adadpsyn_is_tangs_job_draw_for_draw(
     sensitivity is smaller, and the draws land elsewhere."""
     records = trec_records()
     backend = FakeBackend(stop_after=3)
-    noisy = {"epsilon": 0.5, "M": 4, "N": 2, "tmax": 6, "K": 10, "shots": 4, "seed": 9}
+    noisy = {
+        "epsilon": 0.5,
+        "M": 4,
+        "N": 2,
+        "tmax": 6,
+        "K": 10,
+        "shots": 4,
+        "seed": 9,
+        "delta": 0.01,
+    }
     tang = synthesize(TREC, records, config(method=Aggregator.TANG, **noisy), backend)
     _planning(monkeypatch, TANG_CANDIDATE)
     ada = synthesize(TREC, records, config(method=Aggregator.ADADPSYN, **noisy), backend)
@@ -212,10 +284,11 @@ def test_the_planner_chooses_from_public_inputs_only():
         K=cfg.K,
         N=cfg.N,
         tmax=cfg.tmax,
-        label_sizes=job.sizes,
+        label_sizes=job.planned_sizes,
         shots=job.charged(),
         epsilon=cfg.epsilon,
         delta=job.delta,
+        count_sigma=job.privacy.count_sigma,
     )
     choice = plan_adadpsyn(shape)
     assert job.planner == choice.public_stats()

@@ -11,6 +11,7 @@ from __future__ import annotations
 import http.server
 import json
 import os
+import re
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -159,7 +160,9 @@ def test_an_admin_walks_through_the_dashboard(
         by_id(driver, f"param-{name}").send_keys(str(value))
     by_id(driver, "job-quote").click()
     quote = wait_for(driver, lambda d: css(d, "#quote-result"), "the quote")[0]
-    assert "This job costs ε = 1" in quote.text and "It fits." in quote.text
+    costs = re.search(r"This job costs ε = ([0-9.]+) \(δ = 0\.000001\)", quote.text)
+    assert costs and 0.99 <= float(costs.group(1)) <= 1.0, quote.text  # the public delta
+    assert "It fits." in quote.text
 
     # Submit, and watch it finish on the job page without reloading it.
     by_id(driver, "job-submit").click()
@@ -203,7 +206,8 @@ def test_an_admin_walks_through_the_dashboard(
     by_id(driver, "copy-id").click()
     wait_for(driver, lambda d: css(d, "[data-copied]")[0].is_displayed(), "copied")
     assert len(css(driver, "#demonstrations tbody tr")) == 2
-    assert by_id(driver, "prompt-privacy").text.startswith("1 /")
+    epsilon, delta = by_id(driver, "prompt-privacy").text.split(" / ")
+    assert 0.99 <= float(epsilon) <= 1.0 and delta == "1e-06"  # the public delta, not 1/|D|
     by_id(driver, "query").send_keys("one two three")
     by_id(driver, "complete-submit").click()
     answer = wait_for(driver, lambda d: css(d, "#answer-label"), "the answer")[0]

@@ -25,6 +25,7 @@ from app.db.models import (
 from app.db.session import session_scope
 from app.ledger import ledger
 from app.methods.registry import Counts, MethodKind, get_method
+from app.methods.token_loop import TokenLoopMethodPlan
 from app.pate.config import PateConfig
 from app.privacy.accounting import Accounting
 from app.privacy.events import to_dict
@@ -97,11 +98,9 @@ def make_job(url: str, dataset_id: str) -> str:
             tenant_id=dataset.tenant_id,
             dataset_id=dataset_id,
             method=plan.config.method.value,
-            config={
-                "synthesis": plan.config.model_dump(mode="json"),
-                "plan": plan.privacy.model_dump(mode="json"),
-                "sizes": plan.sizes,
-            },
+            # What admission stores (the method's own ``stored()``: the exact sizes, and the
+            # released ones the plan was priced with, issue 32).
+            config=dict(TokenLoopMethodPlan(plan).stored().config),
             schedule=list(plan.schedule),
             event=to_dict(plan.event()),
             epsilon=epsilon,

@@ -1,4 +1,5 @@
-"""Upload, list, read and delete datasets, private or public (metadata only ever leaves)."""
+"""Upload, list, read and delete datasets, private or public (metadata only ever leaves), and
+the owner's declaration that a private dataset's label counts are public."""
 
 from __future__ import annotations
 
@@ -13,9 +14,10 @@ from sqlalchemy.orm import Session
 from starlette.datastructures import UploadFile
 from starlette.formparsers import MultiPartException
 
-from app.api.deps import AdminKey, SessionDep, SettingsDep
+from app.api.deps import AdminKey, Principal, SessionDep, SettingsDep
 from app.api.schemas import (
     UPLOAD_OPENAPI,
+    CountsPublicUpdate,
     DatasetCreate,
     DatasetPublic,
     DatasetUploadForm,
@@ -85,7 +87,7 @@ async def upload_dataset(
             if not isinstance(upload, UploadFile):
                 raise InvalidError("file: a multipart upload needs a file part named 'file'")
             return await run_in_threadpool(
-                store_file_upload, session, settings, principal.tenant_id, meta, upload
+                store_file_upload, session, settings, principal, meta, upload
             )
         finally:
             await form.close()
@@ -107,24 +109,24 @@ async def upload_dataset(
             meta_json = DatasetCreate.model_validate(payload)
         except ValidationError as err:
             raise _validation_error(err) from None
-        return await run_in_threadpool(
-            _from_json, session, settings, principal.tenant_id, meta_json
-        )
+        return await run_in_threadpool(_from_json, session, settings, principal, meta_json)
     raise UnsupportedMediaTypeError(
         "Content-Type: send multipart/form-data (a file) or application/json (records)"
     )
 
 
 def _from_json(
-    session: Session, settings: Settings, tenant_id: str, meta: DatasetCreate
+    session: Session, settings: Settings, principal: Principal, meta: DatasetCreate
 ) -> DatasetPublic:
     dataset = service.store_upload(
         session,
-        tenant_id=tenant_id,
+        tenant_id=principal.tenant_id,
         name=meta.name,
         task=meta.task,
         public=meta.public,
         labelled=meta.labelled,
+        counts_public=meta.counts_public,
+        declared_by=principal.key_id,
         write=service.jsonl_writer(meta.records),
         suffix=".jsonl",
         text_column=meta.text_column,
@@ -153,6 +155,23 @@ def list_datasets(
 @router.get("/{dataset_id}", response_model=DatasetPublic)
 def get_dataset(dataset_id: str, principal: AdminKey, session: SessionDep) -> DatasetPublic:
     return DatasetPublic.from_row(service.get_dataset(session, principal.tenant_id, dataset_id))
+
+
+@router.put(
+    "/{dataset_id}/counts-public",
+    response_model=DatasetPublic,
+    summary="Declare the private dataset's label counts public, or withdraw it (audited)",
+)
+def put_counts_public(
+    dataset_id: str, body: CountsPublicUpdate, principal: AdminKey, session: SessionDep
+) -> DatasetPublic:
+    """Jobs admitted from now on plan with the exact counts and release none (public: true),
+    or release the counts they plan with under DP again (false); jobs already admitted keep
+    theirs. The dataset records when and by which key (``counts_public_at``, ``_by``)."""
+    dataset = service.set_counts_public(
+        session, principal.tenant_id, dataset_id, public=body.public, key_id=principal.key_id
+    )
+    return DatasetPublic.from_row(dataset)
 
 
 @router.delete(

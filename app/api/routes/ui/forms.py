@@ -149,8 +149,8 @@ def budget_update(form: FormData) -> BudgetUpdate:
 
 def dataset_upload(form: FormData) -> tuple[DatasetUploadForm, UploadFile]:
     """The upload form: its file, and its fields as the API's multipart fields (a custom
-    task is the JSON typed into ``task_spec``; the checkboxes ``public`` and ``labelled`` are
-    on or absent)."""
+    task is the JSON typed into ``task_spec``; the checkboxes ``public``, ``labelled`` and
+    ``counts_public`` are on or absent)."""
     upload = form.get("file")
     if not isinstance(upload, UploadFile) or not upload.filename:
         raise InvalidError(
@@ -163,10 +163,19 @@ def dataset_upload(form: FormData) -> tuple[DatasetUploadForm, UploadFile]:
         fields["task"] = text(form, "task_spec")
     fields["public"] = form.get("public") == "on"
     fields["labelled"] = form.get("labelled") == "on"
+    fields["counts_public"] = form.get("counts_public") == "on"
     try:
         return DatasetUploadForm.model_validate(fields), upload
     except ValidationError as err:
         raise _invalid(err) from None
+
+
+def counts_public(form: FormData) -> bool:
+    """The dataset page's counts form: ``public`` is "true" (declare) or "false" (withdraw)."""
+    value = text(form, "public")
+    if value not in ("true", "false"):
+        raise InvalidError("public: true (declare the counts public) or false (withdraw it)")
+    return value == "true"
 
 
 def completion_query(form: FormData) -> str:

@@ -171,7 +171,7 @@ async def upload(
     try:
         meta, upload_file = forms.dataset_upload(form)
         dataset = await run_in_threadpool(
-            store_file_upload, session, settings, ui.principal.tenant_id, meta, upload_file
+            store_file_upload, session, settings, ui.principal, meta, upload_file
         )
     finally:
         await form.close()
@@ -232,6 +232,7 @@ def dataset_page(request: Request, dataset_id: str, ui: AdminUi, session: Sessio
         jobs=JobPublic.from_rows(jobs, job_service.job_charges(session, jobs)),
         publics=_public_datasets(session, tenant),
         terminal=_terminal(),
+        default_delta=budget_service.default_delta(),
         **forms.job_form_options(),
     )
 
@@ -250,6 +251,24 @@ async def set_budget(
         delta=body.delta,
         accounting=body.accounting,
         warn_threshold=body.warn_threshold,
+    )
+    return see_other(f"/ui/datasets/{dataset_id}")
+
+
+@router.post("/datasets/{dataset_id}/counts-public", response_class=HTMLResponse)
+async def set_counts_public(
+    request: Request, dataset_id: str, ui: AdminUi, session: SessionDep
+) -> Response:
+    """Declare the dataset's label counts public, or withdraw it (as ``PUT
+    /v1/datasets/{id}/counts-public``), recorded with the signed-in key."""
+    public = forms.counts_public(await checked_form(request, ui))
+    await run_in_threadpool(
+        dataset_service.set_counts_public,
+        session,
+        ui.principal.tenant_id,
+        dataset_id,
+        public=public,
+        key_id=ui.principal.key_id,
     )
     return see_other(f"/ui/datasets/{dataset_id}")
 

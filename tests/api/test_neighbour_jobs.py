@@ -1,0 +1,182 @@
+"""Issue 32 through the service: one record changes what a job writes only through DP outputs.
+
+For each of the four methods, a real service job (the API admits it, the real worker runs it)
+on D, on D minus one record and on D with one record relabelled. The one mechanism that reads
+a private count, the count release, is conditioned on one outcome (patched to give the same
+value for all three, after the same noise draws; PromptPATE reads no count at all), as a
+neighbour test of a DP release must be. Then every body the service returns about the job is
+compared field by field: the job (admin key), its prompt and the prompt list (a prompts:read
+key), the budget with its ledger (admin key). Equal but for fields that name the object
+itself (IDs, times) and the DP outputs, named in ``_OWN`` and ``_DP``: nothing else may
+differ. The dataset's own record (``record_count``, ``label_counts``) is the owner's metadata,
+read by admin keys only, and is not compared.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from types import SimpleNamespace
+from typing import Any
+
+import numpy as np
+import pytest
+
+from app.llm.provider import StaticProvider
+from app.privacy import rng as rng_module
+from app.promptdpsgd import plan as dpsgd_plan
+from app.synthesis import generator
+from tests.api.conftest import (
+    FAST_PARAMS,
+    Api,
+    auth,
+    make_api,
+    toy_rows,
+)
+
+# Fields that name the object, or when something happened: they differ between any two jobs.
+_OWN = {
+    "id",
+    "job_id",
+    "dataset_id",
+    "prompt_id",
+    "public_dataset_id",
+    "created_at",
+    "updated_at",
+    "started_at",
+    "finished_at",
+    "at",
+    "time",
+}
+# DP outputs: the demonstrations and the prompt built from them, PromptPATE's answered-query
+# count and student choice (post-processing of noisy votes), the soft prompt's hash.
+_DP = {"demonstrations", "prompt", "text", "soft_prompt", "soft_prompt_sha256"}
+RELEASED = 23  # what the patched release gives every count
+
+
+def _strip(value: Any) -> Any:
+    """``value`` without the fields that may differ, at any depth."""
+    if isinstance(value, dict):
+        return {k: _strip(v) for k, v in value.items() if k not in _OWN | _DP}
+    if isinstance(value, list):
+        return [_strip(v) for v in value]
+    return value
+
+
+def _lines(bodies: dict[str, Any]) -> list[str]:
+    """The bodies without the fields that may differ, a line per value (readable diffs)."""
+    return json.dumps(_strip(bodies), indent=1, sort_keys=True).splitlines()
+
+
+def _neighbours() -> dict[str, list[dict]]:
+    base = toy_rows(14) + toy_rows(3, labels=("w7",))  # uneven labels: 14 and 17
+    first = base[0]
+    other = "w7" if first["label"] == "w5" else "w5"
+    return {
+        "D": base,
+        "D minus one": base[1:],
+        "D relabelled": [{**first, "label": other}, *base[1:]],
+    }
+
+
+@pytest.fixture
+def released(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[dict[str, int]]]:
+    """Condition both count releases on one outcome, and every generator on one seed;
+    record what the releases read."""
+    seen: list[dict[str, int]] = []
+
+    def same_release(sizes: dict, sigma: float, rng: np.random.Generator) -> dict[str, int]:
+        seen.append({str(k): int(v) for k, v in sizes.items()})
+        rng.normal(0.0, sigma, size=len(sizes))  # the real release's draws
+        return {key: RELEASED for key in sizes}
+
+    monkeypatch.setattr(generator, "release_counts", same_release)
+    monkeypatch.setattr(dpsgd_plan, "release_counts", same_release)
+    # "Same seed": every generator the service and the worker make (the label schedule, the
+    # noise, PromptPATE's teacher key) starts from one seed instead of OS entropy.
+    monkeypatch.setattr(rng_module, "secrets", SimpleNamespace(randbits=lambda bits: 2026))
+    yield seen
+
+
+def _get(api: Api, path: str, key: str) -> Any:
+    response = api.client.get(path, headers=auth(key))
+    assert response.status_code == 200, response.text
+    return response.json()
+
+
+def _run(api: Api, method: str, rows: list[dict], public_id: str | None) -> dict[str, Any]:
+    """Upload ``rows``, run one ``method`` job on them, and read every body about it."""
+    dataset = api.upload(rows, name="neighbours")
+    assert api.budget(dataset["id"], 20.0).status_code == 200
+    if method == "promptpate":
+        response = api.submit_pate(dataset["id"], public_id)
+    elif method == "promptdpsgd":
+        params = {"steps": 2, "batch_size": 2, "prompt_length": 2}
+        response = api.submit(dataset["id"], 4.0, method=method, params=params)
+    else:
+        response = api.submit(dataset["id"], 4.0, method=method, params=FAST_PARAMS)
+    assert response.status_code == 201, response.text
+    job_id = response.json()["id"]
+    if method == "promptdpsgd":
+        api.run_worker(job_id, api.backend)  # the tiny model (dpsgd_api)
+    else:
+        api.run_job(job_id)
+    job = _get(api, f"/v1/jobs/{job_id}", api.admin)
+    assert job["status"] == "succeeded", job
+    return {
+        "submitted": response.json(),
+        "job": job,
+        "prompt": _get(api, f"/v1/prompts/{job['prompt_id']}", api.reader),
+        "prompts": _get(api, f"/v1/prompts?dataset_id={dataset['id']}", api.reader),
+        "budget": _get(api, f"/v1/datasets/{dataset['id']}/budget", api.admin),
+    }
+
+
+@pytest.fixture
+def dpsgd_api(sqlite_url: str) -> Iterator[Api]:
+    """The service with the tiny real model behind it (PromptDPSGD needs gradients)."""
+    from app.promptdpsgd.train import freeze
+    from tests.promptdpsgd.tiny import tiny_backend
+
+    backend = tiny_backend()
+    freeze(backend)
+    for api in make_api(sqlite_url, StaticProvider(backend)):
+        api.backend = backend  # type: ignore[assignment]  # what run_worker runs on
+        yield api
+
+
+@pytest.mark.parametrize("method", ["tang", "adadpsyn", "promptpate", "promptdpsgd"])
+def test_neighbouring_datasets_give_the_same_job_but_for_its_dp_outputs(
+    request: pytest.FixtureRequest, method: str, released: list[dict[str, int]]
+) -> None:
+    api: Api = request.getfixturevalue("dpsgd_api" if method == "promptdpsgd" else "api")
+    public_id = api.upload_public()["id"] if method == "promptpate" else None
+    seen = {name: _run(api, method, rows, public_id) for name, rows in _neighbours().items()}
+    for name in ("D minus one", "D relabelled"):
+        assert _lines(seen[name]) == _lines(seen["D"]), name
+    body = seen["D"]["job"]
+    if method == "promptpate":
+        assert released == [] and body["counts"] is None  # reads no count
+    else:
+        assert body["counts"] == "released"
+        # the release read the exact counts, which did differ between the neighbours (a
+        # relabelled record changes two label counts, not the record count PromptDPSGD reads)
+        assert released[0] != released[1], released
+        assert (released[0] != released[2]) == (method != "promptdpsgd"), released
+    # and nothing compared equal by accident of emptiness: the job has a charge and a prompt
+    assert body["charged_epsilon"] > 0 and seen["D"]["prompt"]["delta"] == body["delta"]
+
+
+def test_the_comparison_sees_a_count_that_leaks(
+    api: Api, released: list[dict[str, int]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Negative control: a release that passes the exact counts through makes the neighbours'
+    jobs differ (in the plan's noise and sampling), so the comparison above can fail."""
+
+    def exact(sizes: dict, sigma: float, rng: np.random.Generator) -> dict[str, int]:
+        del sigma, rng
+        return {str(k): int(v) for k, v in sizes.items()}
+
+    monkeypatch.setattr(generator, "release_counts", exact)
+    bodies = {name: _run(api, "tang", rows, None) for name, rows in _neighbours().items()}
+    assert _strip(bodies["D minus one"]) != _strip(bodies["D"])
