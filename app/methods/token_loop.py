@@ -188,27 +188,18 @@ class TokenLoop(Method):
         )
 
     def public_stats(self, result: SynthesisResult) -> dict[str, Any] | None:
-        """The AdaDPSyn planner's choice (public inputs only); None for other runs."""
-        planner = {k: v for k, v in result.stats.items() if k.startswith("planner_")}
-        return planner or None
+        """The AdaDPSyn planner's choice (public inputs only) and how many demonstrations
+        came out empty and were left out (a function of the DP outputs); None if neither."""
+        public = {
+            k: v
+            for k, v in result.stats.items()
+            if k.startswith("planner_") or k == "empty_demonstrations"
+        }
+        return public or None
 
     def report(self, result: SynthesisResult) -> str | None:
-        stats = result.stats
-        if "planner_T" not in stats:
-            return None
-        clip = stats.get("planner_clip") or 0.0
-        if not stats["planner_checks"] and clip:
-            return (
-                f"planner: no coverage checks; teachers clipped to {clip} around the uniform "
-                "distribution (Tang's price, a smaller sensitivity) for this shape"
-            )
-        if not stats["planner_checks"]:
-            return "planner: no coverage checks (T = 0, Tang's mean) for this shape"
-        return (
-            f"planner: T {stats['planner_T']}, checks take {stats['planner_check_share']:.0%} "
-            f"of each step's budget, mu {stats['planner_mu']}, margin "
-            f"{stats.get('planner_margin', 0.0)}, shrink {stats['planner_shrink']}"
-        )
+        lines = [line for line in (_empty_report(result), _planner_report(result)) if line]
+        return "\n".join(lines) or None
 
     def summary(self, stored: Stored) -> tuple[str | None, int]:
         return stored.config.get("synthesis", {}).get("accounting"), len(stored.schedule)
@@ -249,3 +240,34 @@ def settings_line(task_name: str, method: str, shots: int | None, **given: int |
     note = f" ({', '.join(defaulted)}: {source}; see docs/synthesis.md)" if defaulted else ""
     listed = ", ".join(f"{name} {value}" for name, value in values.items())
     return f"{method}: {shots or DEFAULT_SHOTS} shots, {listed}{note}"
+
+
+def _empty_report(result: SynthesisResult) -> str | None:
+    """Demonstrations that came out empty (only whitespace) are not served: say so."""
+    empty = int(result.stats.get("empty_demonstrations", 0))
+    if not empty:
+        return None
+    return (
+        f"{empty} demonstration(s) came out empty (only whitespace by T_max) and were left out "
+        f"of the prompt, which holds {len(result.demonstrations)}"
+    )
+
+
+def _planner_report(result: SynthesisResult) -> str | None:
+    """The AdaDPSyn planner's choice in words; None when no planner ran."""
+    stats = result.stats
+    if "planner_T" not in stats:
+        return None
+    clip = stats.get("planner_clip") or 0.0
+    if not stats["planner_checks"] and clip:
+        return (
+            f"planner: no coverage checks; teachers clipped to {clip} around the uniform "
+            "distribution (Tang's price, a smaller sensitivity) for this shape"
+        )
+    if not stats["planner_checks"]:
+        return "planner: no coverage checks (T = 0, Tang's mean) for this shape"
+    return (
+        f"planner: T {stats['planner_T']}, checks take {stats['planner_check_share']:.0%} "
+        f"of each step's budget, mu {stats['planner_mu']}, margin "
+        f"{stats.get('planner_margin', 0.0)}, shrink {stats['planner_shrink']}"
+    )

@@ -307,11 +307,14 @@ def _synthesize(
             probs = _teacher_probs(task, active, token_sets, parts, samplings, backend, rng)
             calls += 1
             per_shot = probs.reshape(len(active), privacy.M, -1)
-            choices = [aggregate(p, rng).token for p in per_shot]
+            released = [aggregate(p, rng).distribution for p in per_shot]
         else:  # epsilon = 0: the instruction-only baseline, greedy on the public prompt
-            probs = backend.next_token_probs(public, np.array(token_sets))
+            released = list(backend.next_token_probs(public, np.array(token_sets)))
             calls += 1
-            choices = [int(np.argmax(row)) for row in probs]
+        choices = [
+            _choice(dist, tokens, stop_ids, blank=not backend.detokenize(s.generated).strip())
+            for s, dist, tokens in zip(active, released, token_sets, strict=True)
+        ]
 
         for shot, token_set, choice in zip(active, token_sets, choices, strict=True):
             token = int(token_set[choice])
@@ -323,10 +326,12 @@ def _synthesize(
             done = sum(config.tmax if s.done else step + 1 for s in shots)
             progress(min(done, planned), planned)
 
-    demos = [
+    written = [
         Demonstration(s.label, demonstration_text(backend.detokenize(s.generated), s.done))
         for s in shots
     ]
+    demos = [d for d in written if d.text.strip()]  # never an empty demonstration
+    empty = {"empty_demonstrations": len(written) - len(demos)} if len(demos) < len(written) else {}
     return SynthesisResult(
         task=task.name,
         method=config.method.value if private else "instruction-only",
@@ -339,7 +344,7 @@ def _synthesize(
         event=to_dict(job.event()),
         # Wall time and prompt-token counts are left out: they depend on the lengths of the
         # private records sampled into teacher prompts, with no noise.
-        stats={"backend_calls": calls, **job.planner},
+        stats={"backend_calls": calls, **empty, **job.planner},
     )
 
 
@@ -389,6 +394,19 @@ def _teacher_probs(
     # A row that is no distribution becomes the uniform one, never a failed job: whether it
     # happens depends on the sampled records (as_distributions says why that is safe).
     return as_distributions(backend.next_token_probs(batch, np.array(sets)))
+
+
+def _choice(distribution: np.ndarray, tokens: np.ndarray, stop: set[int], *, blank: bool) -> int:
+    """The index of the token to write: the released distribution's argmax, except that a
+    demonstration with no text yet never takes a stop token (nor does one whose text is only
+    whitespace), so that it cannot end empty at its first step. A rule on the public
+    candidate set applied to a DP output: post-processing, free."""
+    if not blank:
+        return int(np.argmax(distribution))
+    allowed = ~np.isin(tokens, np.fromiter(stop, dtype=np.int64, count=len(stop)))
+    if not allowed.any():
+        return int(np.argmax(distribution))
+    return int(np.flatnonzero(allowed)[np.argmax(distribution[allowed])])
 
 
 def _with_stop_tokens(top: np.ndarray, stop: np.ndarray) -> np.ndarray:

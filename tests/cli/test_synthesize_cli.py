@@ -363,6 +363,7 @@ WRITTEN = {
     "plan": "public",
     "event": "public",
     "stats.backend_calls": "dp",
+    "stats.empty_demonstrations": "dp",
     **{
         f"stats.planner_{name}": "public"
         for name in (

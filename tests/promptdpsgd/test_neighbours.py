@@ -122,4 +122,8 @@ def test_no_written_field_holds_the_exact_count_or_one_over_it(n):
     plan = METHOD.plan(SST2, config, Counts({}, n))
     assert plan.delta != pytest.approx(1 / n)
     fields = plan.plan.to_dict()
+    # planned_records is the DP release, which rounds to n itself now and then (about 2% at
+    # multiplier 19: it failed a run once); no other field may be n.
+    released = fields.pop("planned_records")
+    assert isinstance(released, int) and plan.plan.count_sigma is not None
     assert "n_private" not in fields and n not in fields.values()

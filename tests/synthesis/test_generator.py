@@ -462,3 +462,46 @@ def test_a_row_that_is_not_a_distribution_counts_as_uniform_and_never_fails_the_
     uniform = synthesize(TREC, trec_records(), cfg, _BrokenRowBackend("uniform", stop_after=3))
     assert [d.text for d in broken.demonstrations] == [d.text for d in uniform.demonstrations]
     assert broken.demonstrations and broken.stats == uniform.stats
+
+
+class _BlankWords(FakeBackend):
+    """The fake backend whose words all read as whitespace: every demonstration is blank."""
+
+    def detokenize(self, ids) -> str:
+        return " " * len(ids)
+
+
+@pytest.mark.parametrize("epsilon", [math.inf, 8.0, 0.0])
+def test_a_stop_token_that_wins_the_first_step_does_not_end_the_demonstration(epsilon):
+    """The teachers (or, at epsilon 0, the public prompt) want a newline first: a blank
+    demonstration takes the best other token instead, then stops when they say so."""
+    backend = FakeBackend(stop_after=0)
+    result = synthesize(TREC, trec_records(), config(epsilon=epsilon, tmax=4), backend)
+    texts = [d.text for d in result.demonstrations]
+    assert len(texts) == 4 and all(t.strip() for t in texts), texts
+    assert "empty_demonstrations" not in result.stats
+    if math.isinf(epsilon) or epsilon == 0:  # no noise: the best other token is w0, then stop
+        assert texts == ["w0"] * 4
+
+
+def test_without_the_rule_the_first_step_would_stop():
+    """Negative control: the same backend's teachers pick the newline first, so the job above
+    would have written four empty demonstrations."""
+    backend = FakeBackend(stop_after=0)
+    marker = (
+        backend.vocab["Question:"] if "Question:" in backend.vocab else backend._id("Question:")
+    )
+    token_set = np.array([backend.vocab[f"w{i}"] for i in range(5)] + [1])
+    probs = backend.next_token_probs([[marker]], token_set[None, :])
+    assert token_set[int(np.argmax(probs[0]))] == 1  # NEWLINE
+
+
+def test_a_demonstration_that_stays_blank_is_not_served():
+    backend = _BlankWords(stop_after=None)
+    result = synthesize(TREC, trec_records(), config(tmax=3), backend)
+    assert result.demonstrations == [] and result.stats["empty_demonstrations"] == 4
+    from app.methods.registry import MethodKind, get_method
+
+    method = get_method(MethodKind.ADADPSYN)
+    assert method.public_stats(result) == {"empty_demonstrations": 4}
+    assert "4 demonstration(s) came out empty" in (method.report(result) or "")
