@@ -840,10 +840,25 @@ class PromptSummary(BaseModel):
     dataset_name: str | None = Field(
         None, description="The name of the dataset it was synthesised from (public metadata)."
     )
+    validation_accuracy: float | None = Field(
+        None,
+        description="Its accuracy on its job's validation set (null: none named, pending or "
+        "not scored); the prompt's validation has the baselines.",
+    )
+    beats_zero_shot: bool | None = Field(
+        None,
+        description="Whether that accuracy is above zero-shot's on the same records (null: "
+        "no score, or scored before baselines were kept).",
+    )
 
     @classmethod
     def from_row(cls, row: PromptSet, dataset_name: str | None = None) -> PromptSummary:
+        scored = row.validation or {}
+        accuracy = scored.get("accuracy")
+        zero = (scored.get("baselines") or {}).get("zero_shot")
         return cls(
+            validation_accuracy=accuracy,
+            beats_zero_shot=None if accuracy is None or zero is None else accuracy > zero,
             id=row.id,
             job_id=row.job_id,
             dataset_id=row.dataset_id,
@@ -856,6 +871,33 @@ class PromptSummary(BaseModel):
             created_at=row.created_at,
             soft_prompt=SoftPromptPublic.from_row(row),
         )
+
+
+class ValidationBaselines(BaseModel):
+    """What a prompt must beat on its validation records: public inputs only, no cost."""
+
+    zero_shot: float = Field(
+        description="Accuracy of the instruction alone (no demonstrations, plain model)."
+    )
+    majority: float | None = Field(
+        None, description="Accuracy of always answering the most frequent label (classification)."
+    )
+    majority_label: str | None = Field(None, description="That label.")
+
+
+def validation_verdict(accuracy: float, baselines: ValidationBaselines) -> str:
+    """The prompt's score against its baselines, in plain words (the API, the CLI and the
+    dashboard say the same)."""
+    best = max(baselines.zero_shot, baselines.majority or 0.0)
+    name = "zero-shot" if best == baselines.zero_shot else "the majority label"
+    if accuracy > best:
+        return f"beats zero-shot and the majority label (by {accuracy - best:+.3f} over {name})"
+    if accuracy < baselines.zero_shot:
+        return (
+            f"does not beat zero-shot ({accuracy:.3f} against {baselines.zero_shot:.3f}): the "
+            "instruction alone answers these records better than this prompt"
+        )
+    return f"does not beat {name} ({accuracy:.3f} against {best:.3f})"
 
 
 class ValidationPublic(BaseModel):
@@ -872,6 +914,22 @@ class ValidationPublic(BaseModel):
         None, description="Share of them answered right, by the scorer /complete answers with."
     )
     reason: str | None = Field(None, description="Why it was not scored (names no record).")
+    baselines: ValidationBaselines | None = Field(
+        None,
+        description="What the prompt must beat on the same records (null: not scored, or "
+        "scored before baselines were kept).",
+    )
+    verdict: str | None = Field(
+        None,
+        description="The score against the baselines in plain words, e.g. that the prompt "
+        "does not beat zero-shot (null when there are no baselines).",
+    )
+
+    @model_validator(mode="after")
+    def _say_it(self) -> ValidationPublic:
+        if self.verdict is None and self.baselines is not None and self.accuracy is not None:
+            self.verdict = validation_verdict(self.accuracy, self.baselines)
+        return self
 
 
 class PromptPublic(PromptSummary):

@@ -935,10 +935,22 @@ def validation_line(validation: dict[str, Any]) -> str:
     """The prompt's score on its job's validation set, in one line (as the server says it)."""
     where = f"public dataset {validation['dataset_id']}; no privacy cost"
     if validation["status"] == "scored":
-        return (
+        line = (
             f"validation: accuracy {validation['accuracy']:.3f} on {validation['n']} records "
             f"of {where}"
         )
+        base = validation.get("baselines")
+        if not base:
+            return line
+        majority = (
+            f", majority label {base['majority_label']!r} {base['majority']:.3f}"
+            if base.get("majority") is not None
+            else ""
+        )
+        line += f"\nbaselines: zero-shot {base['zero_shot']:.3f}{majority}"
+        if validation.get("verdict"):
+            line += f"\nthis prompt {validation['verdict']}"
+        return line
     if validation["status"] == "pending":
         return f"validation: pending, scored once the worker gets to it ({where})"
     return f"validation: not scored: {one_line(validation.get('reason') or '')} ({where})"

@@ -12,6 +12,7 @@ database. Both print the same columns, and a new key alone on stdout (shown once
 
 from __future__ import annotations
 
+from enum import StrEnum
 from typing import Annotated, Any
 
 import typer
@@ -153,6 +154,13 @@ def jobs_list(
 # --- prompts --------------------------------------------------------------------------------
 
 
+class PromptSort(StrEnum):
+    """How ``prompts list`` orders its page."""
+
+    CREATED = "created"
+    VALIDATION = "validation"
+
+
 @prompts_app.command("list")
 def prompts_list(
     dataset: Annotated[
@@ -160,17 +168,24 @@ def prompts_list(
     ] = None,
     limit: LimitOpt = 100,
     offset: OffsetOpt = 0,
+    sort: Annotated[
+        PromptSort,
+        typer.Option("--sort", help="created: newest first; validation: best score first."),
+    ] = PromptSort.CREATED,
     url: UrlOpt = None,
     key: KeyOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Your prompts, newest first: method, dataset (name and ID), task, epsilon, job."""
+    """Your prompts, newest first: method, dataset (name and ID), task, epsilon, validation
+    score (marked when it does not beat zero-shot), job."""
     rows = request(url, key, "GET", "/v1/prompts", params=_page(limit, offset, dataset_id=dataset))
+    if sort is PromptSort.VALIDATION:  # unscored last, then as listed
+        rows = sorted(rows, key=lambda r: -(r.get("validation_accuracy") or -1.0))
     if as_json:
         print_json(rows)
         return
     print_rows(
-        ["id", "method", "dataset", "task", "epsilon", "kind", "job", "created"],
+        ["id", "method", "dataset", "task", "epsilon", "kind", "validation", "job", "created"],
         [
             [
                 row["id"],
@@ -179,12 +194,22 @@ def prompts_list(
                 row["task"] or "-",
                 f"{row['epsilon']:.4g}",
                 "soft prompt" if row.get("soft_prompt") else "text",
+                _validation_cell(row),
                 row["job_id"],
                 row["created_at"][:19],
             ]
             for row in rows
         ],
     )
+
+
+def _validation_cell(row: dict[str, Any]) -> str:
+    """The validation accuracy, marked when it does not beat zero-shot (-: no score)."""
+    accuracy = row.get("validation_accuracy")
+    if accuracy is None:
+        return "-"
+    below = " (not above zero-shot)" if row.get("beats_zero_shot") is False else ""
+    return f"{accuracy:.3f}{below}"
 
 
 def _dataset_cell(row: dict[str, Any]) -> str:

@@ -25,6 +25,7 @@ pending is never kept in the API's body cache, so the score shows on the next re
 from __future__ import annotations
 
 import hashlib
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -40,6 +41,7 @@ from app.llm.provider import BackendProvider
 from app.llm.retry import RetryingBackend, RetryPolicy
 from app.promptdpsgd.artifact import SoftPrompt
 from app.synthesis.data import Record
+from app.synthesis.prompts import demonstration_prompt
 from app.synthesis.scoring import ScoringError, extract_values, label_scores
 from app.synthesis.tasks import TaskKind, TaskSpec
 
@@ -284,7 +286,30 @@ def score_prompt(
     """``n`` and ``accuracy`` of the prompt on ``records`` (public), by the one scorer."""
     backend = scoring_backend(source, provider, retry, context="validation")
     score = evaluate(backend, source.task, source.prompt, records, calibrated=False)
-    return {"n": score.n, "accuracy": score.accuracy}
+    return {
+        "n": score.n,
+        "accuracy": score.accuracy,
+        "baselines": baselines(source.task, records, provider, retry),
+    }
+
+
+def baselines(
+    task: TaskSpec, records: Sequence[Record], provider: BackendProvider, retry: RetryPolicy
+) -> dict[str, Any]:
+    """What a prompt must beat, on the same public records (issue 33): zero-shot (the
+    instruction and the query, no demonstrations, on the plain model: no soft prompt) and,
+    for classification, always answering the records' most frequent label. Public inputs
+    only, so no privacy cost."""
+    plain = RetryingBackend(
+        provider.get(), retry=retry, lock=provider.use_lock, context="validation"
+    )
+    zero = evaluate(plain, task, demonstration_prompt(task, []), records, calibrated=False)
+    out: dict[str, Any] = {"zero_shot": zero.accuracy}
+    if task.kind == TaskKind.CLASSIFICATION and records:
+        counts = Counter(r.label for r in records)
+        label, hits = max(counts.items(), key=lambda item: (item[1], item[0]))
+        out.update(majority=hits / len(records), majority_label=label)
+    return out
 
 
 def record_validation(session: Session, prompt_id: str, outcome: dict[str, Any]) -> bool:

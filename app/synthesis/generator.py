@@ -233,6 +233,20 @@ class _Shot:
     done: bool = False
 
 
+def _demonstrations(
+    shots: list[_Shot], backend: LLMBackend
+) -> tuple[list[Demonstration], dict[str, int]]:
+    """The demonstrations to serve, and the stat that counts those left out: one that is
+    only whitespace is never served (post-processing of DP outputs)."""
+    written = [
+        Demonstration(s.label, demonstration_text(backend.detokenize(s.generated), s.done))
+        for s in shots
+    ]
+    demos = [d for d in written if d.text.strip()]
+    dropped = len(written) - len(demos)
+    return demos, ({"empty_demonstrations": dropped} if dropped else {})
+
+
 def _samplings(job: SynthesisPlan, keys: set[str]) -> dict[str, Sampling]:
     """Each partition's sampler, at the rate of its planned size (released or declared
     public: never the exact count, unless declared public)."""
@@ -326,12 +340,7 @@ def _synthesize(
             done = sum(config.tmax if s.done else step + 1 for s in shots)
             progress(min(done, planned), planned)
 
-    written = [
-        Demonstration(s.label, demonstration_text(backend.detokenize(s.generated), s.done))
-        for s in shots
-    ]
-    demos = [d for d in written if d.text.strip()]  # never an empty demonstration
-    empty = {"empty_demonstrations": len(written) - len(demos)} if len(demos) < len(written) else {}
+    demos, empty = _demonstrations(shots, backend)
     return SynthesisResult(
         task=task.name,
         method=config.method.value if private else "instruction-only",

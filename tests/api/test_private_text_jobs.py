@@ -244,7 +244,10 @@ def _views(served: Served, dataset_id: str, job_ids: list[str]) -> list[tuple[st
 def _run_all(served: Served, vllm_url: str, state: EchoState) -> tuple[str, dict[str, str]]:
     """Upload the canary records, then one failing job per style; returns the dataset id and
     each job's expected error pattern by id."""
-    upload = served.post("/v1/datasets", json={"task": TOY_TASK, "records": _rows()})
+    # Counts declared public: every record reaches a teacher prompt at this size (a released
+    # count may put the sampling rate anywhere), so each failure can quote one.
+    body = {"task": TOY_TASK, "records": _rows(), "counts_public": True}
+    upload = served.post("/v1/datasets", json=body)
     assert upload.status_code == 201, upload.text
     dataset_id = upload.json()["id"]
     budget = served.client.put(f"/v1/datasets/{dataset_id}/budget", json={"epsilon": 500.0})

@@ -130,7 +130,11 @@ class Serve:
         return self.log.read_text()
 
     def dataset(self, rows: list[dict[str, Any]]) -> str:
-        created = self.api.post("/v1/datasets", json={"task": TOY_TASK, "records": rows})
+        # Counts declared public: every record then reaches a teacher prompt at this size
+        # (a released count may put the sampling rate anywhere, and the server fails only
+        # on a prompt that holds a record).
+        body = {"task": TOY_TASK, "records": rows, "counts_public": True}
+        created = self.api.post("/v1/datasets", json=body)
         assert created.status_code == 201, created.text
         dataset_id = str(created.json()["id"])
         budget = self.api.put(f"/v1/datasets/{dataset_id}/budget", json={"epsilon": 500.0})
@@ -245,7 +249,7 @@ def test_dpsyn_synthesize_on_vllm_logs_no_reason_phrase(
         "--data", str(data), "--task", "custom", "--labels", "w5,w7", "--text-col", "text",
         "--label-col", "label", "--backend", "vllm", "--url", url, "--model", MODEL,
         "--method", "tang", "--epsilon", "1", "--shots", "2", "--M", "2", "--N", "1",
-        "--tmax", "4", "--K", "8",
+        "--tmax", "4", "--K", "8", "--public-counts",  # every record sampled, as above
     ]  # fmt: skip
     env = _env(url, tmp_path)
     done = subprocess.run(

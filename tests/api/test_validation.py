@@ -16,6 +16,7 @@ from unittest import mock
 import pytest
 
 from app.api.routes.prompts import prompt_cache
+from app.api.schemas import ValidationBaselines, validation_verdict
 from app.db.models import Job, PromptSet
 from app.db.session import session_scope
 from app.eval.icl import evaluate
@@ -24,6 +25,7 @@ from app.llm.retry import RetryPolicy
 from app.services import prompts as prompt_service
 from app.services.prompts import VALIDATION_MAX_RECORDS, validation_sample
 from app.synthesis.data import Record
+from app.synthesis.prompts import demonstration_prompt
 from app.synthesis.tasks import TaskSpec
 from tests.api.conftest import TOY_TASK, Api, auth, error_of, make_api, toy_rows
 from tests.synthesis.fake_backend import FakeBackend
@@ -126,13 +128,43 @@ def test_the_stored_accuracy_is_the_scorers_on_the_same_records(api: Api) -> Non
         FakeBackend(stop_after=None), task, prompt["prompt"], records, calibrated=False
     )
     assert direct.accuracy == 0.75  # the fixture's design: the check below is not 1 == 1
+    zero = evaluate(
+        FakeBackend(stop_after=None),
+        task,
+        demonstration_prompt(task, []),
+        records,
+        calibrated=False,
+    )
     assert prompt["validation"] == {
         "dataset_id": validation["id"],
         "status": "scored",
         "n": 4,
         "accuracy": direct.accuracy,
         "reason": None,
+        # The baselines on the same records (issue 33): the fake model answers by length,
+        # demonstrations or not, so zero-shot scores the same; the labels tie 2-2.
+        "baselines": {"zero_shot": zero.accuracy, "majority": 0.5, "majority_label": "w7"},
+        "verdict": "does not beat zero-shot (0.750 against 0.750)",
     }
+    listed = api.client.get("/v1/prompts", headers=auth(api.reader)).json()
+    (row,) = [p for p in listed if p["id"] == prompt["id"]]
+    assert (row["validation_accuracy"], row["beats_zero_shot"]) == (0.75, False)
+
+
+@pytest.mark.parametrize(
+    ("accuracy", "zero", "majority", "verdict"),
+    [
+        (0.8, 0.6, 0.5, "beats zero-shot and the majority label (by +0.200 over zero-shot)"),
+        (0.7, 0.6, 0.65, "beats zero-shot and the majority label (by +0.050 over the "
+         "majority label)"),
+        (0.485, 0.547, 0.5, "does not beat zero-shot (0.485 against 0.547): the instruction "
+         "alone answers these records better than this prompt"),
+        (0.55, 0.5, 0.6, "does not beat the majority label (0.550 against 0.600)"),
+    ],
+)  # fmt: skip
+def test_the_verdict_says_what_the_prompt_beats(accuracy, zero, majority, verdict) -> None:
+    baselines = ValidationBaselines(zero_shot=zero, majority=majority, majority_label="a")
+    assert validation_verdict(accuracy, baselines) == verdict
 
 
 def test_the_sample_is_capped_evenly_spaced_and_deterministic() -> None:

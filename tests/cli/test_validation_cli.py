@@ -9,6 +9,7 @@ import time
 
 import httpx
 
+from app.synthesis.tasks import BUILTIN_TASKS
 from tests.cli.live_server import CODES, FAST, KEY, SECRET, upload
 
 VALID = "VALIDWORD"
@@ -56,6 +57,13 @@ def test_a_job_scored_on_a_labelled_public_dataset(dpsyn, trec_file, tmp_path):
     assert scored["status"] == "scored" and scored["n"] == 18
     expected = f"validation: accuracy {scored['accuracy']:.3f} on 18 records of public dataset"
     assert f"{expected} {validation}" in shown
+    # beside what it must beat (issue 33): zero-shot and the majority label, and a verdict
+    base = scored["baselines"]
+    assert 0 <= base["zero_shot"] <= 1 and base["majority_label"] in BUILTIN_TASKS["trec"].labels
+    assert f"baselines: zero-shot {base['zero_shot']:.3f}, majority label" in shown
+    assert f"this prompt {scored['verdict']}" in shown and scored["verdict"]
+    listed = dpsyn("prompts", "list", "--sort", "validation").output
+    assert f"{scored['accuracy']:.3f}" in listed
     # --wait waited for the score and printed it under the job's line, not "pending"
     assert f"{expected} {validation}" in submitted.output
     job = _get(f"/v1/jobs/{prompt['job_id']}")

@@ -313,8 +313,30 @@ def test_the_job_form_has_every_registered_methods_parameters(api: Api) -> None:
         assert f'data-methods="{" ".join(sorted(field.descriptions))}"' in page, name
 
 
-def test_the_quote_is_what_the_submission_charges(api: Api) -> None:
+def test_on_private_counts_the_quoted_job_epsilon_still_holds(api: Api) -> None:
+    """Each plans from its own count release: the job's epsilon is at most the target and
+    within calibration's tolerance (rel_tol 5e-3) of the quote's; the composed spend after
+    may differ (it depends on the released sampling rates)."""
     dataset_id = funded(api, 3.0)
+    csrf = sign_in(api.client, api.admin)
+    form = job_form(dataset_id, csrf, 1.0)
+    quoted = api.client.post("/ui/jobs/quote", data=form, headers={"Accept": "application/json"})
+    assert quoted.status_code == 200, quoted.text
+    submitted = api.client.post("/ui/jobs", data=form, follow_redirects=False)
+    assert submitted.status_code == 303
+    job_id = submitted.headers["location"].rsplit("/", 1)[1]
+    job = api.client.get(f"/v1/jobs/{job_id}", headers=auth(api.admin)).json()
+    assert job["counts"] == "released"
+    assert job["epsilon"] <= 1.0 and quoted.json()["epsilon"] <= 1.0
+    assert job["epsilon"] == pytest.approx(quoted.json()["epsilon"], rel=5e-3)
+
+
+def test_the_quote_is_what_the_submission_charges(api: Api) -> None:
+    """Exactly, on counts declared public. On private counts the quote and the submission
+    each plan from a count release of their own (issue 32): the quote is an estimate there
+    (docs/dashboard.md), as the next test shows."""
+    dataset_id = funded(api, 3.0)
+    assert api.counts_public(dataset_id).status_code == 200
     finished_job(api, dataset_id)
     client = api.client
     csrf = sign_in(client, api.admin)

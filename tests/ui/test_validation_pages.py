@@ -34,6 +34,12 @@ def _text(page: str, element_id: str) -> str:
     return " ".join(html.unescape(re.sub(r"<[^>]+>", "", match.group(1))).split())
 
 
+def _span(page: str, element_id: str) -> str:
+    match = re.search(rf'id="{element_id}"[^>]*>(.*?)</span>', page, re.S)
+    assert match, element_id
+    return " ".join(html.unescape(match.group(1)).split())
+
+
 def _submit_from_the_form(api: Api) -> tuple[dict, dict]:
     """A job submitted from the dataset page's form with the validation set chosen."""
     dataset_id = funded(api, 5.0)
@@ -77,6 +83,13 @@ def test_the_prompt_page_shows_the_score_or_that_it_is_pending(api: Api) -> None
     shown = _text(page, "prompt-validation")
     assert shown.startswith("accuracy 0.750 on 4 records")
     assert validation["id"] in shown and VALID not in page
+    # beside its baselines, with the verdict in words (issue 33)
+    assert _span(page, "prompt-zero-shot") == "0.750" and _span(page, "prompt-majority") == "0.500"
+    assert _span(page, "prompt-verdict") == (
+        "This prompt does not beat zero-shot (0.750 against 0.750)."
+    )
+    listed = api.client.get("/ui/prompts?sort=validation").text
+    assert "0.750" in listed and "not above zero-shot" in listed
 
 
 def test_a_job_without_a_submitter_says_so(api: Api) -> None:

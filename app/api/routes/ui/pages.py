@@ -430,11 +430,19 @@ async def cancel(request: Request, job_id: str, ui: AdminUi, session: SessionDep
 
 
 @router.get("/prompts", response_class=HTMLResponse)
-def prompts_page(request: Request, ui: AnyUi, session: SessionDep) -> Response:
+def prompts_page(
+    request: Request, ui: AnyUi, session: SessionDep, sort: str = "created"
+) -> Response:
+    """The tenant's newest prompts; ``sort=validation`` puts the best validation score first
+    (unscored last)."""
     tenant = ui.principal.tenant_id
     rows = prompt_service.list_prompt_sets(session, tenant, limit=200)
     names = job_service.dataset_names(session, tenant, [r.dataset_id for r in rows])
     prompts = [PromptSummary.from_row(r, names.get(r.dataset_id)) for r in rows]
+    if sort == "validation":
+        prompts.sort(
+            key=lambda p: -(p.validation_accuracy if p.validation_accuracy is not None else -1.0)
+        )
     return page(request, "prompts.html", ui, prompts=prompts)
 
 
