@@ -11,6 +11,11 @@ from autodp import rdp_bank
 from dp_accounting import dp_event
 from dp_accounting.pld import pld_privacy_accountant
 from dp_accounting.rdp import rdp_privacy_accountant
+from prv_accountant import PRVAccountant
+from prv_accountant.privacy_random_variables import (
+    GaussianMechanism,
+    PoissonSubsampledGaussianMechanism,
+)
 
 from app.privacy.accounting import PaperRdpAccountant, TightPldAccountant
 from app.privacy.events import (
@@ -95,6 +100,28 @@ def test_a_job_with_its_count_release_matches_dp_accounting(count_sigma, rate, s
         _job(None, rate, sigma, steps), delta
     )
     assert ours > rounds_only
+
+
+@pytest.mark.parametrize(
+    "count_sigma, rate, sigma, steps, delta",
+    [(25.0, 0.05, 1.1, 60, 1e-6), (8.0, 0.2, 2.5, 15, 1e-5), (60.0, 0.01, 0.9, 200, 1e-6)],
+)
+def test_a_job_with_its_count_release_lies_within_the_prv_accountants_bounds(
+    count_sigma, rate, sigma, steps, delta
+):
+    """An accountant independent of dp-accounting (which the tight accountant is built on):
+    the PRV accountant composes the count release with the rounds and bounds the true
+    epsilon; ours (pessimistic) is never below its lower bound and at most 2% above its
+    upper one."""
+    ours = TightPldAccountant(cached=False).dataset_epsilon(
+        _job(count_sigma, rate, sigma, steps), delta
+    )
+    prvs = [GaussianMechanism(count_sigma), PoissonSubsampledGaussianMechanism(rate, sigma)]
+    accountant = PRVAccountant(
+        prvs, max_self_compositions=[1, steps], eps_error=0.01, delta_error=delta / 1000
+    )
+    lower, _, upper = accountant.compute_epsilon(delta, [1, steps])
+    assert lower <= ours <= upper * 1.02, (lower, ours, upper)
 
 
 @pytest.mark.parametrize("sigma, count", [(3.0, 1), (20.0, 2)])
