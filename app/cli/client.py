@@ -272,6 +272,14 @@ def _check_public_options(
         )
 
 
+def print_dataset(dataset: dict[str, Any]) -> None:
+    """The dataset's line, and its counts line when it has one (``datasets show`` and
+    ``datasets counts-public``)."""
+    out.print(describe_dataset(dataset), markup=False)
+    if (line := counts_line(dataset)) is not None:
+        out.print(line, markup=False)
+
+
 def _dataset_parts(
     file: Path,
     task: str | None,
@@ -462,9 +470,7 @@ def datasets_counts_public(
     if as_json:
         print_json(dataset)
         return
-    out.print(describe_dataset(dataset), markup=False)
-    if (line := counts_line(dataset)) is not None:
-        out.print(line, markup=False)
+    print_dataset(dataset)
 
 
 # --- budget ---------------------------------------------------------------------------------

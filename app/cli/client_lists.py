@@ -17,7 +17,7 @@ from typing import Annotated, Any
 
 import typer
 
-from app.cli.client import counts_line, datasets_app, describe_dataset, jobs_app, prompts_app
+from app.cli.client import datasets_app, jobs_app, print_dataset, prompts_app
 from app.cli.http_client import (
     Api,
     ClientError,
@@ -28,7 +28,6 @@ from app.cli.http_client import (
     confirm,
     err,
     exit_with,
-    out,
     print_json,
     print_rows,
     request,
@@ -63,9 +62,7 @@ def datasets_show(
     if as_json:
         print_json(dataset)
         return
-    out.print(describe_dataset(dataset), markup=False)
-    if (line := counts_line(dataset)) is not None:
-        out.print(line, markup=False)
+    print_dataset(dataset)
     typer.echo(f"created {dataset['created_at'][:19]}")
     if dataset.get("deleted_at"):
         typer.echo(f"records deleted {dataset['deleted_at'][:19]} (its ledger stays)")

@@ -97,7 +97,7 @@ def delta_note(delta: float, record_count: int) -> str | None:
     return None
 
 
-def accounting_note(accounting: Accounting, counts_public: bool) -> str | None:
+def accounting_note(accounting: Accounting, counts_public: bool, dataset_id: str) -> str | None:
     """A warning about a budget's accounting on a dataset whose counts are (not) declared
     public: every job of a paper budget is refused until the owner declares them."""
     refusal = counts_refusal(accounting, counts_public)
@@ -105,7 +105,7 @@ def accounting_note(accounting: Accounting, counts_public: bool) -> str | None:
         return None
     return (
         f"{refusal}: jobs on this budget are refused until the owner declares the counts "
-        "public (PUT /v1/datasets/{id}/counts-public); a budget without charged jobs can "
+        f"public (PUT /v1/datasets/{dataset_id}/counts-public); a budget without charged jobs can "
         "switch to tight accounting"
     )
 
@@ -250,8 +250,9 @@ class BudgetView:
 
     @property
     def accounting_note(self) -> str | None:
-        note = accounting_note(Accounting(self.budget.accounting), bool(self.dataset.counts_public))
-        return note.replace("{id}", self.dataset.id) if note else None
+        return accounting_note(
+            Accounting(self.budget.accounting), bool(self.dataset.counts_public), self.dataset.id
+        )
 
 
 def set_budget(

@@ -231,6 +231,16 @@ class _Shot:
     key: str  # the partition it reads
     generated: list[int] = field(default_factory=list)
     done: bool = False
+    blank: bool = True  # no text but whitespace yet (then no stop token may be taken)
+
+    def write(self, token: int, stop_ids: set[int], backend: LLMBackend) -> None:
+        """Append ``token``, or end at a stop token; detokenizes only while still blank."""
+        if token in stop_ids:
+            self.done = True
+            return
+        self.generated.append(token)
+        if self.blank:
+            self.blank = not backend.detokenize(self.generated).strip()
 
 
 def _demonstrations(
@@ -297,6 +307,7 @@ def _synthesize(
     privacy, schedule, private = job.privacy, job.schedule, job.private
     aggregate = _aggregator(privacy)
     stop_ids = set(backend.newline_ids) | {backend.eos_id}
+    stops = np.array(sorted(stop_ids), dtype=np.int64)
     # Always offer end-of-sequence and a plain newline, so a demonstration can end.
     extra = np.array(sorted({backend.eos_id, *backend.tokenize("\n")[:1]}), dtype=np.int64)
     shots = [
@@ -326,16 +337,12 @@ def _synthesize(
             released = list(backend.next_token_probs(public, np.array(token_sets)))
             calls += 1
         choices = [
-            _choice(dist, tokens, stop_ids, blank=not backend.detokenize(s.generated).strip())
+            _choice(dist, tokens, stops, blank=s.blank)
             for s, dist, tokens in zip(active, released, token_sets, strict=True)
         ]
 
         for shot, token_set, choice in zip(active, token_sets, choices, strict=True):
-            token = int(token_set[choice])
-            if token in stop_ids:
-                shot.done = True
-            else:
-                shot.generated.append(token)
+            shot.write(int(token_set[choice]), stop_ids, backend)
         if progress is not None:
             done = sum(config.tmax if s.done else step + 1 for s in shots)
             progress(min(done, planned), planned)
@@ -405,14 +412,14 @@ def _teacher_probs(
     return as_distributions(backend.next_token_probs(batch, np.array(sets)))
 
 
-def _choice(distribution: np.ndarray, tokens: np.ndarray, stop: set[int], *, blank: bool) -> int:
+def _choice(distribution: np.ndarray, tokens: np.ndarray, stop: np.ndarray, *, blank: bool) -> int:
     """The index of the token to write: the released distribution's argmax, except that a
     demonstration with no text yet never takes a stop token (nor does one whose text is only
     whitespace), so that it cannot end empty at its first step. A rule on the public
     candidate set applied to a DP output: post-processing, free."""
     if not blank:
         return int(np.argmax(distribution))
-    allowed = ~np.isin(tokens, np.fromiter(stop, dtype=np.int64, count=len(stop)))
+    allowed = ~np.isin(tokens, stop)
     if not allowed.any():
         return int(np.argmax(distribution))
     return int(np.flatnonzero(allowed)[np.argmax(distribution[allowed])])

@@ -23,10 +23,10 @@ from app.methods.base import MethodPlan
 from app.methods.registry import Counts, CountsMode, MethodKind, get_method
 from app.pate.config import PateError
 from app.privacy.accounting import Accounting
-from app.privacy.events import to_dict
 from app.privacy.unit import DEFAULT_DELTA
 from app.results import SynthesisResult
 from app.synthesis.generator import partition_sizes
+from tests.methods.neighbours import stored_row
 from tests.pate.fake_backend import PateFakeBackend
 from tests.pate.helpers import SST2, private_records, public_inputs
 
@@ -71,23 +71,13 @@ def plan_for(data: list, accounting=Accounting.TIGHT, **params: object) -> Metho
 def written(plan: MethodPlan, result: SynthesisResult) -> dict[str, Any]:
     """Everything the job writes anywhere, less the named exceptions."""
     stored = plan.stored()
-    config = copy.deepcopy(dict(stored.config))
-    del config["sizes"]["private"]  # exact, for the worker's check: the job row only
     out = result.to_dict()
     del out["demonstrations"], out["prompt"]  # the DP output
     assert "seconds" not in out["stats"]  # wall time follows the records' lengths
     for key in DP_STATS:
         del out["stats"][key]
     return {
-        "row": {
-            "config": config,
-            "schedule": list(stored.schedule),
-            "delta": stored.delta,
-            "event": to_dict(plan.event()),
-            "epsilon": plan.epsilon(),
-            "progress_total": plan.progress_total,
-            "public_records": plan.public_records,
-        },
+        "row": {**stored_row(plan), "public_records": plan.public_records},
         "api": {
             "summary": METHOD.summary(stored),
             "settings": METHOD.settings(stored),

@@ -9,7 +9,6 @@ exact record count that the job row keeps for the worker's check of the data
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 from typing import Any
 
@@ -18,12 +17,12 @@ import pytest
 from app.methods.base import MethodPlan
 from app.methods.registry import Counts, MethodKind, configure, get_method
 from app.privacy.accounting import Accounting
-from app.privacy.events import to_dict
 from app.promptdpsgd import plan as plan_module
 from app.promptdpsgd.train import freeze
 from app.results import SynthesisResult
 from app.synthesis.generator import partition_sizes
 from app.synthesis.tasks import BUILTIN_TASKS
+from tests.methods.neighbours import stored_row
 from tests.promptdpsgd.test_train import records
 from tests.promptdpsgd.tiny import tiny_backend
 
@@ -45,20 +44,11 @@ def neighbours() -> dict[str, list]:
 def written(plan: MethodPlan, result: SynthesisResult) -> dict[str, Any]:
     """Everything the job writes anywhere, less the named exceptions."""
     stored = plan.stored()
-    config = copy.deepcopy(dict(stored.config))
-    del config["sizes"]["private"]  # exact, for the worker's check: the job row only
     out = result.to_dict()
     del out["soft_prompt"]  # a DP output (its hash differs with the data)
     assert "seconds" not in out["stats"]  # wall time follows the records' lengths
     return {
-        "row": {
-            "config": config,
-            "schedule": list(stored.schedule),
-            "delta": stored.delta,
-            "event": to_dict(plan.event()),
-            "epsilon": plan.epsilon(),
-            "progress_total": plan.progress_total,
-        },
+        "row": stored_row(plan),
         "api": {
             "summary": METHOD.summary(stored),
             "settings": METHOD.settings(stored),
