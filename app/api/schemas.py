@@ -129,8 +129,8 @@ class DatasetCreate(_Request):
     name: Name | None = Field(None, description="Default: the task's name ('public').")
     task: str | dict[str, Any] | None = Field(
         None,
-        description="A built-in task name (agnews, trec, sst2, mitg, mitd) or a custom task "
-        "spec object (see TaskSpec: name, kind, instruction, icl_instruction, text_field, "
+        description="A built-in task name (agnews, trec, trec14, sst2, mitg, mitd) or a custom "
+        "task spec object (see TaskSpec: name, kind, instruction, icl_instruction, text_field, "
         "label_field, labels | slot and candidates, verbalisers). Required unless public.",
     )
     public: bool = Field(False, description=PUBLIC_DESCRIPTION)

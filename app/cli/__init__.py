@@ -5,6 +5,7 @@ from __future__ import annotations
 import typer
 
 from app.cli.admin import admin_app
+from app.cli.advise import advise_command
 from app.cli.audit import audit_command
 from app.cli.client import budget_app, datasets_app, jobs_app, prompts_app
 from app.cli.client_lists import keys_app  # also adds list/show/delete to the groups above
@@ -39,6 +40,7 @@ app.add_typer(prompts_app, name="prompts")
 app.add_typer(keys_app, name="keys")
 app.command("eval")(eval_command)
 app.command("audit")(audit_command)
+app.command("advise")(advise_command)
 app.add_typer(admin_app, name="admin")
 app.add_typer(config_app, name="config")
 

@@ -105,7 +105,7 @@ def _private_task(
         return _task_field(task)
     if not (given or label_map):
         raise ClientError(
-            "--task is required for a private dataset: trec|agnews|sst2|mitg|mitd, a spec "
+            "--task is required for a private dataset: trec|trec14|agnews|sst2|mitg|mitd, a spec "
             "file, or a custom task with --labels a,b,... (or upload texts with --public)",
             code=2,
         )
@@ -346,7 +346,7 @@ def datasets_upload(
     task: Annotated[
         str | None,
         typer.Option(
-            "--task", help="trec|agnews|sst2|mitg|mitd or a spec (required unless --public)."
+            "--task", help="trec|trec14|agnews|sst2|mitg|mitd or a spec (required unless --public)."
         ),
     ] = None,
     public: Annotated[

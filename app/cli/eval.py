@@ -54,7 +54,7 @@ SHORTHANDS = {
     "dpsgd_batch_size": "batch_size",
 }
 
-Dataset = Annotated[str, typer.Option("--dataset", help="trec|sst2|agnews|mitg|mitd")]
+Dataset = Annotated[str, typer.Option("--dataset", help="trec|trec14|sst2|agnews|mitg|mitd")]
 Quick = Annotated[
     bool,
     typer.Option(

@@ -66,7 +66,7 @@ TaskOpt = Annotated[
     str | None,
     typer.Option(
         "--task",
-        help="trec|agnews|sst2|mitg|mitd|custom, or a spec file (default: custom when "
+        help="trec|trec14|agnews|sst2|mitg|mitd|custom, or a spec file (default: custom when "
         "--labels or --label-map is given).",
     ),
 ]
@@ -251,7 +251,7 @@ def _task_spec(options: TaskOptions, label_map: dict[str, str] | None) -> TaskSp
     given = [f"--{name.replace('_', '-')}" for name, value in custom.items() if value is not None]
     if task is None and spec is None and not (given or label_map):
         raise fail(
-            "--task is required: trec|agnews|sst2|mitg|mitd, a spec file, or custom with "
+            "--task is required: trec|trec14|agnews|sst2|mitg|mitd, a spec file, or custom with "
             "--labels a,b,... (or --spec FILE)"
         )
     if task not in (None, "custom"):

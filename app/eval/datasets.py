@@ -13,6 +13,7 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 # task -> (train file, test file), relative to the data folder
 FILES: dict[str, tuple[str, str]] = {
     "trec": ("trec/train.txt", "trec/test.txt"),
+    "trec14": ("trec/train.txt", "trec/test.txt"),
     "sst2": ("sst2/stsa.binary.train", "sst2/stsa.binary.test"),
     "agnews": ("agnews/train_first10429.csv", "agnews/test.csv"),
     "mitg": ("mit_movies/train", "mit_movies/test"),

@@ -55,6 +55,9 @@ GRID = {
 # Clip radii tried without checks (T = 0): the clipped mean costs what Tang's mean costs.
 CLIPS = (0.8, 0.7, 0.6, 0.5, 0.4, 0.3, 0.2)
 STEPS = {"screen": 150, "select": 400, "validate": 400}  # simulated token steps per regime
+# ... and per member of the disagreeing-mixture family, which only the veto reads (a clip's
+# loss there is the flip of a clean argmax, large and plain on a hundred steps).
+FAMILY_STEPS = {"screen": 0, "select": 150, "validate": 150}
 SHORTLIST = 4  # candidates the screen passes on to the selection
 FINAL_TRIES = 3  # the selection's best candidates offered to the final check, in order
 # A coverage check whose count noise (std sigma2) exceeds a fifth of the M teachers cannot
@@ -81,6 +84,9 @@ class PlannerShape(BaseModel):
     accounting: Accounting = Accounting.TIGHT
     # The job's count release (app.privacy.unit), part of the price every candidate pays.
     count_sigma: float | None = Field(None, gt=0.0)
+
+
+Regime = Callable[[int, int, int, np.random.Generator], np.ndarray]
 
 
 @dataclass(frozen=True)
@@ -236,7 +242,7 @@ class _Stage:
 
     def __init__(self, M: int, K: int, sigma: float, name: str) -> None:
         self.sigma, self.seed = sigma, _SEEDS[name]
-        self.sets = _teacher_sets(M, K, STEPS[name], self.seed)
+        self.sets = _teacher_sets(M, K, STEPS[name], FAMILY_STEPS[name], self.seed)
         self.tang = self.scores(TANG)
 
     def scores(self, candidate: Candidate) -> list[np.ndarray]:
@@ -253,7 +259,12 @@ class _Stage:
 
 
 def _mean_gain(ours: list[np.ndarray], tang: list[np.ndarray]) -> float:
-    return float(np.mean([a.mean() - b.mean() for a, b in zip(ours, tang, strict=True)]))
+    """The gain over T = 0 averaged over the base regimes, the family counting as one more
+    (the average of its members): the objective. The veto (:func:`_beats`) takes every
+    member on its own."""
+    gains = [a.mean() - b.mean() for a, b in zip(ours, tang, strict=True)]
+    base, family = gains[: len(REGIMES)], gains[len(REGIMES) :]
+    return float(np.mean(base + ([float(np.mean(family))] if family else [])))
 
 
 def _beats(ours: list[np.ndarray], tang: list[np.ndarray], tolerance: float) -> bool:
@@ -277,11 +288,18 @@ def _agreements(params: AdaDPSynParams, sets: list[np.ndarray], seed: int) -> li
     return out
 
 
-def _teacher_sets(M: int, K: int, steps: int, seed: int) -> list[np.ndarray]:
-    """One ``steps`` x M x K stack of synthetic next-token distributions per regime."""
-    return [
+def _teacher_sets(M: int, K: int, steps: int, family_steps: int, seed: int) -> list[np.ndarray]:
+    """One ``steps`` x M x K stack of synthetic next-token distributions per regime: the
+    base regimes first, then the disagreeing-mixture family's members."""
+    base = [
         make(M, K, steps, np.random.default_rng([seed, M, K, index]))
         for index, make in enumerate(REGIMES.values())
+    ]
+    if not family_steps:
+        return base
+    return base + [
+        make(M, K, family_steps, np.random.default_rng([seed, M, K, len(REGIMES) + index]))
+        for index, make in enumerate(FAMILY.values())
     ]
 
 
@@ -351,7 +369,50 @@ def _diffuse(M: int, K: int, S: int, rng: np.random.Generator) -> np.ndarray:
     return _around(rng, base, float(K))
 
 
-REGIMES: dict[str, Callable[[int, int, int, np.random.Generator], np.ndarray]] = {
+def mixture(share: float, lean: float) -> Regime:
+    """The disagreeing-mixture regime: a ``share`` of the teachers confident (0.7 to 0.95)
+    in one token, the others unsure, each giving ``lean`` (plus a flat spread of the rest)
+    to another token. Clipping towards uniform shrinks the confident teachers and leaves
+    the unsure ones alone, so in the middle of this family the clipped mean's argmax is the
+    unsure majority's token where the plain mean's is the confident minority's."""
+
+    def make(M: int, K: int, S: int, rng: np.random.Generator) -> np.ndarray:
+        count = max(1, round(share * M))
+        confident = rng.permuted(np.tile(np.arange(M) < count, (S, 1)), axis=1)
+        first, second = _two_tokens(rng, S, K)
+        top = rng.uniform(0.7, 0.95, size=(S, M, 1))
+        sure = _with_mass(rng.dirichlet(np.full(K, 0.5), size=(S, M)), first, top)
+        unsure = _with_mass(rng.dirichlet(np.ones(K), size=(S, M)), second, lean)
+        return _around(rng, np.where(confident[..., None], sure, unsure), 60.0)
+
+    return make
+
+
+def _with_mass(rest: np.ndarray, token: np.ndarray, mass: float | np.ndarray) -> np.ndarray:
+    """``mass`` on ``token`` (one per step) and ``rest`` scaled into the remainder."""
+    out = (1.0 - mass) * rest
+    out[np.arange(len(token)), :, token] += np.broadcast_to(mass, out.shape)[..., 0]
+    return out
+
+
+def _two_tokens(rng: np.random.Generator, S: int, K: int) -> tuple[np.ndarray, np.ndarray]:
+    """Two different tokens per step."""
+    first = rng.integers(K, size=S)
+    second = (first + rng.integers(1, K, size=S)) % K
+    return first, second
+
+
+# The family's grid the planner checks its choice on: confident shares 10% to 60%, denser
+# unsure teachers' lean from barely there (0.05 over a flat spread) to strong (0.5).
+FAMILY_SHARES = (0.1, 0.2, 0.3, 0.35, 0.4, 0.45, 0.5, 0.6)
+FAMILY_LEANS = (0.05, 0.15, 0.25, 0.35, 0.5)
+FAMILY: dict[str, Regime] = {
+    f"mixture_{share:g}_{lean:g}": mixture(share, lean)
+    for share in FAMILY_SHARES
+    for lean in FAMILY_LEANS
+}
+
+REGIMES: dict[str, Regime] = {
     "agreeing": _agreeing,
     "agreeing_flat": _agreeing_flat,
     "majority": _majority,

@@ -14,6 +14,7 @@ from app.privacy.unit import DEFAULT_DELTA
 TASK_DEFAULTS: dict[str, dict[str, int]] = {
     "agnews": {"M": 10, "N": 2, "tmax": 100},
     "trec": {"M": 20, "N": 2, "tmax": 15},
+    "trec14": {"M": 10, "N": 2, "tmax": 15},
     "sst2": {"M": 10, "N": 2, "tmax": 30},
     "mitg": {"M": 40, "N": 1, "tmax": 20},
     "mitd": {"M": 40, "N": 1, "tmax": 20},

@@ -82,6 +82,20 @@ def read_trec(path: str | Path) -> list[Record]:
     return records
 
 
+def read_trec_fine(path: str | Path, keep: Iterable[str]) -> list[Record]:
+    """TREC ``COARSE:fine question`` lines whose ``COARSE:fine`` code is in ``keep``, the
+    label being that code; the other lines are skipped (a task over some fine classes)."""
+    codes = set(keep)
+    records = []
+    for number, line in _numbered(_read_lines(Path(path))):
+        tag, _, question = line.partition(" ")
+        if ":" not in tag or not question.strip():
+            raise DataError(f"{path}: line {number} is not 'COARSE:fine question'")
+        if tag in codes:
+            records.append(Record(_one_line(question), tag))
+    return records
+
+
 def read_sst2(path: str | Path) -> list[Record]:
     """SST-2 ``label sentence`` lines; the label is the raw ``0``/``1``."""
     path = Path(path)
@@ -313,12 +327,31 @@ _RAW_LABELS: dict[str, dict[str, str]] = {
         "LOC": "Location",
         "NUM": "Number",
     },
+    # 14 of TREC's 50 fine classes, those with 100 or more training questions but the
+    # catch-alls ("other entity", "other number"): a many-label public task.
+    "trec14": {
+        "HUM:ind": "person",
+        "HUM:gr": "organization",
+        "LOC:country": "country",
+        "LOC:city": "city",
+        "LOC:other": "place",
+        "DESC:def": "definition",
+        "DESC:desc": "description",
+        "DESC:manner": "manner",
+        "DESC:reason": "reason",
+        "NUM:count": "count",
+        "NUM:date": "date",
+        "ENTY:cremat": "creative work",
+        "ENTY:animal": "animal",
+        "ENTY:food": "food",
+    },
     "sst2": {"0": "negative", "1": "positive"},
     "agnews": {"1": "World", "2": "Sports", "3": "Business", "4": "Technology"},
 }
 
 _READERS: dict[str, Callable[[Path, TaskSpec], list[Record]]] = {
     "trec": lambda path, task: read_trec(path),
+    "trec14": lambda path, task: read_trec_fine(path, _RAW_LABELS["trec14"]),
     "sst2": lambda path, task: read_sst2(path),
     "agnews": lambda path, task: read_agnews(path),
     "mitg": lambda path, task: read_mit(path, task.slot or "genre"),

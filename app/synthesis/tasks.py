@@ -217,6 +217,11 @@ FILM_DIRECTORS: tuple[str, ...] = (
     "disney", "dreamworks",
 )  # fmt: skip
 
+TREC14_LABELS = (
+    "person", "organization", "country", "city", "place", "definition", "description",
+    "manner", "reason", "count", "date", "creative work", "animal", "food",
+)  # fmt: skip
+
 BUILTIN_TASKS: dict[str, TaskSpec] = {
     spec.name: spec
     for spec in (
@@ -242,6 +247,19 @@ BUILTIN_TASKS: dict[str, TaskSpec] = {
             text_field="Question",
             label_field="Answer Type",
             labels=("Abbreviation", "Entity", "Description", "Person", "Location", "Number"),
+        ),
+        TaskSpec(
+            name="trec14",
+            kind=TaskKind.CLASSIFICATION,
+            instruction="Given an answer type, generate a question whose answer is of that type.",
+            icl_instruction=(
+                "Classify the questions by the type of their answer: person, organization, "
+                "country, city, place, definition, description, manner, reason, count, date, "
+                "creative work, animal or food."
+            ),
+            text_field="Question",
+            label_field="Answer Type",
+            labels=TREC14_LABELS,
         ),
         TaskSpec(
             name="sst2",

@@ -74,6 +74,26 @@ def test_trec_train():
 
 
 @needs_data
+def test_trec14_keeps_its_fourteen_fine_classes_of_trec():
+    """The many-label public task: the questions of 14 fine classes, named in words."""
+    records = load_dataset(BUILTIN_TASKS["trec14"], DATA / "trec" / "train.txt")
+    counts = Counter(r.label for r in records)
+    assert set(counts) == set(BUILTIN_TASKS["trec14"].labels)
+    assert counts["person"] == 962 and counts["food"] == 103 and len(records) == 4064
+
+
+def test_trec14_reads_only_its_classes(tmp_path):
+    path = tmp_path / "trec.txt"
+    path.write_text("LOC:city Where is Paris ?\nNUM:other What ?\nHUM:ind Who ?\n")
+    records = load_dataset(BUILTIN_TASKS["trec14"], path)
+    assert records == [Record("Where is Paris ?", "city"), Record("Who ?", "person")]
+    path.write_text("LOC:city Where ?\nnot a line\n")
+    assert data_error(lambda p: load_dataset(BUILTIN_TASKS["trec14"], p), path) == (
+        f"{path}: line 2 is not 'COARSE:fine question'"
+    )
+
+
+@needs_data
 def test_sst2_train():
     records = load_dataset(BUILTIN_TASKS["sst2"], DATA / "sst2" / "stsa.binary.train")
     assert len(records) == 6920

@@ -23,7 +23,7 @@ def _file(tmp_path: Path, name: str, content: str = "x\n") -> Path:
 
 
 def test_every_builtin_task_has_its_own_format_and_a_custom_task_has_none() -> None:
-    assert own_format_tasks() == ("agnews", "mitd", "mitg", "sst2", "trec")
+    assert own_format_tasks() == ("agnews", "mitd", "mitg", "sst2", "trec", "trec14")
     assert all(has_own_format(BUILTIN_TASKS[name]) for name in own_format_tasks())
     assert not has_own_format(CUSTOM)
 

@@ -31,7 +31,8 @@ CUSTOM = {
 
 
 def test_builtin_tasks_and_their_labels():
-    assert set(BUILTIN_TASKS) == {"agnews", "trec", "sst2", "mitg", "mitd"}
+    assert set(BUILTIN_TASKS) == {"agnews", "trec", "trec14", "sst2", "mitg", "mitd"}
+    assert len(BUILTIN_TASKS["trec14"].labels) == 14  # the many-label public task
     assert BUILTIN_TASKS["agnews"].labels == ("World", "Sports", "Business", "Technology")
     assert BUILTIN_TASKS["trec"].labels == (
         "Abbreviation",
@@ -254,6 +255,7 @@ def test_builtin_answer_words_and_instructions_are_unchanged():
             "Abbreviation": "abbreviation", "Entity": "entity", "Description": "description",
             "Person": "person", "Location": "location", "Number": "number",
         },
+        "trec14": {label: label for label in BUILTIN_TASKS["trec14"].labels},
         "sst2": {"negative": "negative", "positive": "positive"},
         "mitg": {},
         "mitd": {},

@@ -1,0 +1,261 @@
+"""Advice before spending: run the candidate methods on a *public* labelled set as if it were
+the private data, and recommend a method, a shot count and an epsilon (issue 33).
+
+Why. A team has one privacy budget per dataset and no way to see, before spending it,
+whether a DP prompt will beat asking the model with no demonstrations at all: on small
+models and many labels it often does not (docs/results.md). A public set of the same task
+(a benchmark, or records the team may publish) answers that at no privacy cost: the set is
+public, so every run on it is free, and nothing from any budget is spent or recorded.
+
+How. The public set is split once (a fixed public seed) into a stand-in for the private
+set and held-out queries. Every candidate (method, shots, epsilon) runs as a job on the
+stand-in with several seeds, each scored on the held-out queries by the evaluation's own
+scorer (:mod:`app.eval.experiment`), beside zero-shot (the instruction alone) and the
+majority label. The recommendation (:func:`recommend`) is the smallest epsilon at which
+some candidate beats zero-shot by more than one standard error of its mean, and the best
+candidate there; none if no candidate does, which is advice too: do not spend.
+
+Limits (docs/advice.md): the stand-in's size, label balance and style may differ from the
+private set's; the accuracy measured is that of the model the advice ran on; a few seeds
+give a rough spread, not a guarantee.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from app.eval.experiment import (
+    QUICK_PARAMS,
+    QUICK_TASK_OVERRIDES,
+    ZERO_SHOT,
+    ExperimentConfig,
+    Run,
+    check_config,
+    run_experiment,
+)
+from app.llm.base import LLMBackend
+from app.privacy.budget import is_epsilon
+from app.synthesis.data import Record
+from app.synthesis.tasks import TaskKind, TaskSpec
+
+SPLIT_SEED = 20261203  # public: the same split of the same set every time
+DEFAULT_METHODS = ("adadpsyn", "tang")
+
+
+class AdviceConfig(BaseModel):
+    """What an advice run tries, and how much of the public set it holds out."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    methods: tuple[str, ...] = Field(DEFAULT_METHODS, min_length=1)
+    shots: tuple[int, ...] = Field((), description="Empty: 4 and one per label (if more).")
+    epsilons: tuple[float, ...] = Field((1.0, 4.0), min_length=1)
+    seeds: int = Field(3, ge=1, le=20)
+    test_size: int = Field(100, ge=10, le=5000)
+    params: dict[str, object] = Field(default_factory=dict)
+
+    @field_validator("epsilons")
+    @classmethod
+    def _finite(cls, values: tuple[float, ...]) -> tuple[float, ...]:
+        if bad := [v for v in values if not is_epsilon(v)]:
+            raise ValueError(f"epsilons must be finite and > 0, got {bad}")
+        return tuple(sorted(set(values)))
+
+    @field_validator("shots")
+    @classmethod
+    def _positive(cls, values: tuple[int, ...]) -> tuple[int, ...]:
+        if bad := [v for v in values if not 1 <= v <= 64]:
+            raise ValueError(f"shots must be between 1 and 64, got {bad}")
+        return tuple(sorted(set(values)))
+
+    def shot_counts(self, task: TaskSpec) -> tuple[int, ...]:
+        """The shots tried: as given, else 4 and one per label where that is more (up to 16),
+        so that a many-label task is tried with every label shown."""
+        if self.shots:
+            return self.shots
+        labels = len(task.labels) if task.kind == TaskKind.CLASSIFICATION else 0
+        return tuple(sorted({4, min(labels, 16)} - {0, 1, 2, 3} or {4}))
+
+    def experiment(self, task: TaskSpec, shots: int) -> ExperimentConfig:
+        """The evaluation grid of one shot count: every method at every epsilon, no
+        synthesis baselines (zero-shot is part of every grid)."""
+        return ExperimentConfig(
+            seeds=tuple(range(self.seeds)),
+            test_size=None,
+            epsilons=self.epsilons,
+            methods=self.methods,
+            shots=shots,
+            params={**QUICK_PARAMS, **QUICK_TASK_OVERRIDES.get(task.name, {}), **self.params},
+            calibrated=False,
+            baselines=False,
+        )
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One (method, shots, epsilon) with its accuracies over seeds."""
+
+    method: str
+    shots: int
+    epsilon: float
+    accuracies: tuple[float, ...]
+
+    @property
+    def mean(self) -> float:
+        return float(np.mean(self.accuracies))
+
+    @property
+    def se(self) -> float:
+        """Standard error of the mean over seeds (0 with one seed: no spread measured)."""
+        n = len(self.accuracies)
+        return float(np.std(self.accuracies, ddof=1) / math.sqrt(n)) if n > 1 else 0.0
+
+    def beats(self, accuracy: float) -> bool:
+        """Ahead of ``accuracy`` by more than one standard error (at least one seed)."""
+        return self.mean - self.se > accuracy
+
+
+@dataclass(frozen=True)
+class Advice:
+    """What an advice run measured and recommends."""
+
+    task: str
+    n_standin: int
+    n_queries: int
+    zero_shot: float
+    majority: float | None
+    candidates: tuple[Candidate, ...]
+    recommended: Candidate | None
+    runs: list[Run] = field(default_factory=list, repr=False)
+
+    def summary(self) -> str:
+        """One plain sentence a user can act on."""
+        if self.recommended is None:
+            best = max(self.candidates, key=lambda c: c.mean)
+            return (
+                f"No candidate beats zero-shot ({self.zero_shot:.1%}) on this public set: the "
+                f"best, {best.method} with {best.shots} shots at ε {best.epsilon:g}, scored "
+                f"{best.mean:.1%}. Spending budget here is not advised; zero-shot costs nothing."
+            )
+        r = self.recommended
+        return (
+            f"Recommended: {r.method} with {r.shots} shots at ε {r.epsilon:g} "
+            f"({r.mean:.1%} ± {r.se:.1%} against zero-shot {self.zero_shot:.1%}): the smallest "
+            f"ε tried at which a candidate beats zero-shot by more than one standard error."
+        )
+
+    def to_dict(self) -> dict[str, object]:
+        """A JSON-ready form (public values only: accuracies on a public set)."""
+        return {
+            "task": self.task,
+            "n_standin": self.n_standin,
+            "n_queries": self.n_queries,
+            "zero_shot": self.zero_shot,
+            "majority": self.majority,
+            "candidates": [_candidate_dict(c) for c in self.candidates],
+            "recommended": None if self.recommended is None else _candidate_dict(self.recommended),
+            "summary": self.summary(),
+        }
+
+
+def _candidate_dict(c: Candidate) -> dict[str, object]:
+    return {
+        "method": c.method,
+        "shots": c.shots,
+        "epsilon": c.epsilon,
+        "mean": c.mean,
+        "se": c.se,
+        "accuracies": list(c.accuracies),
+    }
+
+
+def split(records: Sequence[Record], test_size: int) -> tuple[list[Record], list[Record]]:
+    """(stand-in for the private set, held-out queries): a fixed public shuffle, at most a
+    quarter of the set held out, so the stand-in keeps most of the records."""
+    if len(records) < 8:
+        raise ValueError(f"the public set has {len(records)} records; advice needs at least 8")
+    order = np.random.default_rng(SPLIT_SEED).permutation(len(records))
+    held = min(test_size, len(records) // 4)
+    queries = [records[i] for i in sorted(order[:held])]
+    standin = [records[i] for i in sorted(order[held:])]
+    return standin, queries
+
+
+def recommend(candidates: Sequence[Candidate], zero_shot: float) -> Candidate | None:
+    """The smallest epsilon at which a candidate beats zero-shot by more than one SE, and
+    the candidate with the best mean there (ties: fewer shots, then the first method)."""
+    for epsilon in sorted({c.epsilon for c in candidates}):
+        winners = [c for c in candidates if c.epsilon == epsilon and c.beats(zero_shot)]
+        if winners:
+            return max(winners, key=lambda c: (c.mean, -c.shots))
+    return None
+
+
+def _majority(task: TaskSpec, queries: Sequence[Record]) -> float | None:
+    if task.kind != TaskKind.CLASSIFICATION or not queries:
+        return None
+    return max(Counter(r.label for r in queries).values()) / len(queries)
+
+
+def check(task: TaskSpec, config: AdviceConfig) -> None:
+    """Refuse, before any model loads, a method that is unknown or refuses its parameters."""
+    for shots in config.shot_counts(task):
+        check_config(task, config.experiment(task, shots))
+
+
+def advise(
+    task: TaskSpec,
+    records: Sequence[Record],
+    backend: LLMBackend,
+    config: AdviceConfig,
+    public: Sequence[str] | None = None,
+    log: Callable[[str], None] | None = None,
+) -> Advice:
+    """Run every candidate on the public ``records`` and recommend (see the module)."""
+    standin, queries = split(records, config.test_size)
+    runs: list[Run] = []
+    for shots in config.shot_counts(task):
+        ran = run_experiment(
+            task, standin, queries, backend, config.experiment(task, shots), log, public
+        )
+        for run in ran:
+            if run.kind != ZERO_SHOT or not any(r.kind == ZERO_SHOT for r in runs):
+                runs.append(_with_shots(run, shots))
+    zero = next(r.accuracy for r in runs if r.kind == ZERO_SHOT)
+    candidates = _candidates(runs)
+    return Advice(
+        task=task.name,
+        n_standin=len(standin),
+        n_queries=len(queries),
+        zero_shot=zero,
+        majority=_majority(task, queries),
+        candidates=candidates,
+        recommended=recommend(candidates, zero),
+        runs=runs,
+    )
+
+
+def _with_shots(run: Run, shots: int) -> Run:
+    """The run, its setting key naming the shots (one grid per shot count)."""
+    if run.kind == ZERO_SHOT:
+        return run
+    return Run(**{**run.__dict__, "setting": f"{run.setting}/{shots}"})
+
+
+def _candidates(runs: Sequence[Run]) -> tuple[Candidate, ...]:
+    grouped: dict[tuple[str, int, float], list[float]] = {}
+    for run in runs:
+        if run.kind == ZERO_SHOT:
+            continue
+        shots = int(run.setting.rsplit("/", 1)[1])
+        grouped.setdefault((run.kind, shots, run.epsilon_target), []).append(run.accuracy)
+    return tuple(
+        Candidate(method, shots, epsilon, tuple(accs))
+        for (method, shots, epsilon), accs in grouped.items()
+    )

@@ -1,0 +1,112 @@
+"""``dpsyn advise`` and :mod:`app.eval.advice`: candidates run on a public set as if it were
+private, beside zero-shot, and a recommendation that says when not to spend."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+import app.cli.advise as advise_cli
+from app.cli import app
+from app.eval.advice import AdviceConfig, Candidate, advise, recommend, split
+from app.synthesis.data import Record
+from app.synthesis.tasks import BUILTIN_TASKS
+from tests.eval.test_experiment import EvalFake
+
+TREC = BUILTIN_TASKS["trec"]
+WORDS = [
+    ("abbreviation", "Abbreviation"), ("entity", "Entity"), ("description", "Description"),
+    ("person", "Person"), ("location", "Location"), ("number", "Number"),
+]  # fmt: skip
+
+
+def _public_set() -> list[Record]:
+    return [Record(f"question {i} about {w}", label) for i in range(10) for w, label in WORDS]
+
+
+def test_the_split_is_fixed_disjoint_and_keeps_most_records():
+    records = _public_set()
+    standin, queries = split(records, 100)
+    assert len(queries) == len(records) // 4 and len(standin) == len(records) - len(queries)
+    assert {r.text for r in standin}.isdisjoint(r.text for r in queries)
+    assert split(records, 100) == (standin, queries)
+    with pytest.raises(ValueError, match="at least 8"):
+        split(records[:5], 100)
+
+
+def _c(method: str, epsilon: float, accs: tuple[float, ...], shots: int = 4) -> Candidate:
+    return Candidate(method, shots, epsilon, accs)
+
+
+def test_the_recommendation_is_the_smallest_epsilon_that_clearly_beats_zero_shot():
+    candidates = [
+        _c("tang", 1, (0.50, 0.62, 0.56)),  # ahead on average, not by one SE over 0.55
+        _c("adadpsyn", 1, (0.40, 0.42, 0.41)),
+        _c("tang", 4, (0.70, 0.72, 0.71)),
+        _c("adadpsyn", 4, (0.74, 0.76, 0.75)),
+        _c("adadpsyn", 8, (0.90, 0.91, 0.92)),  # better, but at a larger epsilon
+    ]
+    chosen = recommend(candidates, zero_shot=0.55)
+    assert chosen is not None and (chosen.method, chosen.epsilon) == ("adadpsyn", 4)
+    assert recommend(candidates, zero_shot=0.95) is None  # nothing beats it: do not spend
+
+
+def test_default_shots_show_every_label_of_a_many_label_task():
+    assert AdviceConfig().shot_counts(BUILTIN_TASKS["sst2"]) == (4,)
+    assert AdviceConfig().shot_counts(TREC) == (4, 6)
+    assert AdviceConfig().shot_counts(BUILTIN_TASKS["trec14"]) == (4, 14)
+    assert AdviceConfig(shots=(2, 8)).shot_counts(TREC) == (2, 8)
+    with pytest.raises(ValueError, match="finite"):
+        AdviceConfig(epsilons=(0.0,))
+
+
+def test_advice_runs_every_candidate_beside_the_baselines():
+    config = AdviceConfig(shots=(2, 6), epsilons=(1.0, 4.0), seeds=2, params={"tmax": 3, "K": 8})
+    result = advise(TREC, _public_set(), EvalFake(), config)
+    keys = {(c.method, c.shots, c.epsilon) for c in result.candidates}
+    assert keys == {(m, s, e) for m in ("adadpsyn", "tang") for s in (2, 6) for e in (1.0, 4.0)}
+    assert all(len(c.accuracies) == 2 for c in result.candidates)
+    assert result.n_standin + result.n_queries == 60 and result.n_queries == 15
+    assert 0.0 <= result.zero_shot <= 1.0 and result.majority is not None
+    assert sum(r.kind == "zero-shot" for r in result.runs) == 1  # scored once, not per shots
+    body = result.to_dict()
+    assert body["summary"] == result.summary() and len(body["candidates"]) == 8
+    json.dumps(body)  # JSON-ready
+
+
+def test_the_command_prints_the_table_and_a_recommendation(tmp_path, monkeypatch):
+    path = tmp_path / "public.csv"
+    path.write_text(
+        "text,label\n" + "".join(f"{r.text},{r.label}\n" for r in _public_set()), encoding="utf-8"
+    )
+    monkeypatch.setattr(advise_cli, "make_backend", lambda *a, **k: EvalFake())
+    args = ["advise", "--data", str(path), "--task", "trec", "--shots", "2", "--seeds", "2"]
+    args += ["--epsilons", "2", "--param", "tmax=3", "--param", "K=8"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert "zero-shot" in result.output and "| tang | 2 | 2 |" in result.output
+    assert ("Recommended:" in result.output) != ("No candidate beats" in result.output)
+    as_json = CliRunner().invoke(app, [*args, "--json"])
+    assert json.loads(as_json.stdout)["n_queries"] == 15
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        ([], "give one of --dataset"),
+        (["--dataset", "nope"], "--dataset must be one of"),
+        (["--dataset", "trec", "--epsilons", "0"], "--epsilons values must be finite"),
+        (["--dataset", "trec", "--methods", "nope"], "nope"),
+        (["--dataset", "trec", "--shots", "x"], "--shots takes"),
+    ],
+)
+def test_bad_input_is_refused_before_any_model_loads(extra, message, monkeypatch):
+    def no_model(*args, **kwargs):
+        raise AssertionError("the model must not load")
+
+    monkeypatch.setattr(advise_cli, "make_backend", no_model)
+    result = CliRunner().invoke(app, ["advise", *extra])
+    assert result.exit_code != 0
+    assert message in result.output
