@@ -10,6 +10,7 @@ At start-up the database is migrated (Alembic is the only way the schema changes
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
@@ -20,12 +21,13 @@ from app.api.errors import install_error_handlers
 from app.api.limits import install_limits
 from app.api.openapi import declare_errors, install_openapi
 from app.api.overload import install_overload_protection
-from app.api.routes import budgets, datasets, health, jobs, keys, prompts, ui
+from app.api.routes import advice, budgets, datasets, health, jobs, keys, prompts, ui
 from app.db.migrate import upgrade
 from app.db.session import PoolLimits, get_engine
 from app.llm.provider import BackendProvider, provider_for
 from app.log_redaction import install_log_redaction
 from app.methods.registry import import_method_modules
+from app.services.advice import AdviceRunner, fail_interrupted
 from app.services.metrics import make_registry
 from app.services.queue import JobQueue, load_runtime
 from app.services.tenants import ensure_bootstrap_key
@@ -42,6 +44,9 @@ the synthesised prompts. Authenticate with `Authorization: Bearer <key>`.
 def _startup(settings: Settings, sessions: sessionmaker) -> None:
     if settings.migrate_on_start:  # off on replicas behind a one-shot `dpsyn migrate`
         upgrade(settings.database_url)
+    with sessions() as session:  # advice runs live in this process: none survives it
+        fail_interrupted(session)
+        session.commit()
     if settings.bootstrap_api_key:
         with sessions() as session:
             ensure_bootstrap_key(session, settings.bootstrap_api_key)
@@ -83,10 +88,13 @@ def create_app(
         bind=get_engine(settings.database_url, pool=pool), expire_on_commit=False
     )
 
+    advice_executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="advice")
+
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
         await run_in_threadpool(_startup, settings, sessions)
         yield
+        advice_executor.shutdown(wait=False, cancel_futures=True)
 
     app = FastAPI(title="dpsyn", version="0.1.0", description=DESCRIPTION, lifespan=lifespan)
     app.state.settings = settings
@@ -96,13 +104,14 @@ def create_app(
     )
     app.state.queue = queue
     app.state.backend_provider = provider
+    app.state.advice = AdviceRunner(sessions, provider, advice_executor)
     app.state.metrics = make_registry(sessions, per_dataset=settings.metrics_token is not None)
     install_error_handlers(app)
     # The last middleware added runs first: a request is checked (path, rate, body size)
     # before it may take one of the admission slots.
     install_overload_protection(app, settings)
     install_limits(app, settings)
-    for module in (datasets, budgets, jobs, prompts, keys, health):
+    for module in (datasets, budgets, jobs, prompts, keys, advice, health):
         declare_errors(module.router)
         app.include_router(module.router)
     app.include_router(ui.router)  # the web dashboard (docs/dashboard.md), not in the schema

@@ -233,6 +233,31 @@ class PromptSet(Base):
     validation: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
 
 
+class AdviceStatus(StrEnum):
+    QUEUED = "queued"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+
+
+class AdviceRun(Base):
+    """Migration 0013 (issue 33): one ``advise`` run on a public labelled dataset
+    (:mod:`app.eval.advice`). Public inputs and outputs only: never charged, no ledger."""
+
+    __tablename__ = "advice_runs"
+    id: Mapped[str] = mapped_column(String(32), primary_key=True, default=new_id)
+    tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id"), index=True)
+    dataset_id: Mapped[str] = mapped_column(String(32))  # a public dataset; no foreign key
+    config: Mapped[dict[str, Any]] = mapped_column(JSON)  # the validated AdviceConfig
+    status: Mapped[str] = mapped_column(String(16), default=AdviceStatus.QUEUED.value)
+    progress_done: Mapped[int] = mapped_column(Integer, default=0)
+    progress_total: Mapped[int] = mapped_column(Integer, default=0)
+    result: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
+    error: Mapped[str | None] = mapped_column(Text, nullable=True)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=now)
+    finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+
+
 class LedgerKind(StrEnum):
     RESERVE = "reserve"
     COMMIT = "commit"

@@ -216,13 +216,22 @@ def advise(
     config: AdviceConfig,
     public: Sequence[str] | None = None,
     log: Callable[[str], None] | None = None,
+    progress: Callable[[int, int], None] | None = None,
 ) -> Advice:
-    """Run every candidate on the public ``records`` and recommend (see the module)."""
+    """Run every candidate on the public ``records`` and recommend (see the module).
+    ``progress(done, total)`` counts runs over every shot count."""
     standin, queries = split(records, config.test_size)
     runs: list[Run] = []
-    for shots in config.shot_counts(task):
+    counts = config.shot_counts(task)
+    per_grid = 1 + len(config.methods) * len(config.epsilons) * config.seeds
+    for index, shots in enumerate(counts):
+
+        def report(done: int, _total: int, offset: int = index * per_grid) -> None:
+            if progress is not None:
+                progress(offset + done, per_grid * len(counts))
+
         ran = run_experiment(
-            task, standin, queries, backend, config.experiment(task, shots), log, public
+            task, standin, queries, backend, config.experiment(task, shots), log, public, report
         )
         for run in ran:
             if run.kind != ZERO_SHOT or not any(r.kind == ZERO_SHOT for r in runs):

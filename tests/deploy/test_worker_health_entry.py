@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import resource
 import subprocess
 import sys
@@ -118,4 +119,5 @@ def test_dpsyn_worker_health_still_answers_and_alike(tmp_path, monkeypatch):
     assert " ".join(missing.output.split()) == " ".join(script.stderr.split())  # one message
     alive.touch()
     fresh = CliRunner().invoke(cli, ["worker-health", "--max-age", "90"])
-    assert fresh.exit_code == 0 and "alive (0 s ago)" in fresh.output, fresh.output
+    age = re.search(r"alive \((\d+) s ago\)", fresh.output)  # seconds: a loaded machine
+    assert fresh.exit_code == 0 and age and int(age.group(1)) <= 5, fresh.output
