@@ -227,6 +227,7 @@ def test_every_post_needs_the_sessions_csrf_token(api: Api) -> None:
         f"/ui/prompts/{job['prompt_id']}/complete": {"query": "one two three"},
         "/ui/jobs": job_form(dataset_id, ""),
         "/ui/jobs/quote": job_form(dataset_id, ""),
+        "/ui/advice": {"dataset_id": dataset_id, "epsilons": "1"},
         "/ui/logout": {},
     }
     jobs_before = len(api.queue.enqueued)

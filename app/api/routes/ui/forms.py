@@ -18,7 +18,7 @@ from pydantic import TypeAdapter, ValidationError
 from starlette.datastructures import FormData, UploadFile
 
 from app.api.errors import describe_request_errors
-from app.api.schemas import BudgetUpdate, DatasetUploadForm, JobCreate
+from app.api.schemas import AdviceCreate, BudgetUpdate, DatasetUploadForm, JobCreate
 from app.methods import registry
 from app.privacy.accounting import Accounting
 from app.services.errors import InvalidError
@@ -184,3 +184,30 @@ def completion_query(form: FormData) -> str:
     if query is None or len(query) > MAX_QUERY_CHARS:
         raise InvalidError(f"query: enter a query of 1 to {MAX_QUERY_CHARS} characters")
     return query
+
+
+def advice_request(form: FormData) -> AdviceCreate:
+    """An advice run from the dashboard's form: the dataset, the methods ticked, epsilons and
+    shots as comma-separated lists, and seeds."""
+    methods = [m for m in form.getlist("methods") if isinstance(m, str) and m]
+
+    def numbers(name: str, kind: type) -> list[Any]:
+        raw = text(form, name) or ""
+        try:
+            return [kind(x) for x in raw.replace(" ", "").split(",") if x]
+        except ValueError:
+            raise InvalidError(f"{name}: comma-separated numbers, got {raw!r}") from None
+
+    values: dict[str, Any] = {"dataset_id": text(form, "dataset_id") or ""}
+    if methods:
+        values["methods"] = methods
+    if epsilons := numbers("epsilons", float):
+        values["epsilons"] = epsilons
+    if shots := numbers("shots", int):
+        values["shots"] = shots
+    if (seeds := number(form, "seeds", int)) is not None:
+        values["seeds"] = seeds
+    try:
+        return AdviceCreate.model_validate(values)
+    except ValidationError as err:
+        raise _invalid(err) from None

@@ -39,9 +39,17 @@ from app.api.routes.ui.session import (
     login_token_ok,
     start_session,
 )
-from app.api.schemas import BudgetPublic, DatasetPublic, JobPublic, PromptPublic, PromptSummary
+from app.api.schemas import (
+    AdvicePublic,
+    BudgetPublic,
+    DatasetPublic,
+    JobPublic,
+    PromptPublic,
+    PromptSummary,
+)
 from app.api.uploads import store_file_upload
 from app.db.models import TERMINAL_STATUSES, DatasetKind, PromptSet
+from app.services import advice as advice_service
 from app.services import budgets as budget_service
 from app.services import datasets as dataset_service
 from app.services import jobs as job_service
@@ -504,3 +512,48 @@ async def complete(
     if wants_json(request):
         return FiniteJSONResponse(answer)
     return page(request, "prompt.html", ui, prompt=prompt, answer=answer)
+
+
+# --- advice before spending (issue 33) -------------------------------------------------------
+
+
+@router.get("/advice", response_class=HTMLResponse)
+def advice_page(request: Request, ui: AdminUi, session: SessionDep) -> Response:
+    """The tenant's advice runs, and the form that starts one on a public labelled dataset."""
+    tenant = ui.principal.tenant_id
+    datasets = dataset_service.list_datasets(
+        session, tenant, include_deleted=True, limit=1000, offset=0
+    )
+    labelled = [
+        d for d in datasets if d.kind == DatasetKind.PUBLIC and d.label_counts and not d.deleted_at
+    ]
+    runs = [AdvicePublic.model_validate(r) for r in advice_service.list_runs(session, tenant)]
+    names = {d.id: d.name for d in datasets}
+    return page(request, "advice.html", ui, runs=runs, datasets=labelled, names=names)
+
+
+@router.post("/advice", response_class=HTMLResponse)
+async def start_advice(request: Request, ui: AdminUi, sessions: SessionsDep) -> Response:
+    form = await checked_form(request, ui, max_fields=12)
+    body = forms.advice_request(form)
+
+    def create() -> str:
+        with sessions() as session:
+            row = advice_service.create(session, ui.principal.tenant_id, body.dataset_id,
+                                        body.to_config())  # fmt: skip
+            session.commit()
+            return row.id
+
+    advice_id = await run_in_threadpool(create)
+    request.app.state.advice.submit(advice_id)
+    return see_other(f"/ui/advice/{advice_id}")
+
+
+@router.get("/advice/{advice_id}", response_class=HTMLResponse)
+def advice_run_page(request: Request, advice_id: str, ui: AdminUi, session: SessionDep) -> Response:
+    """One advice run: progress while it runs, then the table beside the baselines and the
+    recommendation."""
+    tenant = ui.principal.tenant_id
+    run = AdvicePublic.model_validate(advice_service.get(session, tenant, advice_id))
+    names = job_service.dataset_names(session, tenant, [run.dataset_id])
+    return page(request, "advice_run.html", ui, run=run, dataset_name=names.get(run.dataset_id))
