@@ -1,0 +1,91 @@
+"""The planner against real teachers (issue 33): distributions recorded with the packaged
+model on public benchmark sets (``bench/teacher_traces.py``; public data, so recording them
+costs nothing). On every recorded job's shape at epsilon 4 the planned aggregator must not
+lose to Tang's mean by more than one paired standard error on those real steps."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from app.privacy.adadpsyn import pooled_aggregate_steps
+from app.privacy.calibration import calibrate_noise
+from app.privacy.params import AdaDPSynParams
+from app.privacy.planner import TANG, PlannerShape, plan_adadpsyn
+from app.privacy.synthesis import SynthesisPrivacy
+from app.privacy.unit import count_noise_multiplier
+
+TRACES = Path(__file__).resolve().parents[2] / "bench" / "traces" / "teachers.npz"
+REPEATS = 10  # noise draws per recorded step
+EPSILON = 4.0
+
+
+def _traces() -> dict[str, tuple[np.ndarray, dict]]:
+    with np.load(TRACES) as data:
+        shapes = json.loads(str(data["shapes"]))
+        out = {}
+        for key, shape in shapes.items():
+            probs = data[key].astype(np.float64)
+            out[key] = (probs / probs.sum(-1, keepdims=True), shape)
+    return out
+
+
+def _shape(shape: dict) -> PlannerShape:
+    return PlannerShape(
+        M=shape["M"],
+        K=shape["K"],
+        N=shape["N"],
+        tmax=shape["tmax"],
+        label_sizes=shape["label_sizes"],
+        shots=shape["shots"],
+        epsilon=EPSILON,
+        delta=shape["delta"],
+        count_sigma=count_noise_multiplier(EPSILON, shape["delta"]),
+    )
+
+
+def _calibrated(params: AdaDPSynParams, job: PlannerShape) -> AdaDPSynParams:
+    privacy = SynthesisPrivacy(
+        params=params, M=job.M, N=job.N, tmax=job.tmax, count_sigma=job.count_sigma
+    )
+    result = calibrate_noise(
+        privacy,
+        label_sizes=job.label_sizes,
+        shots=job.shots,
+        target_epsilon=job.epsilon,
+        delta=job.delta,
+    ).privacy.params
+    assert isinstance(result, AdaDPSynParams)
+    return result
+
+
+def test_the_traces_are_real_teacher_distributions_of_public_jobs():
+    traces = _traces()
+    assert len(traces) >= 6  # several public sets, M and shot counts
+    for key, (probs, shape) in traces.items():
+        assert probs.ndim == 3 and probs.shape[1:] == (shape["M"], shape["K"]), key
+        assert np.all(probs >= 0) and np.allclose(probs.sum(-1), 1.0), key
+        assert len(probs) >= 10, key
+
+
+@pytest.mark.parametrize("key", sorted(_traces()) if TRACES.exists() else [])
+def test_the_planned_choice_does_not_lose_on_real_teachers(key: str):
+    probs, shape = _traces()[key]
+    job = _shape(shape)
+    choice = plan_adadpsyn(job)
+    tang = _calibrated(TANG.params(choice.sigma), job)
+    pooled = _calibrated(choice.params(), job)
+    sets = np.repeat(probs, REPEATS, axis=0)
+    clean = sets.mean(1).argmax(-1)
+    hits = []
+    for params in (tang, pooled):
+        rng = np.random.default_rng(7)  # the same noise for both
+        released = pooled_aggregate_steps(sets, params, rng).distributions
+        hits.append((released.argmax(-1) == clean).astype(float))
+    per_step = (hits[1] - hits[0]).reshape(len(probs), REPEATS).mean(1)
+    se = per_step.std(ddof=1) / math.sqrt(len(per_step))
+    assert per_step.mean() >= -se, (key, per_step.mean(), se)
