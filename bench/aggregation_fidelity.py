@@ -50,10 +50,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from app.privacy.adadpsyn import pooled_aggregate_steps
-from app.privacy.calibration import calibrate_noise
-from app.privacy.params import AdaDPSynParams, AdaDPSynVariant
-from app.privacy.planner import PlannerShape, mixture, plan_adadpsyn
-from app.privacy.synthesis import SynthesisPrivacy
+from app.privacy.params import AdaDPSynParams
+from app.privacy.planner import PlannerShape, calibrated_pair, mixture
 from app.privacy.unit import DEFAULT_DELTA, count_noise_multiplier
 
 N, TMAX = 2, 30
@@ -125,7 +123,7 @@ def teachers(regime: str, M: int, K: int, steps: int, rng: np.random.Generator) 
 def methods(labels: int, M: int, K: int, epsilon: float) -> tuple[AdaDPSynParams, AdaDPSynParams]:
     """Tang's mean (as the pooled variant with T = 0 and no clip, which is Tang's mechanism
     draw for draw) and planned AdaDPSyn, each calibrated to epsilon as the service does."""
-    return calibrated(shape(labels, M, K, epsilon))
+    return calibrated_pair(shape(labels, M, K, epsilon))
 
 
 def agreements(
@@ -211,28 +209,6 @@ def trace_shape(shape: dict, epsilon: float) -> PlannerShape:
     )
 
 
-def calibrated(job: PlannerShape) -> tuple[AdaDPSynParams, AdaDPSynParams]:
-    """Tang's mean (T = 0, no clip) and planned AdaDPSyn for ``job``, calibrated as the
-    service calibrates them."""
-    tang = AdaDPSynParams(variant=AdaDPSynVariant.POOLED, good_radius=False, T=0, sigma1=1.0)
-    out = []
-    for params in (tang, plan_adadpsyn(job).params()):
-        privacy = SynthesisPrivacy(
-            params=params, M=job.M, N=job.N, tmax=job.tmax, count_sigma=job.count_sigma
-        )
-        result = calibrate_noise(
-            privacy,
-            label_sizes=job.label_sizes,
-            shots=job.shots,
-            target_epsilon=job.epsilon,
-            delta=job.delta,
-        )
-        params = result.privacy.params
-        assert isinstance(params, AdaDPSynParams)
-        out.append(params)
-    return out[0], out[1]
-
-
 def trace_rows(epsilons: tuple[float, ...], repeats: int, seed: int) -> list[Row]:
     """Cells on the real teacher traces (bench/teacher_traces.py): each recorded job at each
     epsilon, every step aggregated ``repeats`` times with fresh noise."""
@@ -242,7 +218,7 @@ def trace_rows(epsilons: tuple[float, ...], repeats: int, seed: int) -> list[Row
     for key, (probs, shape) in load_traces().items():
         sets = np.repeat(probs, repeats, axis=0)
         for epsilon in epsilons:
-            tang, pooled = calibrated(trace_shape(shape, epsilon))
+            tang, pooled = calibrated_pair(trace_shape(shape, epsilon))
             a, b = agreements(tang, pooled, sets, seed + 1)
             gain = b - a
             # the repeats of a step share its teachers: the SE counts steps, not draws

@@ -206,6 +206,28 @@ def plan_adadpsyn(shape: PlannerShape) -> Choice:
     return dataclasses.replace(choose(shape.M, shape.K, bucket), sigma=sigma)
 
 
+def calibrated_pair(shape: PlannerShape) -> tuple[AdaDPSynParams, AdaDPSynParams]:
+    """Tang's mean (the pooled variant with T = 0 and no clip: Tang's mechanism draw for
+    draw) and the planned choice for ``shape``, each calibrated to its epsilon as a job is;
+    what the bench and the tests compare on the same teachers and noise."""
+    tang = TANG.params(1.0)
+    out = []
+    for params in (tang, plan_adadpsyn(shape).params()):
+        privacy = SynthesisPrivacy(
+            params=params, M=shape.M, N=shape.N, tmax=shape.tmax, count_sigma=shape.count_sigma
+        )
+        result = calibrate_noise(
+            privacy,
+            label_sizes=shape.label_sizes,
+            shots=shape.shots,
+            target_epsilon=shape.epsilon,
+            delta=shape.delta,
+        ).privacy.params
+        assert isinstance(result, AdaDPSynParams)
+        out.append(result)
+    return out[0], out[1]
+
+
 @functools.lru_cache(maxsize=512)
 def choose(M: int, K: int, bucket: int) -> Choice:
     """The best candidate at multiplier SIGMA_GRID**bucket; T = 0 unless one validates.

@@ -13,11 +13,8 @@ import pytest
 
 import app.privacy.planner as planner
 from app.privacy.adadpsyn import pooled_aggregate_steps
-from app.privacy.calibration import calibrate_noise
 from app.privacy.geometry import clip_towards_uniform
-from app.privacy.params import AdaDPSynParams
-from app.privacy.planner import FAMILY, TANG, PlannerShape, mixture, plan_adadpsyn
-from app.privacy.synthesis import SynthesisPrivacy
+from app.privacy.planner import FAMILY, PlannerShape, calibrated_pair, mixture
 from app.privacy.unit import DEFAULT_DELTA, count_noise_multiplier
 
 # Members of the family at which the planner of issue 19 (no family in its veto) lost, on
@@ -63,26 +60,9 @@ def _job(epsilon: float) -> PlannerShape:
     )
 
 
-def _calibrated(params: AdaDPSynParams, job: PlannerShape) -> AdaDPSynParams:
-    privacy = SynthesisPrivacy(
-        params=params, M=job.M, N=job.N, tmax=job.tmax, count_sigma=job.count_sigma
-    )
-    result = calibrate_noise(
-        privacy,
-        label_sizes=job.label_sizes,
-        shots=job.shots,
-        target_epsilon=job.epsilon,
-        delta=job.delta,
-    ).privacy.params
-    assert isinstance(result, AdaDPSynParams)
-    return result
-
-
 def _gains(job: PlannerShape) -> list[tuple[float, float]]:
     """(paired gain over Tang, its SE) on each losing member, on fresh teachers and noise."""
-    choice = plan_adadpsyn(job)
-    tang = _calibrated(TANG.params(choice.sigma), job)
-    pooled = _calibrated(choice.params(), job)
+    tang, pooled = calibrated_pair(job)
     out = []
     for index, (share, lean) in enumerate(LOSING_MEMBERS):
         probs = mixture(share, lean)(job.M, job.K, STEPS, np.random.default_rng([4242, index]))

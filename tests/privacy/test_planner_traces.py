@@ -5,33 +5,27 @@ lose to Tang's mean by more than one paired standard error on those real steps."
 
 from __future__ import annotations
 
-import json
 import math
+import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from app.privacy.adadpsyn import pooled_aggregate_steps
-from app.privacy.calibration import calibrate_noise
-from app.privacy.params import AdaDPSynParams
-from app.privacy.planner import TANG, PlannerShape, plan_adadpsyn
-from app.privacy.synthesis import SynthesisPrivacy
+from app.privacy.planner import PlannerShape, calibrated_pair
 from app.privacy.unit import count_noise_multiplier
 
-TRACES = Path(__file__).resolve().parents[2] / "bench" / "traces" / "teachers.npz"
+BENCH = Path(__file__).resolve().parents[2] / "bench"
+sys.path.insert(0, str(BENCH))
+from teacher_traces import TRACES, load_traces  # noqa: E402  (bench/ is no package)
+
 REPEATS = 10  # noise draws per recorded step
 EPSILON = 4.0
 
 
 def _traces() -> dict[str, tuple[np.ndarray, dict]]:
-    with np.load(TRACES) as data:
-        shapes = json.loads(str(data["shapes"]))
-        out = {}
-        for key, shape in shapes.items():
-            probs = data[key].astype(np.float64)
-            out[key] = (probs / probs.sum(-1, keepdims=True), shape)
-    return out
+    return load_traces(TRACES)
 
 
 def _shape(shape: dict) -> PlannerShape:
@@ -48,21 +42,6 @@ def _shape(shape: dict) -> PlannerShape:
     )
 
 
-def _calibrated(params: AdaDPSynParams, job: PlannerShape) -> AdaDPSynParams:
-    privacy = SynthesisPrivacy(
-        params=params, M=job.M, N=job.N, tmax=job.tmax, count_sigma=job.count_sigma
-    )
-    result = calibrate_noise(
-        privacy,
-        label_sizes=job.label_sizes,
-        shots=job.shots,
-        target_epsilon=job.epsilon,
-        delta=job.delta,
-    ).privacy.params
-    assert isinstance(result, AdaDPSynParams)
-    return result
-
-
 def test_the_traces_are_real_teacher_distributions_of_public_jobs():
     traces = _traces()
     assert len(traces) >= 6  # several public sets, M and shot counts
@@ -76,9 +55,7 @@ def test_the_traces_are_real_teacher_distributions_of_public_jobs():
 def test_the_planned_choice_does_not_lose_on_real_teachers(key: str):
     probs, shape = _traces()[key]
     job = _shape(shape)
-    choice = plan_adadpsyn(job)
-    tang = _calibrated(TANG.params(choice.sigma), job)
-    pooled = _calibrated(choice.params(), job)
+    tang, pooled = calibrated_pair(job)
     sets = np.repeat(probs, REPEATS, axis=0)
     clean = sets.mean(1).argmax(-1)
     hits = []
