@@ -36,6 +36,7 @@ from app.api.limits import Limiter, client_address
 from app.db.models import KeyScope
 from app.llm.provider import BackendProvider
 from app.services import key_cache
+from app.services.advice import AdviceRunner
 from app.services.errors import ForbiddenError, UnauthorizedError
 from app.services.key_cache import CachedKey, KeyCache
 from app.services.queue import JobQueue
@@ -85,9 +86,14 @@ async def get_provider(request: Request) -> BackendProvider:
     return request.app.state.backend_provider
 
 
+async def get_advice_runner(request: Request) -> AdviceRunner:
+    return request.app.state.advice
+
+
 SettingsDep = Annotated[Settings, Depends(get_settings)]
 QueueDep = Annotated[JobQueue, Depends(get_queue)]
 ProviderDep = Annotated[BackendProvider, Depends(get_provider)]
+AdviceDep = Annotated[AdviceRunner, Depends(get_advice_runner)]
 
 _bearer = HTTPBearer(
     auto_error=False,

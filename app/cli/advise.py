@@ -71,6 +71,19 @@ ParamOpt = Annotated[
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print the advice as JSON.")]
 
 
+def _task(dataset: str | None, data: Path | None, task_name: str | None) -> TaskSpec:
+    """The task of the set, known before its file is read."""
+    if (dataset is None) == (data is None):
+        raise fail("give one of --dataset (a built-in benchmark) or --data FILE --task TASK")
+    if dataset is not None:
+        if dataset not in DATASETS:
+            raise fail(f"--dataset must be one of {', '.join(DATASETS)}, got {dataset!r}")
+        return BUILTIN_TASKS[dataset]
+    if task_name is None:
+        raise fail("--data needs --task (a built-in task name or a task spec file)")
+    return get_task(task_name)
+
+
 def _records(
     dataset: str | None,
     data: Path | None,
@@ -158,8 +171,8 @@ def advise_command(
             test_size=queries,
             params=parse_params(param, {}),
         )
+        check(_task(dataset, data, task), config)  # before the data and the model load
         spec, records = _records(dataset, data, task, (text_col, label_col))
-        check(spec, config)  # before the model loads
         texts = _public(config, dataset, public)
         quiet_progress_bars()
         trains = any(get(m).needs_gradients for m in config.methods)

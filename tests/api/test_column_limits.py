@@ -103,6 +103,11 @@ NOT_USER_WRITABLE: dict[Column, str] = {
     ("ui_sessions", "id"): "the SHA-256 hex digest of a nonce the service generates",
     ("calibrations", "key"): "the SHA-256 hex digest of public calibration inputs",
     ("ui_sessions", "key_id"): "the ID of the key the sign-in authenticated",
+    ("advice_runs", "id"): _GENERATED,
+    ("advice_runs", "tenant_id"): _OWNER,
+    ("advice_runs", "dataset_id"): "at most 32 characters in the request schema (a 422), then "
+    "looked up (a 404): only an existing dataset's ID is stored",
+    ("advice_runs", "status"): "set by the service (an AdviceStatus)",
 }
 
 # Columns holding an enum's values, and the enum: every member must fit.

@@ -3,9 +3,9 @@ labelled dataset, at no privacy cost (``app.eval.advice``, ``app.services.advice
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter
 
-from app.api.deps import AdminKey, SessionDep
+from app.api.deps import AdminKey, AdviceDep, SessionDep
 from app.api.schemas import AdviceCreate, AdvicePublic
 from app.services import advice as service
 
@@ -19,11 +19,11 @@ router = APIRouter(prefix="/v1/advice", tags=["advice"])
     summary="Measure candidate methods on a public labelled dataset (spends no budget)",
 )
 def create_advice(
-    body: AdviceCreate, principal: AdminKey, session: SessionDep, request: Request
+    body: AdviceCreate, principal: AdminKey, session: SessionDep, runner: AdviceDep
 ) -> AdvicePublic:
     row = service.create(session, principal.tenant_id, body.dataset_id, body.to_config())
     session.commit()
-    request.app.state.advice.submit(row.id)
+    runner.submit(row.id)
     return AdvicePublic.model_validate(row)
 
 

@@ -18,7 +18,7 @@ from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse
 from fastapi.routing import APIRoute
 from sqlalchemy.orm import Session
 
-from app.api.deps import ProviderDep, QueueDep, SessionDep, SettingsDep
+from app.api.deps import AdviceDep, ProviderDep, QueueDep, SessionDep, SettingsDep
 from app.api.errors import describe_request_errors
 from app.api.limits import RateLimitedError, client_address
 from app.api.responses import FiniteJSONResponse
@@ -533,7 +533,9 @@ def advice_page(request: Request, ui: AdminUi, session: SessionDep) -> Response:
 
 
 @router.post("/advice", response_class=HTMLResponse)
-async def start_advice(request: Request, ui: AdminUi, sessions: SessionsDep) -> Response:
+async def start_advice(
+    request: Request, ui: AdminUi, sessions: SessionsDep, runner: AdviceDep
+) -> Response:
     form = await checked_form(request, ui, max_fields=12)
     body = forms.advice_request(form)
 
@@ -545,7 +547,7 @@ async def start_advice(request: Request, ui: AdminUi, sessions: SessionsDep) -> 
             return row.id
 
     advice_id = await run_in_threadpool(create)
-    request.app.state.advice.submit(advice_id)
+    runner.submit(advice_id)
     return see_other(f"/ui/advice/{advice_id}")
 
 
