@@ -256,14 +256,27 @@ def test_a_queued_job_whose_task_redis_lost_is_sent_again(database, broker, queu
     settings = Settings(database_url=database, broker_url=broker.url, bootstrap_api_key=KEY)
     queue = CeleryQueue(make_celery(settings), queue=queue_name)
     app = create_app(settings, queue=queue, backend_provider=StaticProvider(FakeBackend()))
+    # Six shots make a job about 3 times as long as JOB's (~6 s), so the third job still waits
+    # when checked on a loaded machine (with 2 s jobs, a worker could finish its first job
+    # while the API was still committing the third, and take it at once: CI, 2026-12-03).
+    long_job = {**JOB, "shots": 6}
     with TestClient(app) as client:
         dataset = create_dataset(client)
-        job_ids = []
-        for _ in range(3):  # two workers: the third job waits in Redis
-            submitted = client.post("/v1/jobs", json={"dataset_id": dataset, **JOB},
+
+        def submit() -> str:
+            submitted = client.post("/v1/jobs", json={"dataset_id": dataset, **long_job},
                                     headers=HEADERS)  # fmt: skip
             assert submitted.status_code == 201, submitted.text
-            job_ids.append(submitted.json()["id"])
+            return submitted.json()["id"]
+
+        job_ids = [submit(), submit()]  # one for each worker ...
+        wait_for(
+            lambda: all(get_job(database, j).status == "running" for j in job_ids),
+            20,
+            "both workers running a job",
+            workers[0].log,
+        )
+        job_ids.append(submit())  # ... so the third waits in Redis
 
         def one_waiting_in_redis() -> bool:
             statuses = [get_job(database, job_id).status for job_id in job_ids]
