@@ -3,7 +3,8 @@
 # public labelled set (SST-2's dev split by default; `trec14` for TREC's 14 fine classes),
 # start an advice run (POST /v1/advice), follow it, and print what it measured beside
 # zero-shot and its recommendation. No budget is involved: the set is public.
-# Usage: scripts/advice_quickstart.sh [sst2|trec14]   (SEEDS, EPSILONS, QUERIES to change)
+# Usage: scripts/advice_quickstart.sh [sst2|trec14]   (SEEDS, EPSILONS, QUERIES, SHOTS to change;
+# SHOTS empty: the service's default, 4 and one per label)
 source "$(dirname "$0")/serve_lib.sh"
 
 task=${1:-sst2}
@@ -19,8 +20,8 @@ dataset=$("$dpsyn" datasets upload "$file" --task "$task" --public --labelled \
 
 echo "== advice run on $dataset"
 key=$(cat .dpsyn/admin_key)
-body=$(printf '{"dataset_id": "%s", "seeds": %s, "epsilons": [%s], "queries": %s}' \
-  "$dataset" "${SEEDS:-1}" "${EPSILONS:-4}" "${QUERIES:-50}")
+body=$(printf '{"dataset_id": "%s", "seeds": %s, "epsilons": [%s], "queries": %s, "shots": [%s]}' \
+  "$dataset" "${SEEDS:-1}" "${EPSILONS:-4}" "${QUERIES:-50}" "${SHOTS:-}")
 advice=$(curl -fsS -X POST "$DPSYN_URL/v1/advice" -H "Authorization: Bearer $key" \
   -H 'Content-Type: application/json' -d "$body")
 id=$(echo "$advice" | .venv/bin/python -c 'import json, sys; print(json.load(sys.stdin)["id"])')
