@@ -55,7 +55,7 @@ from app.services.budgets import (
     display_groups,
 )
 from app.services.job_request import MAX_SHOTS, JobRequest
-from app.services.jobs import charge_note
+from app.services.jobs import GroupChange, Quote, charge_note
 from app.services.storable import DATASET_NAME_MAX_CHARS, find_problem
 from app.synthesis.config import DEFAULT_SHOTS
 
@@ -639,6 +639,61 @@ def _job_public_schema(schema: dict[str, Any]) -> None:
     schema["properties"]["stats"]["description"] = (
         f"Once succeeded, the method's public stats: DP outputs or public settings only. {stats}"
     )
+
+
+class GroupQuote(BaseModel):
+    """One label group's composed spend before and after the quoted job."""
+
+    labels: list[str] = Field(description="The group's labels (empty: every record).")
+    before: float
+    after: float
+    charged: bool = Field(description="The job adds to this group's spend.")
+    binding_before: bool = Field(description="This group set the dataset's spend before.")
+    binding_after: bool = Field(description="This group sets it if the job is admitted.")
+
+    @classmethod
+    def from_change(cls, change: GroupChange) -> GroupQuote:
+        return cls(
+            labels=list(change.labels),
+            before=change.before,
+            after=change.after,
+            charged=change.charged,
+            binding_before=change.binding_before,
+            binding_after=change.binding_after,
+        )
+
+
+class JobQuote(BaseModel):
+    """What a job would cost if submitted now (``POST /v1/jobs/quote``): nothing reserved.
+    The dataset's spend is composed by its accountant, so ``spent_after - spent`` may be less
+    than the job's own ``epsilon`` (or 0, when it charges labels other than the binding
+    group's); ``plain_sum_after`` is what a plain sum of epsilons would say."""
+
+    dataset_id: str
+    epsilon: float = Field(description="The job's own epsilon, what the ledger would reserve.")
+    delta: float
+    budget: float = Field(description="The dataset's total epsilon.")
+    spent: float = Field(description="The dataset's composed spend now.")
+    spent_after: float = Field(description="Its composed spend were the job admitted now.")
+    plain_sum: float
+    plain_sum_after: float
+    fits: bool = Field(description="spent_after is within the budget: it would be admitted.")
+    groups: list[GroupQuote] = Field(description="Per label group, where groups are priced.")
+
+    @classmethod
+    def from_quote(cls, dataset_id: str, quote: Quote, groups: list[GroupChange]) -> JobQuote:
+        return cls(
+            dataset_id=dataset_id,
+            epsilon=quote.epsilon,
+            delta=quote.delta,
+            budget=quote.budget_epsilon,
+            spent=quote.spend_now.epsilon,
+            spent_after=quote.spend_after.epsilon,
+            plain_sum=quote.spend_now.plain_sum,
+            plain_sum_after=quote.spend_after.plain_sum,
+            fits=quote.fits,
+            groups=[GroupQuote.from_change(g) for g in groups],
+        )
 
 
 class JobPublic(BaseModel):

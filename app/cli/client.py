@@ -60,7 +60,7 @@ from app.cli.progress import progress_reporter
 from app.cli.vocabulary import in_cli_words
 from app.db.models import TERMINAL_STATUSES
 from app.privacy.accounting import Accounting
-from app.privacy.budget import budget_percent, is_epsilon
+from app.privacy.budget import budget_percent, is_epsilon, percent_text, spend_text
 from app.privacy.unit import DEFAULT_DELTA
 from app.synthesis.config import DEFAULT_SHOTS
 from app.synthesis.data import Column
@@ -410,14 +410,29 @@ def datasets_upload(
 
 
 @datasets_app.command("list")
-def datasets_list(url: UrlOpt = None, key: KeyOpt = None, as_json: JsonOpt = False) -> None:
-    """List your datasets."""
-    rows = request(url, key, "GET", "/v1/datasets")
+def datasets_list(
+    include_deleted: Annotated[
+        bool, typer.Option("--include-deleted", help="Also datasets whose records were deleted.")
+    ] = False,
+    url: UrlOpt = None,
+    key: KeyOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """List your datasets, with each private one's spend against its budget."""
+    params = {"include_deleted": "true"} if include_deleted else {}
+    with_budgets = not as_json
+    try:
+        with Api(url, key) as api:
+            rows = api.call("GET", "/v1/datasets", params=params)
+            budgets = api.call("GET", "/v1/budgets") if with_budgets else []
+    except ClientError as error:
+        exit_with(error)
     if as_json:
         print_json(rows)
         return
+    spend = {budget["dataset_id"]: _spend_cell(budget) for budget in budgets}
     print_rows(
-        ["id", "name", "kind", "task", "records", "counts", "created"],
+        ["id", "name", "kind", "task", "records", "counts", "spent", "created"],
         [
             [
                 row["id"],
@@ -426,11 +441,18 @@ def datasets_list(url: UrlOpt = None, key: KeyOpt = None, as_json: JsonOpt = Fal
                 row["task"].get("name", "-"),
                 str(row["record_count"]),
                 _counts_cell(row),
+                spend.get(row["id"], "no budget" if row.get("kind") == "private" else "-"),
                 row["created_at"][:19],
             ]
             for row in rows
         ],
     )
+
+
+def _spend_cell(budget: dict[str, Any]) -> str:
+    """``1.25/10 (12%, ok)``: composed spend of the budget, its share, its level."""
+    share = budget_percent(budget["spent_fraction"])
+    return f"{spend_text(budget['spent'])}/{budget['epsilon']:g} ({share}, {budget['level']})"
 
 
 def _counts_cell(row: dict[str, Any]) -> str:
@@ -486,30 +508,35 @@ def _print_budget(budget: dict[str, Any], *, history: bool) -> None:
     out.print(
         f"budget of dataset {budget['dataset_id']}: epsilon {budget['epsilon']:g} at delta "
         f"{budget['delta']:.3g} ({budget['accounting']} accounting); spent "
-        f"{budget['spent']:.4g}{level} (plain sum {budget['plain_sum']:.4g}) by "
-        f"{budget['live_jobs']} job(s), {budget['remaining']:.4g} remaining",
+        f"{spend_text(budget['spent'])}{level} (plain sum {spend_text(budget['plain_sum'])}) "
+        f"by {budget['live_jobs']} job(s), {spend_text(budget['remaining'])} remaining",
         markup=False,
     )
     if "warn_threshold" in budget:
-        typer.echo(f"warns at {budget['warn_threshold']:.0%} of the budget")
+        typer.echo(f"warns at {percent_text(budget['warn_threshold'])} of the budget")
     _print_delta(budget)
     _print_label_groups(budget.get("label_groups") or [])
     if history and budget["history"]:
         typer.echo("ledger:")
-        print_rows(
-            ["time", "kind", "job", "epsilon", "delta", "reason"],
+        _print_ledger(budget["history"])
+
+
+def _print_ledger(history: list[dict[str, Any]]) -> None:
+    """The ledger's entries, oldest first, with each closing entry's reason."""
+    print_rows(
+        ["time", "kind", "job", "epsilon", "delta", "reason"],
+        [
             [
-                [
-                    entry["created_at"][:19],
-                    entry["kind"],
-                    entry["job_id"],
-                    f"{entry['epsilon']:.4g}",
-                    f"{entry['delta']:.3g}",
-                    entry.get("reason") or "",
-                ]
-                for entry in budget["history"]
-            ],
-        )
+                entry["created_at"][:19],
+                entry["kind"],
+                entry["job_id"],
+                f"{entry['epsilon']:.4g}",
+                f"{entry['delta']:.3g}",
+                entry.get("reason") or "",
+            ]
+            for entry in history
+        ],
+    )
 
 
 DELTA_SOURCES = {
@@ -571,8 +598,8 @@ def budget_set(
         float | None,
         typer.Option(
             "--warn",
-            help="Flag the budget at this share spent, in (0, 1] (default: unchanged; 0.8 "
-            "for a new budget).",
+            help="Flag the budget at this percent spent, in (0, 100] (default: unchanged; "
+            "80 for a new budget), as the dashboard's 'Warn at (% of ε)'.",
         ),
     ] = None,
     url: UrlOpt = None,
@@ -584,7 +611,9 @@ def budget_set(
     if delta is not None:
         body["delta"] = delta
     if warn is not None:
-        body["warn_threshold"] = warn
+        if not 0 < warn <= 100:
+            exit_with(ClientError(f"--warn is a percent in (0, 100], got {warn:g}", code=2))
+        body["warn_threshold"] = warn / 100
     budget = request(url, key, "PUT", f"/v1/datasets/{dataset}/budget", json=body)
     if as_json:
         print_json(budget)
@@ -605,6 +634,81 @@ def budget_show(
         print_json(budget)
     else:
         _print_budget(budget, history=True)
+
+
+@budget_app.command("list")
+def budget_list(
+    over_threshold: Annotated[
+        bool,
+        typer.Option("--over-threshold", help="Only budgets at or past their warn threshold."),
+    ] = False,
+    all_tenants: Annotated[
+        bool,
+        typer.Option(
+            "--all-tenants", help="Every tenant's budgets (an organisation key, org:read)."
+        ),
+    ] = False,
+    url: UrlOpt = None,
+    key: KeyOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Budgeted datasets and their spend: budget, composed spend, share used and its level."""
+    params = {
+        name: "true"
+        for name, given in (("over_threshold", over_threshold), ("all_tenants", all_tenants))
+        if given
+    }
+    rows = request(url, key, "GET", "/v1/budgets", params=params)
+    if as_json:
+        print_json(rows)
+        return
+    tenant = ["tenant"] if all_tenants else []
+    print_rows(
+        [*tenant, "dataset", "name", "budget", "spent", "used", "warn at", "level", "jobs"],
+        [
+            [
+                *([row.get("tenant_name") or row.get("tenant_id", "-")] if all_tenants else []),
+                row["dataset_id"],
+                row["name"],
+                f"{row['epsilon']:g}",
+                spend_text(row["spent"]),
+                budget_percent(row["spent_fraction"]),
+                percent_text(row["warn_threshold"]),
+                row["level"],
+                str(row["live_jobs"]),
+            ]
+            for row in rows
+        ],
+    )
+
+
+@budget_app.command("ledger")
+def budget_ledger(
+    dataset: Annotated[str, typer.Argument(help="Dataset ID.")],
+    csv: Annotated[
+        bool,
+        typer.Option("--csv", help="The ledger as CSV (the dashboard's export) on stdout."),
+    ] = False,
+    url: UrlOpt = None,
+    key: KeyOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """A dataset's ledger: every reserve, commit and release, oldest first."""
+    try:
+        with Api(url, key) as api:
+            if csv:
+                response = api.download(f"/v1/datasets/{dataset}/budget/ledger.csv")
+                typer.get_binary_stream("stdout").write(response.content)  # as served: CRLF
+                return
+            budget = api.call("GET", f"/v1/datasets/{dataset}/budget")
+    except ClientError as error:
+        exit_with(error)
+    if as_json:
+        print_json(budget["history"])
+    elif budget["history"]:
+        _print_ledger(budget["history"])
+    else:
+        typer.echo(f"the ledger of dataset {dataset} is empty: no job was charged yet")
 
 
 # --- jobs -----------------------------------------------------------------------------------
@@ -743,6 +847,27 @@ def _flag_params(args: list[str]) -> dict[str, Any]:
     return params
 
 
+def _job_fields(
+    dataset: str,
+    epsilon: float,
+    method: str | None,
+    shots: int,
+    delta: float | None,
+    accounting: Accounting | None,
+) -> dict[str, Any]:
+    """The job's own fields (None: the server's default); a bad ``--epsilon`` stops here."""
+    if not is_epsilon(epsilon):
+        raise ClientError(f"--epsilon must be a positive number, got {epsilon:g}", code=2)
+    return {
+        "dataset_id": dataset,
+        "method": method,
+        "epsilon": epsilon,
+        "shots": shots,
+        "delta": delta,
+        "accounting": accounting.value if accounting is not None else None,
+    }
+
+
 def _job_body(fields: dict[str, Any], params: list[str] | None, extra: list[str]) -> dict[str, Any]:
     """The ``POST /v1/jobs`` body: the fields given (None: the server's default) and the
     method parameters (``--NAME VALUE`` and ``--param NAME=VALUE``)."""
@@ -803,41 +928,48 @@ VALIDATION_DATASET = typer.Option(
 )
 
 
+# The options a job is described by, shared by ``jobs submit`` and ``jobs quote``.
+DatasetOpt = Annotated[str, typer.Option("--dataset", help="Private dataset ID.")]
+EpsilonOpt = Annotated[float, typer.Option("--epsilon", help="This job's epsilon (> 0).")]
+MethodOpt = Annotated[
+    str | None, typer.Option("--method", help="A method the server has (default: the server's).")
+]
+PublicDatasetOpt = Annotated[
+    str | None,
+    typer.Option("--public-dataset", help="ID of a public dataset, for a method that reads one."),
+]
+ShotsOpt = Annotated[
+    int, typer.Option("--shots", help="The job's shots (demonstrations, for most methods).")
+]
+DeltaOpt = Annotated[float | None, typer.Option("--delta", help="Default: the budget's delta.")]
+AccountingOpt = Annotated[
+    Accounting | None, typer.Option("--accounting", help="Default: the budget's.")
+]
+ParamOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--param",
+        help="A method parameter as NAME=VALUE, repeatable; or give it as --NAME VALUE "
+        "(spelled as in 'dpsyn synthesize': --teacher-shots 2). The API's JobParams (GET "
+        "/openapi.json) lists each method's.",
+    ),
+]
+
+
 @jobs_app.command(
     "submit", context_settings={"ignore_unknown_options": True, "allow_extra_args": True}
 )
 def jobs_submit(
     ctx: typer.Context,
-    dataset: Annotated[str, typer.Option("--dataset", help="Private dataset ID.")],
-    epsilon: Annotated[float, typer.Option("--epsilon", help="This job's epsilon (> 0).")],
-    method: Annotated[
-        str | None,
-        typer.Option("--method", help="A method the server has (default: the server's)."),
-    ] = None,
-    public_dataset: Annotated[
-        str | None,
-        typer.Option(
-            "--public-dataset", help="ID of a public dataset, for a method that reads one."
-        ),
-    ] = None,
+    dataset: DatasetOpt,
+    epsilon: EpsilonOpt,
+    method: MethodOpt = None,
+    public_dataset: PublicDatasetOpt = None,
     validation_dataset: Annotated[str | None, VALIDATION_DATASET] = None,
-    shots: Annotated[
-        int, typer.Option("--shots", help="The job's shots (demonstrations, for most methods).")
-    ] = DEFAULT_SHOTS,
-    delta: Annotated[
-        float | None, typer.Option("--delta", help="Default: the budget's delta.")
-    ] = None,
-    accounting: Annotated[
-        Accounting | None, typer.Option("--accounting", help="Default: the budget's.")
-    ] = None,
-    param: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--param",
-            help="A method parameter as NAME=VALUE, repeatable; or give it as --NAME VALUE. "
-            "The API's JobParams (GET /openapi.json) lists each method's.",
-        ),
-    ] = None,
+    shots: ShotsOpt = DEFAULT_SHOTS,
+    delta: DeltaOpt = None,
+    accounting: AccountingOpt = None,
+    param: ParamOpt = None,
     wait: Annotated[bool, typer.Option("--wait", help="Wait for the job, with progress.")] = False,
     poll: Annotated[float, typer.Option("--poll", help="Seconds between polls.")] = 1.0,
     timeout: Annotated[
@@ -857,18 +989,8 @@ def jobs_submit(
     that reads public texts also needs --public-dataset (uploaded with 'dpsyn datasets upload
     --public'); they are never charged."""
     try:
-        if not is_epsilon(epsilon):
-            raise ClientError(f"--epsilon must be a positive number, got {epsilon:g}", code=2)
-        fields = {
-            "dataset_id": dataset,
-            "method": method,
-            "epsilon": epsilon,
-            "shots": shots,
-            "public_dataset_id": public_dataset,
-            "validation_dataset_id": validation_dataset,
-            "delta": delta,
-            "accounting": accounting.value if accounting is not None else None,
-        }
+        fields = _job_fields(dataset, epsilon, method, shots, delta, accounting)
+        fields.update(public_dataset_id=public_dataset, validation_dataset_id=validation_dataset)
         body = _job_body(fields, param, list(ctx.args))
         with Api(url, key) as api:
             job = api.call("POST", "/v1/jobs", json=body)
@@ -883,6 +1005,92 @@ def jobs_submit(
     except ClientError as error:
         exit_with(error)
     _show_submitted(job, validation, wait=wait, quiet=quiet, as_json=as_json)
+
+
+@jobs_app.command(
+    "quote", context_settings={"ignore_unknown_options": True, "allow_extra_args": True}
+)
+def jobs_quote(
+    ctx: typer.Context,
+    dataset: DatasetOpt,
+    epsilon: EpsilonOpt,
+    method: MethodOpt = None,
+    public_dataset: PublicDatasetOpt = None,
+    shots: ShotsOpt = DEFAULT_SHOTS,
+    delta: DeltaOpt = None,
+    accounting: AccountingOpt = None,
+    param: ParamOpt = None,
+    url: UrlOpt = None,
+    key: KeyOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """What a job would cost, before it is submitted (the dashboard's "Check the cost"):
+    planned and checked as 'jobs submit' plans it, nothing reserved. The dataset's spend is
+    composed, so a job may add less than its own epsilon to it, or nothing."""
+    try:
+        fields = _job_fields(dataset, epsilon, method, shots, delta, accounting)
+        fields["public_dataset_id"] = public_dataset
+        body = _job_body(fields, param, list(ctx.args))
+        quote = request(url, key, "POST", "/v1/jobs/quote", json=body)
+    except ClientError as error:
+        exit_with(error)
+    if as_json:
+        print_json(quote)
+    else:
+        print_quote(quote)
+
+
+def print_quote(quote: dict[str, Any]) -> None:
+    """The quote in words: the job's epsilon, the dataset's composed spend before and after
+    (and the plain sum, which composition beats), whether it fits, and per label group."""
+    budget = quote["budget"]
+    after = quote["spent_after"]
+    typer.echo(
+        f"this job: epsilon {quote['epsilon']:.4g} at delta {quote['delta']:.3g} (reserved "
+        "when submitted)"
+    )
+    typer.echo(
+        f"dataset {quote['dataset_id']}: spent {spend_text(quote['spent'])} of {budget:g} now, "
+        f"{spend_text(after)} ({budget_percent(after / budget)}) if admitted; a plain sum "
+        f"would say {spend_text(quote['plain_sum_after'])}"
+    )
+    if quote["fits"]:
+        typer.echo(f"fits: {spend_text(max(budget - after, 0.0))} would remain")
+    else:
+        typer.echo(
+            f"does not fit: {spend_text(after - budget)} over the budget; it would be refused"
+        )
+    if quote["groups"]:
+        _print_group_changes(quote["groups"])
+
+
+def _print_group_changes(groups: list[dict[str, Any]]) -> None:
+    """Each label group's spend before and after, and which sets the dataset's spend."""
+    typer.echo(
+        "per label group (the dataset's spend is the largest group's; a job that charges "
+        "only other groups adds nothing to it):"
+    )
+    print_rows(
+        ["labels", "before", "after", "charged", "sets the spend"],
+        [
+            [
+                ", ".join(group["labels"]) or "(all records)",
+                spend_text(group["before"]),
+                spend_text(group["after"]),
+                "yes" if group["charged"] else "",
+                _binding_change(group["binding_before"], group["binding_after"]),
+            ]
+            for group in groups
+        ],
+    )
+
+
+def _binding_change(before: bool, after: bool) -> str:
+    if before and after:
+        return "yes"
+    if after:
+        return "after the job"
+    return "before the job" if before else ""
 
 
 def _print_job(job: dict[str, Any], as_json: bool) -> None:

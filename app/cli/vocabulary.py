@@ -35,7 +35,16 @@ FIELD_OPTIONS: dict[str, str] = {
     "offset": "--offset",
     "warn_threshold": "--warn",
     "counts_public": "--public-counts",
+    "labelled": "--labelled",
+    "validation_dataset_id": "--validation-dataset",
+    "over_threshold": "--over-threshold",
+    "all_tenants": "--all-tenants",
+    "include_deleted": "--include-deleted",
+    # Set by the file, not by an option: what the upload sends from it.
+    "records": "the file",
+    "format": "the file's suffix",
 }
+
 
 _ID = r"(\{id\}|\{[a-z_]+_id\}|[A-Za-z0-9_.-]+)"
 
@@ -86,9 +95,18 @@ def _command(template: str) -> Callable[[re.Match[str]], str]:
     return replace
 
 
+# A boolean field set in the API's words (``upload it with public=true``).
+_TRUE = re.compile(r"\b([a-z][a-z_]*)=true\b")
+
+
+def _flag(match: re.Match[str]) -> str:
+    option = FIELD_OPTIONS.get(match.group(1))
+    return option if option and option.startswith("--") else match.group(0)
+
+
 def in_cli_words(message: str) -> str:
     """``message`` with the API's field names and routes replaced by the CLI's options and
     commands (unchanged when it names none)."""
     for pattern, template in ROUTE_COMMANDS:
         message = pattern.sub(_command(template), message)
-    return _FIELD.sub(_option, message)
+    return _TRUE.sub(_flag, _FIELD.sub(_option, message))

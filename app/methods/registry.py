@@ -208,12 +208,27 @@ def _refusal(method: Method, name: str) -> str:
     return f"{where} (it takes {takes}{method.params_hint})"
 
 
+def by_declared_name(method: Method, params: Mapping[str, Any]) -> dict[str, Any]:
+    """``params`` with a parameter given by its command-line spelling renamed to its name:
+    PromptPATE's per-teacher ``shots`` is ``--teacher-shots`` in ``dpsyn synthesize``, so
+    ``dpsyn jobs submit --teacher-shots 2`` (the thin client sends its flags as they are
+    spelled, ``teacher_shots``) means the same. Both spellings at once is a ValueError."""
+    spelled = {p.argument: p.name for p in method.parameters if p.argument != p.name}
+    both = [name for name in spelled if name in params and spelled[name] in params]
+    if both:
+        raise ValueError(
+            f"params: {both[0]} and {spelled[both[0]]} are the same parameter; give one"
+        )
+    return {spelled.get(name, name): value for name, value in params.items()}
+
+
 def validate_params(method: Method, params: Mapping[str, Any]) -> dict[str, Any]:
     """A request's ``params`` for ``method``: its own validated by its parameter model
     (strict numbers, the config's bounds; unset ones, None, left out), and a ValidationError
     locating each problem at the parameter's name, also for a name no registered method
     takes. A parameter of another method is passed on as it is: :func:`configure` refuses
     it, naming who takes it, after the request's other checks (the service's order)."""
+    params = by_declared_name(method, params)
     takes = method.params.model_fields
     known = {name for other in METHODS.values() for name in other.params.model_fields}
     unknown = [name for name in params if name not in known]

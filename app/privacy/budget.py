@@ -77,6 +77,22 @@ def smallest_fitting_delta(
     return advised if fits else found
 
 
+def spend_text(epsilon: float) -> str:
+    """An epsilon spent (or remaining) for people to read: 4 significant digits, rounded
+    down, as :func:`budget_percent` rounds, so a spend of 7.9996 of 10 reads "7.999 (79%)",
+    never "8 (79%)"."""
+    if epsilon <= 0 or not math.isfinite(epsilon):
+        return f"{epsilon:g}"
+    scale = 10 ** (3 - math.floor(math.log10(epsilon)))
+    return f"{math.floor(epsilon * scale * (1 + 1e-12)) / scale:g}"
+
+
+def percent_text(fraction: float) -> str:
+    """A threshold (a fraction) as a percent, to the digits it has: 0.8 is "80%", 0.125
+    "12.5%"."""
+    return f"{round(fraction * 100, 6):g}%"
+
+
 def budget_percent(fraction: float) -> str:
     """A share of a budget as a whole percentage for people to read: rounded down, so that a
     spend below a warn threshold never prints as the threshold itself (a spend of 79.98% beside

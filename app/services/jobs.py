@@ -73,6 +73,7 @@ from app.privacy.events import DatasetEvent, to_dict
 from app.results import SoftPromptRelease, SynthesisResult
 from app.synthesis.tasks import TaskSpec
 
+from .budgets import dataset_groups, display_groups
 from .calibrations import DatabaseCalibrationStore
 from .datasets import get_dataset, get_live_dataset
 from .errors import ConflictError, InvalidError, NotFoundError, UnavailableError
@@ -420,6 +421,54 @@ def quote_job(
     )
     session.rollback()
     return quote
+
+
+@dataclass(frozen=True)
+class GroupChange:
+    """One label group's composed spend before and after a quoted job."""
+
+    labels: tuple[str, ...]
+    before: float
+    after: float
+    binding_before: bool
+    binding_after: bool
+
+    @property
+    def charged(self) -> bool:
+        return self.after > self.before
+
+
+def quote_groups(
+    session: Session, tenant_id: str, quote: Quote, dataset_id: str
+) -> list[GroupChange]:
+    """Each label group's spend before and after the quoted job, and which group sets the
+    dataset's spend before and after: why a job may add less to the dataset's spend than its
+    own epsilon, or nothing (it charges other labels than the binding group's). The groups a
+    page lists only (:func:`~app.services.budgets.display_groups`); empty without an event."""
+    budget = session.get(Budget, dataset_id)
+    if budget is None or quote.event is None:
+        return []
+    dataset = get_dataset(session, tenant_id, dataset_id)
+    before = dataset_groups(session, budget, dataset)
+    after = dataset_groups(session, budget, dataset, extra=quote.event)
+    session.rollback()
+    was = {g.labels: g for g in before}
+    shown = {g.labels for g in (*display_groups(before), *display_groups(after))}
+    changes = []
+    for group in after:
+        if group.labels not in shown:
+            continue
+        old = was.get(group.labels)
+        changes.append(
+            GroupChange(
+                labels=tuple(group.labels),
+                before=old.epsilon if old is not None else 0.0,
+                after=group.epsilon,
+                binding_before=bool(old and old.binding),
+                binding_after=group.binding,
+            )
+        )
+    return changes
 
 
 def submit_job(

@@ -402,10 +402,10 @@ def test_budget_warn_threshold_and_spend_per_label_group(dpsyn, trec_file):
     """Issue 24: `budget set --warn`, the share spent and its level, each label group's spend
     with the one that sets the dataset's, and the reason a job was charged."""
     dataset = upload(dpsyn, trec_file)
-    refused = dpsyn("budget", "set", dataset, "--epsilon", "10", "--warn", "1.5")
-    assert refused.exit_code != 0 and "--warn" in refused.output
+    refused = dpsyn("budget", "set", dataset, "--epsilon", "10", "--warn", "150")
+    assert refused.exit_code != 0 and "--warn is a percent in (0, 100]" in refused.output
     assert "warn_threshold" not in refused.output
-    budget = dpsyn("budget", "set", dataset, "--epsilon", "10", "--warn", "0.5")
+    budget = dpsyn("budget", "set", dataset, "--epsilon", "10", "--warn", "50")
     assert budget.exit_code == 0, budget.output
     assert "warns at 50% of the budget" in budget.output and "(0%, ok)" in budget.output
 

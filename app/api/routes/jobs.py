@@ -13,7 +13,7 @@ from fastapi import APIRouter
 from sqlalchemy.orm import Session
 
 from app.api.deps import AdminKey, ProviderDep, QueueDep, SessionDep
-from app.api.schemas import IdFilter, JobCreate, JobPublic, Limit, Offset
+from app.api.schemas import IdFilter, JobCreate, JobPublic, JobQuote, Limit, Offset
 from app.db.models import Job, JobStatus
 from app.services import jobs as service
 
@@ -51,6 +51,24 @@ def submit_job(
         submitted_by=principal.key_id,
     )
     return job_view(session, job)
+
+
+@router.post(
+    "/quote",
+    response_model=JobQuote,
+    summary="What a job would cost, planned as a submission plans it; nothing is reserved",
+)
+def quote_job(
+    body: JobCreate, principal: AdminKey, session: SessionDep, provider: ProviderDep
+) -> JobQuote:
+    """The same checks and plan as a submission (a job refused there is refused here with the
+    same error), and the dataset's composed spend before and after, per label group."""
+    request = body.to_request()
+    quote = service.quote_job(
+        session, request, tenant_id=principal.tenant_id, backend=provider.kind
+    )
+    groups = service.quote_groups(session, principal.tenant_id, quote, request.dataset_id)
+    return JobQuote.from_quote(request.dataset_id, quote, groups)
 
 
 @router.get("", response_model=list[JobPublic])

@@ -14,10 +14,9 @@ from typing import Any
 from sqlalchemy.orm import Session
 
 from app.api.schemas import BudgetPublic, DatasetPublic
-from app.db.models import Budget
 from app.services import budgets as budget_service
-from app.services.datasets import get_dataset
 from app.services.jobs import Quote
+from app.services.jobs import quote_groups as job_quote_groups
 from app.ui.tables import Choice, Column, TableSpec
 
 #: The datasets table: its sortable columns and filters (query: sort, order, kind, level, q).
@@ -93,33 +92,15 @@ def binding_name(budget: BudgetPublic) -> str | None:
 
 
 def quote_groups(session: Session, tenant_id: str, dataset_id: str, quote: Quote) -> list[dict]:
-    """Each label group's spend before and after the quoted job, which groups it charges,
-    and which group binds before and after (for the quote box)."""
-    budget = session.get(Budget, dataset_id)
-    if budget is None or quote.event is None:
-        return []
-    dataset = get_dataset(session, tenant_id, dataset_id)
-    before = budget_service.dataset_groups(session, budget, dataset)
-    after = budget_service.dataset_groups(session, budget, dataset, extra=quote.event)
-    session.rollback()
-    was = {g.labels: g for g in before}
-    shown = {
-        g.labels
-        for g in (*budget_service.display_groups(before), *budget_service.display_groups(after))
-    }
-    rows = []
-    for group in after:
-        if group.labels not in shown:
-            continue
-        old = was.get(group.labels)
-        rows.append(
-            {
-                "group": group_name(group.labels),
-                "before": old.epsilon if old is not None else 0.0,
-                "after": group.epsilon,
-                "charged": group.epsilon > (old.epsilon if old is not None else 0.0),
-                "binding_before": bool(old and old.binding),
-                "binding_after": group.binding,
-            }
-        )
-    return rows
+    """The quote box's rows: each group's spend before and after the quoted job."""
+    return [
+        {
+            "group": group_name(change.labels),
+            "before": change.before,
+            "after": change.after,
+            "charged": change.charged,
+            "binding_before": change.binding_before,
+            "binding_after": change.binding_after,
+        }
+        for change in job_quote_groups(session, tenant_id, quote, dataset_id)
+    ]

@@ -1,0 +1,149 @@
+"""Issue 34's CLI verbs against the live test server: ``budget list``, ``budget ledger
+[--csv]``, ``jobs quote`` (the dashboard's "Check the cost"), thresholds in percent, spends
+rounded the way their percent is, and method parameters spelled as ``synthesize`` spells
+them (``--teacher-shots``)."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import re
+
+import httpx
+import pytest
+
+from app.methods.registry import find_method, validate_params
+from app.privacy.budget import budget_percent, spend_text
+from tests.cli.live_server import FAST, KEY, SECRET, upload
+
+
+def _api(server: str, method: str, path: str, **kwargs) -> httpx.Response:
+    headers = {"Authorization": f"Bearer {KEY}"}
+    return httpx.request(method, server + path, headers=headers, timeout=60, **kwargs)
+
+
+def _submit(dpsyn, dataset: str, epsilon: str) -> None:
+    result = dpsyn(
+        "jobs", "submit", "--dataset", dataset, "--method", "tang", "--epsilon", epsilon,
+        *FAST, "--wait", "--poll", "0.1", "-q",
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+
+
+def test_budget_list_shows_each_budget_and_filters_those_past_their_threshold(dpsyn, trec_file):
+    calm, busy, unbudgeted = (upload(dpsyn, trec_file) for _ in range(3))
+    assert dpsyn("budget", "set", calm, "--epsilon", "10", "--warn", "90").exit_code == 0
+    assert dpsyn("budget", "set", busy, "--epsilon", "4", "--warn", "50").exit_code == 0
+    _submit(dpsyn, busy, "3")
+
+    listed = dpsyn("budget", "list")
+    assert listed.exit_code == 0, listed.output
+    lines = {line.split()[0]: line for line in listed.stdout.splitlines()[1:]}
+    assert set(lines) == {calm, busy}  # a dataset without a budget is not a budget
+    assert "90%" in lines[calm] and " ok" in lines[calm]
+    assert "50%" in lines[busy] and " warn" in lines[busy]
+
+    over = dpsyn("budget", "list", "--over-threshold", "--json")
+    assert over.exit_code == 0, over.output
+    assert [row["dataset_id"] for row in json.loads(over.stdout)] == [busy]
+    assert unbudgeted not in listed.stdout and SECRET not in listed.output
+
+
+def test_budget_ledger_prints_the_entries_and_the_same_csv_as_the_api(dpsyn, server, trec_file):
+    dataset = upload(dpsyn, trec_file)
+    assert dpsyn("budget", "set", dataset, "--epsilon", "10").exit_code == 0
+    empty = dpsyn("budget", "ledger", dataset)
+    assert empty.exit_code == 0 and "is empty" in empty.stdout
+    _submit(dpsyn, dataset, "2")
+
+    table = dpsyn("budget", "ledger", dataset)
+    assert table.exit_code == 0, table.output
+    kinds = [line.split()[1] for line in table.stdout.splitlines()[1:]]
+    assert kinds == ["reserve", "commit"]
+
+    exported = dpsyn("budget", "ledger", dataset, "--csv")
+    assert exported.exit_code == 0, exported.output
+    direct = _api(server, "GET", f"/v1/datasets/{dataset}/budget/ledger.csv")
+    assert exported.stdout_bytes == direct.content
+    rows = list(csv.DictReader(io.StringIO(direct.text)))
+    assert [row["kind"] for row in rows] == ["reserve", "commit"]
+
+    missing = dpsyn("budget", "ledger", "nope", "--csv")
+    assert missing.exit_code == 1 and "not found" in missing.output
+
+
+def test_jobs_quote_reserves_nothing_and_says_what_submit_would_charge(dpsyn, server, trec_file):
+    dataset = upload(dpsyn, trec_file)
+    assert dpsyn("budget", "set", dataset, "--epsilon", "5").exit_code == 0
+    _submit(dpsyn, dataset, "2")
+    before = _api(server, "GET", f"/v1/datasets/{dataset}/budget").json()
+
+    quote = json.loads(
+        dpsyn(
+            "jobs", "quote", "--dataset", dataset, "--method", "tang", "--epsilon", "2",
+            *FAST, "--json",
+        ).stdout
+    )  # fmt: skip
+    after = _api(server, "GET", f"/v1/datasets/{dataset}/budget").json()
+    assert after["history"] == before["history"]  # nothing reserved
+    assert quote["spent"] == pytest.approx(before["spent"])
+    assert quote["epsilon"] == pytest.approx(2, rel=0.01)
+    # Composed, the second job adds less than its own epsilon (nothing at all when it charges
+    # only label groups other than the binding one); a plain sum adds all of it.
+    assert quote["spent"] <= quote["spent_after"] < quote["spent"] + quote["epsilon"]
+    charged = [group for group in quote["groups"] if group["charged"]]
+    assert charged and all(g["after"] > g["before"] for g in charged)
+    binding = max(quote["groups"], key=lambda group: group["after"])
+    assert binding["binding_after"] and binding["after"] == pytest.approx(quote["spent_after"])
+    assert quote["plain_sum_after"] == pytest.approx(before["plain_sum"] + quote["epsilon"])
+    assert quote["fits"] is True
+
+    words = dpsyn(
+        "jobs", "quote", "--dataset", dataset, "--method", "tang", "--epsilon", "2", *FAST
+    )
+    assert words.exit_code == 0, words.output
+    said = re.search(r"spent ([\d.]+) of 5 now, ([\d.]+) \((\d+)%\) if admitted", words.stdout)
+    assert said, words.stdout
+    assert float(said[1]) == pytest.approx(quote["spent"], abs=1e-3)
+    assert float(said[2]) == pytest.approx(quote["spent_after"], rel=0.01)
+    assert budget_percent(float(said[2]) / 5) == f"{said[3]}%"  # the words agree
+    assert "fits:" in words.stdout
+
+    too_much = dpsyn("jobs", "quote", "--dataset", dataset, "--method", "tang", "--epsilon", "9",
+                     *FAST)  # fmt: skip
+    assert too_much.exit_code == 1 and "budget_exceeded" in too_much.output  # as submit says
+    assert SECRET not in words.output + too_much.output
+
+
+def test_spend_is_rounded_down_like_its_percent():
+    # Issue 34: "spent 8 (79%, ok)": the spend rounded up beside a percent rounded down.
+    assert spend_text(7.9996) == "7.999" and budget_percent(7.9996 / 10) == "79%"
+    assert spend_text(5.2118) == "5.211" and spend_text(2.0) == "2"
+    assert spend_text(0.000123456) == "0.0001234"
+
+
+def test_a_parameter_goes_by_its_command_line_spelling_too():
+    pate = find_method("promptpate")
+    assert pate is not None
+    assert validate_params(pate, {"teacher_shots": 2}) == validate_params(pate, {"shots": 2})
+    assert validate_params(pate, {"teacher_shots": 2})["shots"] == 2
+    with pytest.raises(ValueError, match="teacher_shots and shots are the same parameter"):
+        validate_params(pate, {"teacher_shots": 2, "shots": 3})
+
+
+def test_jobs_submit_takes_teacher_shots_as_synthesize_does(dpsyn, server, trec_file):
+    dataset = upload(dpsyn, trec_file)
+    assert dpsyn("budget", "set", dataset, "--epsilon", "5").exit_code == 0
+    # The quote plans the job exactly as submit does: a 422 on the parameter would show here.
+    quoted = dpsyn(
+        "jobs", "quote", "--dataset", dataset, "--method", "promptpate", "--epsilon", "1",
+        "--teacher-shots", "2", "--json",
+    )  # fmt: skip
+    assert "teacher_shots" not in quoted.output, quoted.output
+    assert "not a parameter" not in quoted.output
+    doubled = dpsyn(
+        "jobs", "quote", "--dataset", dataset, "--method", "promptpate", "--epsilon", "1",
+        "--teacher-shots", "2", "--param", "shots=3",
+    )  # fmt: skip
+    assert doubled.exit_code == 1 and "the same parameter" in doubled.output
