@@ -47,10 +47,11 @@ def chat_messages(prompt: Mapping[str, Any], query: str | None = None) -> list[C
 
     Raises :class:`NoChatFormError` for a soft prompt (PromptDPSGD), which is embeddings."""
     if prompt.get("soft_prompt"):
+        prompt_id = prompt.get("id")
         raise NoChatFormError(
-            f"prompt {prompt.get('id')!r} is a soft prompt (promptdpsgd): trained embeddings "
-            "the model reads before each input, not text demonstrations, so it has no chat "
-            "messages form; answer queries with it through /complete, or use format=text"
+            f"prompt {prompt_id!r} is a soft prompt (promptdpsgd): trained embeddings the "
+            "model reads before each input, not text demonstrations, so it has no chat "
+            f"messages form; answer queries with it through POST /v1/prompts/{prompt_id}/complete"
         )
     spec: Mapping[str, Any] = prompt.get("task_spec") or {}
     text_field = _spec_text(spec, "text_field")
