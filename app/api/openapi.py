@@ -52,6 +52,8 @@ _SPECIFIC: dict[tuple[str, str], set[int]] = {
     ("PUT", "/v1/datasets/{dataset_id}/counts-public"): {409},
     ("POST", "/v1/jobs"): {404, 409},
     ("POST", "/v1/jobs/{job_id}/cancel"): {409},
+    # A soft prompt has no chat messages form (format=messages).
+    ("GET", "/v1/prompts/{prompt_id}"): {409},
     # A soft prompt on a vLLM server, or on a server running another model.
     ("POST", "/v1/prompts/{prompt_id}/complete"): {409},
     ("GET", "/metrics"): {401},

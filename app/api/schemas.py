@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
+from enum import StrEnum
 from typing import Annotated, Any, ClassVar, Literal
 
 from fastapi import Query
@@ -1008,6 +1009,39 @@ class PromptPublic(PromptSummary):
             prompt=row.prompt,
             validation=ValidationPublic(**row.validation) if row.validation else None,
         )
+
+
+class PromptFormat(StrEnum):
+    """How ``GET /v1/prompts/{id}`` answers: the prompt's JSON, or its chat messages."""
+
+    TEXT = "text"
+    MESSAGES = "messages"
+
+
+PromptFormatQuery = Annotated[
+    PromptFormat,
+    Query(
+        alias="format",
+        description="text (default): the prompt's JSON, its text in `prompt`. messages: the "
+        "prompt as chat messages for OpenAI-compatible chat APIs (the ICL instruction as the "
+        "system message, each demonstration as a user turn answered by an assistant turn); "
+        "a soft prompt (promptdpsgd) has none: 409 no_chat_form.",
+    ),
+]
+
+
+class ChatMessagePublic(BaseModel):
+    role: Literal["system", "user", "assistant"]
+    content: str
+
+
+class PromptMessagesPublic(BaseModel):
+    """A prompt as chat messages (``?format=messages``): append the user's query as a last
+    ``user`` message, in the demonstrations' form (``{text_field}: {query}``), and send them
+    to a chat model; its reply is the label's word (or the extracted value)."""
+
+    prompt_id: str
+    messages: list[ChatMessagePublic]
 
 
 class CompletionRequest(_Request):

@@ -8,7 +8,9 @@ A server error is printed as its message on one line, in the CLI's words (option
 commands, :mod:`app.cli.vocabulary`), and the command exits with status 1 (2 for a usage or
 local file problem). ``--json`` prints the server's JSON instead of text; ``-q`` prints only
 the ID of what was created. The HTTP client is :mod:`app.cli.http_client`; the list, show and
-delete commands and ``dpsyn keys`` are in :mod:`app.cli.client_lists`.
+delete commands and ``dpsyn keys`` are in :mod:`app.cli.client_lists`. ``prompts get`` and
+``prompts complete`` go through the downstream apps' client (:mod:`app.client`), so the CLI
+exercises what an app uses.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import json
 import time
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -43,6 +46,7 @@ from app.cli.http_client import (
     out,
     print_json,
     print_rows,
+    prompt_client,
     request,
 )
 from app.cli.options import (
@@ -1170,15 +1174,35 @@ def validation_line(validation: dict[str, Any]) -> str:
     return f"validation: not scored: {one_line(validation.get('reason') or '')} ({where})"
 
 
+class PromptOutput(StrEnum):
+    """What ``dpsyn prompts get`` prints: the prompt, or its chat messages (JSON)."""
+
+    TEXT = "text"
+    MESSAGES = "messages"
+
+
 @prompts_app.command("get")
 def prompts_get(
     prompt_id: Annotated[str, typer.Argument(help="Prompt ID (a job's prompt_id).")],
+    output: Annotated[
+        PromptOutput,
+        typer.Option(
+            "--format",
+            help="text: the demonstrations, cost and prompt text; messages: the prompt as "
+            "chat messages (JSON), as OpenAI-compatible chat APIs take them.",
+        ),
+    ] = PromptOutput.TEXT,
     url: UrlOpt = None,
     key: KeyOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Print a synthesised prompt and its privacy cost."""
-    prompt = request(url, key, "GET", f"/v1/prompts/{prompt_id}")
+    """Print a synthesised prompt and its privacy cost, or its chat messages."""
+    with prompt_client(url, key) as client:
+        fetched = client.get_prompt(prompt_id)
+        if output is PromptOutput.MESSAGES:
+            print_json(fetched.messages())
+            return
+    prompt = fetched.data
     if as_json:
         print_json(prompt)
         return
@@ -1262,7 +1286,8 @@ def prompts_complete(
     as_json: JsonOpt = False,
 ) -> None:
     """Answer a query with a synthesised prompt (in-context learning on the server's model)."""
-    answer = request(url, key, "POST", f"/v1/prompts/{prompt_id}/complete", json={"query": query})
+    with prompt_client(url, key) as client:
+        answer = client.complete(prompt_id, query)
     if as_json:
         print_json(answer)
         return

@@ -9,6 +9,8 @@ exits with status 1 (2 for a usage or local file problem).
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Annotated, Any, NoReturn
 
 import httpx
@@ -17,6 +19,7 @@ from rich.console import Console
 
 from app.cli.config import ConfigError, base_url, resolve, user_config_path
 from app.cli.vocabulary import in_cli_words
+from app.client import ApiError, NoChatFormError, PromptClient, UnreachableError
 
 out = Console(highlight=False, soft_wrap=True)
 err = Console(stderr=True, highlight=False, soft_wrap=True)
@@ -74,6 +77,7 @@ class Api:
     def __init__(self, url: str | None, key: str | None, *, timeout: float = 300.0) -> None:
         resolved_url, resolved_key = resolve_target(url, key)
         self.url, note = base_url(resolved_url)
+        self.key = resolved_key
         if note:
             err.print(f"note: {note}", markup=False)
         self.http = httpx.Client(
@@ -92,10 +96,7 @@ class Api:
         try:
             response = self.http.request(method, path, **kwargs)
         except httpx.TransportError as error:
-            raise ClientError(
-                f"cannot reach the dpsyn server at {self.url} ({type(error).__name__}); "
-                "is 'dpsyn serve' running? (--url / DPSYN_URL)"
-            ) from None
+            raise ClientError(unreachable(self.url, error)) from None
         if response.status_code >= 400:
             raise ClientError(server_message(response, self.url))
         return response
@@ -109,6 +110,32 @@ class Api:
     def download(self, path: str) -> httpx.Response:
         """A GET whose body is a file (not JSON); errors as :meth:`call`."""
         return self._send("GET", path)
+
+
+def unreachable(url: str, error: BaseException) -> str:
+    return (
+        f"cannot reach the dpsyn server at {url} ({type(error).__name__}); "
+        "is 'dpsyn serve' running? (--url / DPSYN_URL)"
+    )
+
+
+@contextmanager
+def prompt_client(url: str | None, key: str | None) -> Iterator[PromptClient]:
+    """The downstream apps' client (:mod:`app.client`) on the CLI's connection, so that
+    ``dpsyn prompts get|complete`` read prompts as an app does; its errors end the command
+    as :class:`Api`'s do (one line in the CLI's words, exit status 1)."""
+    try:
+        with Api(url, key) as api:
+            try:
+                yield PromptClient(api.url, api.key, http=api.http)
+            except ApiError as error:
+                raise ClientError(server_message(error.response, api.url)) from None
+            except UnreachableError as error:
+                raise ClientError(unreachable(api.url, error.__cause__ or error)) from None
+            except NoChatFormError as error:
+                raise ClientError(in_cli_words(one_line(str(error)))) from None
+    except ClientError as error:
+        exit_with(error)
 
 
 def server_message(response: httpx.Response, url: str) -> str:

@@ -11,11 +11,14 @@ One part of a prompt set is written after it: the score on its job's validation 
 whose validation is still ``pending`` is served but never cached, so the read after the
 worker writes the score has it (and a new ETag: the old one then gets the new body, not 304).
 The soft-prompt download answers 304 the same way (its ETag, the file's SHA-256, is kept too).
+``?format=messages`` answers the prompt as chat messages (:mod:`app.chat`, the rendering the
+downstream client :mod:`app.client` does locally), cached and tagged as a body of its own.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,10 +34,15 @@ from app.api.schemas import (
     IdFilter,
     Limit,
     Offset,
+    PromptFormat,
+    PromptFormatQuery,
+    PromptMessagesPublic,
     PromptPublic,
     PromptSummary,
 )
+from app.chat import NoChatFormError, chat_messages
 from app.services import prompts as service
+from app.services.errors import ConflictError
 from app.services.jobs import dataset_names
 from app.services.key_cache import LruCache
 
@@ -106,16 +114,59 @@ def _load_body(sessions: sessionmaker[Session], tenant_id: str, prompt_id: str) 
     return CachedBody(data, f'"{hashlib.sha256(data).hexdigest()}"', final)
 
 
-@router.get("/{prompt_id}", response_model=PromptPublic, responses=_NOT_MODIFIED)
-async def get_prompt(prompt_id: str, principal: AnyKey, request: Request) -> Response:
-    cache, key = prompt_cache(request.app), ("body", principal.tenant_id, prompt_id)
+async def _prompt_body(request: Request, tenant_id: str, prompt_id: str) -> CachedBody:
+    """The prompt's JSON body: from the cache, else read (and cached once final)."""
+    cache, key = prompt_cache(request.app), ("body", tenant_id, prompt_id)
     body: CachedBody | None = cache.get(key)
     if body is None:
         body = await run_in_threadpool(
-            _load_body, request.app.state.read_sessions, principal.tenant_id, prompt_id
+            _load_body, request.app.state.read_sessions, tenant_id, prompt_id
         )
         if body.final and len(body.data) <= PROMPT_CACHE_MAX_BYTES:
             cache.put(key, body)
+    return body
+
+
+def _messages_body(body: CachedBody) -> CachedBody:
+    """The prompt as chat messages, rendered by :func:`app.chat.chat_messages` from its JSON
+    (the rendering the downstream client does locally), with an ETag of its own; a 409 for a
+    soft prompt. Final even if the prompt's score is pending: the messages do not hold it."""
+    prompt = json.loads(body.data)
+    try:
+        messages = chat_messages(prompt)
+    except NoChatFormError as err:
+        raise ConflictError(str(err), code="no_chat_form") from None
+    model = PromptMessagesPublic.model_validate({"prompt_id": prompt["id"], "messages": messages})
+    data = json_bytes(model.model_dump(mode="json"))
+    return CachedBody(data, f'"{hashlib.sha256(data).hexdigest()}"')
+
+
+async def _messages(request: Request, tenant_id: str, prompt_id: str) -> CachedBody:
+    cache, key = prompt_cache(request.app), ("messages", tenant_id, prompt_id)
+    messages: CachedBody | None = cache.get(key)
+    if messages is None:
+        messages = _messages_body(await _prompt_body(request, tenant_id, prompt_id))
+        if len(messages.data) <= PROMPT_CACHE_MAX_BYTES:
+            cache.put(key, messages)
+    return messages
+
+
+@router.get(
+    "/{prompt_id}",
+    response_model=PromptPublic | PromptMessagesPublic,
+    responses=_NOT_MODIFIED,
+    summary="Read a prompt (format=text: its JSON; format=messages: chat messages)",
+)
+async def get_prompt(
+    prompt_id: str,
+    principal: AnyKey,
+    request: Request,
+    output: PromptFormatQuery = PromptFormat.TEXT,
+) -> Response:
+    if output is PromptFormat.MESSAGES:
+        body = await _messages(request, principal.tenant_id, prompt_id)
+    else:
+        body = await _prompt_body(request, principal.tenant_id, prompt_id)
     if etag_matches(request, body.etag):
         return _not_modified(body.etag)
     return Response(body.data, media_type="application/json", headers={"ETag": body.etag})
