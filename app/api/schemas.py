@@ -58,7 +58,7 @@ from app.services.budgets import (
 from app.services.job_request import MAX_SHOTS, JobRequest
 from app.services.jobs import GroupChange, Quote, charge_note
 from app.services.storable import DATASET_NAME_MAX_CHARS, find_problem
-from app.synthesis.config import DEFAULT_SHOTS
+from app.synthesis.config import COVER_EVERY_LABEL_UP_TO, DEFAULT_SHOTS
 
 
 def _utc(value: datetime) -> datetime:
@@ -558,7 +558,8 @@ def _job_create_schema(schema: dict[str, Any]) -> None:
     properties = schema["properties"]
     properties["method"]["enum"] = list(METHODS)
     shots = _by_text({name: _shots_text(method) for name, method in METHODS.items()})
-    properties["shots"]["description"] = f"The job's shots. {shots}."
+    default = properties["shots"]["description"]
+    properties["shots"]["description"] = f"The job's shots. {shots}. {default}"
     readers = " or ".join(n for n, m in METHODS.items() if m.reads_public) or "no method"
     properties["public_dataset_id"]["description"] = (
         f"{readers} only (required): a public dataset of unlabelled texts the method reads; "
@@ -585,7 +586,14 @@ class JobCreate(_Request):
     )
     epsilon: Epsilon = Field(description="Target epsilon of this job; noise is calibrated to it.")
     delta: Delta | None = Field(None, description="Default: the budget's delta.")
-    shots: int = Field(DEFAULT_SHOTS, strict=True, ge=1, le=MAX_SHOTS)
+    shots: int | None = Field(
+        None,
+        strict=True,
+        ge=1,
+        le=MAX_SHOTS,
+        description=f"Default: one per label for a task of at most {COVER_EVERY_LABEL_UP_TO} "
+        f"labels (at least {DEFAULT_SHOTS}), else {DEFAULT_SHOTS}.",
+    )
     accounting: Accounting | None = Field(None, description="Must be the budget's (default).")
     params: JobParams | None = None
 

@@ -66,7 +66,7 @@ from app.db.models import TERMINAL_STATUSES
 from app.privacy.accounting import Accounting
 from app.privacy.budget import budget_percent, is_epsilon, percent_text, spend_text
 from app.privacy.unit import DEFAULT_DELTA
-from app.synthesis.config import DEFAULT_SHOTS
+from app.synthesis.config import COVER_EVERY_LABEL_UP_TO, DEFAULT_SHOTS
 from app.synthesis.data import Column
 
 TABLE_SUFFIXES = {".csv", ".tsv", ".jsonl", ".ndjson"}
@@ -855,7 +855,7 @@ def _job_fields(
     dataset: str,
     epsilon: float,
     method: str | None,
-    shots: int,
+    shots: int | None,
     delta: float | None,
     accounting: Accounting | None,
 ) -> dict[str, Any]:
@@ -943,7 +943,13 @@ PublicDatasetOpt = Annotated[
     typer.Option("--public-dataset", help="ID of a public dataset, for a method that reads one."),
 ]
 ShotsOpt = Annotated[
-    int, typer.Option("--shots", help="The job's shots (demonstrations, for most methods).")
+    int | None,
+    typer.Option(
+        "--shots",
+        help="The job's shots (demonstrations, for most methods). Default: one per label for "
+        f"a task of at most {COVER_EVERY_LABEL_UP_TO} labels (at least {DEFAULT_SHOTS}), else "
+        f"{DEFAULT_SHOTS}.",
+    ),
 ]
 DeltaOpt = Annotated[float | None, typer.Option("--delta", help="Default: the budget's delta.")]
 AccountingOpt = Annotated[
@@ -970,7 +976,7 @@ def jobs_submit(
     method: MethodOpt = None,
     public_dataset: PublicDatasetOpt = None,
     validation_dataset: Annotated[str | None, VALIDATION_DATASET] = None,
-    shots: ShotsOpt = DEFAULT_SHOTS,
+    shots: ShotsOpt = None,
     delta: DeltaOpt = None,
     accounting: AccountingOpt = None,
     param: ParamOpt = None,
@@ -1020,7 +1026,7 @@ def jobs_quote(
     epsilon: EpsilonOpt,
     method: MethodOpt = None,
     public_dataset: PublicDatasetOpt = None,
-    shots: ShotsOpt = DEFAULT_SHOTS,
+    shots: ShotsOpt = None,
     delta: DeltaOpt = None,
     accounting: AccountingOpt = None,
     param: ParamOpt = None,

@@ -8,7 +8,7 @@ in the mechanism a token step runs (``SynthesisConfig.method``).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
 from pydantic import ValidationError
@@ -21,11 +21,13 @@ from app.privacy.rng import make_rng
 from app.privacy.synthesis import SynthesisPrivacy
 from app.results import Progress, SynthesisResult
 from app.synthesis.config import (
+    COVER_EVERY_LABEL_UP_TO,
     DEFAULT_K,
     DEFAULT_SHOTS,
     GENERIC_DEFAULTS,
     TASK_DEFAULTS,
     SynthesisConfig,
+    default_shots,
 )
 from app.synthesis.data import Record
 from app.synthesis.generator import SynthesisPlan, plan_synthesis, synthesize
@@ -60,7 +62,13 @@ _HELP = {
 PARAMETERS = declare(
     SynthesisConfig, ("M", "N", "tmax", "K", "variant", "sigma0", "sigma2", "T", "lam"), help=_HELP
 )
-SHOTS = declare(SynthesisConfig, ("shots",), help={"shots": "Demonstrations to generate."})[0]
+# The default depends on the task (one per label for a few labels): none fixed, the help says.
+SHOTS = replace(
+    declare(SynthesisConfig, ("shots",))[0],
+    default=None,
+    help=f"Demonstrations to generate; default one per label for a task of at most "
+    f"{COVER_EVERY_LABEL_UP_TO} labels (at least {DEFAULT_SHOTS}), else {DEFAULT_SHOTS}.",
+)
 # Each aggregator's name for people (``Method.title``).
 TITLES = {MethodKind.TANG: "DP few-shot generation", MethodKind.ADADPSYN: "AdaDPSyn"}
 
@@ -157,7 +165,7 @@ class TokenLoop(Method):
                 method=self.aggregator,
                 epsilon=epsilon,
                 delta=delta,
-                shots=shots,
+                shots=shots if shots is not None else default_shots(len(task.labels)),
                 accounting=accounting,
                 seed=seed,
                 **client_overrides(params),

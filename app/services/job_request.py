@@ -24,7 +24,6 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from app.methods.registry import DEFAULT_METHOD, find_method, unknown_method
 from app.privacy.accounting import Accounting
-from app.synthesis.config import DEFAULT_SHOTS
 
 # The bounds of app.api.schemas (IDs are 32 hex digits; 128 is the columns' limit).
 _Id = Annotated[str, Field(min_length=1, max_length=128)]
@@ -51,7 +50,7 @@ class JobRequest(BaseModel):
     epsilon: float
     delta: float | None = Field(None, gt=0, lt=1)
     accounting: Accounting | None = None
-    shots: int = Field(DEFAULT_SHOTS, ge=1, le=MAX_SHOTS)
+    shots: int | None = Field(None, ge=1, le=MAX_SHOTS)  # None: the task's default
     params: Mapping[str, Any] | None = None
     public_dataset_id: _Id | None = None
     validation_dataset_id: _Id | None = None

@@ -23,6 +23,19 @@ TASK_DEFAULTS: dict[str, dict[str, int]] = {
 GENERIC_DEFAULTS = {"M": 10, "N": 2, "tmax": 30}
 DEFAULT_K = 100
 DEFAULT_SHOTS = 4
+#: A task with at most this many labels gets one shot per label by default (at least
+#: DEFAULT_SHOTS), so that its prompt shows every label: 4 shots of TREC's 6 labels left two
+#: unseen, and the model answered those with the labels it had seen (issue 34). Above it, a
+#: prompt of one shot per label grows long for a small model's context, and the CLI says how
+#: many labels the shots cover.
+COVER_EVERY_LABEL_UP_TO = 8
+
+
+def default_shots(labels: int) -> int:
+    """The shots a job gets when it names none: one per label for a task of at most
+    :data:`COVER_EVERY_LABEL_UP_TO` labels, at least :data:`DEFAULT_SHOTS`. ``labels``: the
+    task's label count (0 for extraction). Public: the task's labels are public."""
+    return max(DEFAULT_SHOTS, labels) if labels <= COVER_EVERY_LABEL_UP_TO else DEFAULT_SHOTS
 
 
 class SynthesisConfig(BaseModel):

@@ -15,7 +15,8 @@ from app.privacy.accounting import Accounting
 from app.services.errors import InvalidError
 from app.services.job_request import JobRequest
 from app.services.jobs import quote_job
-from app.synthesis.config import DEFAULT_SHOTS
+from app.synthesis.config import DEFAULT_SHOTS, default_shots
+from app.synthesis.tasks import BUILTIN_TASKS
 from tests.api.conftest import FAST_PARAMS, Api, auth, make_api
 from tests.ui.test_pages import job_form, sign_in
 
@@ -76,15 +77,17 @@ def test_an_unset_shots_is_the_default_everywhere(api: Api) -> None:
         headers=auth(api.admin),
     )
     assert via_api.status_code == 201, via_api.text
-    assert via_api.json()["shots"] == DEFAULT_SHOTS
+    labels = len(BUILTIN_TASKS["trec"].labels)
+    assert via_api.json()["shots"] == default_shots(labels) == labels  # every label shown
     csrf = sign_in(api.client, api.admin)
     form = {k: v for k, v in job_form(dataset_id, csrf, 0.5).items() if k != "shots"}
     submitted = api.client.post("/ui/jobs", data=form, follow_redirects=False)
     assert submitted.status_code == 303, submitted.text
     job_id = submitted.headers["location"].rsplit("/", 1)[1]
     job = api.client.get(f"/v1/jobs/{job_id}", headers=auth(api.admin)).json()
-    assert job["shots"] == DEFAULT_SHOTS
-    assert JobRequest(dataset_id="d", epsilon=1.0).shots == DEFAULT_SHOTS
+    assert job["shots"] == labels
+    assert JobRequest(dataset_id="d", epsilon=1.0).shots is None  # the task decides
+    assert default_shots(2) == DEFAULT_SHOTS and default_shots(14) == DEFAULT_SHOTS
 
 
 def test_the_services_take_one_request_with_their_own_422s(api: Api) -> None:

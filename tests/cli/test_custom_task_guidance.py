@@ -65,18 +65,19 @@ def _synthesize(path, *args: str):
     )  # fmt: skip
 
 
-def test_the_plan_says_how_many_labels_the_default_shots_cover(headerless, loaded):
-    result = _synthesize(headerless, "--label-map", LABEL_MAP)
-    assert result.exit_code == 0, result.output
-    plan, coverage = result.stderr.splitlines()[1:3]
-    assert plan.startswith("adadpsyn: 4 shots, M 4, N 2, tmax 3, K 10")
-    assert coverage == (
+def test_the_plan_says_how_many_labels_the_shots_cover(headerless, loaded):
+    # Issue 34: by default a task of a few labels (7 here) gets one shot per label.
+    every = _synthesize(headerless, "--label-map", LABEL_MAP)
+    assert every.exit_code == 0, every.output
+    plan, coverage = every.stderr.splitlines()[1:3]
+    assert plan.startswith("adadpsyn: 7 shots, M 4, N 2, tmax 3, K 10")
+    assert coverage == "7 shots cover all 7 labels" and "--shots 7 for" not in every.stderr
+    fewer = _synthesize(headerless, "--label-map", LABEL_MAP, "--shots", "4")
+    assert fewer.exit_code == 0, fewer.output
+    assert fewer.stderr.splitlines()[2] == (
         "4 shots cover 4 of 7 labels (drawn at random): pass --shots 7 for a demonstration "
         "of every label"
     )
-    every = _synthesize(headerless, "--label-map", LABEL_MAP, "--shots", "7")
-    assert every.exit_code == 0, every.output
-    assert "\n7 shots cover all 7 labels\n" in every.stderr and "--shots 7 for" not in every.stderr
 
 
 def test_coverage_wording():

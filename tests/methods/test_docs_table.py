@@ -31,9 +31,11 @@ def test_a_row_holds_the_configs_type_default_bounds_and_the_flag() -> None:
         "| promptpate | `teachers` | `--teachers` | int | "
         f"{teachers.default} | [1, 10000] | {teachers.description} |"
     )
-    assert "| tang, adadpsyn | `shots` (the job's) | `--shots` | int | 4 | [1, 64] |" in (
-        parameter_table()
-    )
+    # The job's shots have no fixed default: one per label for a task of few labels.
+    assert (
+        "| tang, adadpsyn | `shots` (the job's) | `--shots` | int | - | [1, 64] | "
+        "Demonstrations to generate; default one per label for a task of at most 8 labels"
+    ) in parameter_table()
 
 
 def test_a_registered_method_changes_the_table(tmp_path: Path) -> None:

@@ -23,7 +23,7 @@ from app.methods import registry
 from app.privacy.accounting import Accounting
 from app.services.errors import InvalidError
 from app.services.job_request import JobRequest
-from app.synthesis.config import DEFAULT_SHOTS
+from app.synthesis.config import default_shots
 
 MAX_QUERY_CHARS = 20_000
 _UPLOAD_TEXT_FIELDS = ("name", "task", "text_column", "label_column", "format")
@@ -62,10 +62,11 @@ def _invalid(err: ValidationError) -> InvalidError:
 # --- the job form ------------------------------------------------------------------------
 
 
-def job_form_options() -> dict[str, Any]:
+def job_form_options(labels: int = 0) -> dict[str, Any]:
     """What the job form offers, from the registry and the API's schema: the methods (the
     API's default preselected), each parameter with the methods that take it (the page shows
-    those of the chosen method), the accountings, and the default shots."""
+    those of the chosen method), the accountings, and the default shots of a task of
+    ``labels`` labels (one per label up to a few labels, as the API's default)."""
     methods = [
         {"name": str(kind), "reads_public": bool(method.reads_public)}
         for kind, method in registry.METHODS.items()
@@ -81,7 +82,7 @@ def job_form_options() -> dict[str, Any]:
         ),
         "fields": fields,
         "accountings": [a.value for a in Accounting],
-        "default_shots": DEFAULT_SHOTS,
+        "default_shots": default_shots(labels),
     }
 
 
@@ -114,7 +115,7 @@ def job_request(form: FormData) -> JobRequest:
         "epsilon": number(form, "epsilon", float),
         "delta": number(form, "delta", float),
         "accounting": text(form, "accounting"),
-        "shots": number(form, "shots", int) or DEFAULT_SHOTS,
+        "shots": number(form, "shots", int),  # None: the task's default
         "params": job_params(form, method) or None,
     }
     try:

@@ -241,7 +241,7 @@ def dataset_page(request: Request, dataset_id: str, ui: AdminUi, session: Sessio
         publics=_public_datasets(session, tenant),
         terminal=_terminal(),
         default_delta=budget_service.default_delta(),
-        **forms.job_form_options(),
+        **forms.job_form_options(labels=len(public.task.get("labels") or [])),
     )
 
 
