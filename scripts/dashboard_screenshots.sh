@@ -9,6 +9,6 @@ PYTHON=${PYTHON:-.venv/bin/python}
 out=docs/dashboard
 mkdir -p "$out"
 DPSYN_SCREENSHOTS="$out" REQUIRE_SERVICES=1 "$PYTHON" -m pytest -q \
-  tests/ui/test_browser.py tests/ui/test_browser_budgets.py \
-  -k "walks_through or per_label or 360_px" -p no:cacheprovider
+  tests/ui/test_browser.py tests/ui/test_browser_budgets.py tests/ui/test_browser_fleet.py \
+  -k "walks_through or per_label or 360_px or fleet" -p no:cacheprovider
 ls -l "$out"

@@ -4,7 +4,13 @@
 committed is rolled back when the request ends. ``AdminKey`` admits only ``admin`` keys;
 ``AnyKey`` also ``prompts:read`` keys (for the prompt routes). Both carry the tenant, which
 every service call is scoped to, and both apply the rate limits of :mod:`app.api.limits`
-(the key's own, and its client address's failed checks).
+(the key's own, and its client address's failed checks). Neither admits an ``org:read`` key
+(issue 34): it reads every tenant's budgets through the routes that ask for ``OrgKey`` or
+``BudgetReader`` and nothing else, so every other route answers it 403.
+
+Authentication records the key's last use (``api_keys.last_used_at``) at most once a minute
+per key (:class:`app.services.key_cache.LastUsedThrottle`), in the background: a request
+never waits for that write, and a key served from the cache writes no more often.
 
 Connections are held as briefly as the handlers allow (issue 10: under load every request
 thread waited for a connection that finished requests could not give back, because giving it
@@ -21,6 +27,7 @@ costs no thread hop and no query. Failed lookups are never remembered.
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Annotated
@@ -30,18 +37,21 @@ from anyio import CapacityLimiter
 from fastapi import Depends, FastAPI, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
 from app.api.limits import Limiter, client_address
-from app.db.models import KeyScope
+from app.db.models import KeyScope, now
 from app.llm.provider import BackendProvider
 from app.services import key_cache
 from app.services.advice import AdviceRunner
 from app.services.errors import ForbiddenError, UnauthorizedError
 from app.services.key_cache import CachedKey, KeyCache
 from app.services.queue import JobQueue
-from app.services.tenants import authenticate, hash_key
+from app.services.tenants import authenticate, hash_key, touch_last_used
 from app.settings import Settings
+
+logger = logging.getLogger(__name__)
 
 
 async def get_session(request: Request) -> AsyncIterator[Session]:
@@ -98,7 +108,9 @@ AdviceDep = Annotated[AdviceRunner, Depends(get_advice_runner)]
 _bearer = HTTPBearer(
     auto_error=False,
     description="An API key: `Authorization: Bearer <key>`. Admin keys can do everything "
-    "for their tenant; prompts:read keys can only read prompts and complete with them.",
+    "for their tenant; prompts:read keys can only read prompts and complete with them; "
+    "org:read keys (created by the operator) only read every tenant's budgets "
+    "(GET /v1/budgets?all_tenants=true, GET /v1/fleet/ledgers.csv).",
 )
 
 
@@ -193,6 +205,8 @@ async def get_principal(
     request: Request,
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
 ) -> Principal:
+    """The live key of the request, whatever its scope (the routes' dependencies below check
+    the scope); its use is recorded (:func:`note_key_used`)."""
     if credentials is None or not credentials.credentials:
         raise UnauthorizedError("missing API key: send 'Authorization: Bearer <key>'")
     # Rates are counted for what is known, never for what is presented (app.api.limits): an
@@ -207,18 +221,99 @@ async def get_principal(
         raise UnauthorizedError("invalid or revoked API key")
     await limiter.succeeded(limiter.auth_failures, address)
     await limiter.charge(limiter.key, principal.key_id)
+    note_key_used(request.app, principal.key_id)
+    return principal
+
+
+# --- last use (issue 34) ---------------------------------------------------------------------
+
+
+def note_key_used(app: FastAPI, key_id: str) -> None:
+    """Record that ``key_id`` was used, if this process has not written its time within the
+    last minute (:class:`app.services.key_cache.LastUsedThrottle`, kept on the app's key cache
+    so that it outlives the cached lookups). The write runs in the background: no request waits
+    for it, and on SQLite none queues behind a job's write lock for it (event loop only)."""
+    if not key_lookups(app).last_used.due(key_id):
+        return
+    pending: set[asyncio.Future[None]] | None = getattr(app.state, "last_used_writes", None)
+    if pending is None:
+        pending = app.state.last_used_writes = set()
+    write = asyncio.ensure_future(run_in_threadpool(_write_last_used, app, key_id))
+    pending.add(write)  # held until done: a task nobody references may be collected
+    write.add_done_callback(pending.discard)
+
+
+def _write_last_used(app: FastAPI, key_id: str) -> None:
+    """The throttled write; a failure (database down) is logged by kind and dropped: the next
+    use after the interval writes again. Never raises into the event loop."""
+    try:
+        with app.state.sessions() as session:
+            touch_last_used(session, key_id, now())
+    except SQLAlchemyError as error:
+        logger.warning("could not record the last use of key %s (%s)", key_id,
+                       type(error).__name__)  # fmt: skip
+
+
+# --- scopes ----------------------------------------------------------------------------------
+
+_ORG_ONLY = (
+    "this API key has scope 'org:read': it reads every tenant's budgets (GET "
+    "/v1/budgets?all_tenants=true, GET /v1/fleet/ledgers.csv) and nothing else"
+)
+
+
+def _scope_refusal(scope: KeyScope, needed: str) -> ForbiddenError:
+    """The 403 of a key whose scope does not open a route, naming what it can do instead."""
+    if scope is KeyScope.ORG_READ:
+        what = _ORG_ONLY
+    else:
+        what = (
+            f"this API key has scope {scope.value!r}: it can only read prompts and complete "
+            "with them"
+        )
+    return ForbiddenError(f"{what}; this endpoint needs {needed}", code="insufficient_scope")
+
+
+async def require_tenant_key(
+    principal: Annotated[Principal, Depends(get_principal)],
+) -> Principal:
+    """A key of one tenant (admin or prompts:read): never an org:read key."""
+    if principal.scope is KeyScope.ORG_READ:
+        raise _scope_refusal(principal.scope, "a tenant's 'admin' or 'prompts:read' key")
     return principal
 
 
 async def require_admin(principal: Annotated[Principal, Depends(get_principal)]) -> Principal:
     if principal.scope is not KeyScope.ADMIN:
+        raise _scope_refusal(principal.scope, "an 'admin' key")
+    return principal
+
+
+async def require_org(principal: Annotated[Principal, Depends(get_principal)]) -> Principal:
+    """An org:read key: the routes that read across tenants (read-only)."""
+    if principal.scope is not KeyScope.ORG_READ:
         raise ForbiddenError(
-            f"this API key has scope {principal.scope.value!r}: it can only read prompts "
-            "and complete with them; this endpoint needs an 'admin' key",
-            code="insufficient_scope",
+            f"this endpoint reads every tenant's budgets: it needs an 'org:read' key (created "
+            f"by the operator); this {principal.scope.value!r} key sees its own tenant only",
+            code="org_key_required",
         )
     return principal
 
 
-AnyKey = Annotated[Principal, Depends(get_principal)]
+async def require_budget_reader(
+    principal: Annotated[Principal, Depends(get_principal)],
+) -> Principal:
+    """An admin key (its own tenant's budgets) or an org:read key (every tenant's): the
+    route itself checks that each asks the view its scope allows."""
+    if principal.scope not in (KeyScope.ADMIN, KeyScope.ORG_READ):
+        raise _scope_refusal(principal.scope, "an 'admin' key (or an 'org:read' key)")
+    return principal
+
+
+#: The dependencies that refuse a key for its scope (a 403 in the OpenAPI document).
+SCOPE_CHECKS = (require_tenant_key, require_admin, require_org, require_budget_reader)
+
+AnyKey = Annotated[Principal, Depends(require_tenant_key)]
 AdminKey = Annotated[Principal, Depends(require_admin)]
+OrgKey = Annotated[Principal, Depends(require_org)]
+BudgetReader = Annotated[Principal, Depends(require_budget_reader)]

@@ -22,7 +22,7 @@ from fastapi.dependencies.models import Dependant
 from fastapi.routing import APIRoute
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from app.api.deps import get_principal, require_admin
+from app.api.deps import SCOPE_CHECKS, get_principal
 from app.api.schemas import ErrorBody
 
 _DESCRIPTIONS = {
@@ -70,7 +70,7 @@ def error_statuses(route: APIRoute, method: str) -> set[int]:
     statuses = {422, 503}  # 422: any query with a NUL character (app.api.limits)
     if _calls(dependant, get_principal):
         statuses |= {401, 429}
-    if _calls(dependant, require_admin):
+    if any(_calls(dependant, check) for check in SCOPE_CHECKS):
         statuses.add(403)
     if dependant.path_params:
         statuses.add(404)

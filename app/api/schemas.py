@@ -58,6 +58,7 @@ from app.services.budgets import (
 from app.services.job_request import MAX_SHOTS, JobRequest
 from app.services.jobs import GroupChange, Quote, charge_note
 from app.services.storable import DATASET_NAME_MAX_CHARS, find_problem
+from app.services.tenants import KEY_NAME_MAX_CHARS, key_name_problem
 from app.synthesis.config import COVER_EVERY_LABEL_UP_TO, DEFAULT_SHOTS
 
 
@@ -494,9 +495,12 @@ class BudgetSummary(BaseModel):
     warn_threshold: float
     level: SpendLevel
     live_jobs: int
+    # Issue 34: whose dataset (every row has them; an org:read key's rows span tenants).
+    tenant_id: str | None = Field(None, description="The dataset's tenant.")
+    tenant_name: str | None = Field(None, description="The dataset's tenant's name.")
 
     @classmethod
-    def from_row(cls, row: DatasetSpend) -> BudgetSummary:
+    def from_row(cls, row: DatasetSpend, tenant_name: str | None = None) -> BudgetSummary:
         assert row.budget is not None and row.spend is not None  # budgeted rows only
         return cls(
             dataset_id=row.dataset.id,
@@ -508,6 +512,8 @@ class BudgetSummary(BaseModel):
             warn_threshold=row.budget.warn_threshold,
             level=row.level or SpendLevel.OK,
             live_jobs=row.spend.jobs,
+            tenant_id=row.dataset.tenant_id,
+            tenant_name=tenant_name,
         )
 
 
@@ -1072,7 +1078,29 @@ class CompletionPublic(BaseModel):
 
 
 class KeyCreate(_Request):
-    scope: KeyScope = KeyScope.PROMPTS_READ
+    scope: KeyScope = Field(
+        KeyScope.PROMPTS_READ,
+        description="admin or prompts:read; org:read keys are created by the operator only "
+        "(a 403 here).",
+    )
+    name: str | None = Field(
+        None,
+        description=f"What the key is for (trimmed; 1 to {KEY_NAME_MAX_CHARS} printable "
+        "characters). Shown in key lists; optional.",
+        json_schema_extra={"maxLength": KEY_NAME_MAX_CHARS},
+    )
+
+    @field_validator("name")
+    @classmethod
+    def _trimmed_name(cls, value: str | None) -> str | None:
+        """Trimmed, and refused with the rule (never the value) if blank, too long for its
+        column, or holding a control character."""
+        if value is None:
+            return None
+        problem = key_name_problem(value.strip())
+        if problem:
+            raise ValueError(problem)
+        return value.strip()
 
 
 class KeyPublic(BaseModel):
@@ -1080,10 +1108,23 @@ class KeyPublic(BaseModel):
     scope: str
     created_at: Timestamp
     revoked: bool
+    name: str | None = Field(None, description="The name given at creation (null: none).")
+    last_used_at: Timestamp | None = Field(
+        None,
+        description="When the key last opened the API or the dashboard, to within a minute "
+        "(written at most once a minute per key); null: not used since names were added.",
+    )
 
     @classmethod
     def from_row(cls, row: ApiKey) -> KeyPublic:
-        return cls(id=row.id, scope=row.scope, created_at=row.created_at, revoked=row.revoked)
+        return cls(
+            id=row.id,
+            scope=row.scope,
+            created_at=row.created_at,
+            revoked=row.revoked,
+            name=row.name,
+            last_used_at=row.last_used_at,
+        )
 
 
 class KeyCreated(KeyPublic):

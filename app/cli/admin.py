@@ -4,6 +4,8 @@ An operator's tool, not a client of the API: it needs database access (``DPSYN_D
 else the embedded ``./.dpsyn/dpsyn.db``), which is the privilege it stands for. There is
 deliberately no HTTP route that creates tenants: every API key belongs to one tenant, and a
 key that could act across tenants would be the one credential whose leak exposes all of them.
+The one cross-tenant key, ``org:read`` (issue 34: every tenant's budgets, read-only, nothing
+else), is therefore created here only (``dpsyn admin keys create TENANT --scope org:read``).
 
 A new key is printed once, alone on stdout (so that ``KEY=$(dpsyn admin ...)`` works), and only
 its hash is stored. Messages go to stderr. A problem exits with status 1 (a refused change: a
@@ -125,9 +127,11 @@ def _key_row(key: ApiKey) -> dict[str, Any]:
     return {
         "id": key.id,
         "tenant_id": key.tenant_id,
+        "name": key.name,
         "scope": key.scope,
         "revoked": key.revoked,
         "created_at": key.created_at.isoformat(),
+        "last_used_at": key.last_used_at.isoformat() if key.last_used_at else None,
     }
 
 
@@ -225,22 +229,34 @@ def keys_create(
     tenant: Annotated[str, typer.Argument(help="Name or ID.")],
     scope: Annotated[
         KeyScope,
-        typer.Option("--scope", help="admin: everything of the tenant; prompts:read: use prompts."),
+        typer.Option(
+            "--scope",
+            help="admin: everything of the tenant; prompts:read: use prompts; org:read: every "
+            "tenant's budgets, read-only (the organisation's view).",
+        ),
     ] = KeyScope.ADMIN,
+    name: Annotated[
+        str | None,
+        typer.Option("--name", help="What the key is for (1-100 printable characters)."),
+    ] = None,
     as_json: JsonOpt = False,
     data_dir: DataDirOpt = Path(".dpsyn"),
 ) -> None:
-    """Create a key for the tenant (printed once)."""
+    """Create a key for the tenant (printed once). An org:read key reads every tenant's
+    budgets; it still belongs to this tenant (disabling the tenant disables it)."""
     from app.services.tenants import create_key_for, find_tenant
 
     with _session(data_dir) as session:
         found = find_tenant(session, tenant)
-        key, raw = create_key_for(session, found, scope)
-        row, name = _key_row(key), found.name
+        key, raw = create_key_for(session, found, scope, name)
+        row, tenant_name = _key_row(key), found.name
     if as_json:
         typer.echo(json.dumps({**row, "key": raw}, indent=2))
         return
-    _say(f"created a {row['scope']} key {row['id']} for tenant {name!r} (shown once):")
+    named = f" {row['name']!r}" if row["name"] else ""
+    _say(
+        f"created a {row['scope']} key{named} {row['id']} for tenant {tenant_name!r} (shown once):"
+    )
     typer.echo(raw)
 
 
@@ -250,7 +266,9 @@ def keys_list(
     as_json: JsonOpt = False,
     data_dir: DataDirOpt = Path(".dpsyn"),
 ) -> None:
-    """The tenant's keys (IDs and scopes; the keys themselves are never stored)."""
+    """The tenant's keys (IDs, names, scopes, last use; the keys themselves are never
+    stored)."""
+    from app.cli.key_table import KEY_COLUMNS, key_cells
     from app.services.tenants import find_tenant, list_keys
 
     with _session(data_dir) as session:
@@ -258,18 +276,7 @@ def keys_list(
     if as_json:
         typer.echo(json.dumps(rows, indent=2))
         return
-    _print_table(
-        ["ID", "SCOPE", "STATUS", "CREATED"],
-        [
-            [
-                row["id"],
-                row["scope"],
-                "revoked" if row["revoked"] else "live",
-                row["created_at"][:19],
-            ]
-            for row in rows
-        ],
-    )
+    _print_table(KEY_COLUMNS, [key_cells(row) for row in rows])
 
 
 @keys_app.command("revoke")

@@ -32,6 +32,7 @@ from app.cli.http_client import (
     print_rows,
     request,
 )
+from app.cli.key_table import KEY_COLUMNS, key_cells
 from app.db.models import JobStatus, KeyScope
 
 LimitOpt = Annotated[
@@ -225,14 +226,7 @@ keys_app = typer.Typer(
 
 def _key_rows(rows: list[dict[str, Any]]) -> None:
     """The columns of ``dpsyn admin keys list``."""
-    print_rows(
-        ["ID", "SCOPE", "STATUS", "CREATED"],
-        [
-            [row["id"], row["scope"], "revoked" if row["revoked"] else "live",
-             row["created_at"][:19]]
-            for row in rows
-        ],
-    )  # fmt: skip
+    print_rows(KEY_COLUMNS, [key_cells(row) for row in rows])
 
 
 @keys_app.command("list")
@@ -255,16 +249,27 @@ def keys_create(
             "tenant.",
         ),
     ] = KeyScope.PROMPTS_READ,
+    name: Annotated[
+        str | None,
+        typer.Option("--name", help="What the key is for (1-100 printable characters)."),
+    ] = None,
     url: UrlOpt = None,
     key: KeyOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Create a key for your tenant; it is printed once, alone on stdout."""
-    created = request(url, key, "POST", "/v1/keys", json={"scope": scope.value})
+    """Create a key for your tenant; it is printed once, alone on stdout. (org:read keys
+    are the operator's: 'dpsyn admin keys create'.)"""
+    body: dict[str, str] = {"scope": scope.value}
+    if name is not None:
+        body["name"] = name  # checked by the server (a 422 naming the rule)
+    created = request(url, key, "POST", "/v1/keys", json=body)
     if as_json:
         print_json(created)
         return
-    err.print(f"created a {created['scope']} key {created['id']} (shown once):", markup=False)
+    named = f" {created['name']!r}" if created.get("name") else ""
+    err.print(
+        f"created a {created['scope']} key{named} {created['id']} (shown once):", markup=False
+    )
     typer.echo(created["key"])
 
 

@@ -59,6 +59,9 @@ class Tenant(Base):
 class KeyScope(StrEnum):
     ADMIN = "admin"  # everything of its tenant
     PROMPTS_READ = "prompts:read"  # read prompts and complete with them: DP outputs only
+    # Issue 34: every tenant's budgets, ledgers and job counts, read-only, and nothing else
+    # (no records, no prompts, no writes). Only the operator creates one (``dpsyn admin``).
+    ORG_READ = "org:read"
 
 
 class ApiKey(Base):
@@ -69,6 +72,11 @@ class ApiKey(Base):
     scope: Mapped[str] = mapped_column(String(32), default=KeyScope.ADMIN.value)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=now)
     revoked: Mapped[bool] = mapped_column(Boolean, default=False)
+    # Migration 0014 (issue 34). A name the creator chose (NULL: none; keys made before had
+    # none), and when the key last opened the API or the dashboard, written at most once a
+    # minute per key (app.services.key_cache.LastUsedThrottle): never a write per request.
+    name: Mapped[str | None] = mapped_column(String(100), nullable=True)
+    last_used_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
 
 
 class DashboardSession(Base):

@@ -43,6 +43,8 @@ from app.db.models import KeyScope
 KEY_TTL_S = 5.0
 #: Most keys remembered per process.
 KEY_CACHE_SIZE = 10_000
+#: Least time between two writes of one key's ``last_used_at`` (issue 34).
+LAST_USED_INTERVAL_S = 60.0
 
 #: The clock entries expire by (a module attribute, so that tests can move it on).
 clock = time.monotonic
@@ -108,11 +110,46 @@ class CachedKey:
     scope: KeyScope
 
 
+class LastUsedThrottle:
+    """When each key's ``last_used_at`` was last written by this process, so that it is
+    written at most once per ``interval_s`` per key (issue 34).
+
+    Authentication records that a key was used, but a write per request would turn every
+    prompt read -- served from the cache without any query -- into a database write, and on
+    SQLite into a wait for the write lock. So a use is written only when ``interval_s`` has
+    passed since this process last wrote that key's time. The marks are kept apart from the
+    cached lookups, which expire after ``KEY_TTL_S`` (5 s): a mark lives as long as the key
+    is used (an LRU, bounded like the lookups), so a key renewed in the cache every few
+    seconds still writes once a minute, not once per renewal. Other processes (API replicas)
+    each write at most once a minute too, and the write itself is conditional on the stored
+    time being older than the interval (:func:`app.services.tenants.touch_last_used`)."""
+
+    def __init__(
+        self, max_entries: int = KEY_CACHE_SIZE, interval_s: float = LAST_USED_INTERVAL_S
+    ) -> None:
+        self.interval_s = interval_s
+        self._written: LruCache[str, float] = LruCache(max_entries)
+        self._lock = threading.Lock()
+
+    def due(self, key_id: str) -> bool:
+        """Whether this use of ``key_id`` should be written; if so, it is marked as written
+        now (one caller wins: concurrent uses of the key write once)."""
+        with self._lock:
+            last = self._written.get(key_id)
+            at = clock()
+            if last is not None and at - last < self.interval_s:
+                return False
+            self._written.put(key_id, at)
+            return True
+
+
 class KeyCache:
-    """Successful key lookups by key hash, for at most ``ttl_s`` seconds (module docstring)."""
+    """Successful key lookups by key hash, for at most ``ttl_s`` seconds (module docstring),
+    and the last-used throttle of the keys (:class:`LastUsedThrottle`)."""
 
     def __init__(self, max_entries: int = KEY_CACHE_SIZE, ttl_s: float = KEY_TTL_S) -> None:
         self._entries: LruCache[str, CachedKey] = LruCache(max_entries, ttl_s)
+        self.last_used = LastUsedThrottle(max_entries)
         _CACHES.add(self)
 
     def get(self, key_hash: str) -> CachedKey | None:

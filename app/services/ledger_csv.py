@@ -28,6 +28,7 @@ import csv
 import io
 import re
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from app.ledger import ledger
 
@@ -62,6 +63,23 @@ def safe_cell(value: object) -> str:
     return _FORMULA_FRAGMENT.sub("'", str(value))
 
 
+def _entry_cells(index: int, point: ledger.SpendPoint) -> tuple[object, ...]:
+    """One ledger entry's cells, in the order of :data:`LEDGER_CSV_COLUMNS`."""
+    entry = point.entry
+    labels = [str(item["label"]) for item in entry.event.get("labels", [])] or ["*"]
+    return (
+        index,
+        entry.created_at.isoformat(),
+        entry.kind,
+        entry.job_id,
+        entry.epsilon,
+        entry.delta,
+        ";".join(labels),
+        point.epsilon,
+        point.plain_sum,
+    )
+
+
 def ledger_csv(points: Sequence[ledger.SpendPoint]) -> str:
     """The ledger as CSV, one row per entry with the spend after it (as the dataset page's
     table: ``composed_after`` is empty where a long ledger's chart left it out). ``labels``
@@ -71,18 +89,34 @@ def ledger_csv(points: Sequence[ledger.SpendPoint]) -> str:
     writer = csv.writer(out, lineterminator="\r\n")
     writer.writerow(LEDGER_CSV_COLUMNS)
     for index, point in enumerate(points, start=1):
-        entry = point.entry
-        labels = [str(item["label"]) for item in entry.event.get("labels", [])] or ["*"]
-        cells = (
-            index,
-            entry.created_at.isoformat(),
-            entry.kind,
-            entry.job_id,
-            entry.epsilon,
-            entry.delta,
-            ";".join(labels),
-            point.epsilon,
-            point.plain_sum,
-        )
-        writer.writerow([safe_cell(cell) for cell in cells])
+        writer.writerow([safe_cell(cell) for cell in _entry_cells(index, point)])
+    return out.getvalue()
+
+
+FLEET_CSV_COLUMNS = ("tenant_id", "tenant_name", "dataset_id", "dataset_name", *LEDGER_CSV_COLUMNS)
+
+
+@dataclass(frozen=True)
+class LedgerSection:
+    """One dataset's ledger in the all-tenants export, with whose dataset it is."""
+
+    tenant_id: str
+    tenant_name: str
+    dataset_id: str
+    dataset_name: str
+    points: Sequence[ledger.SpendPoint]
+
+
+def ledgers_csv(sections: Sequence[LedgerSection]) -> str:
+    """Several datasets' ledgers as one CSV (the organisation's export, issue 34): the columns
+    of :func:`ledger_csv` after the tenant's and the dataset's ID and name, each row's
+    ``entry`` numbered within its dataset. The names are typed by users, so they pass the same
+    formula rule as every other text cell; a dataset with an empty ledger has no row."""
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\r\n")
+    writer.writerow(FLEET_CSV_COLUMNS)
+    for section in sections:
+        head = (section.tenant_id, section.tenant_name, section.dataset_id, section.dataset_name)
+        for index, point in enumerate(section.points, start=1):
+            writer.writerow([safe_cell(cell) for cell in (*head, *_entry_cells(index, point))])
     return out.getvalue()

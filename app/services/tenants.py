@@ -1,8 +1,10 @@
 """Tenants and their API keys.
 
 A raw key is shown once, when it is created; only its SHA-256 (hex) is stored. A key has one
-scope: ``admin`` (everything of its tenant) or ``prompts:read`` (read prompts and complete
-with them: differentially private outputs only).
+scope: ``admin`` (everything of its tenant), ``prompts:read`` (read prompts and complete
+with them: differentially private outputs only) or ``org:read`` (every tenant's budgets,
+ledgers and job counts, read-only; only the operator creates one, issue 34). A key may have
+a name (:func:`check_key_name`), and records when it was last used (:func:`touch_last_used`).
 
 Functions here add rows and flush; the caller commits (``session_scope`` does). Revoking a
 key or disabling a tenant also drops it from this process's key-lookup caches
@@ -15,14 +17,16 @@ from __future__ import annotations
 import hashlib
 import secrets
 from collections.abc import Callable
+from datetime import datetime, timedelta
 
-from sqlalchemy import event, func, or_, select
+from sqlalchemy import event, func, or_, select, update
 from sqlalchemy.orm import Session
 
 from app.db.models import ApiKey, KeyScope, Tenant, now
 from app.services import key_cache
-from app.services.errors import ConflictError, InvalidError, NotFoundError
-from app.services.storable import TENANT_NAME_MAX_CHARS, text_problem, too_long
+from app.services.errors import ConflictError, ForbiddenError, InvalidError, NotFoundError
+from app.services.key_cache import LAST_USED_INTERVAL_S
+from app.services.storable import TENANT_NAME_MAX_CHARS, column_size, text_problem, too_long
 
 KEY_PREFIX = "dpsyn_"
 BOOTSTRAP_TENANT = "default"
@@ -37,15 +41,83 @@ def new_raw_key() -> str:
     return KEY_PREFIX + secrets.token_urlsafe(32)
 
 
+KEY_NAME_MAX_CHARS = column_size(ApiKey.name)
+KEY_NAME_RULE = (
+    f"a key's name is 1 to {KEY_NAME_MAX_CHARS} printable characters once trimmed "
+    "(no tabs, newlines or other control characters)"
+)
+
+
+def key_name_problem(name: str) -> str | None:
+    """Why ``name`` (already trimmed) cannot name a key, or None. Says the rule and the size,
+    never the name (a key's name is the creator's text, shown back only once stored)."""
+    if not name:
+        return f"must not be blank: {KEY_NAME_RULE}"
+    if len(name) > KEY_NAME_MAX_CHARS:
+        return too_long("the key name", len(name), KEY_NAME_MAX_CHARS)
+    if not name.isprintable():
+        return f"contains a character that is not printable: {KEY_NAME_RULE}"
+    return text_problem(name)
+
+
+def check_key_name(name: str | None) -> str | None:
+    """The trimmed name (None: no name), or :class:`InvalidError` (422) naming the rule."""
+    if name is None:
+        return None
+    trimmed = name.strip()
+    problem = key_name_problem(trimmed)
+    if problem:
+        raise InvalidError(f"name: {problem}")
+    return trimmed
+
+
 def create_api_key(
-    session: Session, tenant_id: str, scope: KeyScope = KeyScope.ADMIN
+    session: Session, tenant_id: str, scope: KeyScope = KeyScope.ADMIN, name: str | None = None
 ) -> tuple[ApiKey, str]:
-    """A new key of ``scope`` for the tenant: the row and the raw key (shown once)."""
+    """A new key of ``scope`` for the tenant, named ``name`` (trimmed; None: unnamed): the row
+    and the raw key (shown once)."""
+    checked = check_key_name(name)
     raw = new_raw_key()
-    key = ApiKey(tenant_id=tenant_id, key_hash=hash_key(raw), scope=KeyScope(scope).value)
+    key = ApiKey(
+        tenant_id=tenant_id, key_hash=hash_key(raw), scope=KeyScope(scope).value, name=checked
+    )
     session.add(key)
     session.flush()
     return key, raw
+
+
+def create_tenant_key(
+    session: Session, tenant_id: str, scope: KeyScope, name: str | None = None
+) -> tuple[ApiKey, str]:
+    """A key a tenant's admin key creates for its own tenant (``POST /v1/keys``): never an
+    ``org:read`` key, which sees every tenant and so is the operator's to create (403)."""
+    if KeyScope(scope) is KeyScope.ORG_READ:
+        raise ForbiddenError(
+            "scope: an org:read key reads every tenant's budgets, so only the operator creates "
+            "one ('dpsyn admin keys create TENANT --scope org:read'); a tenant's admin key can "
+            "create admin and prompts:read keys",
+            code="org_key_operator_only",
+        )
+    return create_api_key(session, tenant_id, scope, name)
+
+
+def touch_last_used(session: Session, key_id: str, at: datetime) -> bool:
+    """Record that ``key_id`` was used at ``at``, unless a time less than a minute older is
+    already stored (another process wrote it): one conditional UPDATE, committed. Whether a
+    row changed. Called by authentication only when this process's throttle says so
+    (:class:`app.services.key_cache.LastUsedThrottle`)."""
+    since = at - timedelta(seconds=LAST_USED_INTERVAL_S)
+    result = session.execute(
+        update(ApiKey)
+        .where(
+            ApiKey.id == key_id,
+            or_(ApiKey.last_used_at.is_(None), ApiKey.last_used_at < since),
+        )
+        .values(last_used_at=at)
+        .execution_options(synchronize_session=False)
+    )
+    session.commit()
+    return bool(getattr(result, "rowcount", 0))
 
 
 def create_tenant(session: Session, name: str) -> tuple[Tenant, str]:
@@ -192,13 +264,16 @@ def set_disabled(session: Session, tenant: Tenant, disabled: bool) -> Tenant:
     return tenant
 
 
-def create_key_for(session: Session, tenant: Tenant, scope: KeyScope) -> tuple[ApiKey, str]:
-    """A new key for an enabled tenant (a key of a disabled one would not work)."""
+def create_key_for(
+    session: Session, tenant: Tenant, scope: KeyScope, name: str | None = None
+) -> tuple[ApiKey, str]:
+    """A new key for an enabled tenant (a key of a disabled one would not work); the
+    operator's path, the only one that creates ``org:read`` keys."""
     if tenant.disabled_at is not None:
         raise ConflictError(
             f"tenant {tenant.name!r} is disabled; enable it first", code="tenant_disabled"
         )
-    return create_api_key(session, tenant.id, scope)
+    return create_api_key(session, tenant.id, scope, name)
 
 
 def revoke_key_by_id(session: Session, key_id: str) -> ApiKey:

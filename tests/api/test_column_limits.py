@@ -25,6 +25,7 @@ from typer.testing import CliRunner
 from app.cli import app as cli
 from app.db.migrate import upgrade
 from app.db.models import (
+    ApiKey,
     Base,
     DatasetKind,
     DatasetRecord,
@@ -36,7 +37,7 @@ from app.db.session import session_scope
 from app.methods.registry import MethodKind
 from app.privacy.accounting import Accounting
 from app.services.errors import ServiceError
-from app.services.tenants import create_tenant
+from app.services.tenants import create_tenant, hash_key
 from tests.api.conftest import (
     FAST_PARAMS,
     MARKER,
@@ -207,6 +208,20 @@ def _cli_tenant(world: World, value: str) -> Outcome:
     return Outcome(result.exit_code, result.output)
 
 
+def _cli_key(world: World, value: str) -> Outcome:
+    """``dpsyn admin keys create`` for the tenant of the world's admin key."""
+    with session_scope(world.api.url) as session:
+        tenant = session.scalars(
+            select(ApiKey.tenant_id).where(ApiKey.key_hash == hash_key(world.api.admin))
+        ).one()
+    result = CliRunner().invoke(
+        cli,
+        ["admin", "keys", "create", tenant, "--name", value],
+        env={"DPSYN_DATABASE_URL": world.api.url},
+    )
+    return Outcome(result.exit_code, result.output)
+
+
 def _service_tenant(world: World, value: str) -> Outcome:
     try:
         with session_scope(world.api.url) as session:
@@ -302,6 +317,16 @@ CASES: list[Case] = [
     # tenants.name: no route creates tenants; the operator's command line and its service do.
     Case(("tenants", "name"), "cli-admin", _cli_tenant, "tenant name", expect=2),
     Case(("tenants", "name"), "service", _service_tenant, "name"),
+    # api_keys.name (issue 34): the API and the operator's command line.
+    Case(
+        ("api_keys", "name"),
+        "json",
+        lambda w, v: _http(
+            w.api.client.post("/v1/keys", json={"name": v}, headers=auth(w.api.admin))
+        ),
+        "name",
+    ),
+    Case(("api_keys", "name"), "cli-admin", lambda w, v: _cli_key(w, v), "key name", expect=1),
     # Columns of a closed set of values: an over-long string is not one of them.
     Case(
         ("api_keys", "scope"),

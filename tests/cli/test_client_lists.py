@@ -6,6 +6,7 @@ server of ``conftest.py``."""
 from __future__ import annotations
 
 import json
+import re
 import socket
 from typing import Any
 
@@ -121,8 +122,10 @@ def test_keys_create_list_and_revoke_for_the_own_tenant(dpsyn, server, trec_file
     key_id = created.stderr.split()[4]
 
     listed = dpsyn("keys", "list")
-    assert listed.stdout.splitlines()[0].split() == ["ID", "SCOPE", "STATUS", "CREATED"]
-    assert f"{key_id}  prompts:read  live" in listed.stdout
+    assert listed.stdout.splitlines()[0].split() == [
+        "ID", "NAME", "SCOPE", "STATUS", "CREATED", "LAST", "USED",
+    ]  # fmt: skip
+    assert re.search(rf"{key_id}\s+-\s+prompts:read\s+live\s+\S+\s+never", listed.stdout)
     assert _json(dpsyn("keys", "list", "--json")) == _api(server, "/v1/keys")
 
     # A prompts:read key lists prompts (and their datasets' names).
@@ -141,10 +144,22 @@ def test_keys_create_list_and_revoke_for_the_own_tenant(dpsyn, server, trec_file
     assert revoked.exit_code == 0 and f"revoked key {key_id}" in revoked.stderr
     refused = dpsyn("prompts", "list", "--key", raw)
     assert refused.exit_code == 1 and "invalid or revoked API key" in refused.stderr
-    assert f"{key_id}  prompts:read  revoked" in dpsyn("keys", "list").stdout
+    assert re.search(rf"{key_id}\s+-\s+prompts:read\s+revoked", dpsyn("keys", "list").stdout)
+    # Used since: its last use is listed (written in the background, within the request's
+    # wake; at most once a minute).
+    used = _api(server, "/v1/keys")
+    assert next(row for row in used if row["id"] == key_id)["last_used_at"] is not None
 
     admin = _json(dpsyn("keys", "create", "--scope", "admin", "--json"))
     assert admin["scope"] == "admin" and admin["key"]
+    named = dpsyn("keys", "create", "--name", "  nightly report  ")
+    assert named.exit_code == 0, named.output
+    assert "created a prompts:read key 'nightly report' " in named.stderr
+    assert re.search(r"\s+nightly report\s+prompts:read\s+live", dpsyn("keys", "list").stdout)
+    blank = dpsyn("keys", "create", "--name", "   ")
+    assert blank.exit_code == 1 and "name" in blank.stderr and "blank" in blank.stderr
+    org = dpsyn("keys", "create", "--scope", "org:read")
+    assert org.exit_code == 1 and "only the operator" in org.stderr
     missing = dpsyn("keys", "revoke", "nope", "--yes")
     assert missing.exit_code == 1 and "API key 'nope' not found" in missing.stderr
 

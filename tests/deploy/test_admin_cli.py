@@ -156,3 +156,23 @@ def test_the_embedded_database_is_the_default(tmp_path, monkeypatch):
     assert runner.invoke(cli, ["admin", "tenants", "create", "local"]).exit_code == 0
     listed = runner.invoke(cli, ["admin", "tenants", "list"])
     assert listed.exit_code == 0 and "local" in listed.stdout
+
+
+def test_the_operator_creates_a_named_org_key_that_reads_every_tenant(admin, api):
+    """``--scope org:read --name``: the only way to an org key (issue 34); it reads all
+    tenants' budgets and nothing of any tenant's data; names show in ``keys list``."""
+    admin("tenants", "create", "acme")
+    admin("tenants", "create", "ops")
+    created = admin("keys", "create", "ops", "--scope", "org:read", "--name", " finance ", "--json")
+    assert created.exit_code == 0, created.output
+    body = json.loads(created.stdout)
+    assert (body["scope"], body["name"], body["last_used_at"]) == ("org:read", "finance", None)
+    assert _get(api, body["key"], "/v1/budgets?all_tenants=true") == 200
+    assert _get(api, body["key"], "/v1/datasets") == 403
+    listed = admin("keys", "list", "ops")
+    assert listed.stdout.splitlines()[0].split()[:3] == ["ID", "NAME", "SCOPE"]
+    assert f"{body['id']}  finance  org:read" in listed.stdout
+    used = json.loads(admin("keys", "list", "ops", "--json").stdout)
+    assert next(r for r in used if r["id"] == body["id"])["name"] == "finance"
+    refused = admin("keys", "create", "ops", "--name", "tab\there")
+    assert refused.exit_code == 1 and "name" in refused.output and "printable" in refused.output

@@ -1,4 +1,9 @@
-"""API keys of the caller's tenant (admin keys only)."""
+"""API keys of the caller's tenant (admin keys only).
+
+A key may be named, and lists show when each was last used (issue 34). A tenant's admin key
+creates admin and prompts:read keys only: an org:read key reads every tenant's budgets, so
+only the operator creates one (``dpsyn admin keys create``), and asking for one here is a 403.
+"""
 
 from __future__ import annotations
 
@@ -15,7 +20,7 @@ router = APIRouter(prefix="/v1/keys", tags=["keys"])
     "", status_code=201, response_model=KeyCreated, summary="Create a key (shown only once)"
 )
 def create_key(body: KeyCreate, principal: AdminKey, session: SessionDep) -> KeyCreated:
-    key, raw = service.create_api_key(session, principal.tenant_id, body.scope)
+    key, raw = service.create_tenant_key(session, principal.tenant_id, body.scope, body.name)
     session.commit()
     return KeyCreated(**KeyPublic.from_row(key).model_dump(), key=raw)
 

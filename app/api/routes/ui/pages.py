@@ -2,7 +2,8 @@
 (:mod:`.forms`), calls the services and renders a template (:mod:`app.ui.render`).
 
 Every query is scoped to the session key's tenant (another tenant's IDs are 404, as in the
-API) and every page renders the API's own public schemas, so the dashboard shows exactly what
+API; an org:read sign-in has the fleet page of :mod:`.fleet` only) and every page renders
+the API's own public schemas, so the dashboard shows exactly what
 the API would: metadata and DP outputs, never a private record.
 """
 
@@ -22,10 +23,11 @@ from app.api.deps import AdviceDep, ProviderDep, QueueDep, SessionDep, SettingsD
 from app.api.errors import describe_request_errors
 from app.api.limits import RateLimitedError, client_address
 from app.api.responses import FiniteJSONResponse
-from app.api.routes.ui import budget_views, forms
+from app.api.routes.ui import budget_views, fleet, forms
 from app.api.routes.ui.session import (
     AdminUi,
     AnyUi,
+    CurrentUi,
     LimiterDep,
     ReadSessionsDep,
     SessionsDep,
@@ -108,8 +110,15 @@ def _terminal() -> list[str]:
 
 
 @router.get("", response_class=HTMLResponse)
-async def home(ui: AnyUi) -> Response:
+async def home(ui: CurrentUi) -> Response:
+    """Where a sign-in lands: an admin on its datasets, an org:read key on the fleet page,
+    a prompts:read key on its prompts."""
+    if ui.is_org:
+        return see_other("/ui/fleet")
     return see_other("/ui/datasets" if ui.is_admin else "/ui/prompts")
+
+
+fleet.register(router)  # /ui/fleet (org:read sign-ins) and /ui/keys
 
 
 @router.get("/login", response_class=HTMLResponse)

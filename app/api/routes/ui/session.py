@@ -24,7 +24,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from starlette.datastructures import FormData
 from starlette.formparsers import MultiPartException
 
-from app.api.deps import Principal
+from app.api.deps import Principal, note_key_used
 from app.api.limits import Limiter
 from app.db.models import KeyScope
 from app.services.errors import ForbiddenError, InvalidError
@@ -57,6 +57,11 @@ class Ui:
     @property
     def is_admin(self) -> bool:
         return self.principal.scope is KeyScope.ADMIN
+
+    @property
+    def is_org(self) -> bool:
+        """An org:read sign-in: the fleet page only (issue 34)."""
+        return self.principal.scope is KeyScope.ORG_READ
 
     def accepts(self, token: str | None) -> bool:
         """Whether ``token`` is this session's CSRF token (constant time)."""
@@ -121,25 +126,53 @@ async def signed_in(request: Request, signer: SignerDep, sessions: ReadSessionsD
     return ui
 
 
-async def current_ui(ui: Annotated[Ui, Depends(signed_in)], limiter: LimiterDep) -> Ui:
-    """The signed-in session, charged to its key's rate limit as the API's requests are."""
+async def current_ui(
+    request: Request, ui: Annotated[Ui, Depends(signed_in)], limiter: LimiterDep
+) -> Ui:
+    """The signed-in session, charged to its key's rate limit as the API's requests are, and
+    recorded as a use of the key (throttled as the API's: :func:`app.api.deps.note_key_used`)."""
     await limiter.charge(limiter.key, ui.principal.key_id)
+    note_key_used(request.app, ui.principal.key_id)
+    return ui
+
+
+_ORG_PAGES = "an org:read sign-in sees the fleet page only (/ui/fleet)"
+
+
+async def tenant_ui(ui: Annotated[Ui, Depends(current_ui)]) -> Ui:
+    """A session of one tenant's key (admin or prompts:read): never an org:read one."""
+    if ui.is_org:
+        raise ForbiddenError(
+            f"this page shows one tenant's data: {_ORG_PAGES}", code="insufficient_scope"
+        )
     return ui
 
 
 async def admin_ui(ui: Annotated[Ui, Depends(current_ui)]) -> Ui:
-    """An admin session: a ``prompts:read`` sign-in sees the prompt pages only."""
+    """An admin session: a ``prompts:read`` sign-in sees the prompt pages only, an org:read
+    one the fleet page only."""
     if not ui.is_admin:
+        whom = _ORG_PAGES if ui.is_org else "a prompts:read sign-in sees prompts only"
+        raise ForbiddenError(f"this page needs an admin key: {whom}", code="insufficient_scope")
+    return ui
+
+
+async def org_ui(ui: Annotated[Ui, Depends(current_ui)]) -> Ui:
+    """An org:read session (the fleet page): every tenant's budgets, read-only."""
+    if not ui.is_org:
         raise ForbiddenError(
-            "this page needs an admin key: a prompts:read sign-in sees prompts only",
-            code="insufficient_scope",
+            "this page shows every tenant's budgets: it needs an org:read key (created by the "
+            f"operator); this {ui.principal.scope.value} key sees its own tenant only",
+            code="org_key_required",
         )
     return ui
 
 
 SignedInUi = Annotated[Ui, Depends(signed_in)]
-AnyUi = Annotated[Ui, Depends(current_ui)]
+CurrentUi = Annotated[Ui, Depends(current_ui)]  # any scope: the home page's redirect only
+AnyUi = Annotated[Ui, Depends(tenant_ui)]
 AdminUi = Annotated[Ui, Depends(admin_ui)]
+OrgUi = Annotated[Ui, Depends(org_ui)]
 
 
 async def checked_form(request: Request, ui: Ui, **limits: Any) -> FormData:

@@ -1,0 +1,35 @@
+"""api keys have a name and a last-used time (issue 34)
+
+A key's creator may name it (``POST /v1/keys {"name": ...}``, ``dpsyn keys create --name``,
+``dpsyn admin keys create --name``); authentication records when a key was last used, at most
+once a minute per key. Both columns are nullable: existing keys have no name and have not been
+seen since. Dropping them (downgrade) loses only the names and times.
+
+The ``org:read`` scope needs no schema change: ``api_keys.scope`` is a ``String(32)``.
+
+Revision ID: 0014
+Revises: 0013
+Create Date: 2026-12-12 09:00:00.000000
+"""
+
+from collections.abc import Sequence
+
+import sqlalchemy as sa
+from alembic import op
+
+revision: str = "0014"
+down_revision: str | None = "0013"
+branch_labels: str | Sequence[str] | None = None
+depends_on: str | Sequence[str] | None = None
+
+
+def upgrade() -> None:
+    # Plain ALTER TABLE (as 0004, 0010): a batch would recreate ``api_keys`` on SQLite.
+    op.add_column("api_keys", sa.Column("name", sa.String(100), nullable=True))
+    op.add_column("api_keys", sa.Column("last_used_at", sa.DateTime(timezone=True), nullable=True))
+
+
+def downgrade() -> None:
+    # SQLite >= 3.35 drops a plain column in place.
+    op.drop_column("api_keys", "last_used_at")
+    op.drop_column("api_keys", "name")
