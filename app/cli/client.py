@@ -909,6 +909,28 @@ def _show_submitted(
         raise typer.Exit(code=1)
 
 
+def _print_spend(api: Api, dataset: str) -> None:
+    """The dataset's spend with this job reserved, composed and as a plain sum: why jobs whose
+    epsilons add up to more than the budget were all admitted (they compose; and one that
+    charges other label groups than the binding one adds nothing)."""
+    try:
+        budget = api.call("GET", f"/v1/datasets/{dataset}/budget")
+    except ClientError:  # only a hint: the job is submitted either way
+        return
+    spent, total, plain = budget["spent"], budget["epsilon"], budget["plain_sum"]
+    line = (
+        f"dataset spend now {spend_text(spent)} of {total:g} "
+        f"({budget_percent(spent / total)}), composed over {budget['live_jobs']} job(s)"
+    )
+    if plain > spent * (1 + 1e-9):
+        line += (
+            f"; their epsilons sum to {spend_text(plain)}, but composed privacy loss grows "
+            "slower than the sum, and only the most-charged label group counts "
+            f"('dpsyn budget show {dataset}')"
+        )
+    err.print(line, markup=False)
+
+
 def _print_coverage(api: Api, job: dict[str, Any]) -> None:
     """Under the settings line, how many of the dataset's labels the job's shots cover (each
     shot's label is drawn without replacement, so ``min(shots, labels)``), from the dataset's
@@ -1009,6 +1031,7 @@ def jobs_submit(
                 if job.get("settings"):
                     err.print(job["settings"], markup=False)
                     _print_coverage(api, job)
+                _print_spend(api, job["dataset_id"])
             validation = None
             if wait:
                 job, validation = _wait(api, job, interval=poll, timeout=timeout)

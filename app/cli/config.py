@@ -102,6 +102,9 @@ def base_url(url: str) -> tuple[str, str | None]:
     Every route starts with ``/v1``, so a URL copied from the API docs (``.../v1``) would make
     each call ``/v1/v1/...`` and get a bare 404: the ``/v1`` is dropped, and said."""
     trimmed = url.rstrip("/")
+    if "://" not in trimmed:  # 127.0.0.1:8741: httpx would call it an unsupported scheme
+        base, _ = base_url("http://" + trimmed)
+        return base, f"using {base}: a server URL without a scheme is taken as http://"
     if trimmed.endswith("/v1"):
         base = trimmed.removesuffix("/v1")
         return base, f"using {base}: the server URL is given without /v1 (the client adds it)"

@@ -9,6 +9,7 @@ exits with status 1 (2 for a usage or local file problem).
 from __future__ import annotations
 
 import json
+import ssl
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Annotated, Any, NoReturn
@@ -113,10 +114,28 @@ class Api:
 
 
 def unreachable(url: str, error: BaseException) -> str:
+    """Why the server could not be reached, and what to try: an https URL whose server
+    answers plain HTTP fails its TLS handshake, which is not a server that is down."""
+    if url.startswith("https://") and _tls_failed(error):
+        plain = "http://" + url.removeprefix("https://")
+        return (
+            f"the dpsyn server at {url} did not answer HTTPS (the TLS handshake failed); "
+            f"if it serves plain HTTP ('dpsyn serve' does), use --url {plain}"
+        )
     return (
         f"cannot reach the dpsyn server at {url} ({type(error).__name__}); "
         "is 'dpsyn serve' running? (--url / DPSYN_URL)"
     )
+
+
+def _tls_failed(error: BaseException) -> bool:
+    """Whether ``error`` (or what caused it) is a TLS failure."""
+    seen: BaseException | None = error
+    while seen is not None:
+        if isinstance(seen, ssl.SSLError) or "SSL" in str(seen):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
 
 
 @contextmanager

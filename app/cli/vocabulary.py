@@ -95,8 +95,11 @@ def _command(template: str) -> Callable[[re.Match[str]], str]:
     return replace
 
 
-# A boolean field set in the API's words (``upload it with public=true``).
+# A boolean field set in the API's words (``upload it with public=true``), and an ID field
+# named inside a sentence (``name it as validation_dataset_id``): only ``*_id`` names, which
+# no English word is, so "name", "task" or a message's "the API's text_column" stay as said.
 _TRUE = re.compile(r"\b([a-z][a-z_]*)=true\b")
+_SNAKE = re.compile(r"(?<![\w.-])([a-z]+(?:_[a-z]+)*_id)\b(?![=(]|\.\w)")
 
 
 def _flag(match: re.Match[str]) -> str:
@@ -109,4 +112,4 @@ def in_cli_words(message: str) -> str:
     commands (unchanged when it names none)."""
     for pattern, template in ROUTE_COMMANDS:
         message = pattern.sub(_command(template), message)
-    return _TRUE.sub(_flag, _FIELD.sub(_option, message))
+    return _SNAKE.sub(_flag, _TRUE.sub(_flag, _FIELD.sub(_option, message)))

@@ -58,7 +58,8 @@ def _table(path: Path, lines: list[str], field: str) -> list[str]:
         if field not in header:  # the names are not shown: without a header, a text
             raise DataError(
                 f"{path}: no column {field!r} in the header row (line 1, {len(header)} "
-                "columns); the file needs a header row naming its columns"
+                "columns): name the text column with --text-col (the API's text_column), or "
+                "give the file a header row naming it"
             )
         for row in reader:
             value = row.get(field)

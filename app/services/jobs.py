@@ -275,9 +275,14 @@ def plan_submission(
     _check_request(method, request)
     dataset = get_live_dataset(session, tenant_id, dataset_id)
     if dataset.kind == DatasetKind.PUBLIC:
+        what = (
+            "public and labelled (a validation set: name it as validation_dataset_id)"
+            if dataset.label_counts
+            else "public (unlabelled texts, for PromptPATE: public_dataset_id)"
+        )
         raise InvalidError(
-            f"dataset_id: dataset {dataset_id!r} is public (unlabelled, never charged); a job "
-            "synthesises from a private dataset",
+            f"dataset_id: dataset {dataset_id!r} is {what}; a job synthesises from a private "
+            "dataset and is charged to its budget",
             code="public_dataset",
         )
     public = (

@@ -211,7 +211,9 @@ def _read_csv(path: Path, lines: list[str], text_col: str, label_col: str) -> li
         if (column := _missing(header, text_col, label_col)) is not None:
             raise DataError(
                 f"{path}: no column {column!r} in the header row (line 1, {len(header)} "
-                "columns); the file needs a header row naming its columns"
+                "columns): name the text and label columns with --text-col and --label-col "
+                "(the API's text_column and label_column), or give the file a header row "
+                "naming them"
             )
         return [Record(_cell(row[text_col]), _cell(row[label_col])) for row in reader]
     except csv.Error:

@@ -76,6 +76,10 @@ def test_a_trailing_v1_is_dropped_and_said():
         "using http://h:8000: the server URL is given without /v1 (the client adds it)",
     )
     assert base_url("https://h/dpsyn/") == ("https://h/dpsyn", None)
+    assert base_url("127.0.0.1:8741") == (
+        "http://127.0.0.1:8741",
+        "using http://127.0.0.1:8741: a server URL without a scheme is taken as http://",
+    )
 
 
 # The request schemas a ``dpsyn`` client command sends. AdviceCreate is left out: advice runs
@@ -147,6 +151,12 @@ def test_every_field_a_cli_user_sets_has_its_cli_words(server):
         ),
         ("warn_threshold: at most 1", "--warn: at most 1"),
         ("format=true stays", "format=true stays"),  # not an option: left as it is
+        (
+            "is public (a validation set: name it as validation_dataset_id); a job",
+            "is public (a validation set: name it as --validation-dataset); a job",
+        ),
+        ("(the API's text_column and label_column)", "(the API's text_column and label_column)"),
+        ("label_counts of the task", "label_counts of the task"),
     ],
 )
 def test_validation_set_mistakes_speak_cli(api, cli):

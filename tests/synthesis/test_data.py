@@ -273,8 +273,9 @@ def test_unknown_column_counts_the_columns_without_naming_them(tmp_path):
     path.write_text(f"{SECRET} said hi,Billing\nanother,Network\n")
     message = data_error(read_table, path, "text", "label")
     assert message == (
-        f"{path}: no column 'text' in the header row (line 1, 2 columns); the file needs a "
-        "header row naming its columns"
+        f"{path}: no column 'text' in the header row (line 1, 2 columns): name the text and "
+        "label columns with --text-col and --label-col (the API's text_column and "
+        "label_column), or give the file a header row naming them"
     )
     assert "Billing" not in message
     path.write_text(f"body,team\n{SECRET},Billing\n")
