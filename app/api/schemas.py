@@ -716,6 +716,7 @@ class JobPublic(BaseModel):
 
     id: str
     dataset_id: str
+    dataset_name: str | None = Field(None, description="The dataset's name (public metadata).")
     public_dataset_id: str | None = Field(
         description="The public dataset of a method that reads one."
     )

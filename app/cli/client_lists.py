@@ -140,7 +140,7 @@ def jobs_list(
                 row["method"],
                 f"{row['epsilon']:.4g}",
                 *([_charged(row)] if charged else []),
-                row["dataset_id"],
+                _dataset_cell(row),
                 row.get("prompt_id") or "-",
                 row["created_at"][:19],
             ]

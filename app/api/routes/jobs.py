@@ -21,8 +21,13 @@ router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
 
 
 def job_views(session: Session, rows: Sequence[Job]) -> list[JobPublic]:
-    """The public view of each job, with its charge from the ledger (one query for all)."""
-    return JobPublic.from_rows(rows, service.job_charges(session, rows))
+    """The public view of each job, with its charge from the ledger and its dataset's name
+    (one query each for all)."""
+    views = JobPublic.from_rows(rows, service.job_charges(session, rows))
+    if not rows:
+        return views
+    names = service.dataset_names(session, rows[0].tenant_id, [row.dataset_id for row in rows])
+    return [view.model_copy(update={"dataset_name": names.get(view.dataset_id)}) for view in views]
 
 
 def job_view(session: Session, row: Job) -> JobPublic:
