@@ -1059,7 +1059,11 @@ def jobs_quote(
 ) -> None:
     """What a job would cost, before it is submitted (the dashboard's "Check the cost"):
     planned and checked as 'jobs submit' plans it, nothing reserved. The dataset's spend is
-    composed, so a job may add less than its own epsilon to it, or nothing."""
+    composed, so a job may add less than its own epsilon to it, or nothing.
+
+    Another job admitted meanwhile changes the spend; and with fewer shots than labels the
+    labels a job demonstrates are drawn when it is planned, so the submission may charge
+    other label groups than the quote did."""
     try:
         fields = _job_fields(dataset, epsilon, method, shots, delta, accounting)
         fields["public_dataset_id"] = public_dataset
