@@ -18,7 +18,7 @@ error message or returned; the private records reach the backend inside teacher 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -54,8 +54,9 @@ def run_pate(
 
     ``plan`` must come from :func:`app.pate.plan.plan_pate` with these sizes. ``rng`` is the
     job's noise generator (default: OS-seeded, or ``config.seed`` for tests). ``progress`` is
-    called after every group of public inputs; an exception it raises (a cancellation) stops
-    the job there and propagates.
+    called after every group of public inputs and, while the teachers vote on a group, as
+    their calls come in (inputs' worth of votes, :func:`_within_group`); an exception it
+    raises (a cancellation) stops the job there and propagates.
     """
     config = plan.config
     if len(private) != plan.n_private or public_count(len(public), config) != plan.n_public:
@@ -118,6 +119,29 @@ class _Answers:
     gdp: GdpFilter
 
 
+def _within_group(
+    progress: Progress | None, start: int, size: int, teachers: int, total: int
+) -> Callable[[int], None] | None:
+    """Progress while the teachers vote on a group (``size`` inputs from ``start``): after
+    ``n`` of the ``teachers`` calls, ``start + size * n // teachers`` inputs' worth of votes are
+    in. With many teachers a group takes minutes, and a job reporting only whole groups would
+    show 0 for all of its first one. The count is reported each time it moves (past the
+    group's start) and never reaches the group's end: the report after the group is the number of
+    inputs the filter processed (fewer, when the privacy budget ran out inside the group)."""
+    if progress is None or teachers <= 1:
+        return None
+
+    last = start
+
+    def voted(n: int) -> None:
+        nonlocal last
+        if n < teachers and (done := start + size * n // teachers) > last:
+            last = done
+            progress(done, total)
+
+    return voted
+
+
 def _label_public(
     task: TaskSpec,
     prompts: Sequence[str],
@@ -138,7 +162,8 @@ def _label_public(
             answers.exhausted = True
             break
         group = inputs[start : start + plan.config.group_size]
-        votes = teacher_votes(backend, task, prompts, group)
+        voted = _within_group(progress, start, len(group), len(prompts), plan.n_public)
+        votes = teacher_votes(backend, task, prompts, group, voted)
         for text, counts in zip(group, votes, strict=True):
             if not gdp.affords(agg.mu_threshold, agg.mu_gnmax):
                 answers.exhausted = True

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -99,18 +99,26 @@ def teacher_prompts(
 
 
 def teacher_votes(
-    backend: LLMBackend, task: TaskSpec, prompts: Sequence[str], inputs: Sequence[str]
+    backend: LLMBackend,
+    task: TaskSpec,
+    prompts: Sequence[str],
+    inputs: Sequence[str],
+    voted: Callable[[int], None] | None = None,
 ) -> np.ndarray:
     """Vote histograms: ``len(inputs) x len(task.labels)`` ints, one vote per teacher and input.
 
-    One backend call per teacher over all ``inputs``. Nothing here is released: the counts
-    are only ever read through Confident-GNMax.
+    One backend call per teacher over all ``inputs``; ``voted(n)`` is called after the n-th
+    teacher's call (a group of inputs takes as many calls as there are teachers, so this is
+    how a run shows progress within a group). Nothing here is released: the counts are
+    only ever read through Confident-GNMax.
     """
     votes = np.zeros((len(inputs), len(task.labels)), dtype=np.int64)
     if not inputs:
         return votes
     rows = np.arange(len(inputs))
-    for prompt in prompts:
+    for n, prompt in enumerate(prompts, start=1):
         probs = label_probabilities(backend, task, prompt, inputs)
         votes[rows, probs.argmax(axis=1)] += 1
+        if voted is not None:
+            voted(n)
     return votes

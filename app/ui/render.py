@@ -19,9 +19,23 @@ from jinja2 import StrictUndefined
 from app.privacy.budget import budget_percent
 from app.ui.charts import spend_bar
 
+
+def three_digits(value: float) -> str:
+    """``value`` to 3 significant digits, as the dashboard prints a δ: ``1.45e-4`` rather
+    than ``0.00014450867052023122`` (a δ's later digits carry no meaning for a reader).
+    Below 0.001 in scientific notation without padding (``1e-5``, not ``1e-05``)."""
+    if value != 0 and abs(value) < 1e-3:
+        mantissa, exponent = f"{value:.2e}".split("e")
+        if "." in mantissa:
+            mantissa = mantissa.rstrip("0").rstrip(".")
+        return f"{mantissa}e{int(exponent)}"
+    return f"{value:.3g}"
+
+
 TEMPLATES = Jinja2Templates(directory=Path(__file__).resolve().parent / "templates")
 TEMPLATES.env.globals.update(spend_bar=spend_bar)
 TEMPLATES.env.filters["budget_percent"] = budget_percent  # rounded down, as the CLI prints
+TEMPLATES.env.filters["three_digits"] = three_digits  # every δ shown as text
 TEMPLATES.env.undefined = StrictUndefined  # a missing variable is a bug, not an empty string
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from fastapi import FastAPI
+from fastapi.responses import RedirectResponse
 from starlette.datastructures import MutableHeaders
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -60,3 +61,11 @@ def install_dashboard(app: FastAPI, settings: Settings) -> None:
     app.state.ui_signer = make_signer(secret)
     app.mount("/ui/static", StaticFiles(directory=STATIC_DIR), name="ui-static")
     app.add_middleware(DashboardHeaders)
+    app.add_api_route("/", to_dashboard, methods=["GET"], include_in_schema=False)
+
+
+async def to_dashboard() -> RedirectResponse:
+    """``/`` is the dashboard: someone who types the service's address lands on a page, not
+    on a 404 (issue 34). 307, so the browser goes on to ``/ui``; the API's own paths
+    (``/v1/...``, ``/healthz``, ``/docs``) are untouched."""
+    return RedirectResponse("/ui", status_code=307)

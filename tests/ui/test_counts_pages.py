@@ -83,7 +83,7 @@ def test_the_budget_card_explains_the_delta_and_the_job_page_the_counts(api: Api
     assert saved.status_code == 303
     page = page_of()
     assert 'data-delta-source="default"' in page
-    assert "δ = 1e-06: the public default, chosen independent of the dataset" in page
+    assert "δ = 1e-6: the public default, chosen independent of the dataset" in page
     assert 'id="budget-delta-note"' not in page and 'placeholder="default: unchanged' in page
 
     api.budget(dataset["id"], 3.0, delta=0.1)  # above 1/24

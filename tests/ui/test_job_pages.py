@@ -54,7 +54,10 @@ def test_the_job_page_shows_parameters_charge_timings_and_its_prompt(api: Api) -
     assert _text(page, "job-dataset") == "questions"
     assert f'href="/ui/datasets/{dataset_id}"' in page
     assert _text(page, "job-method") == "tang"
-    assert _text(page, "job-requested").startswith(f"{succeeded['epsilon']:.4g}")
+    # The job's epsilon is the planned one (what the ledger charges), not the one asked for
+    assert _text(page, "job-planned") == f"{succeeded['epsilon']:.4g}"
+    assert _text(page, "job-asked") == "1"  # api.submit asks for epsilon 1
+    assert "ε requested" not in page
     assert float(_text(page, "job-charged")) == pytest.approx(succeeded["epsilon"], rel=1e-3)
     assert _text(page, "job-charge") == "charged"
     assert _text(page, "job-charge-note") == succeeded["charge_note"]

@@ -17,6 +17,9 @@ from app.services.tenants import hash_key
 from app.ui.web import CSP
 from tests.api.conftest import FAST_PARAMS, MARKER, Api, auth, csv_bytes, make_api, toy_rows
 
+# Signed out, a page sends the browser to sign in, and back to it afterwards (issue 34).
+TO_LOGIN = "/ui/login?next=%2Fui%2Fdatasets"
+
 
 @pytest.fixture
 def api(sqlite_url: str):
@@ -80,7 +83,7 @@ def test_sign_in_sets_a_strict_httponly_cookie_without_the_key(api: Api) -> None
     client = api.client
     page = client.get("/ui/login")
     assert page.headers["content-security-policy"] == CSP
-    assert client.get("/ui/datasets", follow_redirects=False).headers["location"] == "/ui/login"
+    assert client.get("/ui/datasets", follow_redirects=False).headers["location"] == TO_LOGIN
     wrong = client.post("/ui/login", data={"csrf": csrf_of(page.text), "api_key": "nope"})
     assert wrong.status_code == 401 and "Invalid or revoked API key" in wrong.text
     page = client.get("/ui/login")
@@ -118,7 +121,7 @@ def test_sign_out_ends_the_session(api: Api) -> None:
     assert client.post("/ui/logout", data={}, follow_redirects=False).status_code == 403
     out = client.post("/ui/logout", data={"csrf": csrf}, follow_redirects=False)
     assert out.status_code == 303 and out.headers["location"] == "/ui/login"
-    assert client.get("/ui/datasets", follow_redirects=False).headers["location"] == "/ui/login"
+    assert client.get("/ui/datasets", follow_redirects=False).headers["location"] == TO_LOGIN
 
 
 def test_a_revoked_key_or_a_disabled_tenant_ends_the_session_at_once(api: Api) -> None:
@@ -127,14 +130,14 @@ def test_a_revoked_key_or_a_disabled_tenant_ends_the_session_at_once(api: Api) -
     sign_in(client, created["key"])
     assert client.get("/ui/datasets").status_code == 200
     client.delete(f"/v1/keys/{created['id']}", headers=auth(api.admin))
-    assert client.get("/ui/datasets", follow_redirects=False).headers["location"] == "/ui/login"
+    assert client.get("/ui/datasets", follow_redirects=False).headers["location"] == TO_LOGIN
 
     sign_in(client, api.admin)
     assert client.get("/ui/datasets").status_code == 200
     with session_scope(api.url) as session:
         key = session.query(ApiKey).filter(ApiKey.key_hash == hash_key(api.admin)).one()
         session.get(Tenant, key.tenant_id).disabled_at = now()
-    assert client.get("/ui/datasets", follow_redirects=False).headers["location"] == "/ui/login"
+    assert client.get("/ui/datasets", follow_redirects=False).headers["location"] == TO_LOGIN
 
 
 def test_an_expired_session_is_refused(api: Api) -> None:
@@ -144,7 +147,7 @@ def test_an_expired_session_is_refused(api: Api) -> None:
     client.cookies.set(
         "dpsyn_session", signer.new_session(key_id, 60, now=time.time() - 61), path="/ui"
     )
-    assert client.get("/ui/datasets", follow_redirects=False).headers["location"] == "/ui/login"
+    assert client.get("/ui/datasets", follow_redirects=False).headers["location"] == TO_LOGIN
     client.cookies.set("dpsyn_session", signer.new_session(key_id, 60), path="/ui")
     assert client.get("/ui/datasets").status_code == 200
 

@@ -42,7 +42,7 @@ def test_a_cookie_replayed_after_sign_out_is_refused(api: Api) -> None:
     out = client.post("/ui/logout", data={"csrf": csrf}, follow_redirects=False)
     assert out.status_code == 303
     page = thief.get("/ui/datasets", follow_redirects=False)
-    assert page.status_code == 303 and page.headers["location"] == "/ui/login"
+    assert page.status_code == 303 and page.headers["location"] == "/ui/login?next=%2Fui%2Fdatasets"
     # Forms too: the CSRF token of the ended session opens nothing.
     post = thief.post("/ui/logout", data={"csrf": csrf}, follow_redirects=False)
     assert post.status_code == 401

@@ -8,6 +8,14 @@
   function fmt(x) {
     return Number(x).toPrecision(4).replace(/\.?0+$/, "").replace(/\.?0+e/, "e");
   }
+  // A δ to 3 significant digits, as the pages print it (app/ui/render.py, three_digits).
+  function fmtDelta(x) {
+    const v = Number(x);
+    if (v !== 0 && Math.abs(v) < 1e-3) {
+      return v.toExponential(2).replace(/\.?0+e/, "e").replace("e+", "e");
+    }
+    return v.toPrecision(3).replace(/(\.\d*?)0+$/, "$1").replace(/\.$/, "");
+  }
 
   function el(tag, text, cls) {
     const node = document.createElement(tag);
@@ -124,7 +132,7 @@
       line.id = "quote-result";
       line.append(
         "This job costs ε = ", el("strong", fmt(body.epsilon)),
-        " (δ = " + fmt(body.delta) + "). Composed spend: " + fmt(body.spent) + " now, ",
+        " (δ = " + fmtDelta(body.delta) + "). Composed spend: " + fmt(body.spent) + " now, ",
         el("strong", fmt(body.spent_after)), " after it, of a budget of " + fmt(body.budget) +
         " (plain sum after: " + fmt(body.plain_sum_after) + "). ",
         el("span", body.fits ? "It fits." : "It does NOT fit the budget.", body.fits ? "ok" : "error"),

@@ -131,13 +131,16 @@ def job_request(form: FormData) -> JobRequest:
 def budget_update(form: FormData) -> BudgetUpdate:
     """The budget form (accounting: tight unless chosen, as the page preselects). The warn
     threshold is typed in percent (``warn_percent``; empty: unchanged) and sent as the API's
-    fraction."""
+    fraction; a δ left as the page showed it (or empty) is unchanged."""
     percent = number(form, "warn_percent", float)
+    # The page shows the budget's δ to 3 digits (``delta_shown``): sent back as shown, it is
+    # unchanged, and the budget keeps its exact δ rather than the rounded one.
+    unchanged = text(form, "delta") is not None and text(form, "delta") == text(form, "delta_shown")
     try:
         return BudgetUpdate.model_validate(
             {
                 "epsilon": number(form, "epsilon", float),
-                "delta": number(form, "delta", float),
+                "delta": None if unchanged else number(form, "delta", float),
                 "accounting": text(form, "accounting") or Accounting.TIGHT.value,
                 "warn_threshold": percent / 100 if percent is not None else None,
             }

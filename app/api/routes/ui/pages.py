@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Coroutine
 from typing import Any
+from urllib.parse import urlencode
 
 from fastapi import APIRouter, Request, Response
 from fastapi.concurrency import run_in_threadpool
@@ -25,6 +26,7 @@ from app.api.limits import RateLimitedError, client_address
 from app.api.responses import FiniteJSONResponse
 from app.api.routes.ui import budget_views, fleet, forms
 from app.api.routes.ui.session import (
+    LANDING,
     AdminUi,
     AnyUi,
     CurrentUi,
@@ -39,6 +41,7 @@ from app.api.routes.ui.session import (
     end_session,
     login_form,
     login_token_ok,
+    safe_next,
     start_session,
 )
 from app.api.schemas import (
@@ -89,14 +92,23 @@ class UiRoute(APIRoute):
 
 
 def _sign_in_again(request: Request) -> Response:
-    """A page load goes to the sign-in page; a form post or a script gets a 401."""
+    """A page load goes to the sign-in page, which comes back to it once signed in (its path
+    as ``next``); a form post or a script gets a 401."""
     if request.method == "GET" and not wants_json(request):
-        response: Response = RedirectResponse("/ui/login", status_code=303)
+        response: Response = RedirectResponse(_login_url(request), status_code=303)
     else:
         response = error_page(request, 401, "not signed in, or the session ended")
     if SESSION_COOKIE in request.cookies:  # ended or forged: forget it
         forget_cookie(response, SESSION_COOKIE)
     return response
+
+
+def _login_url(request: Request) -> str:
+    """The sign-in page, with the page asked for as ``next`` (none for the home page)."""
+    path = request.url.path + (f"?{request.url.query}" if request.url.query else "")
+    if path == LANDING or safe_next(path) is None:
+        return "/ui/login"
+    return f"/ui/login?{urlencode({'next': path})}"
 
 
 router = APIRouter(prefix="/ui", include_in_schema=False, route_class=UiRoute)
@@ -122,8 +134,9 @@ fleet.register(router)  # /ui/fleet (org:read sign-ins) and /ui/keys
 
 
 @router.get("/login", response_class=HTMLResponse)
-async def login_page(request: Request, signer: SignerDep) -> Response:
-    return login_form(request, signer)
+async def login_page(request: Request, signer: SignerDep, next: str | None = None) -> Response:
+    """The sign-in form; ``next`` (a dashboard page, see ``safe_next``) is where it lands."""
+    return login_form(request, signer, next_path=next)
 
 
 @router.post("/login", response_class=HTMLResponse)
@@ -138,20 +151,23 @@ async def login(
     """Exchange a key for a session. Failed sign-ins are throttled per client address: past
     ``DPSYN_SIGNIN_FAILURES_PER_MINUTE`` the form answers 429 before any key is looked up."""
     form = await request.form()
+    next_path = safe_next(forms.field(form, "next"))
     if not login_token_ok(request, signer, forms.field(form, "csrf")):
-        return login_form(request, signer, "The sign-in form expired: please try again.", 403)
+        expired = "The sign-in form expired: please try again."
+        return login_form(request, signer, expired, 403, next_path)
     raw_key = forms.text(form, "api_key")
     if raw_key is None:
-        return login_form(request, signer, "Enter an API key.", 422)
+        return login_form(request, signer, "Enter an API key.", 422, next_path)
     try:
         key_id = await check_key(limiter, client_address(request.scope), read_sessions, raw_key)
     except RateLimitedError as exc:
-        refused = login_form(request, signer, exc.message, 429)
+        refused = login_form(request, signer, exc.message, 429, next_path)
         refused.headers["Retry-After"] = str(exc.retry_after_s)
         return refused
     if key_id is None:
-        return login_form(request, signer, "Invalid or revoked API key.", 401)
-    return await start_session(request, signer, sessions, key_id, settings.ui_session_ttl_s)
+        return login_form(request, signer, "Invalid or revoked API key.", 401, next_path)
+    ttl_s = settings.ui_session_ttl_s
+    return await start_session(request, signer, sessions, key_id, ttl_s, next_path)
 
 
 @router.post("/logout", response_class=HTMLResponse)
@@ -388,7 +404,7 @@ def jobs_page(request: Request, ui: AdminUi, session: SessionDep) -> Response:
 
 @router.get("/jobs/{job_id}", response_class=HTMLResponse)
 def job_page(request: Request, job_id: str, ui: AdminUi, session: SessionDep) -> Response:
-    """A job: its parameters, requested against charged epsilon and why, its timings, its
+    """A job: its parameters, asked, planned and charged epsilon and why, its timings, its
     dataset (and public dataset, validation set) by name, the key that submitted it, and a
     link to its prompt."""
     tenant = ui.principal.tenant_id
@@ -404,6 +420,7 @@ def job_page(request: Request, job_id: str, ui: AdminUi, session: SessionDep) ->
         dataset_name=names.get(job.dataset_id, job.dataset_id),
         public_name=names.get(job.public_dataset_id or "", job.public_dataset_id),
         validation_name=names.get(job.validation_dataset_id or "", job.validation_dataset_id),
+        asked=job_list.asked_epsilon(row.config or {}),
         duration=job_list.duration_text(job.duration_s),
         when=job_list.when_text,
         terminal=_terminal(),

@@ -14,6 +14,7 @@ a dependency here, as :mod:`app.api.deps` is for the REST routes, so no handler 
 from __future__ import annotations
 
 import hmac
+import re
 from dataclasses import dataclass
 from typing import Annotated, Any
 
@@ -190,16 +191,43 @@ async def checked_form(request: Request, ui: Ui, **limits: Any) -> FormData:
 
 # --- signing in and out ----------------------------------------------------------------------
 
+#: Where a sign-in lands without a (usable) ``next``: the dashboard's home.
+LANDING = "/ui"
+# A dashboard path (``/ui``, ``/ui/...`` or ``/ui?...``) of printable ASCII without a
+# backslash: never another site (``//host``, ``https://host``, ``/\host``) nor ``/uix``.
+_NEXT = re.compile(r"/ui(?:[/?][\x21-\x5b\x5d-\x7e]*)?")
+_NEXT_MAX = 2000
+
+
+def safe_next(value: object) -> str | None:
+    """``value`` if it is a page of this dashboard to land on after signing in, else None.
+
+    Only a same-site relative path under ``/ui`` is honoured, so that a link to the sign-in
+    page cannot send a browser to another site once it is signed in (an open redirect); the
+    sign-in and sign-out pages themselves are no landing either."""
+    if not isinstance(value, str) or len(value) > _NEXT_MAX or not _NEXT.fullmatch(value):
+        return None
+    path = value.split("?", 1)[0]
+    if "//" in value or ".." in path or "%2e" in path.lower():  # no host, no way out of /ui
+        return None
+    if path.rstrip("/") in ("/ui/login", "/ui/logout"):
+        return None
+    return value
+
 
 def login_form(
-    request: Request, signer: Signer, error: str | None = None, status: int = 200
+    request: Request,
+    signer: Signer,
+    error: str | None = None,
+    status: int = 200,
+    next_path: str | None = None,
 ) -> Response:
     """The sign-in page, with a fresh pre-session cookie and the form's token bound to it
-    (so that no other site can sign this browser in under its own key)."""
+    (so that no other site can sign this browser in under its own key), and the page to go
+    back to once signed in (``next``, when :func:`safe_next` accepts it)."""
     cookie, token = signer.new_login()
-    response = TEMPLATES.TemplateResponse(
-        request, "login.html", {"ui": None, "csrf": token, "error": error}, status_code=status
-    )
+    context = {"ui": None, "csrf": token, "error": error, "next": safe_next(next_path)}
+    response = TEMPLATES.TemplateResponse(request, "login.html", context, status_code=status)
     secure = request.url.scheme == "https"
     set_cookie(response, LOGIN_COOKIE, cookie, LOGIN_TTL_S, secure=secure)
     return response
@@ -242,14 +270,21 @@ def _close(sessions: sessionmaker[Session], ui_session: UiSession) -> None:
 
 
 async def start_session(
-    request: Request, signer: Signer, sessions: sessionmaker[Session], key_id: str, ttl_s: int
+    request: Request,
+    signer: Signer,
+    sessions: sessionmaker[Session],
+    key_id: str,
+    ttl_s: int,
+    next_path: str | None = None,
 ) -> Response:
-    """Open a session of ``key_id`` (its row, then its cookie) and go to the dashboard."""
+    """Open a session of ``key_id`` (its row, then its cookie) and go to ``next_path`` if
+    :func:`safe_next` accepts it (the page that sent the browser to sign in), else to the
+    dashboard's home."""
     cookie = signer.new_session(key_id, ttl_s)
     session = signer.read_session(cookie)
     assert session is not None  # just signed
     await run_in_threadpool(_open, sessions, session)
-    response = see_other("/ui")
+    response = see_other(safe_next(next_path) or LANDING)
     set_cookie(response, SESSION_COOKIE, cookie, ttl_s, secure=request.url.scheme == "https")
     forget_cookie(response, LOGIN_COOKIE)
     return response
