@@ -16,8 +16,7 @@ from app.services.errors import InvalidError
 from app.services.job_request import JobRequest
 from app.services.jobs import quote_job
 from app.synthesis.config import DEFAULT_SHOTS, default_shots
-from app.synthesis.tasks import BUILTIN_TASKS
-from tests.api.conftest import FAST_PARAMS, Api, auth, make_api
+from tests.api.conftest import FAST_PARAMS, TOY_TASK, Api, auth, make_api, toy_rows
 from tests.ui.test_pages import job_form, sign_in
 
 
@@ -77,17 +76,33 @@ def test_an_unset_shots_is_the_default_everywhere(api: Api) -> None:
         headers=auth(api.admin),
     )
     assert via_api.status_code == 201, via_api.text
-    labels = len(BUILTIN_TASKS["trec"].labels)
-    assert via_api.json()["shots"] == default_shots(labels) == labels  # every label shown
+    assert via_api.json()["shots"] == default_shots(2) == DEFAULT_SHOTS  # the toy's 2 labels
     csrf = sign_in(api.client, api.admin)
     form = {k: v for k, v in job_form(dataset_id, csrf, 0.5).items() if k != "shots"}
     submitted = api.client.post("/ui/jobs", data=form, follow_redirects=False)
     assert submitted.status_code == 303, submitted.text
     job_id = submitted.headers["location"].rsplit("/", 1)[1]
     job = api.client.get(f"/v1/jobs/{job_id}", headers=auth(api.admin)).json()
-    assert job["shots"] == labels
+    assert job["shots"] == DEFAULT_SHOTS
     assert JobRequest(dataset_id="d", epsilon=1.0).shots is None  # the task decides
-    assert default_shots(2) == DEFAULT_SHOTS and default_shots(14) == DEFAULT_SHOTS
+    assert default_shots(14) == DEFAULT_SHOTS
+
+
+def test_an_unset_shots_shows_every_label_of_a_task_of_few_labels(api: Api) -> None:
+    """Issue 34: 4 shots of TREC's 6 labels left two labels unseen; with no shots given, a
+    task of at most 8 labels gets one per label, here 6 (and the quote plans the same)."""
+    labels = tuple(f"w{i}" for i in range(1, 7))
+    dataset = api.upload(toy_rows(8, labels), task={**TOY_TASK, "labels": list(labels)})
+    assert api.budget(dataset["id"], 5.0).status_code == 200
+    body = {"dataset_id": dataset["id"], "method": "tang", "epsilon": 1.0, "params": FAST_PARAMS}
+    quote = api.client.post("/v1/jobs/quote", json=body, headers=auth(api.admin))
+    assert quote.status_code == 200, quote.text
+    job = api.client.post("/v1/jobs", json=body, headers=auth(api.admin))
+    assert job.status_code == 201, job.text
+    assert job.json()["shots"] == default_shots(6) == 6
+    assert quote.json()["epsilon"] == pytest.approx(job.json()["epsilon"], rel=1e-6)
+    three = api.client.post("/v1/jobs", json={**body, "shots": 3}, headers=auth(api.admin))
+    assert three.status_code == 201 and three.json()["shots"] == 3  # a given count stands
 
 
 def test_the_services_take_one_request_with_their_own_422s(api: Api) -> None:

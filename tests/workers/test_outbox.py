@@ -20,6 +20,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -253,45 +254,35 @@ def test_an_api_killed_inside_submit_job_strands_no_job(
 
 
 def test_a_queued_job_whose_task_redis_lost_is_sent_again(database, broker, queue_name, workers):
+    """The job waits in Redis because no worker takes it: both are stopped (SIGSTOP) before
+    it is submitted, and past their 1 s blocking pop, so its task stays in the list (two
+    busy workers made the wait by timing: CI's loaded machine finished a 2 s job first,
+    2026-12-03). Redis loses it; once the workers run on, a dispatcher sends it again."""
     settings = Settings(database_url=database, broker_url=broker.url, bootstrap_api_key=KEY)
     queue = CeleryQueue(make_celery(settings), queue=queue_name)
     app = create_app(settings, queue=queue, backend_provider=StaticProvider(FakeBackend()))
-    # Six shots make a job about 3 times as long as JOB's (~6 s), so the third job still waits
-    # when checked on a loaded machine (with 2 s jobs, a worker could finish its first job
-    # while the API was still committing the third, and take it at once: CI, 2026-12-03).
-    long_job = {**JOB, "shots": 6}
     with TestClient(app) as client:
         dataset = create_dataset(client)
-
-        def submit() -> str:
-            submitted = client.post("/v1/jobs", json={"dataset_id": dataset, **long_job},
+        for worker in workers:
+            worker.process.send_signal(signal.SIGSTOP)
+        try:
+            time.sleep(2.5)  # kombu's BRPOP times out after 1 s: no pop is left waiting
+            submitted = client.post("/v1/jobs", json={"dataset_id": dataset, **JOB},
                                     headers=HEADERS)  # fmt: skip
             assert submitted.status_code == 201, submitted.text
-            return submitted.json()["id"]
-
-        job_ids = [submit(), submit()]  # one for each worker ...
-        wait_for(
-            lambda: all(get_job(database, j).status == "running" for j in job_ids),
-            20,
-            "both workers running a job",
-            workers[0].log,
-        )
-        job_ids.append(submit())  # ... so the third waits in Redis
-
-        def one_waiting_in_redis() -> bool:
-            statuses = [get_job(database, job_id).status for job_id in job_ids]
-            return (
-                statuses.count("running") == 2
-                and statuses.count("queued") == 1
-                and queued_messages(broker, queue_name) >= 1
-            )
-
-        wait_for(one_waiting_in_redis, 20, "two jobs running, one waiting", workers[0].log)
-        waiting = next(j for j in job_ids if get_job(database, j).status == JobStatus.QUEUED)
-        flush(broker)
-        wait_succeeded(database, job_ids, workers, timeout=40)
-    assert f"job {waiting}: started (attempt 1)" in logs(workers)
-    assert sorted(ledger_of(database, dataset)) == ["commit"] * 3 + ["reserve"] * 3
+            job_id = submitted.json()["id"]
+            assert get_job(database, job_id).status == JobStatus.QUEUED
+            assert queued_messages(broker, queue_name) == 1  # its task, waiting in Redis
+            flush(broker)
+            assert queued_messages(broker, queue_name) == 0
+        finally:
+            for worker in workers:
+                worker.process.send_signal(signal.SIGCONT)
+        wait_succeeded(database, [job_id], workers, timeout=40)
+    text = logs(workers)
+    assert f"job {job_id}: queued, its task last sent over 1 s ago; sent again" in text
+    assert text.count(f"job {job_id}: started (attempt 1)") == 1
+    assert sorted(ledger_of(database, dataset)) == ["commit", "reserve"]
 
 
 def test_a_copy_delivered_while_the_job_runs_leaves_it_alone(database, broker, queue_name, workers):
