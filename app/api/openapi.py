@@ -1,8 +1,9 @@
 """The OpenAPI document declares every error status a route can answer with.
 
 FastAPI documents the success response and 422 of a route; the service's other errors come
-from dependencies (401/403 from the key, 503 from the database), from the request limits
-middleware (404/413/422/429, ``app.api.limits``) and from services (404/409/413/415/422).
+from dependencies (401/403 from the key, 503 from the database), from the request checks
+(404/413/422, ``app.api.request_checks``), the rate limits (429, ``app.api.limits``) and from
+services (404/409/413/415/422).
 Clients and contract testers (schemathesis checks that every status it sees is declared)
 need the full list, so it is derived here from what each route is made of -- whether it
 takes a key, an admin key, path parameters, query parameters, a body -- plus the few
@@ -67,7 +68,7 @@ def _calls(dependant: Dependant, target: Any) -> bool:
 def error_statuses(route: APIRoute, method: str) -> set[int]:
     """The error statuses ``route`` answers ``method`` with."""
     dependant = route.dependant
-    statuses = {422, 503}  # 422: any query with a NUL character (app.api.limits)
+    statuses = {422, 503}  # 422: any query with a NUL character (app.api.request_checks)
     if _calls(dependant, get_principal):
         statuses |= {401, 429}
     if any(_calls(dependant, check) for check in SCOPE_CHECKS):
