@@ -113,6 +113,14 @@ _JOB, _CANCEL = "/v1/jobs/{job_id}", "/v1/jobs/{job_id}/cancel"
 _PROMPT, _COMPLETE = "/v1/prompts/{prompt_id}", "/v1/prompts/{prompt_id}/complete"
 _SOFT = "/v1/prompts/{prompt_id}/soft-prompt"
 _KEY = "/v1/keys/{key_id}"
+# The operations a new or listed dataset's ID opens.
+_DATASET_USES = [
+    ("GET", _DATASET),
+    ("DELETE", _DATASET),
+    ("GET", _BUDGET),
+    ("PUT", _BUDGET),
+    ("PUT", _COUNTS),
+]
 # Where an ID comes from (operation, status, JSON pointer into its body) and which operations'
 # path parameter it fills: OpenAPI links, which clients and stateful testers follow.
 _LINK_SOURCES: list[tuple[str, str, str, str, str, list[tuple[str, str]]]] = [
@@ -122,13 +130,7 @@ _LINK_SOURCES: list[tuple[str, str, str, str, str, list[tuple[str, str]]]] = [
         "201",
         "/id",
         "dataset_id",
-        [
-            ("GET", _DATASET),
-            ("DELETE", _DATASET),
-            ("GET", _BUDGET),
-            ("PUT", _BUDGET),
-            ("PUT", _COUNTS),
-        ],
+        _DATASET_USES,
     ),
     (
         "GET",
@@ -136,13 +138,7 @@ _LINK_SOURCES: list[tuple[str, str, str, str, str, list[tuple[str, str]]]] = [
         "200",
         "/0/id",
         "dataset_id",
-        [
-            ("GET", _DATASET),
-            ("DELETE", _DATASET),
-            ("GET", _BUDGET),
-            ("PUT", _BUDGET),
-            ("PUT", _COUNTS),
-        ],
+        _DATASET_USES,
     ),
     ("PUT", _BUDGET, "200", "/dataset_id", "dataset_id", [("GET", _BUDGET), ("GET", _DATASET)]),
     ("POST", "/v1/jobs", "201", "/id", "job_id", [("GET", _JOB), ("POST", _CANCEL)]),
