@@ -21,6 +21,7 @@ from app.api.errors import install_error_handlers
 from app.api.limits import install_limits
 from app.api.openapi import declare_errors, install_openapi
 from app.api.overload import install_overload_protection
+from app.api.request_checks import install_request_checks
 from app.api.routes import advice, budgets, datasets, health, jobs, keys, prompts, ui
 from app.db.migrate import upgrade
 from app.db.session import PoolLimits, get_engine
@@ -111,6 +112,7 @@ def create_app(
     # before it may take one of the admission slots.
     install_overload_protection(app, settings)
     install_limits(app, settings)
+    install_request_checks(app, settings)
     for module in (datasets, budgets, jobs, prompts, keys, advice, health):
         declare_errors(module.router)
         app.include_router(module.router)

@@ -101,27 +101,26 @@ async def _validation_error(_request: Request, exc: Exception) -> JSONResponse:
     return error_response(422, "invalid", message, fields=fields)
 
 
-async def _database_unavailable(_request: Request, exc: Exception) -> JSONResponse:
-    # The driver's message names hosts, files and statements: the client gets none of it,
-    # the log only the type and where it was raised.
-    log.warning("database unavailable: %s", describe_exception(exc))
+def _unavailable(code: str, what: str, exc: Exception) -> JSONResponse:
+    """A 503 that names what is down and when to retry. The exception's message names hosts,
+    files and statements, or quotes a prompt: the client gets none of it, the log only the
+    type and where it was raised."""
+    log.warning("%s unavailable: %s", what, describe_exception(exc))
     return error_response(
         503,
-        "database_unavailable",
-        "the database is unavailable; retry later",
+        code,
+        f"the {what} is unavailable; retry later",
         {"Retry-After": str(DATABASE_RETRY_AFTER_S)},
     )
+
+
+async def _database_unavailable(_request: Request, exc: Exception) -> JSONResponse:
+    return _unavailable("database_unavailable", "database", exc)
 
 
 async def _backend_unavailable(_request: Request, exc: Exception) -> JSONResponse:
-    # The model server is down or refused the call; its message may quote the prompt.
-    log.warning("model backend unavailable: %s", describe_exception(exc))
-    return error_response(
-        503,
-        "backend_unavailable",
-        "the model backend is unavailable; retry later",
-        {"Retry-After": str(DATABASE_RETRY_AFTER_S)},
-    )
+    # The model server is down or refused the call.
+    return _unavailable("backend_unavailable", "model backend", exc)
 
 
 async def _unexpected(_request: Request, exc: Exception) -> JSONResponse:

@@ -1,20 +1,7 @@
-"""Limits every request meets: its path and query, its body's size, and the rates of keys
-and of failed authentications.
+"""Rate limits: the rates of keys and of failed authentications.
 
-Path, query and body are checked by one ASGI middleware, ahead of routing and of any database
-work, because each guards something a route cannot: a NUL character in a path or query would
-reach the database (PostgreSQL refuses it with an error, not a miss); an ID of megabytes would
-be echoed in a 404 message; a body is parsed whole by FastAPI before a route can look at its
-size.
-
-* Path: a NUL character, or a segment longer than ``MAX_SEGMENT`` (IDs are 32 characters),
-  answers 404 ``not_found`` without echoing it.
-* Query: a NUL character in a parameter answers 422 ``invalid`` naming the parameter.
-* Body: ``DPSYN_MAX_BODY_BYTES`` on every route but the dataset uploads (the API's and the
-  dashboard's form), which have
-  ``DPSYN_MAX_UPLOAD_BYTES`` (plus room for the multipart framing). A declared
-  ``Content-Length`` over the limit answers 413 at once; a body sent without one is counted
-  as it streams, and reading past the limit answers 413 (``too_large``).
+The checks of a request's path, query and body size, which come before any rate, are
+:mod:`app.api.request_checks`'s.
 
 Rates are token buckets (``per_minute`` a minute, ``burst`` at once; past them 429
 ``rate_limited`` with ``Retry-After`` and the limit's name), counted by :class:`Limiter` where
@@ -54,121 +41,22 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any, Protocol
-from urllib.parse import parse_qsl
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 from redis.asyncio import Redis
 from redis.commands.core import AsyncScript
 from redis.exceptions import RedisError
-from starlette.exceptions import HTTPException
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import Scope
 
 from app.api.errors import error_response
 from app.settings import Settings
 
 log = logging.getLogger(__name__)
 
-MAX_SEGMENT = 128
-UPLOAD_OVERHEAD = 64 * 1024  # multipart boundaries and the small form fields around the file
-UPLOAD_PATHS = frozenset({"/v1/datasets", "/ui/datasets/upload"})  # the dashboard's form too
 MAX_ADDRESSES = 10_000  # addresses remembered per failure limit, in memory
 REDIS_TIMEOUT_S = 0.5  # a Redis that answers slower than this counts as down
 REDIS_RETRY_S = 5.0  # how long a process counts in memory after Redis failed
-
-
-class BodyTooLarge(HTTPException):
-    """Raised from the request's body stream once it passes its limit. An HTTPException,
-    because FastAPI turns any other error while reading a body into a 400."""
-
-    def __init__(self, limit: int, setting: str) -> None:
-        super().__init__(413, too_large_message(limit, setting))
-        self.limit = limit
-
-
-def too_large_message(limit: int, setting: str) -> str:
-    return f"the request body exceeds the limit of {limit} bytes ({setting})"
-
-
-class RequestLimits:
-    """The path, query and body checks of the module docstring, as ASGI middleware."""
-
-    def __init__(self, app: ASGIApp, settings: Settings) -> None:
-        self.app = app
-        self.settings = settings
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        refusal = self._refusal(scope)
-        if refusal is not None:
-            await refusal(scope, receive, send)
-            return
-        limit, stated, setting = self._body_limit(scope)
-        length = _header(scope, b"content-length")
-        if length is not None and length.isdigit() and int(length) > limit:
-            response = error_response(
-                413, "too_large", too_large_message(stated, setting), limit=stated
-            )
-            await response(scope, receive, send)
-            return
-        seen = 0
-
-        async def limited() -> Message:
-            nonlocal seen
-            message = await receive()
-            if message["type"] == "http.request":
-                seen += len(message.get("body", b""))
-                if seen > limit:
-                    raise BodyTooLarge(stated, setting)
-            return message
-
-        await self.app(scope, limited, send)
-
-    def _refusal(self, scope: Scope) -> Any:
-        path: str = scope["path"]
-        if "\x00" in path or any(len(part) > MAX_SEGMENT for part in path.split("/")):
-            return error_response(
-                404,
-                "not_found",
-                f"not found: no resource has such a path (IDs are at most {MAX_SEGMENT} "
-                "characters and contain no NUL)",
-            )
-        query = scope.get("query_string", b"")
-        if b"%00" in query.lower() or b"\x00" in query:
-            for name, value in parse_qsl(query.decode("latin-1"), keep_blank_values=True):
-                if "\x00" in name or "\x00" in value:
-                    shown = name.replace("\x00", "?")[:MAX_SEGMENT]
-                    return error_response(
-                        422,
-                        "invalid",
-                        f"{shown} (query): contains a NUL character (U+0000)",
-                        fields=[{"field": f"{shown} (query)", "message": "contains NUL"}],
-                    )
-        return None
-
-    def _body_limit(self, scope: Scope) -> tuple[int, int, str]:
-        """The bytes allowed, the limit to state, and its setting."""
-        if scope["method"] == "POST" and scope["path"].rstrip("/") in UPLOAD_PATHS:
-            upload = self.settings.max_upload_bytes
-            return upload + UPLOAD_OVERHEAD, upload, "DPSYN_MAX_UPLOAD_BYTES"
-        return self.settings.max_body_bytes, self.settings.max_body_bytes, "DPSYN_MAX_BODY_BYTES"
-
-
-def _header(scope: Scope, name: bytes) -> str | None:
-    for key, value in scope.get("headers", []):
-        if key.lower() == name:
-            return value.decode("latin-1")
-    return None
-
-
-async def _body_too_large(_request: Request, exc: Exception) -> JSONResponse:
-    assert isinstance(exc, BodyTooLarge)
-    return error_response(413, "too_large", str(exc.detail), limit=exc.limit)
-
-
-# --- rates ------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -485,11 +373,9 @@ async def _rate_limited(_request: Request, exc: Exception) -> JSONResponse:
 
 
 def install_limits(app: FastAPI, settings: Settings) -> None:
-    """The request checks (middleware) and the rate limiter (``app.state.limiter``), which
-    the key checks of the API (:mod:`app.api.deps`) and the dashboard call; the limiter's
-    Redis connections close when the app shuts down."""
-    app.add_middleware(RequestLimits, settings=settings)
-    app.add_exception_handler(BodyTooLarge, _body_too_large)
+    """The rate limiter (``app.state.limiter``), which the key checks of the API
+    (:mod:`app.api.deps`) and the dashboard call; the limiter's Redis connections close when
+    the app shuts down."""
     limiter = app.state.limiter = Limiter(settings)
     app.add_exception_handler(RateLimitedError, _rate_limited)
     inner = app.router.lifespan_context

@@ -1,8 +1,9 @@
 """The OpenAPI document declares every error status a route can answer with.
 
 FastAPI documents the success response and 422 of a route; the service's other errors come
-from dependencies (401/403 from the key, 503 from the database), from the request limits
-middleware (404/413/422/429, ``app.api.limits``) and from services (404/409/413/415/422).
+from dependencies (401/403 from the key, 503 from the database), from the request checks
+(404/413/422, ``app.api.request_checks``), the rate limits (429, ``app.api.limits``) and from
+services (404/409/413/415/422).
 Clients and contract testers (schemathesis checks that every status it sees is declared)
 need the full list, so it is derived here from what each route is made of -- whether it
 takes a key, an admin key, path parameters, query parameters, a body -- plus the few
@@ -67,7 +68,7 @@ def _calls(dependant: Dependant, target: Any) -> bool:
 def error_statuses(route: APIRoute, method: str) -> set[int]:
     """The error statuses ``route`` answers ``method`` with."""
     dependant = route.dependant
-    statuses = {422, 503}  # 422: any query with a NUL character (app.api.limits)
+    statuses = {422, 503}  # 422: any query with a NUL character (app.api.request_checks)
     if _calls(dependant, get_principal):
         statuses |= {401, 429}
     if any(_calls(dependant, check) for check in SCOPE_CHECKS):
@@ -112,6 +113,14 @@ _JOB, _CANCEL = "/v1/jobs/{job_id}", "/v1/jobs/{job_id}/cancel"
 _PROMPT, _COMPLETE = "/v1/prompts/{prompt_id}", "/v1/prompts/{prompt_id}/complete"
 _SOFT = "/v1/prompts/{prompt_id}/soft-prompt"
 _KEY = "/v1/keys/{key_id}"
+# The operations a new or listed dataset's ID opens.
+_DATASET_USES = [
+    ("GET", _DATASET),
+    ("DELETE", _DATASET),
+    ("GET", _BUDGET),
+    ("PUT", _BUDGET),
+    ("PUT", _COUNTS),
+]
 # Where an ID comes from (operation, status, JSON pointer into its body) and which operations'
 # path parameter it fills: OpenAPI links, which clients and stateful testers follow.
 _LINK_SOURCES: list[tuple[str, str, str, str, str, list[tuple[str, str]]]] = [
@@ -121,13 +130,7 @@ _LINK_SOURCES: list[tuple[str, str, str, str, str, list[tuple[str, str]]]] = [
         "201",
         "/id",
         "dataset_id",
-        [
-            ("GET", _DATASET),
-            ("DELETE", _DATASET),
-            ("GET", _BUDGET),
-            ("PUT", _BUDGET),
-            ("PUT", _COUNTS),
-        ],
+        _DATASET_USES,
     ),
     (
         "GET",
@@ -135,13 +138,7 @@ _LINK_SOURCES: list[tuple[str, str, str, str, str, list[tuple[str, str]]]] = [
         "200",
         "/0/id",
         "dataset_id",
-        [
-            ("GET", _DATASET),
-            ("DELETE", _DATASET),
-            ("GET", _BUDGET),
-            ("PUT", _BUDGET),
-            ("PUT", _COUNTS),
-        ],
+        _DATASET_USES,
     ),
     ("PUT", _BUDGET, "200", "/dataset_id", "dataset_id", [("GET", _BUDGET), ("GET", _DATASET)]),
     ("POST", "/v1/jobs", "201", "/id", "job_id", [("GET", _JOB), ("POST", _CANCEL)]),

@@ -41,7 +41,6 @@ from app.methods.registry import (
     Stored,
     find_method,
     param_fields,
-    unknown_method,
     validate_params,
 )
 from app.privacy.accounting import Accounting
@@ -55,7 +54,7 @@ from app.services.budgets import (
     SpendLevel,
     display_groups,
 )
-from app.services.job_request import MAX_SHOTS, JobRequest
+from app.services.job_request import MAX_SHOTS, JobRequest, RegisteredMethod
 from app.services.jobs import GroupChange, Quote, charge_note
 from app.services.storable import DATASET_NAME_MAX_CHARS, find_problem
 from app.services.tenants import KEY_NAME_MAX_CHARS, key_name_problem
@@ -126,23 +125,29 @@ COUNTS_PUBLIC_DESCRIPTION = (
 )
 
 
-class DatasetCreate(_Request):
-    """A JSON upload. ``records`` are objects holding (at least) the two named columns (a
-    public dataset: the text column)."""
+class _UploadOptions(_Request):
+    """The fields a JSON upload and a multipart upload share, declared once so that the
+    two ways to upload accept the same options."""
 
     name: Name | None = Field(None, description="Default: the task's name ('public').")
-    task: str | dict[str, Any] | None = Field(
-        None,
-        description="A built-in task name (agnews, trec, trec14, sst2, mitg, mitd) or a custom "
-        "task spec object (see TaskSpec: name, kind, instruction, icl_instruction, text_field, "
-        "label_field, labels | slot and candidates, verbalisers). Required unless public.",
-    )
     public: bool = Field(False, description=PUBLIC_DESCRIPTION)
     labelled: bool = Field(False, description=LABELLED_DESCRIPTION)
     counts_public: bool = Field(False, description=COUNTS_PUBLIC_DESCRIPTION)
     text_column: Column = "text"
     label_column: Column = Field(
         "label", description="Ignored for a public dataset unless labelled."
+    )
+
+
+class DatasetCreate(_UploadOptions):
+    """A JSON upload. ``records`` are objects holding (at least) the two named columns (a
+    public dataset: the text column)."""
+
+    task: str | dict[str, Any] | None = Field(
+        None,
+        description="A built-in task name (agnews, trec, trec14, sst2, mitg, mitd) or a custom "
+        "task spec object (see TaskSpec: name, kind, instruction, icl_instruction, text_field, "
+        "label_field, labels | slot and candidates, verbalisers). Required unless public.",
     )
     records: list[dict[str, Any]] = Field(
         min_length=1,
@@ -158,21 +163,13 @@ class DatasetCreate(_Request):
         return self
 
 
-class DatasetUploadForm(_Request):
+class DatasetUploadForm(_UploadOptions):
     """The non-file fields of a multipart upload (the file is the part named ``file``)."""
 
-    name: Name | None = None
     task: str | None = Field(
         None,
         min_length=1,
         description="Built-in task name or a task spec as JSON. Required unless public.",
-    )
-    public: bool = Field(False, description=PUBLIC_DESCRIPTION)
-    labelled: bool = Field(False, description=LABELLED_DESCRIPTION)
-    counts_public: bool = Field(False, description=COUNTS_PUBLIC_DESCRIPTION)
-    text_column: Column = "text"
-    label_column: Column = Field(
-        "label", description="Ignored for a public dataset unless labelled."
     )
     format: Literal["csv", "tsv", "jsonl"] | None = Field(
         None, description="Default: from the file name's extension."
@@ -181,6 +178,23 @@ class DatasetUploadForm(_Request):
 
 _NAME: dict[str, Any] = {"type": "string", "minLength": 1, "maxLength": DATASET_NAME_MAX_CHARS}
 _BOUNDED: dict[str, Any] = {"type": "string", "minLength": 1, "maxLength": COLUMN_NAME_MAX_CHARS}
+
+
+def _flag(description: str) -> dict[str, Any]:
+    """An optional boolean upload field, false unless set."""
+    return {"type": "boolean", "default": False, "description": description}
+
+
+# The fields a multipart upload and a JSON upload share: one definition, so the two
+# request bodies cannot drift apart in the OpenAPI document.
+_SHARED_UPLOAD_PROPERTIES: dict[str, Any] = {
+    "public": _flag(PUBLIC_DESCRIPTION),
+    "labelled": _flag(LABELLED_DESCRIPTION),
+    "counts_public": _flag(COUNTS_PUBLIC_DESCRIPTION),
+    "name": _NAME,
+    "text_column": {**_BOUNDED, "default": "text"},
+    "label_column": {**_BOUNDED, "default": "label"},
+}
 UPLOAD_OPENAPI: dict[str, Any] = {
     "requestBody": {
         "required": True,
@@ -203,24 +217,7 @@ UPLOAD_OPENAPI: dict[str, Any] = {
                             "minLength": 1,
                             "description": "Task name or spec JSON; required unless public.",
                         },
-                        "public": {
-                            "type": "boolean",
-                            "default": False,
-                            "description": PUBLIC_DESCRIPTION,
-                        },
-                        "labelled": {
-                            "type": "boolean",
-                            "default": False,
-                            "description": LABELLED_DESCRIPTION,
-                        },
-                        "counts_public": {
-                            "type": "boolean",
-                            "default": False,
-                            "description": COUNTS_PUBLIC_DESCRIPTION,
-                        },
-                        "name": _NAME,
-                        "text_column": {**_BOUNDED, "default": "text"},
-                        "label_column": {**_BOUNDED, "default": "label"},
+                        **_SHARED_UPLOAD_PROPERTIES,
                         "format": {"type": "string", "enum": ["csv", "tsv", "jsonl"]},
                     },
                 }
@@ -234,24 +231,7 @@ UPLOAD_OPENAPI: dict[str, Any] = {
                             "description": "Task name or spec object; required unless public.",
                             "anyOf": [{"type": "string", "minLength": 1}, {"type": "object"}],
                         },
-                        "public": {
-                            "type": "boolean",
-                            "default": False,
-                            "description": PUBLIC_DESCRIPTION,
-                        },
-                        "labelled": {
-                            "type": "boolean",
-                            "default": False,
-                            "description": LABELLED_DESCRIPTION,
-                        },
-                        "counts_public": {
-                            "type": "boolean",
-                            "default": False,
-                            "description": COUNTS_PUBLIC_DESCRIPTION,
-                        },
-                        "name": _NAME,
-                        "text_column": {**_BOUNDED, "default": "text"},
-                        "label_column": {**_BOUNDED, "default": "label"},
+                        **_SHARED_UPLOAD_PROPERTIES,
                         "records": {
                             "type": "array",
                             "minItems": 1,
@@ -579,7 +559,9 @@ class JobCreate(_Request):
     dataset_id: ResourceId = Field(
         description="The private dataset the job reads and is charged to."
     )
-    method: str = Field(DEFAULT_METHOD, description="A registered method (app.methods).")
+    method: RegisteredMethod = Field(
+        DEFAULT_METHOD, description="A registered method (app.methods)."
+    )
     public_dataset_id: ResourceId | None = Field(
         None, description="For a method that reads a public dataset."
     )
@@ -603,13 +585,6 @@ class JobCreate(_Request):
     accounting: Accounting | None = Field(None, description="Must be the budget's (default).")
     params: JobParams | None = None
 
-    @field_validator("method")
-    @classmethod
-    def _registered(cls, value: str) -> str:
-        if find_method(value) is None:
-            raise ValueError(unknown_method())
-        return value
-
     @field_validator("params")
     @classmethod
     def _the_methods_own(cls, value: JobParams | None, info: ValidationInfo) -> JobParams | None:
@@ -624,17 +599,7 @@ class JobCreate(_Request):
         """The services' job request: the same fields; unset params are left out, so the
         method's defaults apply."""
         params = self.params.model_dump(exclude_none=True) if self.params else None
-        return JobRequest(
-            dataset_id=self.dataset_id,
-            method=self.method,
-            epsilon=self.epsilon,
-            delta=self.delta,
-            accounting=self.accounting,
-            shots=self.shots,
-            params=params,
-            public_dataset_id=self.public_dataset_id,
-            validation_dataset_id=self.validation_dataset_id,
-        )
+        return JobRequest(**self.model_dump(exclude={"params"}), params=params)
 
 
 class ProgressPublic(BaseModel):
@@ -668,14 +633,8 @@ class GroupQuote(BaseModel):
 
     @classmethod
     def from_change(cls, change: GroupChange) -> GroupQuote:
-        return cls(
-            labels=list(change.labels),
-            before=change.before,
-            after=change.after,
-            charged=change.charged,
-            binding_before=change.binding_before,
-            binding_after=change.binding_after,
-        )
+        # Same names as the service's value: read them off it (charged is its property).
+        return cls.model_validate(change, from_attributes=True)
 
 
 class JobQuote(BaseModel):
@@ -1118,14 +1077,7 @@ class KeyPublic(BaseModel):
 
     @classmethod
     def from_row(cls, row: ApiKey) -> KeyPublic:
-        return cls(
-            id=row.id,
-            scope=row.scope,
-            created_at=row.created_at,
-            revoked=row.revoked,
-            name=row.name,
-            last_used_at=row.last_used_at,
-        )
+        return cls.model_validate(row, from_attributes=True)
 
 
 class KeyCreated(KeyPublic):

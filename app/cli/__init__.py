@@ -8,9 +8,9 @@ from app.cli.admin import admin_app
 from app.cli.advise import advise_command
 from app.cli.audit import audit_command
 from app.cli.client import budget_app, datasets_app, jobs_app, prompts_app
-from app.cli.client_lists import keys_app  # also adds list/show/delete to the groups above
 from app.cli.config import config_app
 from app.cli.eval import eval_command
+from app.cli.keys import keys_app
 from app.cli.privacy import privacy_app
 from app.cli.serve import (
     migrate_command,

@@ -7,8 +7,9 @@ the URL and key ``dpsyn serve`` saved in ``./.dpsyn/`` are used, else the user's
 A server error is printed as its message on one line, in the CLI's words (options and
 commands, :mod:`app.cli.vocabulary`), and the command exits with status 1 (2 for a usage or
 local file problem). ``--json`` prints the server's JSON instead of text; ``-q`` prints only
-the ID of what was created. The HTTP client is :mod:`app.cli.http_client`; the list, show and
-delete commands and ``dpsyn keys`` are in :mod:`app.cli.client_lists`. ``prompts get`` and
+the ID of what was created. The HTTP client is :mod:`app.cli.http_client`; ``dpsyn keys`` is
+in :mod:`app.cli.keys`. Each group's commands (upload, list, show, delete ...) are all here,
+so that importing a group brings every one of its commands. ``prompts get`` and
 ``prompts complete`` go through the downstream apps' client (:mod:`app.client`), so the CLI
 exercises what an app uses.
 """
@@ -62,7 +63,7 @@ from app.cli.options import (
 )
 from app.cli.progress import progress_reporter
 from app.cli.vocabulary import in_cli_words
-from app.db.models import TERMINAL_STATUSES
+from app.db.models import TERMINAL_STATUSES, JobStatus
 from app.privacy.accounting import Accounting
 from app.privacy.budget import budget_percent, is_epsilon, percent_text, spend_text
 from app.privacy.unit import DEFAULT_DELTA
@@ -70,6 +71,22 @@ from app.synthesis.config import COVER_EVERY_LABEL_UP_TO, DEFAULT_SHOTS
 from app.synthesis.data import Column
 
 TABLE_SUFFIXES = {".csv", ".tsv", ".jsonl", ".ndjson"}
+
+
+# The positional IDs the show, get and delete commands take.
+DatasetIdArg = Annotated[str, typer.Argument(help="Dataset ID.")]
+JobIdArg = Annotated[str, typer.Argument(help="Job ID.")]
+LimitOpt = Annotated[
+    int, typer.Option("--limit", min=1, max=500, help="At most this many rows (newest first).")
+]
+OffsetOpt = Annotated[int, typer.Option("--offset", min=0, help="Skip this many rows first.")]
+
+
+def _page(limit: int, offset: int, **filters: str | None) -> dict[str, Any]:
+    """Query parameters: the page, and the filters given."""
+    params: dict[str, Any] = {"limit": limit, "offset": offset}
+    params.update({name: value for name, value in filters.items() if value is not None})
+    return params
 
 
 # --- datasets -------------------------------------------------------------------------------
@@ -499,6 +516,55 @@ def datasets_counts_public(
     print_dataset(dataset)
 
 
+@datasets_app.command("show")
+def datasets_show(
+    dataset_id: DatasetIdArg,
+    url: UrlOpt = None,
+    key: KeyOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """A dataset's metadata: name, kind, task, records per label (never a record)."""
+    dataset = request(url, key, "GET", f"/v1/datasets/{dataset_id}")
+    if as_json:
+        print_json(dataset)
+        return
+    print_dataset(dataset)
+    typer.echo(f"created {dataset['created_at'][:19]}")
+    if dataset.get("deleted_at"):
+        typer.echo(f"records deleted {dataset['deleted_at'][:19]} (its ledger stays)")
+
+
+@datasets_app.command("delete")
+def datasets_delete(
+    dataset_id: DatasetIdArg,
+    yes: YesOpt = False,
+    url: UrlOpt = None,
+    key: KeyOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Delete a dataset's records for good. Its queued jobs are cancelled (a running one must
+    be cancelled first); the dataset's row, budget ledger and prompts stay."""
+    try:
+        with Api(url, key) as api:
+            dataset = api.call("GET", f"/v1/datasets/{dataset_id}")
+            deleted = None
+            if not dataset.get("deleted_at"):
+                confirm(
+                    f"Delete the {dataset['record_count']} records of dataset {dataset_id} "
+                    f"'{dataset['name']}'? Its ledger and prompts stay; this cannot be undone.",
+                    yes,
+                )
+                deleted = api.call("DELETE", f"/v1/datasets/{dataset_id}")
+    except ClientError as error:
+        exit_with(error)
+    if as_json:
+        print_json(deleted or dataset)
+    elif deleted is None:
+        typer.echo(f"dataset {dataset_id}'s records were already deleted; nothing changed")
+    else:
+        typer.echo(f"deleted the records of dataset {dataset_id} '{deleted['name']}'")
+
+
 # --- budget ---------------------------------------------------------------------------------
 
 budget_app = typer.Typer(help="A dataset's privacy budget and ledger.", no_args_is_help=True)
@@ -587,7 +653,7 @@ def _print_label_groups(groups: list[dict[str, Any]]) -> None:
 
 @budget_app.command("set")
 def budget_set(
-    dataset: Annotated[str, typer.Argument(help="Dataset ID.")],
+    dataset: DatasetIdArg,
     epsilon: Annotated[float, typer.Option("--epsilon", help="Total epsilon (> 0).")],
     delta: Annotated[
         float | None,
@@ -627,7 +693,7 @@ def budget_set(
 
 @budget_app.command("show")
 def budget_show(
-    dataset: Annotated[str, typer.Argument(help="Dataset ID.")],
+    dataset: DatasetIdArg,
     url: UrlOpt = None,
     key: KeyOpt = None,
     as_json: JsonOpt = False,
@@ -688,7 +754,7 @@ def budget_list(
 
 @budget_app.command("ledger")
 def budget_ledger(
-    dataset: Annotated[str, typer.Argument(help="Dataset ID.")],
+    dataset: DatasetIdArg,
     csv: Annotated[
         bool,
         typer.Option("--csv", help="The ledger as CSV (the dashboard's export) on stdout."),
@@ -1148,7 +1214,7 @@ JOB_COUNTS = {
 
 @jobs_app.command("show")
 def jobs_show(
-    job_id: Annotated[str, typer.Argument(help="Job ID.")],
+    job_id: JobIdArg,
     url: UrlOpt = None,
     key: KeyOpt = None,
     as_json: JsonOpt = False,
@@ -1168,13 +1234,59 @@ def jobs_show(
 
 @jobs_app.command("cancel")
 def jobs_cancel(
-    job_id: Annotated[str, typer.Argument(help="Job ID.")],
+    job_id: JobIdArg,
     url: UrlOpt = None,
     key: KeyOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Cancel a job (a running one stops at its next step); says what it is charged and why."""
     _print_job(request(url, key, "POST", f"/v1/jobs/{job_id}/cancel"), as_json)
+
+
+def _charged(job: dict[str, Any]) -> str:
+    """The charged epsilon when the server says it (newer servers), else the job's cost."""
+    value = job.get("charged_epsilon", job["epsilon"])
+    return "-" if value is None else f"{value:.4g}"
+
+
+@jobs_app.command("list")
+def jobs_list(
+    dataset: Annotated[
+        str | None, typer.Option("--dataset", help="Only jobs on this dataset (ID).")
+    ] = None,
+    status: Annotated[
+        JobStatus | None, typer.Option("--status", help="Only jobs in this state.")
+    ] = None,
+    limit: LimitOpt = 100,
+    offset: OffsetOpt = 0,
+    url: UrlOpt = None,
+    key: KeyOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Your jobs, newest first: status, method, epsilon, dataset and prompt."""
+    params = _page(limit, offset, dataset_id=dataset, status=status.value if status else None)
+    rows = request(url, key, "GET", "/v1/jobs", params=params)
+    if as_json:
+        print_json(rows)
+        return
+    charged = any("charged_epsilon" in row for row in rows)
+    print_rows(
+        ["id", "status", "method", "epsilon", *(["charged"] if charged else []), "dataset",
+         "prompt", "created"],
+        [
+            [
+                row["id"],
+                row["status"],
+                row["method"],
+                f"{row['epsilon']:.4g}",
+                *([_charged(row)] if charged else []),
+                _dataset_cell(row),
+                row.get("prompt_id") or "-",
+                row["created_at"][:19],
+            ]
+            for row in rows
+        ],
+    )  # fmt: skip
 
 
 # --- prompts --------------------------------------------------------------------------------
@@ -1331,3 +1443,67 @@ def prompts_complete(
             typer.echo(f"  {label}: {score:.3f}")
     else:
         typer.echo(f"value: {answer.get('value')}")
+
+
+class PromptSort(StrEnum):
+    """How ``prompts list`` orders its page."""
+
+    CREATED = "created"
+    VALIDATION = "validation"
+
+
+@prompts_app.command("list")
+def prompts_list(
+    dataset: Annotated[
+        str | None, typer.Option("--dataset", help="Only prompts of this dataset (ID).")
+    ] = None,
+    limit: LimitOpt = 100,
+    offset: OffsetOpt = 0,
+    sort: Annotated[
+        PromptSort,
+        typer.Option("--sort", help="created: newest first; validation: best score first."),
+    ] = PromptSort.CREATED,
+    url: UrlOpt = None,
+    key: KeyOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Your prompts, newest first: method, dataset (name and ID), task, epsilon, validation
+    score (marked when it does not beat zero-shot), job."""
+    rows = request(url, key, "GET", "/v1/prompts", params=_page(limit, offset, dataset_id=dataset))
+    if sort is PromptSort.VALIDATION:  # unscored last, then as listed
+        rows = sorted(rows, key=lambda r: -(r.get("validation_accuracy") or -1.0))
+    if as_json:
+        print_json(rows)
+        return
+    print_rows(
+        ["id", "method", "dataset", "task", "epsilon", "kind", "validation", "job", "created"],
+        [
+            [
+                row["id"],
+                row["method"],
+                _dataset_cell(row),
+                row["task"] or "-",
+                f"{row['epsilon']:.4g}",
+                "soft prompt" if row.get("soft_prompt") else "text",
+                _validation_cell(row),
+                row["job_id"],
+                row["created_at"][:19],
+            ]
+            for row in rows
+        ],
+    )
+
+
+def _validation_cell(row: dict[str, Any]) -> str:
+    """The validation accuracy, marked when it does not beat zero-shot (-: no score)."""
+    accuracy = row.get("validation_accuracy")
+    if accuracy is None:
+        return "-"
+    below = " (not above zero-shot)" if row.get("beats_zero_shot") is False else ""
+    return f"{accuracy:.3f}{below}"
+
+
+def _dataset_cell(row: dict[str, Any]) -> str:
+    """The dataset's name and ID (the ID alone from a server that sends no name)."""
+    name = row.get("dataset_name")
+    return f"{name} ({row['dataset_id']})" if name else row["dataset_id"]

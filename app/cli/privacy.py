@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
-from typing import Annotated
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Annotated, NamedTuple
 
 import typer
 from pydantic import ValidationError
@@ -63,23 +65,26 @@ LabelsOpt = Annotated[
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON.")]
 
 
+class _Loop(NamedTuple):
+    """The token-loop options ``epsilon`` and ``calibrate`` share, passed on as one value."""
+
+    aggregator: Aggregator
+    accounting: Accounting
+    sigma0: float
+    sigma2: float
+    T: int
+    M: int
+    N: int
+    tmax: int
+    good_radius: bool
+
+
 def _privacy(
-    aggregator: Aggregator,
-    accounting: Accounting,
-    *,
-    sigma: float | None,
-    sigma0: float,
-    sigma1: float | None,
-    sigma2: float,
-    T: int,
-    M: int,
-    N: int,
-    tmax: int,
-    good_radius: bool = True,
-    free: float | None = None,
+    loop: _Loop, *, sigma: float | None, sigma1: float | None, free: float | None = None
 ) -> SynthesisPrivacy:
     """Build and validate the token loop's privacy; ``free`` stands in for a missing free
     multiplier."""
+    aggregator, accounting, sigma0, sigma2, T, M, N, tmax, good_radius = loop
     if aggregator is Aggregator.TANG:
         value = sigma if sigma is not None else free
         if value is None:
@@ -125,6 +130,18 @@ def _validation_message(error: ValidationError) -> str:
     return f"{where}: {first['msg']} (got {first.get('input')!r})"
 
 
+@contextmanager
+def _usage_errors() -> Iterator[None]:
+    """What the three commands' inputs can get wrong, reported as a usage error each
+    (a bad parameter, a budget no noise meets) rather than a traceback."""
+    try:
+        yield
+    except ValidationError as error:
+        raise fail(_validation_message(error)) from None
+    except (CalibrationError, ValueError) as error:
+        raise fail(str(error)) from None
+
+
 @privacy_app.command("epsilon")
 def epsilon_command(
     aggregator: AggregatorOpt = Aggregator.ADADPSYN,
@@ -146,26 +163,11 @@ def epsilon_command(
     as_json: JsonOpt = False,
 ) -> None:
     """Epsilon that one record pays for the given configuration."""
-    try:
-        privacy = _privacy(
-            aggregator,
-            accounting,
-            sigma=sigma,
-            sigma0=sigma0,
-            sigma1=sigma1,
-            sigma2=sigma2,
-            T=T,
-            M=M,
-            N=N,
-            tmax=tmax,
-            good_radius=good_radius,
-        )
+    loop = _Loop(aggregator, accounting, sigma0, sigma2, T, M, N, tmax, good_radius)
+    with _usage_errors():
+        privacy = _privacy(loop, sigma=sigma, sigma1=sigma1)
         sizes, shots, delta = _dataset(n_label, n_total, n_labels, shots_per_label, delta)
         eps = privacy.epsilon(sizes, shots, delta)
-    except ValidationError as error:
-        raise fail(_validation_message(error)) from None
-    except ValueError as error:
-        raise fail(str(error)) from None
     if as_json:
         typer.echo(json.dumps({"epsilon": eps, "delta": delta}))
     else:
@@ -196,29 +198,13 @@ def calibrate_command(
     as_json: JsonOpt = False,
 ) -> None:
     """Solve for sigma (tang) or sigma1 (adadpsyn) so that the cost meets --epsilon."""
-    try:
-        privacy = _privacy(
-            aggregator,
-            accounting,
-            sigma=None,
-            sigma0=sigma0,
-            sigma1=None,
-            sigma2=sigma2,
-            T=T,
-            M=M,
-            N=N,
-            tmax=tmax,
-            good_radius=good_radius,
-            free=1.0,
-        )
+    loop = _Loop(aggregator, accounting, sigma0, sigma2, T, M, N, tmax, good_radius)
+    with _usage_errors():
+        privacy = _privacy(loop, sigma=None, sigma1=None, free=1.0)
         sizes, shots, delta = _dataset(n_label, n_total, n_labels, shots_per_label, delta)
         result = calibrate_noise(
             privacy, label_sizes=sizes, shots=shots, target_epsilon=epsilon, delta=delta
         )
-    except ValidationError as error:
-        raise fail(_validation_message(error)) from None
-    except (CalibrationError, ValueError) as error:
-        raise fail(str(error)) from None
     solved = result.privacy.params.model_dump(
         include={"sigma"} if aggregator is Aggregator.TANG else {"sigma0", "sigma1", "sigma2", "T"}
     )
@@ -245,7 +231,7 @@ def plan_command(
     as_json: JsonOpt = False,
 ) -> None:
     """AdaDPSyn's constants for a job's public shape, as the service's planner picks them."""
-    try:
+    with _usage_errors():
         sizes, shots, delta = _dataset(n_label, n_total, n_labels, shots_per_label, delta)
         shape = PlannerShape(
             M=M,
@@ -264,10 +250,6 @@ def plan_command(
         result = calibrate_noise(
             privacy, label_sizes=sizes, shots=shots, target_epsilon=epsilon, delta=delta
         )
-    except ValidationError as error:
-        raise fail(_validation_message(error)) from None
-    except (CalibrationError, ValueError) as error:
-        raise fail(str(error)) from None
     chosen = result.privacy.params
     assert isinstance(chosen, AdaDPSynParams)
     out = {

@@ -9,10 +9,10 @@ declaration, set from :class:`app.methods.base.Counts`, never by a client).
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
 
+from app.method_settings import MethodSettings, PositiveFinite, Share
 from app.privacy.accounting import Accounting
-from app.privacy.unit import DEFAULT_DELTA
 from app.results import SynthesisError
 
 
@@ -23,7 +23,7 @@ class PateError(SynthesisError):
     """
 
 
-class PateConfig(BaseModel):
+class PateConfig(MethodSettings):
     """What a PromptPATE job does and under which budget.
 
     The noise of Confident-GNMax is calibrated to ``epsilon`` unless both
@@ -31,19 +31,6 @@ class PateConfig(BaseModel):
     is calibrated and the noise is what the user chose.
     """
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    epsilon: float = Field(
-        gt=0.0,
-        allow_inf_nan=False,
-        description="Target epsilon of the whole job (> 0, finite: PATE has no no-noise mode).",
-    )
-    delta: float | None = Field(
-        None,
-        gt=0.0,
-        lt=1.0,
-        description=f"Target delta; default {DEFAULT_DELTA:g} (public, never 1/|D|).",
-    )
     accounting: Accounting = Field(
         Accounting.TIGHT,
         description="tight: add/remove neighbours; paper: replace-one (sensitivities double).",
@@ -66,17 +53,11 @@ class PateConfig(BaseModel):
     max_public: int = Field(
         1000, ge=1, le=1_000_000, description="Public inputs processed at most."
     )
-    threshold_fraction: float = Field(
-        0.6,
-        ge=0.0,
-        le=1.0,
-        description="Confident-GNMax threshold as a fraction of the teachers (in votes).",
+    threshold_fraction: Share = Field(
+        0.6, description="Confident-GNMax threshold as a fraction of the teachers (in votes)."
     )
-    sigma_ratio: float = Field(
-        2.0,
-        gt=0.0,
-        allow_inf_nan=False,
-        description="sigma_threshold / sigma_gnmax when the noise is calibrated.",
+    sigma_ratio: PositiveFinite = Field(
+        2.0, description="sigma_threshold / sigma_gnmax when the noise is calibrated."
     )
     sigma_threshold: float | None = Field(
         None,
@@ -114,7 +95,6 @@ class PateConfig(BaseModel):
         le=4096,
         description="Public inputs per group of backend calls; the unit of progress.",
     )
-    seed: int | None = Field(None, description="Tests and studies only: voids the guarantee.")
     public_counts: bool = Field(
         False,
         description="The data owner declares the record count public: a job whose records "

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
+from app.method_settings import MethodSettings
 from app.privacy.accounting import Accounting
-from app.privacy.unit import DEFAULT_DELTA
 from app.results import SynthesisError
 
 
@@ -32,24 +32,11 @@ class SoftPromptInit(StrEnum):
     INSTRUCTION = "instruction"
 
 
-class PromptDpsgdConfig(BaseModel):
+class PromptDpsgdConfig(MethodSettings):
     """What a PromptDPSGD job does and under which budget; the noise is calibrated to
     ``epsilon`` given ``steps`` and the sampling rate ``batch_size / n``, with ``n`` the
     records counted under DP (or declared public)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    epsilon: float = Field(
-        gt=0.0,
-        allow_inf_nan=False,
-        description="Target epsilon of the whole job (> 0, finite).",
-    )
-    delta: float | None = Field(
-        None,
-        gt=0.0,
-        lt=1.0,
-        description=f"Target delta; default {DEFAULT_DELTA:g} (public, never 1/|D|).",
-    )
     accounting: Accounting = Field(
         Accounting.TIGHT,
         description=(
@@ -78,7 +65,6 @@ class PromptDpsgdConfig(BaseModel):
     init: SoftPromptInit = Field(
         SoftPromptInit.LABELS, description="Start: label word or instruction embeddings."
     )
-    seed: int | None = Field(None, description="Tests and studies only: voids the guarantee.")
     public_counts: bool = Field(
         False,
         description="The data owner declares the record count public: the job samples at "

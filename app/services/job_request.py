@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from app.methods.registry import DEFAULT_METHOD, find_method, unknown_method
 from app.privacy.accounting import Accounting
@@ -28,6 +28,17 @@ from app.privacy.accounting import Accounting
 # The bounds of app.api.schemas (IDs are 32 hex digits; 128 is the columns' limit).
 _Id = Annotated[str, Field(min_length=1, max_length=128)]
 MAX_SHOTS = 64
+
+
+def _registered(value: str) -> str:
+    """A method name is accepted only if this deployment registers it (app.methods)."""
+    if find_method(value) is None:
+        raise ValueError(unknown_method())
+    return value
+
+
+# The one check on a job's method name, shared by the API's JobCreate and JobRequest.
+RegisteredMethod = Annotated[str, AfterValidator(_registered)]
 
 
 class JobRequest(BaseModel):
@@ -46,7 +57,7 @@ class JobRequest(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     dataset_id: _Id
-    method: str = DEFAULT_METHOD  # a registered method's name
+    method: RegisteredMethod = DEFAULT_METHOD
     epsilon: float
     delta: float | None = Field(None, gt=0, lt=1)
     accounting: Accounting | None = None
@@ -54,10 +65,3 @@ class JobRequest(BaseModel):
     params: Mapping[str, Any] | None = None
     public_dataset_id: _Id | None = None
     validation_dataset_id: _Id | None = None
-
-    @field_validator("method")
-    @classmethod
-    def _registered(cls, value: str) -> str:
-        if find_method(value) is None:
-            raise ValueError(unknown_method())
-        return value

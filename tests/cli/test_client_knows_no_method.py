@@ -15,7 +15,7 @@ from app.methods.kinds import MethodKind
 CLI = Path(__file__).resolve().parents[2] / "app" / "cli"
 CLIENT = CLI / "client.py"
 # Every module of the thin client: its commands, its HTTP client, its error wording.
-CLIENT_MODULES = ("client.py", "client_lists.py", "http_client.py", "vocabulary.py", "config.py")
+CLIENT_MODULES = ("client.py", "keys.py", "http_client.py", "vocabulary.py", "config.py")
 FORBIDDEN = ("app.methods", "app.cli.method_options", "app.cli.synthesize", "torch", "transformers")
 
 
