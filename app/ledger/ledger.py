@@ -1,8 +1,12 @@
 """Budget admission and the append-only ledger of privacy events.
 
-Every job's cost is described by its event (a :class:`~app.privacy.events.SynthesisEvent`,
-a :class:`~app.privacy.events.PateEvent` for PromptPATE, a
-:class:`~app.privacy.events.DpsgdEvent` for PromptDPSGD). A dataset's spend is the
+Every job's cost is described by its event: a composition of primitive events
+(:mod:`app.privacy.events`), stored as ``to_dict`` writes it. The built-in kinds keep their
+named forms (a :class:`~app.privacy.events.SynthesisEvent`, a
+:class:`~app.privacy.events.PateEvent` for PromptPATE, a
+:class:`~app.privacy.events.DpsgdEvent` for PromptDPSGD), so rows written before the
+primitives (issue 35) read and price as they did; any other kind is stored as its
+primitives. A dataset's spend is the
 *composition* of the events of its live jobs (reserved or committed, not released), computed
 by the budget's accountant, which is tighter than adding epsilons; the plain sum is reported
 beside it.
@@ -82,8 +86,9 @@ _event_memo_lock = threading.Lock()
 
 
 def _stored_event(entry: LedgerEntry) -> DatasetEvent:
-    """The job-level event a ledger entry charged: only those are ever stored (:func:`admit`),
-    so anything else means a corrupt row, which must not be priced as something it is not.
+    """The event a ledger entry charged (:func:`admit`): a row that is not an event
+    (:func:`~app.privacy.events.from_dict` refuses it) is corrupt, and is never priced as
+    something it is not.
 
     Remembered per entry ID: a ledger row is never changed or deleted, so its ID names one
     event. The remembered event is returned only when the row's stored dict also equals the

@@ -1,7 +1,8 @@
 """Accountants: turn descriptions of what ran (events) into epsilon for a given delta.
 
 Two accountants, each fixed to one neighbouring relation and one sampling scheme; an event
-sampled any other way is refused (fail closed), never priced approximately.
+sampled any other way, or a mechanism not analysed under the accountant's relation, is
+refused (fail closed), never priced approximately.
 
 * :class:`PaperRdpAccountant` -- the analysis of the AdaDPSyn paper: replace-one
   neighbours, fixed-size sampling without replacement, the Wang-Balle-Kasiviswanathan
@@ -11,14 +12,18 @@ sampled any other way is refused (fail closed), never priced approximately.
   loss distributions (dp-accounting), which are tight up to discretisation and never
   under-estimate (pessimistic connect-the-dots discretisation).
 
-Both reduce each token step to one Gaussian mechanism with the effective multiplier of
-:func:`app.privacy.events.effective_noise_multiplier` (Gaussian DP composition).
+Both price any composition of primitive events (:mod:`app.privacy.events`), read as
+:mod:`app.privacy.composition` reads it: no job kind or method is known here, so a new kind
+of mechanism, built from primitives, needs no edit. A sampled round of Gaussians is one
+Gaussian with the effective multiplier of
+:func:`app.privacy.events.effective_noise_multiplier` (Gaussian DP composition, exact).
 
 Which label partitions one record can touch depends on the relation: under add/remove a
 record sits in one partition; under replace-one it can be swapped for a record of another
-label, which changes two partitions. A :class:`~app.privacy.events.PateEvent` (PromptPATE)
-reads every record, so it joins every group. :meth:`Accountant.dataset_epsilon` takes the
-worst case over what one record can touch. ``docs/privacy.md`` states the guarantee in full.
+label, which changes two partitions. An event outside any
+:class:`~app.privacy.events.PartitionEvent` (PromptPATE, PromptDPSGD) reads every record, so
+it joins every group. :meth:`Accountant.dataset_epsilon` takes the worst case over what one
+record can touch. ``docs/privacy.md`` states the guarantee in full.
 """
 
 from __future__ import annotations
@@ -36,20 +41,26 @@ import numpy as np
 from dp_accounting.pld import privacy_loss_distribution as pld_lib
 
 from app.privacy import rdp
+from app.privacy.composition import (
+    Priced,
+    UnsupportedEventError,
+    active,
+    active_parts,
+    noiseless,
+    resolve,
+    sampled_in,
+    scoped,
+)
 from app.privacy.events import (
-    DATASET_EVENTS,
+    ComposedEvent,
     DatasetEvent,
-    DpsgdEvent,
+    Event,
     GaussianEvent,
-    PateEvent,
-    SampledEvent,
+    LaplaceEvent,
+    SelfComposedEvent,
 )
 from app.privacy.mechanisms import Relation
 from app.privacy.sampling import FixedSizeSampling, PoissonSampling, Sampling
-
-
-class UnsupportedEventError(ValueError):
-    """The accountant cannot price this event (wrong sampling for its relation)."""
 
 
 class Accounting(StrEnum):
@@ -59,50 +70,46 @@ class Accounting(StrEnum):
     TIGHT = "tight"
 
 
-# What one record is exposed to, one entry at a time. A GaussianEvent here is a Gaussian
-# mechanism on a query of L2 sensitivity 1 over the records it reads, without subsampling
-# (a label count's release), under either relation.
-Priced = SampledEvent | PateEvent | GaussianEvent
-
-
 class Accountant(ABC):
-    """Prices compositions of :class:`SampledEvent` and :class:`PateEvent` under one
-    neighbouring relation."""
+    """Prices compositions of primitive events under one neighbouring relation."""
 
     relation: Relation
     sampling_type: type
 
-    def check(self, event: Priced) -> None:
-        """Raise :class:`UnsupportedEventError` unless this accountant can price ``event``."""
-        if isinstance(event, GaussianEvent):  # no sampling to agree with
-            return
-        if isinstance(event, PateEvent):
-            if event.relation != self.relation.value:
-                raise UnsupportedEventError(
-                    f"{type(self).__name__} ({self.relation.value} neighbours) cannot price a "
-                    f"PromptPATE event derived for {event.relation} neighbours"
-                )
-            return
-        if not isinstance(event.sampling, self.sampling_type):
-            raise UnsupportedEventError(
-                f"{type(self).__name__} ({self.relation.value} neighbours) requires "
-                f"{self.sampling_type.__name__}, got {type(event.sampling).__name__}"
-            )
+    def resolve(self, event: Event) -> Priced:
+        """``event`` with its multipliers relative to the sensitivities under this
+        accountant's relation (:func:`app.privacy.composition.resolve`)."""
+        return resolve(event, self.relation.value, type(self).__name__)
 
-    def epsilon(self, events: Priced | Sequence[Priced], delta: float) -> float:
+    def check(self, event: Event) -> None:
+        """Raise :class:`UnsupportedEventError` unless this accountant can price ``event``."""
+        for sampled in sampled_in(self.resolve(event)):
+            if not isinstance(sampled.sampling, self.sampling_type):
+                raise UnsupportedEventError(
+                    f"{type(self).__name__} ({self.relation.value} neighbours) requires "
+                    f"{self.sampling_type.__name__}, got {type(sampled.sampling).__name__}"
+                )
+
+    def priced(self, event: Event) -> list[tuple[str | None, Priced]]:
+        """What ``event`` exposes a record to, in the order it ran, each primitive with the
+        label partition it reads (None: every record), resolved for this relation."""
+        return [(label, self.resolve(leaf)) for label, leaf in scoped(event)]
+
+    def epsilon(self, events: Event | Sequence[Event], delta: float) -> float:
         """Epsilon at ``delta`` of the composition of ``events`` (all may touch one record)."""
-        if isinstance(events, SampledEvent | PateEvent | GaussianEvent):
+        if not isinstance(events, Sequence):
             events = [events]
         if not 0.0 < delta < 1.0:
             raise ValueError(f"delta must be in (0, 1), got {delta}")
-        for event in events:
-            self.check(event)
-        active = [e for e in events if not isinstance(e, SampledEvent) or e.steps > 0]
-        if not active:
+        leaves = [leaf for event in events for _, leaf in self.priced(event)]
+        for leaf in leaves:
+            self.check(leaf)
+        live = [leaf for leaf in leaves if active(leaf)]
+        if not live:
             return 0.0
-        if any(e.noise_multiplier == 0 for e in active):
+        if any(noiseless(leaf) for leaf in live):
             return float("inf")
-        return self._epsilon(active, delta)
+        return self._epsilon(live, delta)
 
     @abstractmethod
     def _epsilon(self, events: Sequence[Priced], delta: float) -> float: ...
@@ -110,24 +117,20 @@ class Accountant(ABC):
     def exposures(self, events: Sequence[DatasetEvent]) -> list[list[Priced]]:
         """The sets of events that one record can influence together.
 
-        Synthesis events of several jobs on one dataset are grouped by label: a record's
-        label decides which of them read it. Under add/remove a record sits in one label
-        partition; under replace-one it can be swapped for a record of another label,
-        touching two. PromptPATE and PromptDPSGD events read every record, so they join
-        every set (a DP-SGD job as its count release, if any, and its subsampled Gaussian
-        under this relation: ``DpsgdEvent.exposure``).
+        Jobs on one dataset are grouped by label partition: a record's label decides which
+        partition events read it. Under add/remove a record sits in one label partition;
+        under replace-one it can be swapped for a record of another label, touching two.
+        Events outside any partition (PromptPATE, PromptDPSGD, a count of every record) read
+        every record, so they join every set, after the partitions' events.
         """
         by_label: dict[str, list[Priced]] = {}
         everyone: list[Priced] = []
         for event in events:
-            if isinstance(event, PateEvent):
-                everyone.append(event)
-                continue
-            if isinstance(event, DpsgdEvent):
-                everyone.extend(event.exposure(self.relation.value))
-                continue
-            for entry in event.labels:
-                by_label.setdefault(entry.label, []).extend(entry.priced())
+            for label, leaf in self.priced(event):
+                if label is None:
+                    everyone.append(leaf)
+                else:
+                    by_label.setdefault(label, []).append(leaf)
         singles = list(by_label.values())
         groups = singles
         if self.relation is Relation.REPLACE_ONE:
@@ -138,7 +141,7 @@ class Accountant(ABC):
 
     def dataset_epsilon(self, event: DatasetEvent | Sequence[DatasetEvent], delta: float) -> float:
         """Epsilon for any one record of a dataset over one job or several (composed)."""
-        events = [event] if isinstance(event, DATASET_EVENTS) else list(event)
+        events = list(event) if isinstance(event, Sequence) else [event]
         exposures = self.exposures(events)
         if not exposures:
             return 0.0
@@ -154,20 +157,34 @@ class PaperRdpAccountant(Accountant):
     def __init__(self, orders: np.ndarray = rdp.ORDERS) -> None:
         self.orders = orders
 
-    def rdp(self, event: Priced) -> np.ndarray:
+    def rdp(self, event: Event) -> np.ndarray:
         """RDP curve of ``event`` at :attr:`orders`."""
         self.check(event)
-        if isinstance(event, PateEvent):  # mu-GDP: the curve of one plain Gaussian
-            return rdp.gaussian_rdp(event.noise_multiplier, self.orders)
+        return self._rdp(self.resolve(event))
+
+    def _rdp(self, event: Priced) -> np.ndarray:
+        """RDP of a resolved primitive (multipliers relative to sensitivity 1)."""
         if isinstance(event, GaussianEvent):  # count releases of a plain Gaussian
             return event.count * rdp.gaussian_rdp(event.noise_multiplier, self.orders)
+        if isinstance(event, LaplaceEvent):
+            return event.count * rdp.laplace_rdp(event.noise_multiplier, self.orders)
+        if isinstance(event, SelfComposedEvent):
+            return event.count * self._rdp(self.resolve(event.event))
+        if isinstance(event, ComposedEvent):
+            parts = (self._rdp(part) for part in active_parts(event))
+            return sum(parts, np.zeros(self.orders.shape))
+        if any(isinstance(m, LaplaceEvent) for m in event.mechanisms):
+            raise UnsupportedEventError(
+                f"{type(self).__name__} has no amplification bound for a Laplace mechanism "
+                "on a subsample drawn without replacement"
+            )
         orders = tuple(self.orders.tolist())  # ints stay ints: the same array is rebuilt
         per_step = _subsampled_gaussian_rdp(event.sampling.rate, event.noise_multiplier, orders)
         return event.steps * per_step
 
     def _epsilon(self, events: Sequence[Priced], delta: float) -> float:
         # Start from an array (not sum's int 0) so the total is an RDP curve even when typed.
-        total = sum((self.rdp(e) for e in events), np.zeros(self.orders.shape))
+        total = sum((self._rdp(e) for e in events), np.zeros(self.orders.shape))
         return rdp.rdp_to_epsilon(total, delta, self.orders)
 
 
@@ -190,28 +207,38 @@ class TightPldAccountant(Accountant):
         self.discretization = discretization
         self.cache = (cache if cache is not None else COMPOSITIONS) if cached else None
 
-    def pld(self, event: Priced) -> pld_lib.PrivacyLossDistribution:
-        """Pessimistic PLD of ``event``: ``steps`` compositions of one subsampled Gaussian, or
-        for a PromptPATE event (mu-GDP) one plain Gaussian."""
+    def pld(self, event: Event) -> pld_lib.PrivacyLossDistribution:
+        """Pessimistic PLD of ``event``: a plain or Poisson-subsampled Gaussian or Laplace
+        (self-composed ``count`` or ``steps`` times), or a composition of such."""
         self.check(event)
-        if isinstance(event, PateEvent):
-            return _sampled_gaussian_pld(event.noise_multiplier, 1.0, 1, self.discretization)
+        return self._pld(self.resolve(event))
+
+    def _pld(self, event: Priced) -> pld_lib.PrivacyLossDistribution:
+        """PLD of a resolved primitive (multipliers relative to sensitivity 1)."""
+        disc = self.discretization
         if isinstance(event, GaussianEvent):
-            return _sampled_gaussian_pld(
-                event.noise_multiplier, 1.0, event.count, self.discretization
-            )
-        return _sampled_gaussian_pld(
-            event.noise_multiplier, event.sampling.rate, event.steps, self.discretization
-        )
+            return _sampled_gaussian_pld(event.noise_multiplier, 1.0, event.count, disc)
+        if isinstance(event, LaplaceEvent):
+            return _sampled_laplace_pld(event.noise_multiplier, 1.0, event.count, disc)
+        if isinstance(event, SelfComposedEvent):
+            return self._pld(self.resolve(event.event)).self_compose(event.count)
+        if isinstance(event, ComposedEvent):
+            parts = [self._pld(part) for part in active_parts(event)]
+            return functools.reduce(lambda a, b: a.compose(b), parts)
+        laplace = [m for m in event.mechanisms if isinstance(m, LaplaceEvent)]
+        if laplace:
+            rate, b = event.sampling.rate, laplace[0].noise_multiplier
+            return _sampled_laplace_pld(b, rate, event.steps, disc)
+        return _sampled_gaussian_pld(event.noise_multiplier, event.sampling.rate, event.steps, disc)
 
     def _epsilon(self, events: Sequence[Priced], delta: float) -> float:
         """The left fold ``((pld(e1) . pld(e2)) . ...) . pld(en)``, in the order given, then
         epsilon at ``delta``; :attr:`cache` returns the same float without redoing it."""
         if self.cache is not None:
-            return self.cache.epsilon(("pld", self.discretization), events, self.pld, delta)
-        combined = self.pld(events[0])
+            return self.cache.epsilon(("pld", self.discretization), events, self._pld, delta)
+        combined = self._pld(events[0])
         for event in events[1:]:
-            combined = combined.compose(self.pld(event))
+            combined = combined.compose(self._pld(event))
         return float(combined.get_epsilon_for_delta(delta))
 
 
@@ -234,6 +261,23 @@ def _sampled_gaussian_pld(
     never mutated (composition returns new ones), so sharing them is safe."""
     one_step = pld_lib.from_gaussian_mechanism(
         standard_deviation=sigma,
+        sensitivity=1.0,
+        sampling_prob=rate,
+        value_discretization_interval=discretization,
+        pessimistic_estimate=True,
+        use_connect_dots=True,
+    )
+    return one_step.self_compose(steps)
+
+
+@functools.lru_cache(maxsize=256)
+def _sampled_laplace_pld(
+    scale: float, rate: float, steps: int, discretization: float
+) -> pld_lib.PrivacyLossDistribution:
+    """The Laplace counterpart of :func:`_sampled_gaussian_pld` (``scale``: the Laplace
+    parameter over the L1 sensitivity)."""
+    one_step = pld_lib.from_laplace_mechanism(
+        parameter=scale,
         sensitivity=1.0,
         sampling_prob=rate,
         value_discretization_interval=discretization,

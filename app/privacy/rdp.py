@@ -42,6 +42,21 @@ def gaussian_rdp(sigma: float, orders: np.ndarray = ORDERS) -> np.ndarray:
     return orders / (2.0 * sigma**2)
 
 
+def laplace_rdp(scale: float, orders: np.ndarray = ORDERS) -> np.ndarray:
+    """RDP of the Laplace mechanism with ``scale`` (Laplace parameter over the L1
+    sensitivity), exact (Mironov 2017, Proposition 6): for a > 1,
+
+        eps(a) = log( a/(2a-1) e^{(a-1)/b} + (a-1)/(2a-1) e^{-a/b} ) / (a - 1),
+
+    summed in log space (the first term overflows for small b). Infinite without noise."""
+    if scale == 0:
+        return np.full(orders.shape, np.inf)
+    a = np.asarray(orders, dtype=float)
+    first = np.log(a / (2 * a - 1)) + (a - 1) / scale
+    second = np.log((a - 1) / (2 * a - 1)) - a / scale
+    return np.logaddexp(first, second) / (a - 1)
+
+
 def _log_abs_expm1(x: np.ndarray) -> np.ndarray:
     """log|e^x - 1| without overflow for large positive x."""
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):

@@ -22,7 +22,7 @@ from sqlalchemy.orm import Session
 from app.db.models import DEFAULT_WARN_THRESHOLD, Budget, Dataset, DatasetKind, LedgerEntry, now
 from app.ledger import ledger
 from app.methods.base import counts_refusal
-from app.privacy.accounting import Accounting, Priced, accountant_for
+from app.privacy.accounting import Accountant, Accounting, Priced, accountant_for
 from app.privacy.budget import (
     EPSILON_RULE,
     FIT_TOLERANCE,
@@ -31,7 +31,8 @@ from app.privacy.budget import (
     round_up,
     smallest_fitting_delta,
 )
-from app.privacy.events import DatasetEvent, DpsgdEvent, PateEvent
+from app.privacy.composition import active
+from app.privacy.events import DatasetEvent
 from app.privacy.mechanisms import Relation
 from app.privacy.unit import DEFAULT_DELTA
 
@@ -153,28 +154,24 @@ class GroupSpend:
 
 
 def _priced_by_label(
-    events: Sequence[DatasetEvent], relation: Relation, labels: Sequence[str]
+    events: Sequence[DatasetEvent], accountant: Accountant, labels: Sequence[str]
 ) -> tuple[dict[str, list[Priced]], dict[str, set[int]], list[Priced], set[int]]:
     """Each label's mechanisms and the jobs (indices) that charged it, then those of the jobs
     that read every record, grouped as :meth:`app.privacy.accounting.Accountant.exposures`
-    groups them."""
+    groups them (:meth:`~app.privacy.accounting.Accountant.priced`, whatever the job)."""
     by_label: dict[str, list[Priced]] = {label: [] for label in labels}
     jobs: dict[str, set[int]] = {label: set() for label in labels}
     everyone: list[Priced] = []
     whole: set[int] = set()
     for index, event in enumerate(events):
-        if isinstance(event, PateEvent):
-            everyone.append(event)
-            whole.add(index)
-            continue
-        if isinstance(event, DpsgdEvent):  # its count release too, if any
-            everyone.extend(event.exposure(relation.value))
-            whole.add(index)
-            continue
-        for entry in event.labels:  # each label's count release (if any) and its rounds
-            by_label.setdefault(entry.label, []).extend(entry.priced())
-            charged = jobs.setdefault(entry.label, set())
-            if entry.event.steps > 0 or entry.count_release is not None:
+        for label, leaf in accountant.priced(event):
+            if label is None:
+                everyone.append(leaf)
+                whole.add(index)
+                continue
+            by_label.setdefault(label, []).append(leaf)
+            charged = jobs.setdefault(label, set())
+            if active(leaf):
                 charged.add(index)
     return by_label, jobs, everyone, whole
 
@@ -196,7 +193,7 @@ def label_groups(
     dataset's public metadata (its ``label_counts``), never record text.
     """
     accountant = accountant_for(accounting)
-    by_label, jobs, everyone, whole = _priced_by_label(events, accountant.relation, labels)
+    by_label, jobs, everyone, whole = _priced_by_label(events, accountant, labels)
     names: list[tuple[str, ...]] = [(label,) for label in by_label]
     if accountant.relation is Relation.REPLACE_ONE:
         names += list(itertools.combinations(list(by_label), 2))

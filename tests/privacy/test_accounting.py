@@ -200,4 +200,4 @@ def test_events_round_trip_through_dicts(accounting):
     event = plan.synthesis_event({"x": 100, "y": 300}, {"x": 2, "y": 1})
     assert from_dict(to_dict(event)) == event
     with pytest.raises(ValueError, match="unknown event type"):
-        from_dict({"type": "laplace"})
+        from_dict({"type": "exponential"})

@@ -174,12 +174,15 @@ def test_a_pate_event_joins_every_exposure_group():
     pate = PateEvent(2.0, ADD)
     synth = _synthesis(PoissonSampling(rate=0.1, groups=5))
     groups = tight.exposures([synth, pate])
-    assert len(groups) == 2 and all(pate in group for group in groups)
-    assert tight.exposures([pate]) == [[pate]]
+    # the job as its accountant prices it: one Gaussian of multiplier 1/mu (issue 35)
+    gaussian = tight.resolve(pate)
+    assert gaussian == GaussianEvent(2.0)
+    assert len(groups) == 2 and all(gaussian in group for group in groups)
+    assert tight.exposures([pate]) == [[gaussian]]
     paper = PaperRdpAccountant()
     fixed = _synthesis(FixedSizeSampling(population=100, groups=5, group_size=2), "abc")
     pairs = paper.exposures([fixed, PateEvent(2.0, REPLACE)])
-    assert len(pairs) == 3 + 3 and all(PateEvent(2.0, REPLACE) in g for g in pairs)
+    assert len(pairs) == 3 + 3 and all(GaussianEvent(2.0) in g for g in pairs)
 
 
 def test_composition_with_synthesis_costs_more_than_either_job():

@@ -1,0 +1,204 @@
+"""Primitive events (issue 35, item 3): a mechanism kind defined here, outside app/privacy,
+from primitives only, is priced by both accountants as dp_accounting prices it, with no
+edit to app/privacy; and the three built-in job kinds are exactly their compositions."""
+
+from __future__ import annotations
+
+import math
+
+import dp_accounting
+import pytest
+from dp_accounting.pld import pld_privacy_accountant
+from dp_accounting.rdp import rdp_privacy_accountant
+
+from app.privacy.accounting import (
+    Accounting,
+    PaperRdpAccountant,
+    TightPldAccountant,
+    UnsupportedEventError,
+    accountant_for,
+)
+from app.privacy.events import (
+    ComposedEvent,
+    GaussianEvent,
+    LaplaceEvent,
+    NamedEvent,
+    PartitionEvent,
+    PateEvent,
+    PoissonSampling,
+    SampledEvent,
+    SelfComposedEvent,
+    Sensitivity,
+    from_dict,
+    to_dict,
+)
+from app.privacy.rdp import ORDERS
+from tests.privacy.test_golden_charges import golden
+
+DELTA = 1e-5
+ADD = dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE
+REPLACE = dp_accounting.NeighboringRelation.REPLACE_ONE
+
+
+def gaussian_histogram(std: float, releases: int = 1) -> GaussianEvent:
+    """A new mechanism kind, as a plug-in would define it: the Gaussian mechanism on the
+    histogram of the dataset's labels, noise std ``std`` counts per bin. Sensitivity:
+    adding or removing one record moves one bin by 1 (L2 1); replacing one moves two bins by
+    1 each (L2 sqrt 2). Every record is read."""
+    return GaussianEvent(std, releases, Sensitivity(add_or_remove=1.0, replace_one=math.sqrt(2)))
+
+
+def pld_reference(event: dp_accounting.DpEvent) -> float:
+    accountant = pld_privacy_accountant.PLDAccountant(ADD, value_discretization_interval=1e-4)
+    return accountant.compose(event).get_epsilon(DELTA)
+
+
+def rdp_reference(event: dp_accounting.DpEvent, relation=REPLACE) -> float:
+    orders = [float(a) for a in ORDERS]
+    accountant = rdp_privacy_accountant.RdpAccountant(orders, neighboring_relation=relation)
+    return accountant.compose(event).get_epsilon(DELTA)
+
+
+@pytest.mark.parametrize("std", [0.8, 3.0, 20.0])
+def test_a_gaussian_histogram_defined_outside_app_privacy_is_priced_like_dp_accounting(std):
+    histogram = gaussian_histogram(std, releases=3)
+    tight = TightPldAccountant(cached=False).dataset_epsilon(histogram, DELTA)
+    want = pld_reference(dp_accounting.SelfComposedDpEvent(dp_accounting.GaussianDpEvent(std), 3))
+    assert want <= tight * (1 + 1e-9) and tight == pytest.approx(want, rel=0.02, abs=2e-3)
+    # replace-one: the multiplier relative to the sensitivity sqrt 2
+    paper = PaperRdpAccountant().dataset_epsilon(histogram, DELTA)
+    gaussian = dp_accounting.GaussianDpEvent(std / math.sqrt(2))
+    assert paper == pytest.approx(
+        rdp_reference(dp_accounting.SelfComposedDpEvent(gaussian, 3)), rel=1e-6
+    )
+
+
+@pytest.mark.parametrize("scale", [0.5, 2.0, 10.0])
+def test_a_laplace_mechanism_is_priced_like_dp_accounting(scale):
+    event = LaplaceEvent(scale, count=2)
+    ref = dp_accounting.SelfComposedDpEvent(dp_accounting.LaplaceDpEvent(scale), 2)
+    tight = TightPldAccountant(cached=False).epsilon(event, DELTA)
+    assert pld_reference(ref) <= tight * (1 + 1e-9)
+    assert tight == pytest.approx(pld_reference(ref), rel=0.02, abs=2e-3)
+    assert PaperRdpAccountant().epsilon(event, DELTA) == pytest.approx(rdp_reference(ref), rel=1e-6)
+
+
+def test_a_poisson_sampled_laplace_and_a_composition_are_priced_like_dp_accounting():
+    sampled = SampledEvent(PoissonSampling(0.05, 1), (LaplaceEvent(1.5),), 40)
+    mixed = ComposedEvent(
+        (
+            SelfComposedEvent(GaussianEvent(4.0), 5),
+            SampledEvent(PoissonSampling(0.02, 1), (GaussianEvent(1.1),), 300),
+            sampled,
+        )
+    )
+    ref = dp_accounting.ComposedDpEvent(
+        [
+            dp_accounting.SelfComposedDpEvent(dp_accounting.GaussianDpEvent(4.0), 5),
+            dp_accounting.SelfComposedDpEvent(
+                dp_accounting.PoissonSampledDpEvent(0.02, dp_accounting.GaussianDpEvent(1.1)),
+                300,
+            ),
+            dp_accounting.SelfComposedDpEvent(
+                dp_accounting.PoissonSampledDpEvent(0.05, dp_accounting.LaplaceDpEvent(1.5)), 40
+            ),
+        ]
+    )
+    ours = TightPldAccountant(cached=False).epsilon(mixed, DELTA)
+    want = pld_reference(ref)
+    assert want <= ours * (1 + 1e-9) and ours == pytest.approx(want, rel=0.03)
+    # a composition nested in a self-composition is priced the same way
+    nested = SelfComposedEvent(ComposedEvent((GaussianEvent(4.0), GaussianEvent(6.0))), 3)
+    nested_ref = dp_accounting.SelfComposedDpEvent(
+        dp_accounting.ComposedDpEvent(
+            [dp_accounting.GaussianDpEvent(4.0), dp_accounting.GaussianDpEvent(6.0)]
+        ),
+        3,
+    )
+    assert PaperRdpAccountant().epsilon(nested, DELTA) == pytest.approx(
+        rdp_reference(nested_ref), rel=1e-6
+    )
+
+
+def test_a_per_label_mechanism_joins_its_labels_group_only():
+    """A new kind that reads one label's records (say, a noisy count of label "a") is charged
+    to that label's group; a histogram of every record joins every group."""
+    tight = TightPldAccountant(cached=False)
+    rounds = SampledEvent(PoissonSampling(0.1, 5), (GaussianEvent(2.0),), 10)
+    job_a = PartitionEvent("a", rounds)
+    job_b = PartitionEvent("b", rounds)
+    count_a = PartitionEvent("a", GaussianEvent(3.0))
+    histogram = gaussian_histogram(5.0)
+    groups = tight.exposures([ComposedEvent((job_a, job_b)), count_a, histogram])
+    unit_histogram = GaussianEvent(5.0)
+    assert groups == [[rounds, GaussianEvent(3.0), unit_histogram], [rounds, unit_histogram]]
+    spend = tight.dataset_epsilon([ComposedEvent((job_a, job_b)), count_a, histogram], DELTA)
+    assert spend == tight.epsilon([rounds, GaussianEvent(3.0), unit_histogram], DELTA)
+
+
+def test_a_new_kind_round_trips_through_its_stored_form():
+    event = ComposedEvent(
+        (
+            PartitionEvent("a", GaussianEvent(3.0)),
+            gaussian_histogram(5.0, 2),
+            SelfComposedEvent(SampledEvent(PoissonSampling(0.1, 1), (LaplaceEvent(2.0),), 4), 2),
+        )
+    )
+    stored = to_dict(event)
+    assert from_dict(stored) == event
+    assert stored["events"][1]["sensitivity"] == {
+        "add_or_remove": 1.0,
+        "replace_one": math.sqrt(2),
+    }
+    assert to_dict(GaussianEvent(2.0)) == {"type": "gaussian", "noise_multiplier": 2.0, "count": 1}
+
+
+def test_what_a_primitive_was_not_analysed_for_is_refused():
+    only_add = GaussianEvent(2.0, 1, Sensitivity.only("add_or_remove"))
+    assert TightPldAccountant().epsilon(only_add, DELTA) > 0
+    with pytest.raises(UnsupportedEventError, match="add_or_remove neighbours only"):
+        PaperRdpAccountant().epsilon(only_add, DELTA)
+    from app.privacy.sampling import FixedSizeSampling
+
+    fixed = SampledEvent(FixedSizeSampling(100, 1, 5), (LaplaceEvent(1.0),), 3)
+    with pytest.raises(UnsupportedEventError, match="Laplace"):
+        PaperRdpAccountant().epsilon(fixed, DELTA)
+    with pytest.raises(UnsupportedEventError, match="PoissonSampling"):
+        TightPldAccountant().epsilon(SelfComposedEvent(fixed, 2), DELTA)
+    inside = SelfComposedEvent(PartitionEvent("a", GaussianEvent(1.0)), 2)
+    with pytest.raises(UnsupportedEventError, match="partition"):
+        TightPldAccountant().epsilon(inside, DELTA)
+    with pytest.raises(ValueError, match="one Laplace"):
+        SampledEvent(PoissonSampling(0.1, 1), (LaplaceEvent(1.0), GaussianEvent(1.0)), 1)
+
+
+def test_no_noise_costs_everything_and_no_steps_nothing():
+    for accountant in (TightPldAccountant(), PaperRdpAccountant()):
+        assert accountant.epsilon(LaplaceEvent(0.0), DELTA) == math.inf
+        assert accountant.epsilon(SelfComposedEvent(GaussianEvent(0.0), 0), DELTA) == 0.0
+    idle = SampledEvent(PoissonSampling(0.1, 1), (GaussianEvent(0.0),), 0)
+    assert TightPldAccountant().epsilon(SelfComposedEvent(idle, 3), DELTA) == 0.0
+
+
+@pytest.mark.parametrize("name", sorted(golden()["jobs"]))
+def test_each_stored_job_is_exactly_its_composition_of_primitives(name):
+    """A row of today's form (the named event) and the same job written as primitives cost
+    the same floats under both accountants: the named types add nothing to the pricing."""
+    named = from_dict(golden()["jobs"][name]["event"])
+    assert isinstance(named, NamedEvent)
+    primitive = from_dict(to_dict(named.primitive()))  # the primitives' own stored form
+    for accounting in Accounting:
+        accountant = accountant_for(accounting)
+        try:
+            want = accountant.dataset_epsilon(named, DELTA)
+        except UnsupportedEventError:
+            with pytest.raises(UnsupportedEventError):
+                accountant.dataset_epsilon(primitive, DELTA)
+            continue
+        assert accountant.dataset_epsilon(primitive, DELTA) == want
+
+
+def test_a_promptpate_event_is_one_gaussian_of_one_relation():
+    assert PateEvent(2.5, "replace_one").primitive() == GaussianEvent(
+        2.5, 1, Sensitivity(add_or_remove=None, replace_one=1.0)
+    )
