@@ -189,6 +189,10 @@ class Method(ABC):
     # ("": the method's name), which :meth:`stored_config` and :meth:`summary` read.
     config_class: ClassVar[type[BaseModel]]
     stored_key: ClassVar[str] = ""
+    # What ``dpsyn audit`` (app.eval.audit) runs this method's trials with, under its full
+    # and its --quick profile (a job's params; the user's options override them).
+    audit_params: ClassVar[Mapping[str, Any]] = {}
+    audit_quick_params: ClassVar[Mapping[str, Any]] = {}
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -261,6 +265,20 @@ class Method(ABC):
         or declared public by the owner (from what its plan stored); None: the method reads
         no private count, or the job was planned before counts were private."""
         del stored
+        return None
+
+    def audit_subset(self, config: Any) -> int | None:
+        """Records of each label that an audit trial runs this method on, for a method whose
+        release for a label reads only that label's records (the token loop: ``M * N``, so
+        every teacher sees every one); None: the trial draws its records from all labels."""
+        del config
+        return None
+
+    def audit_refusal(self) -> str | None:
+        """Why ``dpsyn audit`` cannot attack this method's release, in words; None: it can
+        (the attack scores candidates after the prompt or soft prompt a run released)."""
+        if self.reads_public:
+            return "it also reads a public dataset of unlabelled texts, which the audit lacks"
         return None
 
     def public_stats(self, result: SynthesisResult) -> dict[str, Any] | None:

@@ -110,6 +110,9 @@ class PromptDpsgd(Method):
     config_class = PromptDpsgdConfig  # stored under its name; the job's shots do not apply
     public_stat_names = PUBLIC_STATS
     needs_gradients: ClassVar[bool] = True
+    # The audit trains a soft prompt per trial: a few steps, in both profiles.
+    audit_params: ClassVar[dict[str, Any]] = {"steps": 10, "batch_size": 8}
+    audit_quick_params: ClassVar[dict[str, Any]] = {"steps": 10, "batch_size": 8}
     unit: ClassVar[str] = "steps"
     verb: ClassVar[str] = "training"
     params_hint: ClassVar[str] = "; it has no demonstrations, so the job's shots do not apply"

@@ -130,6 +130,8 @@ class TokenLoop(Method):
     config_class = SynthesisConfig
     stored_key: ClassVar[str] = "synthesis"
     zero_epsilon_baseline: ClassVar[bool] = True  # instruction-only: epsilon = 0
+    # The audit's --quick profile: a few minutes on the CPU model (full: the task's shape).
+    audit_quick_params: ClassVar[dict[str, Any]] = {"M": 10, "N": 1, "tmax": 8, "K": 50}
     unit: ClassVar[str] = "tokens"
     verb: ClassVar[str] = "synthesising"
     public_stats_help: ClassVar[str] = (
@@ -174,6 +176,12 @@ class TokenLoop(Method):
                 task, config, privacy, schedule, sizes, stored.delta, planner, planned_sizes
             )
         )
+
+    def audit_subset(self, config: SynthesisConfig) -> int:
+        """``M * N`` records of each label: a demonstration of label L reads only L's
+        records, and with exactly ``M * N`` of them every teacher step sees every one (rate
+        1 under tight accounting), the setting most favourable to the attacker."""
+        return config.M * config.N
 
     def public_stats(self, result: SynthesisResult) -> dict[str, Any] | None:
         """The AdaDPSyn planner's choice (public inputs only) and how many demonstrations
