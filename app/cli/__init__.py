@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import sys
+from collections.abc import Sequence
+
 import typer
 
 from app.cli.admin import admin_app
@@ -20,6 +23,8 @@ from app.cli.serve import (
 )
 from app.cli.synthesize import synthesize_command
 from app.log_redaction import install_log_redaction
+from app.methods.registry import import_method_modules
+from app.settings import Settings
 
 app = typer.Typer(
     name="dpsyn",
@@ -45,9 +50,32 @@ app.add_typer(admin_app, name="admin")
 app.add_typer(config_app, name="config")
 
 
+# The commands that run, serve or price methods: each loads the plug-in methods
+# (DPSYN_METHOD_MODULES) before typer builds its options. The thin client's commands do not
+# (they know no method; the server they talk to does).
+METHOD_COMMANDS = frozenset({"synthesize", "eval", "audit", "advise", "privacy", "serve", "worker"})
+
+
+def load_method_plugins(argv: Sequence[str]) -> None:
+    """Import the plug-in method modules if ``argv`` names a command of
+    :data:`METHOD_COMMANDS`, before the commands' options are built from the registry (so
+    ``--help`` and ``--method`` offer a plug-in's method and its parameters). A module that
+    cannot load is one line naming it, and exit status 2."""
+    command = next((arg for arg in argv if not arg.startswith("-")), None)
+    if command not in METHOD_COMMANDS:
+        return
+    try:
+        import_method_modules(Settings().method_module_names())
+    except ValueError as error:  # a plug-in, or another DPSYN_ setting, is wrong
+        print(f"error: {error}", file=sys.stderr)
+        raise SystemExit(2) from None
+
+
 def main() -> None:
     """Console-script entry point. Every command's log redacts exceptions and leaves out the
     HTTP clients' request lines, which quote what a server answered (a vLLM server's reason
-    phrase may hold a prompt): `dpsyn synthesize --backend vllm` as much as `dpsyn serve`."""
+    phrase may hold a prompt): `dpsyn synthesize --backend vllm` as much as `dpsyn serve`.
+    The plug-in methods load first (:func:`load_method_plugins`)."""
     install_log_redaction()
+    load_method_plugins(sys.argv[1:])
     app()

@@ -17,6 +17,7 @@ from typing import Annotated, Any
 import typer
 
 from app.cli.errors import err, fail, reported_errors
+from app.cli.method_options import RegistryCommand
 from app.cli.model_options import DtypeOpt, ModelOpt, quiet_progress_bars, training_dtype
 from app.cli.progress import progress_reporter
 from app.eval.datasets import DATASETS, load_split, public_path
@@ -33,7 +34,7 @@ from app.eval.experiment import (
     write_json,
     write_table,
 )
-from app.eval.methods import get, registered_methods, untaken
+from app.eval.methods import get, untaken
 from app.llm.base import LLMBackend
 from app.llm.factory import BackendKind, Dtype, make_backend
 from app.privacy.budget import is_epsilon
@@ -79,9 +80,7 @@ TestSize = Annotated[
 Epsilons = Annotated[str, typer.Option("--epsilons", help="Finite epsilons.")]
 Methods = Annotated[
     str,
-    typer.Option(
-        "--methods", help=f"Comma-separated registered methods ({', '.join(registered_methods())})."
-    ),
+    typer.Option("--methods", help="Comma-separated registered methods ({methods})."),
 ]
 Baselines = Annotated[
     bool,
@@ -296,7 +295,7 @@ def _write(runs: list[Any], config: ExperimentConfig, out: Path, meta: dict[str,
         err.print(f"wrote {path}", markup=False, highlight=False)
 
 
-def eval_command(
+def _eval(
     dataset: Dataset,
     quick: Quick = False,
     profile: Profile = None,
@@ -355,3 +354,7 @@ def eval_command(
         "seconds": time.perf_counter() - started,
     }
     _write(runs, config, out_dir if out_dir is not None else Path("out") / "eval" / dataset, meta)
+
+
+# The registered methods are named in --methods' help when the command is built (plug-ins too).
+eval_command = RegistryCommand(_eval, options=False)

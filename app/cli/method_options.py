@@ -10,6 +10,7 @@ HTTP client (:mod:`app.cli.client`) must not.
 
 from __future__ import annotations
 
+import copy
 import inspect
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -106,23 +107,39 @@ def _flags_of(parameter: inspect.Parameter) -> set[str]:
 
 
 def _with_method_choices(parameter: inspect.Parameter) -> inspect.Parameter:
-    """``method`` as a choice of the registered names (typer reads a Literal as choices)."""
-    if parameter.name != "method":
+    """``method`` as a choice of the registered names (typer reads a Literal as choices), and
+    an option whose help says ``{methods}`` with the registered names in its place."""
+    args = get_args(parameter.annotation)
+    if parameter.name == "method":
+        choices = _LITERAL[tuple(registry.method_names())]
+        return parameter.replace(annotation=_ANNOTATED[(choices, *args[1:])])
+    infos = [_named_methods(info) for info in args[1:]]
+    if infos == list(args[1:]):
         return parameter
-    choices = _LITERAL[tuple(registry.method_names())]
-    annotation = _ANNOTATED[(choices, *get_args(parameter.annotation)[1:])]
-    return parameter.replace(annotation=annotation)
+    return parameter.replace(annotation=_ANNOTATED[(args[0], *infos)])
+
+
+def _named_methods(info: Any) -> Any:
+    """``info`` with ``{methods}`` in its help replaced by the registered names (a copy)."""
+    if not isinstance(info, OptionInfo) or "{methods}" not in (info.help or ""):
+        return info
+    named = copy.copy(info)
+    named.help = (info.help or "").replace("{methods}", ", ".join(registry.method_names()))
+    return named
 
 
 class RegistryCommand:
     """A typer command over ``base`` whose options are ``base``'s own plus one per flag of
-    the registered methods (:func:`method_options`), with ``--method`` choosing among the
-    registered names. Typer reads the signature each time it builds the command (every run
-    of ``dpsyn``), so a method registered before that is offered with its parameters.
-    ``base`` receives the method options in ``**method_options``, by argument name."""
+    the registered methods (:func:`method_options`; none with ``options=False``), with
+    ``--method`` choosing among the registered names and ``{methods}`` in an option's help
+    naming them. Typer reads the signature each time it builds the command (every run of
+    ``dpsyn``, after :func:`app.cli.load_method_plugins`), so a method registered before
+    that is offered with its parameters. ``base`` receives the method options in
+    ``**method_options``, by argument name."""
 
-    def __init__(self, base: Callable[..., None]) -> None:
+    def __init__(self, base: Callable[..., None], *, options: bool = True) -> None:
         self.base = base
+        self.options = options
         self.__name__ = base.__name__
         self.__doc__ = base.__doc__
         self.__annotations__: dict[str, Any] = {}  # typer asks for type hints too
@@ -133,6 +150,8 @@ class RegistryCommand:
         fixed = [
             _with_method_choices(p) for p in own.parameters.values() if p.kind is not p.VAR_KEYWORD
         ]
+        if not self.options:
+            return own.replace(parameters=fixed)
         taken = {flag for p in fixed for flag in _flags_of(p)} | {p.name for p in fixed}
         options = method_options()
         clashes = [o.flag for o in options if o.flag in taken or o.argument in taken]

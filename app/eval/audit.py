@@ -17,29 +17,28 @@ Design
   the *same label* are drawn from the held-out pool (Duan et al. use 1 member against many
   non-members). Matching the label keeps the attack about membership, not about a bias of
   the model towards the label shown in the prompt.
-* **(b) AdaDPSyn prompts.** Per trial: a member subset of ``M * N`` records of *each* label
-  is drawn from the member pool and given to AdaDPSyn (shots = 1, target ``epsilon``). The
-  job's public label schedule picks the target label ``L`` before any record is read, and
+* **(b) A registered method's release** (``AuditConfig.attacks``: any registered method, by
+  name, with its trials and parameters; by default AdaDPSyn's 1-shot prompts). Per trial, a
+  member subset is drawn from the member pool and the method runs on exactly it as a job
+  (shots = 1 if it has demonstrations; the target ``epsilon``; ``delta`` is
+  ``1 / |training set|``; its ``Method.audit_params``, or ``audit_quick_params`` under
+  ``--quick``, below the user's). The subset's shape is the method's word
+  (``Method.audit_subset``): the token loop takes ``M * N`` records of *each* label, because
+  the job's public label schedule picks the target label ``L`` before any record is read and
   generation reads only the partition of ``L``; with exactly ``M * N`` records in it, every
   teacher step sees every one of them (Poisson rate 1 under tight accounting, all records
-  under paper accounting), which is the setting most favourable to the attacker. The members
-  are those ``M * N`` records of ``L`` (records of the other labels never influence the
-  prompt); as many non-members of label ``L`` are drawn from the held-out pool. The
-  synthetic 1-shot prompt is the demonstration AdaDPSyn released. ``delta`` is
-  ``1 / |training set|``.
-* **(c) PromptDPSGD soft prompts** (``dpsgd_trials``, off unless asked: each trial trains).
-  Per trial: ``dpsgd_members`` records are drawn from the member pool (all labels) and a soft
-  prompt is trained on exactly them with DP-SGD at the target ``epsilon`` (the defaults of
-  :class:`~app.promptdpsgd.config.PromptDpsgdConfig` otherwise, with ``dpsgd_steps`` and
-  ``dpsgd_batch_size``); members are those records, and as many non-members with the same
-  labels are drawn from the held-out pool. The scores come through
-  :class:`~app.promptdpsgd.backend.SoftPromptedBackend`. Every step samples from the small
-  member set at rate ``batch_size / dpsgd_members``, the setting most favourable to the
-  attacker at that epsilon.
-* **As a job.** The AdaDPSyn and PromptDPSGD runs go through the method registry the way
-  a service job does (:func:`app.eval.methods.run_method`: configure, plan from the subset's
-  counts, run), seeded from the audit's generator; so the attacked prompts are those the
-  service would release for such a subset.
+  under paper accounting), the setting most favourable to the attacker. A method without a
+  per-label shape (PromptDPSGD) draws ``members`` records of any label: every step samples
+  from that small set at rate ``batch_size / members``. The members are the subset's records
+  of the labels the job's public schedule names (all of them if it names none); as many
+  non-members of each of those labels are drawn from the held-out pool. A method the audit
+  cannot attack says why (``Method.audit_refusal``: PromptPATE reads a public dataset the
+  audit lacks), before any trial runs.
+* **As a job.** Every method run goes through the method registry the way a service job does
+  (:func:`app.eval.methods.run_method`: configure, plan from the subset's counts, run),
+  seeded from the audit's generator; so the attacked prompts (or soft prompts, scored
+  through :class:`~app.promptdpsgd.backend.SoftPromptedBackend`) are those the service would
+  release for such a subset.
 * **Score.** For each candidate as the query, the score of its true label by
   :func:`app.synthesis.scoring.label_probabilities`, the scorer ``/complete`` answers with
   (when the labels' answers start with different tokens: the probability of the first token
@@ -57,23 +56,23 @@ Nothing here logs or writes record text: the outputs hold scores, labels and AUC
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
-from app.eval.methods import JobSpec, run_method, scorer
+from app.eval.methods import JobSpec, configure, get, run_method, scorer, title
 from app.llm.base import LLMBackend
 from app.privacy.accounting import Accounting
+from app.results import SynthesisResult
 from app.synthesis.data import Record
 from app.synthesis.prompts import demonstration_prompt
 from app.synthesis.scoring import label_probabilities
 from app.synthesis.tasks import TaskKind, TaskSpec
 
 AuditProgress = Callable[[str, int, int], None]  # (which attack, trials done, trials planned)
-# The registered methods whose releases attacks (b) and (c) attack.
-SYNTHETIC_METHOD, SOFT_PROMPT_METHOD = "adadpsyn", "promptdpsgd"
 
 
 # --- statistics -----------------------------------------------------------------------------
@@ -185,23 +184,26 @@ class AttackSummary:
 
 
 @dataclass(frozen=True)
+class MethodAttack:
+    """Attack (b) on one registered method: its trials, and the parameters its runs take (a
+    job's params, over the method's ``audit_params``)."""
+
+    method: str
+    trials: int = 20
+    params: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
 class AuditConfig:
-    """What the audit runs; the synthetic attack uses AdaDPSyn with shots = 1."""
+    """What the audit runs: the real-prompt attack (a) and one attack (b) per method."""
 
     trials: int = 100
-    synthetic_trials: int = 20
     candidates: int = 16  # per real-prompt trial: 1 member + (candidates - 1) non-members
+    attacks: tuple[MethodAttack, ...] = (MethodAttack("adadpsyn"),)
+    members: int = 32  # per trial of a method without a per-label subset (audit_subset)
     epsilon: float = 8.0
-    M: int = 10
-    N: int = 1
-    tmax: int = 30
-    K: int = 100
     accounting: Accounting = Accounting.TIGHT
     seed: int = 0
-    dpsgd_trials: int = 0  # PromptDPSGD attack (c): each trial trains a soft prompt
-    dpsgd_members: int = 32
-    dpsgd_steps: int = 10
-    dpsgd_batch_size: int = 8
 
 
 @dataclass
@@ -305,52 +307,6 @@ def _delta(pools: Pools) -> float:
     return 1.0 / (len(pools.members) + len(pools.held_out))
 
 
-def run_synthetic(
-    task: TaskSpec,
-    backend: LLMBackend,
-    pools: Pools,
-    config: AuditConfig,
-    rng: np.random.Generator,
-    progress: AuditProgress | None = None,
-) -> AttackSummary:
-    """Attack (b): 1-shot prompts synthesised by AdaDPSyn from a member subset, each run as a
-    job runs (:func:`app.eval.methods.run_method`); the label it synthesised is the first of
-    the job's public schedule."""
-    members_by, held_by = pools.by_label("members"), pools.by_label("held_out")
-    size = config.M * config.N
-    params = {"M": config.M, "N": config.N, "tmax": config.tmax, "K": config.K}
-    results, spent = [], []
-    for number in range(1, config.synthetic_trials + 1):
-        subset = {
-            label: _draw(members_by.get(label, []), size, rng, f"members of label {label!r}")
-            for label in task.labels
-        }
-        records = [pools.members[i] for label in task.labels for i in subset[label]]
-        job = JobSpec(
-            epsilon=config.epsilon,
-            shots=1,
-            accounting=config.accounting,
-            delta=_delta(pools),
-            seed=int(rng.integers(2**31)),
-        )
-        ran = run_method(SYNTHETIC_METHOD, task, records, backend, job, params)
-        label = ran.plan.stored().schedule[0]
-        spent.append(ran.result.epsilon)
-        members = [pools.members[i] for i in subset[label]]
-        non_idx = _draw(held_by.get(label, []), size, rng, f"held-out records of {label!r}")
-        non = [pools.held_out[i] for i in non_idx]
-        results.append(_result(task, backend, ran.result.prompt, members, non))
-        if progress is not None:
-            progress("synthetic", number, config.synthetic_trials)
-    extra: dict[str, object] = {
-        "epsilon": config.epsilon,
-        "epsilon_spent_max": max(spent) if spent else None,
-        "delta": _delta(pools),
-        "member_subset_per_label": size,
-    }
-    return AttackSummary(SYNTHETIC_METHOD, results, config.seed, extra)
-
-
 def _same_labels(
     task: TaskSpec, pools: Pools, members: Sequence[Record], rng: np.random.Generator
 ) -> list[Record]:
@@ -365,43 +321,91 @@ def _same_labels(
     return non
 
 
-def run_soft_prompt(
+def _subset(
+    task: TaskSpec, pools: Pools, per_label: int | None, members: int, rng: np.random.Generator
+) -> list[Record]:
+    """A trial's member subset: ``per_label`` records of each label (in the task's order),
+    or ``members`` records of any label when ``per_label`` is None."""
+    if per_label is None:
+        chosen = _draw(list(range(len(pools.members))), members, rng, "members")
+        return [pools.members[i] for i in chosen]
+    by_label = pools.by_label("members")
+    subset = {
+        label: _draw(by_label.get(label, []), per_label, rng, f"members of label {label!r}")
+        for label in task.labels
+    }
+    return [pools.members[i] for label in task.labels for i in subset[label]]
+
+
+def run_method_attack(
     task: TaskSpec,
     backend: LLMBackend,
     pools: Pools,
     config: AuditConfig,
+    attack: MethodAttack,
     rng: np.random.Generator,
     progress: AuditProgress | None = None,
 ) -> AttackSummary:
-    """Attack (c): soft prompts trained with DP-SGD on a member subset, each run as a job
-    runs and scored through the soft prompt it released."""
-    params = {"steps": config.dpsgd_steps, "batch_size": config.dpsgd_batch_size}
-    results, spent = [], []
-    for number in range(1, config.dpsgd_trials + 1):
-        chosen = _draw(list(range(len(pools.members))), config.dpsgd_members, rng, "members")
-        members = [pools.members[i] for i in chosen]
-        job = JobSpec(
-            epsilon=config.epsilon,
-            shots=None,
-            accounting=config.accounting,
-            delta=_delta(pools),
-            seed=int(rng.integers(2**31)),
-        )
-        result = run_method(SOFT_PROMPT_METHOD, task, members, backend, job, params).result
-        spent.append(result.epsilon)
+    """Attack (b) on ``attack.method``: per trial, the method runs as a job runs on a member
+    subset (:func:`_subset`, shaped by ``Method.audit_subset``), and candidates are scored
+    after what it released; the members are the subset's records of the labels its public
+    schedule names (all, if it names none)."""
+    method = get(attack.method)
+    params = {**method.audit_params, **attack.params}
+    job = JobSpec(
+        epsilon=config.epsilon,
+        shots=1 if method.shots_param is not None else None,
+        accounting=config.accounting,
+        delta=_delta(pools),
+    )
+    per_label = method.audit_subset(configure(attack.method, task, job, params)[1])
+    results, spent, release = [], [], "1-shot prompt"
+    for number in range(1, attack.trials + 1):
+        subset = _subset(task, pools, per_label, config.members, rng)
+        seeded = JobSpec(**{**job.__dict__, "seed": int(rng.integers(2**31))})
+        ran = run_method(attack.method, task, subset, backend, seeded, params)
+        schedule = set(ran.plan.stored().schedule) or set(task.labels)
+        members = [record for record in subset if record.label in schedule]
         non = _same_labels(task, pools, members, rng)
-        results.append(_result(task, scorer(backend, result), result.prompt, members, non))
+        release = _release(attack.method, ran.result)
+        spent.append(ran.result.epsilon)
+        results.append(_result(task, scorer(backend, ran.result), ran.result.prompt, members, non))
         if progress is not None:
-            progress("promptdpsgd", number, config.dpsgd_trials)
+            progress(attack.method, number, attack.trials)
     extra: dict[str, object] = {
         "epsilon": config.epsilon,
         "epsilon_spent_max": max(spent) if spent else None,
         "delta": _delta(pools),
-        "members_per_trial": config.dpsgd_members,
-        "steps": config.dpsgd_steps,
-        "batch_size": config.dpsgd_batch_size,
+        "release": release,
+        **params,
     }
-    return AttackSummary(SOFT_PROMPT_METHOD, results, config.seed, extra)
+    if per_label is None:
+        extra["members_per_trial"] = config.members
+    else:
+        extra["member_subset_per_label"] = per_label
+    return AttackSummary(attack.method, results, config.seed, extra)
+
+
+def _release(name: str, result: SynthesisResult) -> str:
+    """What the attack scores after: a soft prompt or the released demonstrations; a
+    ValueError if a run released neither (nothing for the attack to put before a query)."""
+    if result.soft_prompt is not None:
+        return "soft prompt"
+    if not result.demonstrations:
+        raise ValueError(
+            f"dpsyn audit cannot attack method {name}: a run released neither text "
+            "demonstrations nor a soft prompt, so no prompt holds what it learnt"
+        )
+    return f"{len(result.demonstrations)}-shot prompt"
+
+
+def check_attacks(config: AuditConfig) -> None:
+    """ValueError naming a method that is not registered or that cannot be audited, and
+    why, before any trial runs."""
+    for attack in config.attacks:
+        refusal = get(attack.method).audit_refusal()
+        if refusal is not None:
+            raise ValueError(f"dpsyn audit cannot attack method {attack.method}: {refusal}")
 
 
 def run_audit(
@@ -411,18 +415,20 @@ def run_audit(
     config: AuditConfig,
     progress: AuditProgress | None = None,
 ) -> dict[str, AttackSummary]:
-    """Both attacks on ``records`` (a task's training set); trials are seeded by the config."""
+    """The attacks on ``records`` (a task's training set); trials are seeded by the config."""
     if task.kind != TaskKind.CLASSIFICATION:
         raise ValueError("the audit scores a label probability: classification tasks only")
+    check_attacks(config)
     rng = np.random.default_rng(config.seed)
     pools = split_pools(records, rng)
     out: dict[str, AttackSummary] = {}
     if config.trials > 0:
         out["real"] = run_real(task, backend, pools, config, rng, progress)
-    if config.synthetic_trials > 0:
-        out["adadpsyn"] = run_synthetic(task, backend, pools, config, rng, progress)
-    if config.dpsgd_trials > 0:
-        out["promptdpsgd"] = run_soft_prompt(task, backend, pools, config, rng, progress)
+    for attack in config.attacks:
+        if attack.trials > 0:
+            out[attack.method] = run_method_attack(
+                task, backend, pools, config, attack, rng, progress
+            )
     if not out:
         raise ValueError("nothing to run: every trial count is 0")
     return out
@@ -430,15 +436,12 @@ def run_audit(
 
 # --- outputs --------------------------------------------------------------------------------
 
-_TITLES = {"real": "Real 1-shot prompt (ε = ∞)", "adadpsyn": "AdaDPSyn 1-shot prompt"}
-
 
 def _title(summary: AttackSummary) -> str:
-    if summary.name == "adadpsyn":
-        return f"AdaDPSyn 1-shot prompt (ε = {summary.extra['epsilon']:g})"
-    if summary.name == "promptdpsgd":
-        return f"PromptDPSGD soft prompt (ε = {summary.extra['epsilon']:g})"
-    return _TITLES.get(summary.name, summary.name)
+    if summary.name == "real":
+        return "Real 1-shot prompt (ε = ∞)"
+    release = summary.extra.get("release", "1-shot prompt")
+    return f"{title(summary.name)} {release} (ε = {summary.extra.get('epsilon', 0):g})"
 
 
 def plot_roc(summaries: dict[str, AttackSummary], path: Path) -> None:

@@ -7,9 +7,101 @@ from a stored job, how it runs, its progress unit and which of its stats are pub
 the services, the workers, the CLI, the dashboard and the docs table (:mod:`app.methods.docs`)
 ask :mod:`app.methods.registry` instead of branching on the method's name, so a new method is
 one module and one :func:`~app.methods.registry.register` call, from here or from outside
-``app`` (a test registers its own).
+``app`` (a test registers its own). A method module imports what it uses from this package
+alone (``from app.methods import Method, declare, register, ...``, the names below).
 
 This package is algorithms only: it imports ``app.synthesis``, ``app.pate`` and
 ``app.privacy``, never the web or database layers. Importing it is cheap: the method modules
-load only through :mod:`app.methods.registry`.
+load only through :mod:`app.methods.registry`, and the names below on first use.
 """
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+# What a method module uses, by name -> the module that defines it. A method (built-in or a
+# plug-in, docs/service.md "Adding a method") imports all of it from here: ``from app.methods
+# import Method, declare, register, ...``. The names load on first use (PEP 562), so importing
+# ``app.methods.kinds`` (the thin client's tests do) stays cheap and loads no method.
+_EXPORTS = {
+    # the interface and what a method is given (app.methods.base, .params, .registry)
+    "Counts": "app.methods.base",
+    "CountsMode": "app.methods.base",
+    "JobConfig": "app.methods.base",
+    "Method": "app.methods.base",
+    "MethodPlan": "app.methods.base",
+    "ParamsError": "app.methods.base",
+    "Stored": "app.methods.base",
+    "Param": "app.methods.params",
+    "declare": "app.methods.params",
+    "register": "app.methods.registry",
+    "registered": "app.methods.registry",
+    "unregister": "app.methods.registry",
+    # the job's world: its task, records, model, accounting, events and result
+    "TaskSpec": "app.synthesis.tasks",
+    "Record": "app.synthesis.data",
+    "LLMBackend": "app.llm.base",
+    "Accounting": "app.privacy.accounting",
+    "accountant_for": "app.privacy.accounting",
+    "DatasetEvent": "app.privacy.events",
+    "DpsgdEvent": "app.privacy.events",
+    "PateEvent": "app.privacy.events",
+    "SynthesisEvent": "app.privacy.events",
+    "to_dict": "app.privacy.events",
+    "Demonstration": "app.results",
+    "Progress": "app.results",
+    "SynthesisResult": "app.results",
+    "demonstration_prompt": "app.synthesis.prompts",
+}
+__all__ = [
+    "Accounting",
+    "Counts",
+    "CountsMode",
+    "DatasetEvent",
+    "Demonstration",
+    "DpsgdEvent",
+    "JobConfig",
+    "LLMBackend",
+    "Method",
+    "MethodPlan",
+    "Param",
+    "ParamsError",
+    "PateEvent",
+    "Progress",
+    "Record",
+    "Stored",
+    "SynthesisEvent",
+    "SynthesisResult",
+    "TaskSpec",
+    "accountant_for",
+    "declare",
+    "demonstration_prompt",
+    "register",
+    "registered",
+    "to_dict",
+    "unregister",
+]
+
+if TYPE_CHECKING:  # the same names, for type checkers (at run time: __getattr__)
+    from app.llm.base import LLMBackend
+    from app.privacy.accounting import Accounting, accountant_for
+    from app.privacy.events import DatasetEvent, DpsgdEvent, PateEvent, SynthesisEvent, to_dict
+    from app.results import Demonstration, Progress, SynthesisResult
+    from app.synthesis.data import Record
+    from app.synthesis.prompts import demonstration_prompt
+    from app.synthesis.tasks import TaskSpec
+
+    from .base import Counts, CountsMode, JobConfig, Method, MethodPlan, ParamsError, Stored
+    from .params import Param, declare
+    from .registry import register, registered, unregister
+
+
+def __getattr__(name: str) -> Any:
+    """A name of :data:`_EXPORTS`, imported from its module when first asked for."""
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'app.methods' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value

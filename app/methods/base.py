@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, ClassVar
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from app.llm.base import LLMBackend
 from app.privacy.accounting import Accounting
@@ -136,6 +136,20 @@ class MethodPlan(ABC):
         An exception ``progress`` raises (a cancellation) stops it there."""
 
 
+class JobConfig(BaseModel):
+    """The fields every job's config holds: the job's own (epsilon, delta, accounting) and
+    the seed (CLI and tests only). A new method's config subclasses it and adds its own
+    parameters, so that :meth:`Method.configure` can build it with no code of the method's.
+    (The built-in configs predate it and declare the same fields themselves.)"""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    epsilon: float = Field(gt=0.0, allow_inf_nan=False)
+    delta: float | None = Field(None, gt=0.0, lt=1.0)  # None: the method's default
+    accounting: Accounting = Accounting.TIGHT
+    seed: int | None = None
+
+
 class Method(ABC):
     """One synthesis method: its name, parameters, config, plan, rebuild and public stats.
 
@@ -144,7 +158,10 @@ class Method(ABC):
     CLI options, the dashboard form and the docs table are generated), :attr:`shots_param`,
     the progress :attr:`unit` and :attr:`verb`, the :meth:`settings` line and which of a
     run's stats are public. A subclass that declares :attr:`parameters` gets :attr:`params`
-    built from them. The registry (:mod:`app.methods.registry`) names the instances.
+    built from them. :meth:`configure` builds :attr:`config_class` from the job's fields and
+    the client's parameters, so a method writes no glue for it; it overrides the hooks
+    :meth:`job_shots` and :meth:`build_config` only where it differs. The registry
+    (:mod:`app.methods.registry`) names the instances.
     """
 
     name: str  # the registry's key, the API's ``method`` and the jobs.method column
@@ -166,13 +183,22 @@ class Method(ABC):
     verb: ClassVar[str]  # what the run does, for progress bars
     params_hint: ClassVar[str] = ""  # added to the list of parameters in a refusal
     public_stats_help: ClassVar[str] = ""  # what :meth:`public_stats` holds, for the API docs
+    # The run's stats the API may show (functions of DP outputs only): :meth:`public_stats`.
+    public_stat_names: ClassVar[tuple[str, ...]] = ()
+    # The config :meth:`configure` builds, and the key its JSON has in a job's stored config
+    # ("": the method's name), which :meth:`stored_config` and :meth:`summary` read.
+    config_class: ClassVar[type[BaseModel]]
+    stored_key: ClassVar[str] = ""
+    # What ``dpsyn audit`` (app.eval.audit) runs this method's trials with, under its full
+    # and its --quick profile (a job's params; the user's options override them).
+    audit_params: ClassVar[Mapping[str, Any]] = {}
+    audit_quick_params: ClassVar[Mapping[str, Any]] = {}
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         if "parameters" in cls.__dict__:
             cls.params = params_model(f"{cls.__name__}Params", cls.parameters)
 
-    @abstractmethod
     def configure(
         self,
         task: TaskSpec,
@@ -186,7 +212,36 @@ class Method(ABC):
     ) -> BaseModel:
         """The job's validated config from the job's fields and the client's ``params``;
         :class:`ParamsError` naming the first problem. ``seed`` is for the CLI and tests
-        only (it voids the guarantee): the service never passes one."""
+        only (it voids the guarantee): the service never passes one. The job's shots set
+        :attr:`shots_param` (a method without one ignores them)."""
+        fields: dict[str, Any] = {
+            "epsilon": epsilon,
+            "delta": delta,
+            "accounting": accounting,
+            "seed": seed,
+        }
+        shots = self.job_shots(task, shots)
+        if shots is not None and self.shots_param is not None:
+            fields[self.shots_param.name] = shots
+        try:
+            return self.build_config(task, {**fields, **client_overrides(params)})
+        except (ValidationError, TypeError) as err:
+            raise config_error(err) from None
+
+    def job_shots(self, task: TaskSpec, shots: int | None) -> int | None:
+        """The shots a job without any gets from ``task`` (None: the config's default)."""
+        del task
+        return shots
+
+    def build_config(self, task: TaskSpec, fields: dict[str, Any]) -> BaseModel:
+        """:attr:`config_class` from ``fields`` (a method whose defaults depend on the task
+        builds it otherwise); pydantic's ValidationError or a TypeError if they do not fit."""
+        del task
+        return self.config_class(**fields)
+
+    def stored_config(self, stored: Stored) -> Any:
+        """The config a stored job was planned with (:attr:`stored_key` of its JSON)."""
+        return self.config_class.model_validate(stored.config[self.stored_key or self.name])
 
     @abstractmethod
     def plan(self, task: TaskSpec, config: Any, counts: Counts) -> MethodPlan:
@@ -198,9 +253,12 @@ class Method(ABC):
     def rebuild(self, task: TaskSpec, stored: Stored) -> MethodPlan:
         """The plan admission made, rebuilt from what the job row stored."""
 
-    @abstractmethod
     def summary(self, stored: Stored) -> tuple[str | None, int]:
-        """The accounting and the shots of a stored job, as the API shows them."""
+        """The accounting and the shots of a stored job, as the API shows them (read from
+        the stored config's JSON; 0 shots for a method without :attr:`shots_param`)."""
+        config = stored.config.get(self.stored_key or self.name) or {}
+        shots = config.get(self.shots_param.name, 0) if self.shots_param is not None else 0
+        return config.get("accounting"), int(shots)
 
     def counts_mode(self, stored: Stored) -> CountsMode | None:
         """How the stored job knew the dataset's per-label record counts: released under DP
@@ -209,9 +267,26 @@ class Method(ABC):
         del stored
         return None
 
-    def public_stats(self, result: SynthesisResult) -> dict[str, Any] | None:
-        """The run's stats the API may show (functions of DP outputs only); None: none."""
+    def audit_subset(self, config: Any) -> int | None:
+        """Records of each label that an audit trial runs this method on, for a method whose
+        release for a label reads only that label's records (the token loop: ``M * N``, so
+        every teacher sees every one); None: the trial draws its records from all labels."""
+        del config
         return None
+
+    def audit_refusal(self) -> str | None:
+        """Why ``dpsyn audit`` cannot attack this method's release, in words; None: it can
+        (the attack scores candidates after the prompt or soft prompt a run released)."""
+        if self.reads_public:
+            return "it also reads a public dataset of unlabelled texts, which the audit lacks"
+        return None
+
+    def public_stats(self, result: SynthesisResult) -> dict[str, Any] | None:
+        """The run's stats the API may show: those of :attr:`public_stat_names` it reports
+        (functions of DP outputs only); None when the method declares none."""
+        if not self.public_stat_names:
+            return None
+        return {k: result.stats[k] for k in self.public_stat_names if k in result.stats}
 
     def progress_done(self, result: SynthesisResult, total: int) -> int:
         """Progress of a finished run, out of ``total``."""

@@ -13,13 +13,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from pydantic import ValidationError
-
 from app.llm.base import LLMBackend
 from app.pate.config import PateConfig
 from app.pate.plan import PatePlan, plan_pate
 from app.pate.run import run_pate
-from app.privacy.accounting import Accounting
 from app.privacy.events import PateEvent
 from app.results import Progress, SynthesisResult
 from app.synthesis.data import Record
@@ -31,8 +28,6 @@ from .base import (
     Method,
     MethodPlan,
     Stored,
-    client_overrides,
-    config_error,
 )
 from .kinds import MethodKind
 from .params import declare
@@ -125,6 +120,9 @@ class PromptPate(Method):
     title = "PromptPATE"
     parameters = PARAMETERS
     shots_param = SHOTS
+    config_class = PateConfig
+    stored_key: ClassVar[str] = "pate"
+    public_stat_names = PUBLIC_STATS
     reads_public: ClassVar[bool] = True
     unit: ClassVar[str] = "public inputs"
     verb: ClassVar[str] = "labelling"
@@ -134,30 +132,6 @@ class PromptPate(Method):
         "threshold check and got a label), rejected, budget_exhausted, spent_mu, budget_mu, "
         "holdout_accuracy"
     )
-
-    def configure(
-        self,
-        task: TaskSpec,
-        *,
-        epsilon: float,
-        delta: float | None,
-        shots: int | None,
-        accounting: Accounting,
-        params: Mapping[str, Any] | None,
-        seed: int | None = None,
-    ) -> PateConfig:
-        fields: dict[str, Any] = {"student_shots": shots} if shots is not None else {}
-        try:
-            return PateConfig(
-                epsilon=epsilon,
-                delta=delta,
-                accounting=accounting,
-                seed=seed,
-                **fields,
-                **client_overrides(params),
-            )
-        except (ValidationError, TypeError) as err:
-            raise config_error(err) from None
 
     def plan(self, task: TaskSpec, config: Any, counts: Counts) -> PromptPateMethodPlan:
         # Whether the count is public is the data owner's word, carried by the counts: the
@@ -169,16 +143,12 @@ class PromptPate(Method):
 
     def rebuild(self, task: TaskSpec, stored: Stored) -> PromptPateMethodPlan:
         # Planning is deterministic: this is the plan admission reserved if the row is unchanged.
-        config = PateConfig.model_validate(stored.config["pate"])
+        config = self.stored_config(stored)
         if config.delta is None:  # planned at the delta the row holds, whatever the default
             config = config.model_copy(update={"delta": stored.delta})
         sizes = stored.config["sizes"]
         n_private, n_public = int(sizes["private"]), int(sizes["public"])
         return PromptPateMethodPlan(task, plan_pate(task, n_private, n_public, config), n_public)
-
-    def summary(self, stored: Stored) -> tuple[str | None, int]:
-        pate = stored.config.get("pate", {})
-        return pate.get("accounting"), int(pate.get("student_shots", 0))
 
     def counts_mode(self, stored: Stored) -> CountsMode | None:
         """Declared public (the config's ``public_counts``: the plan read the count, to
@@ -188,12 +158,9 @@ class PromptPate(Method):
             return CountsMode.DECLARED_PUBLIC
         return None
 
-    def public_stats(self, result: SynthesisResult) -> dict[str, Any]:
-        return {k: result.stats[k] for k in PUBLIC_STATS if k in result.stats}
-
     def progress_done(self, result: SynthesisResult, total: int) -> int:
         # inputs it got to before the filter's budget ran out (at most all of them)
-        return int(self.public_stats(result).get("processed", total))
+        return int(result.stats.get("processed", total))
 
     def progress_note(self, stats: Mapping[str, Any], done: int, total: int) -> str | None:
         """PromptPATE stops labelling when its planned privacy budget is spent (each public

@@ -11,14 +11,11 @@ through a charged DP release unless the data owner declared it public
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from pydantic import ValidationError
-
 from app.llm.base import LLMBackend
-from app.privacy.accounting import Accounting
 from app.privacy.events import DpsgdEvent
 from app.promptdpsgd.config import PromptDpsgdConfig
 from app.promptdpsgd.plan import PromptDpsgdPlan, calibrated_plan, plan_promptdpsgd
@@ -32,8 +29,6 @@ from .base import (
     Method,
     MethodPlan,
     Stored,
-    client_overrides,
-    config_error,
 )
 from .kinds import MethodKind
 from .params import declare
@@ -112,34 +107,16 @@ class PromptDpsgd(Method):
     name = MethodKind.PROMPTDPSGD.value
     title = "PromptDPSGD"
     parameters = PARAMETERS  # no shots_param: no demonstrations, the job's shots do not apply
+    config_class = PromptDpsgdConfig  # stored under its name; the job's shots do not apply
+    public_stat_names = PUBLIC_STATS
     needs_gradients: ClassVar[bool] = True
+    # The audit trains a soft prompt per trial: a few steps, in both profiles.
+    audit_params: ClassVar[dict[str, Any]] = {"steps": 10, "batch_size": 8}
+    audit_quick_params: ClassVar[dict[str, Any]] = {"steps": 10, "batch_size": 8}
     unit: ClassVar[str] = "steps"
     verb: ClassVar[str] = "training"
     params_hint: ClassVar[str] = "; it has no demonstrations, so the job's shots do not apply"
     public_stats_help: ClassVar[str] = "steps, prompt_length, noise_multiplier"
-
-    def configure(
-        self,
-        task: TaskSpec,
-        *,
-        epsilon: float,
-        delta: float | None,
-        shots: int | None,
-        accounting: Accounting,
-        params: Mapping[str, Any] | None,
-        seed: int | None = None,
-    ) -> PromptDpsgdConfig:
-        del shots  # the API always sends one; a soft prompt has no demonstrations
-        try:
-            return PromptDpsgdConfig(
-                epsilon=epsilon,
-                delta=delta,
-                accounting=accounting,
-                seed=seed,
-                **client_overrides(params),
-            )
-        except (ValidationError, TypeError) as err:
-            raise config_error(err) from None
 
     def plan(self, task: TaskSpec, config: Any, counts: Counts) -> PromptDpsgdMethodPlan:
         # Whether the count is public is the data owner's word, carried by the counts: the
@@ -150,7 +127,7 @@ class PromptDpsgd(Method):
     def rebuild(self, task: TaskSpec, stored: Stored) -> PromptDpsgdMethodPlan:
         # Calibration is deterministic given the count admission released (stored): this is
         # the plan admission reserved if the row is unchanged.
-        config = PromptDpsgdConfig.model_validate(stored.config["promptdpsgd"])
+        config = self.stored_config(stored)
         sizes = stored.config["sizes"]
         n_private = int(sizes["private"])
         # Jobs planned before issue 32 sampled from the exact count and released none.
@@ -165,9 +142,6 @@ class PromptDpsgd(Method):
         )
         return PromptDpsgdMethodPlan(task, plan)
 
-    def summary(self, stored: Stored) -> tuple[str | None, int]:
-        return stored.config.get("promptdpsgd", {}).get("accounting"), 0
-
     def counts_mode(self, stored: Stored) -> CountsMode | None:
         """Declared public (the config's ``public_counts``), or released (the stored count
         release's noise); None for jobs planned before issue 32."""
@@ -176,9 +150,6 @@ class PromptDpsgd(Method):
         if stored.config.get("count_sigma") is not None:
             return CountsMode.RELEASED
         return None
-
-    def public_stats(self, result: SynthesisResult) -> dict[str, Any]:
-        return {k: result.stats[k] for k in PUBLIC_STATS if k in result.stats}
 
     def report(self, result: SynthesisResult) -> str:
         stats = result.stats

@@ -7,14 +7,11 @@ in the mechanism a token step runs (``SynthesisConfig.method``).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
-from pydantic import ValidationError
-
 from app.llm.base import LLMBackend
-from app.privacy.accounting import Accounting
 from app.privacy.events import SynthesisEvent
 from app.privacy.params import Aggregator
 from app.privacy.rng import make_rng
@@ -39,8 +36,6 @@ from .base import (
     Method,
     MethodPlan,
     Stored,
-    client_overrides,
-    config_error,
 )
 from .kinds import MethodKind
 from .params import declare
@@ -132,7 +127,11 @@ class TokenLoop(Method):
 
     parameters = PARAMETERS
     shots_param = SHOTS
+    config_class = SynthesisConfig
+    stored_key: ClassVar[str] = "synthesis"
     zero_epsilon_baseline: ClassVar[bool] = True  # instruction-only: epsilon = 0
+    # The audit's --quick profile: a few minutes on the CPU model (full: the task's shape).
+    audit_quick_params: ClassVar[dict[str, Any]] = {"M": 10, "N": 1, "tmax": 8, "K": 50}
     unit: ClassVar[str] = "tokens"
     verb: ClassVar[str] = "synthesising"
     public_stats_help: ClassVar[str] = (
@@ -148,30 +147,13 @@ class TokenLoop(Method):
         self.title = TITLES[MethodKind(name)]
         self.aggregator = Aggregator(name)
 
-    def configure(
-        self,
-        task: TaskSpec,
-        *,
-        epsilon: float,
-        delta: float | None,
-        shots: int | None,
-        accounting: Accounting,
-        params: Mapping[str, Any] | None,
-        seed: int | None = None,
-    ) -> SynthesisConfig:
-        try:
-            return SynthesisConfig.for_task(
-                task.name,
-                method=self.aggregator,
-                epsilon=epsilon,
-                delta=delta,
-                shots=shots if shots is not None else default_shots(len(task.labels)),
-                accounting=accounting,
-                seed=seed,
-                **client_overrides(params),
-            )
-        except (ValidationError, TypeError) as err:
-            raise config_error(err) from None
+    def job_shots(self, task: TaskSpec, shots: int | None) -> int:
+        """One per label for a task of a few labels (:func:`default_shots`) unless given."""
+        return shots if shots is not None else default_shots(len(task.labels))
+
+    def build_config(self, task: TaskSpec, fields: dict[str, Any]) -> SynthesisConfig:
+        """The task's M, N and T_max unless given, and this instance's aggregator."""
+        return SynthesisConfig.for_task(task.name, method=self.aggregator, **fields)
 
     def plan(self, task: TaskSpec, config: Any, counts: Counts) -> TokenLoopMethodPlan:
         sizes = {str(k): int(v) for k, v in counts.labels.items()}
@@ -181,7 +163,7 @@ class TokenLoop(Method):
         return TokenLoopMethodPlan(plan_synthesis(task, sizes, config, make_rng(config.seed)))
 
     def rebuild(self, task: TaskSpec, stored: Stored) -> TokenLoopMethodPlan:
-        config = SynthesisConfig.model_validate(stored.config["synthesis"])
+        config = self.stored_config(stored)
         privacy = SynthesisPrivacy.model_validate(stored.config["plan"])
         sizes = {str(k): int(v) for k, v in stored.config["sizes"].items()}
         planner = dict(stored.config.get("planner") or {})  # absent for older jobs
@@ -194,6 +176,12 @@ class TokenLoop(Method):
                 task, config, privacy, schedule, sizes, stored.delta, planner, planned_sizes
             )
         )
+
+    def audit_subset(self, config: SynthesisConfig) -> int:
+        """``M * N`` records of each label: a demonstration of label L reads only L's
+        records, and with exactly ``M * N`` of them every teacher step sees every one (rate
+        1 under tight accounting), the setting most favourable to the attacker."""
+        return config.M * config.N
 
     def public_stats(self, result: SynthesisResult) -> dict[str, Any] | None:
         """The AdaDPSyn planner's choice (public inputs only) and how many demonstrations

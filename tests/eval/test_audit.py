@@ -11,6 +11,7 @@ import pytest
 from app.eval.audit import (
     AttackSummary,
     AuditConfig,
+    MethodAttack,
     TrialResult,
     auc,
     bootstrap_ci,
@@ -124,9 +125,12 @@ class MemoryBackend(FakeBackend):
         return out / out.sum(axis=1, keepdims=True)
 
 
-def _config(**overrides) -> AuditConfig:
-    base = {"trials": 12, "synthetic_trials": 2, "candidates": 6, "M": 3, "N": 1, "tmax": 4}
-    return AuditConfig(**{**base, "K": 8, "epsilon": 8.0, "seed": 7, **overrides})
+def _config(synthetic_trials: int = 2, **overrides) -> AuditConfig:
+    """AdaDPSyn's attack, M 3, N 1, T_max 4, K 8, besides the real-prompt one."""
+    params = {"M": 3, "N": 1, "tmax": 4, "K": 8}
+    attack = MethodAttack("adadpsyn", synthetic_trials, params)
+    base = {"trials": 12, "candidates": 6, "attacks": (attack,), "epsilon": 8.0, "seed": 7}
+    return AuditConfig(**{**base, **overrides})
 
 
 def test_memorising_backend_gives_a_high_real_prompt_auc():
@@ -202,9 +206,21 @@ def test_cli_writes_the_three_files(tmp_path, monkeypatch):
     assert result.exit_code == 0, result.output
     assert "real: AUC 1.000" in result.output and "review number" not in result.output
     assert {p.name for p in out.iterdir()} == {"audit.json", "audit.md", "roc.png"}
-    assert json.loads((out / "audit.json").read_text())["config"]["M"] == 2
+    config = json.loads((out / "audit.json").read_text())["config"]
+    assert config["methods"] == {"adadpsyn": {"trials": 1, "M": 2, "tmax": 3, "K": 8}}
     bad = CliRunner().invoke(app, [*args, "--epsilon", "0"])
     assert bad.exit_code == 2
+    # a method the audit cannot attack says why, before the model loads
+    pate = CliRunner().invoke(app, [*args, "--methods", "promptpate"])
+    assert pate.exit_code == 2
+    assert "cannot attack method promptpate: it also reads a public dataset" in pate.output
+    # an option of a method not attacked, or the job's shots, is refused by name
+    other = CliRunner().invoke(app, [*args, "--steps", "3"])
+    assert other.exit_code == 2 and "--steps is for promptdpsgd, not adadpsyn" in other.output
+    shots = CliRunner().invoke(app, [*args, "--shots", "2"])
+    assert shots.exit_code == 2 and "--shots: the audit's prompts are 1-shot" in shots.output
+    out_of_bounds = CliRunner().invoke(app, [*args, "--M", "0"])
+    assert out_of_bounds.exit_code == 2 and "M" in out_of_bounds.output
 
 
 # --- one real-model smoke test --------------------------------------------------------------
@@ -231,9 +247,8 @@ def test_smoke_on_sst2_with_the_packaged_model(capsys, gemma):
 
     require_shared_data(SST2_TRAIN)
     records = load_dataset(SST2, SST2_TRAIN)
-    config = AuditConfig(
-        trials=3, synthetic_trials=1, candidates=8, M=4, N=1, tmax=4, K=30, epsilon=8.0, seed=0
-    )
+    attack = MethodAttack("adadpsyn", 1, {"M": 4, "N": 1, "tmax": 4, "K": 30})
+    config = AuditConfig(trials=3, candidates=8, attacks=(attack,), epsilon=8.0, seed=0)
     started = time.perf_counter()
     summaries = run_audit(SST2, records, gemma, config)
     seconds = time.perf_counter() - started

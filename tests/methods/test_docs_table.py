@@ -10,7 +10,7 @@ import pytest
 from app.methods.docs import BEGIN, END, main, parameter_table, with_table
 from app.methods.registry import registered
 from app.pate.config import PateConfig
-from tests.methods.test_plugin_method import ECHO
+from tests.methods.echo import ECHO
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "service.md"
 

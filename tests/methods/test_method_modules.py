@@ -25,7 +25,7 @@ from tests.cli.live_server import free_port
 ROOT = Path(__file__).resolve().parents[2]
 PLUGIN = """
 from app.methods.registry import register
-from tests.methods.test_plugin_method import ECHO
+from tests.methods.echo import ECHO
 
 register(ECHO)
 """

@@ -1,10 +1,11 @@
-"""A method that exists only in this test module is offered and runs end to end.
+"""A method that exists only in the tests is offered and runs end to end.
 
-``Echo`` is defined and registered here and nowhere else (no edit of ``app/`` or ``workers/``
-names it). It plans a trivial privacy event of an existing type (a Gaussian filter's budget,
-``PateEvent``), releases demonstrations made of public text only (the task's label names) and
-takes one parameter with a default (``repeat``, spelt ``--echo-repeat`` on the command line)
-plus the job's shots. The tests show that the registry offers it everywhere:
+``Echo`` is defined in ``tests/methods/echo.py`` (a plug-in module that imports from
+``app.methods`` alone) and registered here and nowhere else (no edit of ``app/`` or
+``workers/`` names it). It plans a trivial privacy event of an existing type (a Gaussian
+filter's budget, ``PateEvent``), releases demonstrations made of public text only (the task's
+label names) and takes one parameter with a default (``repeat``, spelt ``--echo-repeat`` on
+the command line) plus the job's shots. The tests show that the registry offers it everywhere:
 
 (a) ``dpsyn synthesize --method echo --echo-repeat 3`` through the CLI app;
 (b) the REST API: its name and parameter in the OpenAPI document, a job submitted with its
@@ -20,166 +21,20 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any, ClassVar
+from collections.abc import Iterator
 
 import pytest
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from typer.testing import CliRunner
 
 from app.cli import app as cli
-from app.llm.base import LLMBackend
-from app.methods.base import (
-    Counts,
-    Method,
-    MethodPlan,
-    Stored,
-    client_overrides,
-    config_error,
-)
 from app.methods.params import declare
 from app.methods.registry import METHODS, get_method, param_fields, registered
-from app.privacy.accounting import Accounting, accountant_for
 from app.privacy.events import PateEvent, to_dict
-from app.results import Demonstration, Progress, SynthesisResult
-from app.synthesis.data import Record
-from app.synthesis.prompts import demonstration_prompt
-from app.synthesis.tasks import TaskSpec
 from tests.api.conftest import TOY_TASK, Api, auth, error_of, make_api
+from tests.methods.echo import ECHO, NOISE, Echo, EchoConfig
 from tests.synthesis.fake_backend import FakeBackend
 from tests.ui.test_pages import sign_in
 
-NOISE = 7.0  # the Gaussian filter's noise multiplier: epsilon about 0.6 at delta 1e-6
-
-
-class EchoConfig(BaseModel):
-    """What an echo job does: ``shots`` demonstrations, each a label's name ``repeat`` times."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    epsilon: float = Field(gt=0.0, allow_inf_nan=False)
-    delta: float | None = Field(None, gt=0.0, lt=1.0)
-    accounting: Accounting = Accounting.TIGHT
-    shots: int = Field(2, ge=1, le=16, description="Demonstrations to echo.")
-    repeat: int = Field(2, ge=1, le=5, description="Times each label's name is said.")
-    seed: int | None = None
-
-
-@dataclass(frozen=True)
-class EchoPlan(MethodPlan):
-    task: TaskSpec
-    config: EchoConfig
-    n_private: int
-
-    @property
-    def delta(self) -> float:
-        return self.config.delta or 1.0 / self.n_private
-
-    def event(self) -> PateEvent:
-        relation = accountant_for(self.config.accounting).relation.value
-        return PateEvent(noise_multiplier=NOISE, relation=relation)
-
-    def epsilon(self) -> float:
-        return accountant_for(self.config.accounting).dataset_epsilon(self.event(), self.delta)
-
-    @property
-    def progress_total(self) -> int:
-        return self.config.shots
-
-    @property
-    def expected_records(self) -> int:
-        return self.n_private
-
-    def stored(self) -> Stored:
-        config = {"echo": self.config.model_dump(mode="json"), "private": self.n_private}
-        return Stored(config=config, schedule=[], delta=self.delta)
-
-    def run(
-        self,
-        records: list[Record],
-        backend: LLMBackend,
-        progress: Progress | None,
-        public: Sequence[str] = (),
-    ) -> SynthesisResult:
-        del records, public  # what it releases is public text only
-        demos = []
-        for i in range(self.config.shots):
-            label = self.task.labels[i % len(self.task.labels)]
-            demos.append(Demonstration(label, " ".join([f"echo-{label}"] * self.config.repeat)))
-            if progress is not None:
-                progress(i + 1, self.config.shots)
-        return SynthesisResult(
-            task=self.task.name,
-            method="echo",
-            model=backend.name,
-            demonstrations=demos,
-            prompt=demonstration_prompt(self.task, [(d.label, d.text) for d in demos]),
-            epsilon=self.epsilon(),
-            delta=self.delta,
-            plan={"method": "echo"},
-            event=to_dict(self.event()),
-            stats={"echoed": len(demos)},
-        )
-
-
-class Echo(Method):
-    """Says each label's name: a method for tests, registered by this module only."""
-
-    name = "echo"
-    title = "Echo (tests)"
-    parameters = declare(EchoConfig, ("repeat",), flags={"repeat": "--echo-repeat"})
-    shots_param = declare(EchoConfig, ("shots",))[0]
-    unit: ClassVar[str] = "echoes"
-    verb: ClassVar[str] = "echoing"
-    public_stats_help: ClassVar[str] = "echoed (demonstrations released)"
-
-    def configure(
-        self,
-        task: TaskSpec,
-        *,
-        epsilon: float,
-        delta: float | None,
-        shots: int | None,
-        accounting: Accounting,
-        params: Mapping[str, Any] | None,
-        seed: int | None = None,
-    ) -> EchoConfig:
-        fields = {"shots": shots} if shots is not None else {}
-        try:
-            return EchoConfig(
-                epsilon=epsilon,
-                delta=delta,
-                accounting=accounting,
-                seed=seed,
-                **fields,
-                **client_overrides(params),
-            )
-        except (ValidationError, TypeError) as err:
-            raise config_error(err) from None
-
-    def plan(self, task: TaskSpec, config: Any, counts: Counts) -> EchoPlan:
-        plan = EchoPlan(task, config, counts.private)
-        if plan.epsilon() > config.epsilon:
-            raise ValueError(f"echo: its noise costs {plan.epsilon():.3g} > epsilon")
-        return plan
-
-    def rebuild(self, task: TaskSpec, stored: Stored) -> EchoPlan:
-        config = EchoConfig.model_validate(stored.config["echo"])
-        return EchoPlan(task, config, int(stored.config["private"]))
-
-    def summary(self, stored: Stored) -> tuple[str | None, int]:
-        echo = stored.config.get("echo", {})
-        return echo.get("accounting"), int(echo.get("shots", 0))
-
-    def public_stats(self, result: SynthesisResult) -> dict[str, Any]:
-        return {"echoed": result.stats["echoed"]}
-
-    def stats_summary(self, stats: Mapping[str, Any]) -> str | None:
-        return f"{stats['echoed']} echoes"
-
-
-ECHO = Echo()
 runner = CliRunner()
 
 

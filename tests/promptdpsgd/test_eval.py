@@ -57,17 +57,10 @@ def test_a_backend_without_gradients_is_refused():
 
 
 def test_the_audit_attacks_soft_prompts_trained_on_member_subsets():
-    from app.eval.audit import AuditConfig, run_audit
+    from app.eval.audit import AuditConfig, MethodAttack, run_audit
 
-    config = AuditConfig(
-        trials=0,
-        synthetic_trials=0,
-        dpsgd_trials=2,
-        dpsgd_members=6,
-        dpsgd_steps=2,
-        dpsgd_batch_size=3,
-        epsilon=8.0,
-    )
+    attack = MethodAttack("promptdpsgd", 2, {"steps": 2, "batch_size": 3})
+    config = AuditConfig(trials=0, attacks=(attack,), members=6, epsilon=8.0)
     seen = []
     out = run_audit(SST2, records(60, seed=4), tiny_backend(), config, lambda *a: seen.append(a))
     summary = out["promptdpsgd"]
