@@ -46,6 +46,11 @@ _EXPORTS = {
     "accountant_for": "app.privacy.accounting",
     "DatasetEvent": "app.privacy.events",
     "DpsgdEvent": "app.privacy.events",
+    "GaussianEvent": "app.privacy.events",
+    "LaplaceEvent": "app.privacy.events",
+    "SampledEvent": "app.privacy.events",
+    "ComposedEvent": "app.privacy.events",
+    "Sensitivity": "app.privacy.events",
     "PateEvent": "app.privacy.events",
     "SynthesisEvent": "app.privacy.events",
     "to_dict": "app.privacy.events",
@@ -56,13 +61,16 @@ _EXPORTS = {
 }
 __all__ = [
     "Accounting",
+    "ComposedEvent",
     "Counts",
     "CountsMode",
     "DatasetEvent",
     "Demonstration",
     "DpsgdEvent",
+    "GaussianEvent",
     "JobConfig",
     "LLMBackend",
+    "LaplaceEvent",
     "Method",
     "MethodPlan",
     "Param",
@@ -70,6 +78,8 @@ __all__ = [
     "PateEvent",
     "Progress",
     "Record",
+    "SampledEvent",
+    "Sensitivity",
     "Stored",
     "SynthesisEvent",
     "SynthesisResult",
@@ -86,7 +96,18 @@ __all__ = [
 if TYPE_CHECKING:  # the same names, for type checkers (at run time: __getattr__)
     from app.llm.base import LLMBackend
     from app.privacy.accounting import Accounting, accountant_for
-    from app.privacy.events import DatasetEvent, DpsgdEvent, PateEvent, SynthesisEvent, to_dict
+    from app.privacy.events import (
+        ComposedEvent,
+        DatasetEvent,
+        DpsgdEvent,
+        GaussianEvent,
+        LaplaceEvent,
+        PateEvent,
+        SampledEvent,
+        Sensitivity,
+        SynthesisEvent,
+        to_dict,
+    )
     from app.results import Demonstration, Progress, SynthesisResult
     from app.synthesis.data import Record
     from app.synthesis.prompts import demonstration_prompt

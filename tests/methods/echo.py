@@ -2,8 +2,9 @@
 "Adding a method"), in one module that imports from ``app.methods`` alone.
 
 It says each label's name: its demonstrations are public text (the task's label names), and
-its plan charges a privacy event of an existing type (a Gaussian filter's budget,
-``PateEvent``) so that a job is reserved and charged as any other. It takes one parameter with
+its plan charges a privacy event built from primitives (a Gaussian histogram of the label
+counts, a mechanism kind of its own that ``app/privacy`` has no type for), so that a job is
+reserved and charged as any other. It takes one parameter with
 a default (``repeat``, spelt ``--echo-repeat`` on the command line) plus the job's shots.
 Importing this module defines :data:`ECHO`; registering it is the importer's choice (tests use
 ``registered(ECHO)``; a module named in ``DPSYN_METHOD_MODULES`` calls ``register(ECHO)``).
@@ -19,13 +20,14 @@ from pydantic import Field
 from app.methods import (
     Counts,
     Demonstration,
+    GaussianEvent,
     JobConfig,
     LLMBackend,
     Method,
     MethodPlan,
-    PateEvent,
     Progress,
     Record,
+    Sensitivity,
     Stored,
     SynthesisResult,
     TaskSpec,
@@ -57,12 +59,12 @@ class EchoPlan(MethodPlan):
     def delta(self) -> float:
         return self.config.delta or 1.0 / self.n_private
 
-    def event(self) -> PateEvent:
-        """A stand-in charge: the budget of a Gaussian filter at :data:`NOISE` (sensitivity
-        1 per record, under the accounting's neighbouring relation). No mechanism reads a
-        record: what the job releases is the task's label names, public text."""
-        relation = accountant_for(self.config.accounting).relation.value
-        return PateEvent(noise_multiplier=NOISE, relation=relation)
+    def event(self) -> GaussianEvent:
+        """The charge of a Gaussian histogram of the label counts at :data:`NOISE`: L2
+        sensitivity 1 under add/remove (one count moves by 1) and sqrt(2) under replace-one
+        (two counts move by 1). A stand-in: no mechanism reads a record, what the job
+        releases is the task's label names, public text."""
+        return GaussianEvent(NOISE, sensitivity=Sensitivity(add_or_remove=1.0, replace_one=2**0.5))
 
     def epsilon(self) -> float:
         return accountant_for(self.config.accounting).dataset_epsilon(self.event(), self.delta)

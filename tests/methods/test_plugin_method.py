@@ -2,8 +2,9 @@
 
 ``Echo`` is defined in ``tests/methods/echo.py`` (a plug-in module that imports from
 ``app.methods`` alone) and registered here and nowhere else (no edit of ``app/`` or
-``workers/`` names it). It plans a trivial privacy event of an existing type (a Gaussian
-filter's budget, ``PateEvent``), releases demonstrations made of public text only (the task's
+``workers/`` names it). It plans a privacy event of a kind ``app/privacy`` has no type for
+(a Gaussian histogram, built from the primitive ``GaussianEvent`` with its own sensitivity
+under each relation), releases demonstrations made of public text only (the task's
 label names) and takes one parameter with a default (``repeat``, spelt ``--echo-repeat`` on
 the command line) plus the job's shots. The tests show that the registry offers it everywhere:
 
@@ -29,7 +30,8 @@ from typer.testing import CliRunner
 from app.cli import app as cli
 from app.methods.params import declare
 from app.methods.registry import METHODS, get_method, param_fields, registered
-from app.privacy.events import PateEvent, to_dict
+from app.privacy.accounting import Accounting, accountant_for
+from app.privacy.events import GaussianEvent, Sensitivity, to_dict
 from tests.api.conftest import TOY_TASK, Api, auth, error_of, make_api
 from tests.methods.echo import ECHO, NOISE, Echo, EchoConfig
 from tests.synthesis.fake_backend import FakeBackend
@@ -105,7 +107,7 @@ def test_dpsyn_synthesize_offers_and_runs_it(echo, tickets, tmp_path, monkeypatc
     )
     assert result.exit_code == 0, result.output
     data = json.loads(out.read_text())
-    assert data["method"] == "echo" and data["event"]["type"] == "pate"
+    assert data["method"] == "echo" and data["event"]["type"] == "gaussian"
     assert [d["text"] for d in data["demonstrations"]] == [
         "echo-billing echo-billing echo-billing",
         "echo-network echo-network echo-network",
@@ -183,9 +185,14 @@ def test_a_job_runs_through_the_worker_and_is_charged(api: Api) -> None:
         ("reserve", job["id"]),
         ("commit", job["id"]),
     ]
-    assert history[0]["event"] == to_dict(
-        PateEvent(noise_multiplier=NOISE, relation="add_or_remove")
-    )
+    histogram = GaussianEvent(NOISE, sensitivity=Sensitivity(add_or_remove=1.0, replace_one=2**0.5))
+    assert history[0]["event"] == to_dict(histogram)  # stored as the primitive it is
+    # Priced by the accountants as they are (no edit of app/privacy): its sensitivity is 1
+    # under add/remove (tight accounting) and sqrt(2) under replace-one (paper accounting).
+    unit = GaussianEvent(NOISE)
+    tight, paper = accountant_for(Accounting.TIGHT), accountant_for(Accounting.PAPER)
+    assert tight.dataset_epsilon(histogram, 1e-6) == tight.dataset_epsilon(unit, 1e-6)
+    assert paper.dataset_epsilon(histogram, 1e-6) > paper.dataset_epsilon(unit, 1e-6) * 1.2
     assert TOY_TASK["labels"] == ["w5", "w7"]  # what the demonstrations say
     assert 0 < budget.json()["spent"] == pytest.approx(done["epsilon"])
 
