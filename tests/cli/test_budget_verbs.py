@@ -9,12 +9,16 @@ import csv
 import io
 import json
 import re
+import uuid
 
 import httpx
 import pytest
 
+from app.db.models import KeyScope
+from app.db.session import session_scope
 from app.methods.registry import find_method, validate_params
 from app.privacy.budget import budget_percent, spend_text
+from app.services.tenants import create_key_for, create_tenant
 from tests.cli.live_server import FAST, KEY, SECRET, upload
 
 
@@ -203,3 +207,28 @@ def test_submit_says_why_jobs_past_the_plain_sum_are_admitted(dpsyn, trec_file):
     assert last, said[2]
     assert float(last[1]) <= 6 < float(last[2]) == pytest.approx(7, rel=0.01)
     assert "composed privacy loss grows slower than the sum" in said[2]
+
+
+def test_budget_list_all_tenants_with_an_organisation_key(dpsyn, sqlite_url, trec_file):
+    """``--all-tenants`` reads every tenant's budgets with an org:read key made by the
+    operator, and is refused to a tenant's admin key (tenant isolation stays)."""
+    ours = upload(dpsyn, trec_file)
+    assert dpsyn("budget", "set", ours, "--epsilon", "5").exit_code == 0
+    with session_scope(sqlite_url) as session:
+        other, other_admin = create_tenant(session, f"other-{uuid.uuid4().hex[:8]}")
+        org, _ = create_tenant(session, f"org-{uuid.uuid4().hex[:8]}")
+        _, org_key = create_key_for(session, org, KeyScope.ORG_READ, "privacy officer")
+        other_name = other.name
+    theirs = dpsyn("datasets", "upload", str(trec_file), "--task", "trec", "-q",
+                   "--key", other_admin).stdout.strip()  # fmt: skip
+    assert dpsyn("budget", "set", theirs, "--epsilon", "3", "--key", other_admin).exit_code == 0
+
+    fleet = dpsyn("budget", "list", "--all-tenants", "--key", org_key)
+    assert fleet.exit_code == 0, fleet.output
+    rows = {line.split()[1]: line for line in fleet.stdout.splitlines()[1:]}
+    assert {ours, theirs} <= set(rows)
+    assert rows[theirs].startswith(other_name)  # the tenant column comes first
+    refused = dpsyn("budget", "list", "--all-tenants")  # the test server's admin key
+    assert refused.exit_code == 1 and "org_key_required" in refused.output
+    own = json.loads(dpsyn("budget", "list", "--json").stdout)
+    assert theirs not in {row["dataset_id"] for row in own}
