@@ -36,6 +36,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import Any
 
 import numpy as np
 from dp_accounting.pld import privacy_loss_distribution as pld_lib
@@ -260,12 +261,7 @@ def _sampled_gaussian_pld(
     """Cached: the ledger recomposes the same events at every admission. PLD objects are
     never mutated (composition returns new ones), so sharing them is safe."""
     one_step = pld_lib.from_gaussian_mechanism(
-        standard_deviation=sigma,
-        sensitivity=1.0,
-        sampling_prob=rate,
-        value_discretization_interval=discretization,
-        pessimistic_estimate=True,
-        use_connect_dots=True,
+        standard_deviation=sigma, sampling_prob=rate, **_pld_options(discretization)
     )
     return one_step.self_compose(steps)
 
@@ -277,14 +273,20 @@ def _sampled_laplace_pld(
     """The Laplace counterpart of :func:`_sampled_gaussian_pld` (``scale``: the Laplace
     parameter over the L1 sensitivity)."""
     one_step = pld_lib.from_laplace_mechanism(
-        parameter=scale,
-        sensitivity=1.0,
-        sampling_prob=rate,
-        value_discretization_interval=discretization,
-        pessimistic_estimate=True,
-        use_connect_dots=True,
+        parameter=scale, sampling_prob=rate, **_pld_options(discretization)
     )
     return one_step.self_compose(steps)
+
+
+def _pld_options(discretization: float) -> dict[str, Any]:
+    """What every PLD of a noise primitive is built with: unit sensitivity (the multiplier
+    is already relative to it), a pessimistic estimate (never below the true epsilon)."""
+    return {
+        "sensitivity": 1.0,
+        "value_discretization_interval": discretization,
+        "pessimistic_estimate": True,
+        "use_connect_dots": True,
+    }
 
 
 @dataclass

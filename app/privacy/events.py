@@ -86,6 +86,15 @@ class Sensitivity:
 UNIT = Sensitivity()
 
 
+def _check_noise(noise_multiplier: float, count: int) -> None:
+    """A noise event's own fields: a multiplier of at least 0 (0: no noise), a count of at
+    least one release."""
+    if not noise_multiplier >= 0:
+        raise ValueError(f"noise_multiplier must be >= 0, got {noise_multiplier}")
+    if count < 1:
+        raise ValueError(f"count must be >= 1, got {count}")
+
+
 @dataclass(frozen=True)
 class GaussianEvent:
     """``count`` releases of ``query + N(0, noise_multiplier^2 I)``, all on the same data.
@@ -101,10 +110,7 @@ class GaussianEvent:
     sensitivity: Sensitivity = UNIT
 
     def __post_init__(self) -> None:
-        if not self.noise_multiplier >= 0:
-            raise ValueError(f"noise_multiplier must be >= 0, got {self.noise_multiplier}")
-        if self.count < 1:
-            raise ValueError(f"count must be >= 1, got {self.count}")
+        _check_noise(self.noise_multiplier, self.count)
 
 
 @dataclass(frozen=True)
@@ -122,10 +128,7 @@ class LaplaceEvent:
     sensitivity: Sensitivity = UNIT
 
     def __post_init__(self) -> None:
-        if not self.noise_multiplier >= 0:
-            raise ValueError(f"noise_multiplier must be >= 0, got {self.noise_multiplier}")
-        if self.count < 1:
-            raise ValueError(f"count must be >= 1, got {self.count}")
+        _check_noise(self.noise_multiplier, self.count)
 
 
 Noise = GaussianEvent | LaplaceEvent
