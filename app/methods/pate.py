@@ -17,18 +17,11 @@ from app.llm.base import LLMBackend
 from app.pate.config import PateConfig
 from app.pate.plan import PatePlan, plan_pate
 from app.pate.run import run_pate
-from app.privacy.events import PateEvent
 from app.results import Progress, SynthesisResult
 from app.synthesis.data import Record
 from app.synthesis.tasks import TaskSpec
 
-from .base import (
-    Counts,
-    CountsMode,
-    Method,
-    MethodPlan,
-    Stored,
-)
+from .base import Counts, CountsMode, Method, Stored, WrappedPlan
 from .kinds import MethodKind
 from .params import declare
 
@@ -61,23 +54,13 @@ PUBLIC_STATS = (
 
 
 @dataclass(frozen=True)
-class PromptPateMethodPlan(MethodPlan):
+class PromptPateMethodPlan(WrappedPlan):
     """PromptPATE's :class:`MethodPlan`: a :class:`PatePlan` with its task and the public
     dataset's record count."""
 
     task: TaskSpec
     plan: PatePlan
     public_available: int  # records of the public dataset (the job samples plan.n_public)
-
-    @property
-    def delta(self) -> float:
-        return self.plan.delta
-
-    def event(self) -> PateEvent:
-        return self.plan.event()
-
-    def epsilon(self) -> float:
-        return self.plan.epsilon()
 
     @property
     def progress_total(self) -> int:

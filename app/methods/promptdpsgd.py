@@ -16,20 +16,13 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from app.llm.base import LLMBackend
-from app.privacy.events import DpsgdEvent
 from app.promptdpsgd.config import PromptDpsgdConfig
 from app.promptdpsgd.plan import PromptDpsgdPlan, calibrated_plan, plan_promptdpsgd
 from app.results import Progress, SynthesisResult
 from app.synthesis.data import Record
 from app.synthesis.tasks import TaskSpec
 
-from .base import (
-    Counts,
-    CountsMode,
-    Method,
-    MethodPlan,
-    Stored,
-)
+from .base import Counts, CountsMode, Method, Stored, WrappedPlan
 from .kinds import MethodKind
 from .params import declare
 
@@ -45,21 +38,11 @@ PUBLIC_STATS = ("steps", "prompt_length", "noise_multiplier")
 
 
 @dataclass(frozen=True)
-class PromptDpsgdMethodPlan(MethodPlan):
+class PromptDpsgdMethodPlan(WrappedPlan):
     """PromptDPSGD's :class:`MethodPlan`: a :class:`PromptDpsgdPlan` with its task."""
 
     task: TaskSpec
     plan: PromptDpsgdPlan
-
-    @property
-    def delta(self) -> float:
-        return self.plan.delta
-
-    def event(self) -> DpsgdEvent:
-        return self.plan.event()
-
-    def epsilon(self) -> float:
-        return self.plan.epsilon()
 
     @property
     def progress_total(self) -> int:

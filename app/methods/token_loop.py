@@ -12,7 +12,6 @@ from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
 from app.llm.base import LLMBackend
-from app.privacy.events import SynthesisEvent
 from app.privacy.params import Aggregator
 from app.privacy.rng import make_rng
 from app.privacy.synthesis import SynthesisPrivacy
@@ -30,13 +29,7 @@ from app.synthesis.data import Record
 from app.synthesis.generator import SynthesisPlan, plan_synthesis, synthesize
 from app.synthesis.tasks import TaskSpec
 
-from .base import (
-    Counts,
-    CountsMode,
-    Method,
-    MethodPlan,
-    Stored,
-)
+from .base import Counts, CountsMode, Method, Stored, WrappedPlan
 from .kinds import MethodKind
 from .params import declare
 
@@ -69,21 +62,11 @@ TITLES = {MethodKind.TANG: "DP few-shot generation", MethodKind.ADADPSYN: "AdaDP
 
 
 @dataclass(frozen=True)
-class TokenLoopMethodPlan(MethodPlan):
+class TokenLoopMethodPlan(WrappedPlan):
     """The token loop's :class:`MethodPlan`: a :class:`SynthesisPlan` (label schedule drawn,
     noise calibrated) behind the method interface."""
 
     plan: SynthesisPlan
-
-    @property
-    def delta(self) -> float:
-        return self.plan.delta
-
-    def event(self) -> SynthesisEvent:
-        return self.plan.event()
-
-    def epsilon(self) -> float:
-        return self.plan.epsilon()
 
     @property
     def progress_total(self) -> int:
