@@ -87,14 +87,9 @@ UNIT = Sensitivity()
 
 
 @dataclass(frozen=True)
-class GaussianEvent:
-    """``count`` releases of ``query + N(0, noise_multiplier^2 I)``, all on the same data.
-
-    Sensitivity: the L2 sensitivity of the query under each neighbouring relation is
-    ``sensitivity`` (in the noise's units); the default, 1 under both, makes
-    ``noise_multiplier`` the usual noise std over the L2 sensitivity. A multiplier of 0 is
-    no noise: every accountant charges infinity for it.
-    """
+class _NoisyReleases:
+    """What a Gaussian and a Laplace event share: ``count`` releases of one query with noise
+    of ``noise_multiplier`` (relative to ``sensitivity``), checked once here for both."""
 
     noise_multiplier: float
     count: int = 1
@@ -108,7 +103,18 @@ class GaussianEvent:
 
 
 @dataclass(frozen=True)
-class LaplaceEvent:
+class GaussianEvent(_NoisyReleases):
+    """``count`` releases of ``query + N(0, noise_multiplier^2 I)``, all on the same data.
+
+    Sensitivity: the L2 sensitivity of the query under each neighbouring relation is
+    ``sensitivity`` (in the noise's units); the default, 1 under both, makes
+    ``noise_multiplier`` the usual noise std over the L2 sensitivity. A multiplier of 0 is
+    no noise: every accountant charges infinity for it.
+    """
+
+
+@dataclass(frozen=True)
+class LaplaceEvent(_NoisyReleases):
     """``count`` releases of ``query + Laplace(noise_multiplier)`` noise per coordinate.
 
     Sensitivity: the L1 sensitivity of the query under each neighbouring relation is
@@ -116,16 +122,6 @@ class LaplaceEvent:
     ``noise_multiplier`` is the Laplace scale over the L1 sensitivity (a pure
     1/noise_multiplier-DP release). A multiplier of 0 is no noise (infinite epsilon).
     """
-
-    noise_multiplier: float
-    count: int = 1
-    sensitivity: Sensitivity = UNIT
-
-    def __post_init__(self) -> None:
-        if not self.noise_multiplier >= 0:
-            raise ValueError(f"noise_multiplier must be >= 0, got {self.noise_multiplier}")
-        if self.count < 1:
-            raise ValueError(f"count must be >= 1, got {self.count}")
 
 
 Noise = GaussianEvent | LaplaceEvent
