@@ -54,8 +54,9 @@ from app.synthesis.data import (
 from app.synthesis.generator import partition_sizes
 from app.synthesis.tasks import BUILTIN_TASKS, TaskSpec, describe_validation_error
 
-from .errors import ConflictError, InvalidError, NotFoundError, TooLargeError
+from .errors import ConflictError, InvalidError, TooLargeError
 from .job_end import close_job, lease_expired
+from .rows import tenant_row
 from .storable import DATASET_NAME_MAX_CHARS, LABEL_MAX_CHARS, text_problem, too_long
 
 FORMATS = {".csv": ".csv", ".tsv": ".tsv", ".jsonl": ".jsonl", ".ndjson": ".jsonl"}
@@ -416,13 +417,7 @@ def get_dataset(
     session: Session, tenant_id: str, dataset_id: str, *, lock: bool = False
 ) -> Dataset:
     """The tenant's dataset (deleted ones included); another tenant's is not found."""
-    query = select(Dataset).where(Dataset.id == dataset_id, Dataset.tenant_id == tenant_id)
-    if lock:
-        query = query.with_for_update()
-    dataset = session.scalars(query).first()
-    if dataset is None:
-        raise NotFoundError(f"dataset {dataset_id!r} not found")
-    return dataset
+    return tenant_row(session, Dataset, tenant_id, dataset_id, "dataset", lock=lock)
 
 
 def get_live_dataset(
