@@ -14,7 +14,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any, ClassVar, Protocol
+from typing import Any, ClassVar, NamedTuple, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -164,6 +164,31 @@ class WrappedPlan(MethodPlan):
 
     def epsilon(self) -> float:
         return self.plan.epsilon()
+
+    def run(
+        self,
+        records: list[Record],
+        backend: LLMBackend,
+        progress: Progress | None,
+        public: Sequence[str] = (),
+    ) -> SynthesisResult:
+        """:meth:`execute` once the backend is checked, before any record is read: the one
+        signature of :meth:`MethodPlan.run` every wrapped plan shares."""
+        self.check_backend(backend)
+        return self.execute(RunInputs(records, backend, progress, public))
+
+    @abstractmethod
+    def execute(self, job: RunInputs) -> SynthesisResult:
+        """Run the inner plan on ``job``'s records (and public texts, if it reads some)."""
+
+
+class RunInputs(NamedTuple):
+    """What :meth:`MethodPlan.run` is given, as one value for :meth:`WrappedPlan.execute`."""
+
+    records: list[Record]
+    backend: LLMBackend
+    progress: Progress | None
+    public: Sequence[str]
 
 
 class JobConfig(BaseModel):

@@ -9,19 +9,17 @@ outputs and public data alone.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from app.llm.base import LLMBackend
 from app.pate.config import PateConfig
 from app.pate.plan import PatePlan, plan_pate
 from app.pate.run import run_pate
-from app.results import Progress, SynthesisResult
-from app.synthesis.data import Record
+from app.results import SynthesisResult
 from app.synthesis.tasks import TaskSpec
 
-from .base import Counts, CountsMode, Method, Stored, WrappedPlan
+from .base import Counts, CountsMode, Method, RunInputs, Stored, WrappedPlan
 from .kinds import MethodKind
 from .params import declare
 
@@ -86,14 +84,10 @@ class PromptPateMethodPlan(WrappedPlan):
             delta=self.plan.delta,
         )
 
-    def run(
-        self,
-        records: list[Record],
-        backend: LLMBackend,
-        progress: Progress | None,
-        public: Sequence[str] = (),
-    ) -> SynthesisResult:
-        return run_pate(self.task, records, public, self.plan, backend, progress=progress)
+    def execute(self, job: RunInputs) -> SynthesisResult:
+        return run_pate(
+            self.task, job.records, job.public, self.plan, job.backend, progress=job.progress
+        )
 
 
 class PromptPate(Method):

@@ -11,18 +11,16 @@ through a charged DP release unless the data owner declared it public
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from app.llm.base import LLMBackend
 from app.promptdpsgd.config import PromptDpsgdConfig
 from app.promptdpsgd.plan import PromptDpsgdPlan, calibrated_plan, plan_promptdpsgd
-from app.results import Progress, SynthesisResult
-from app.synthesis.data import Record
+from app.results import SynthesisResult
 from app.synthesis.tasks import TaskSpec
 
-from .base import Counts, CountsMode, Method, Stored, WrappedPlan
+from .base import Counts, CountsMode, Method, RunInputs, Stored, WrappedPlan
 from .kinds import MethodKind
 from .params import declare
 
@@ -71,17 +69,12 @@ class PromptDpsgdMethodPlan(WrappedPlan):
 
         local_backend(backend)  # GradientAccessError unless it is the local model
 
-    def run(
-        self,
-        records: list[Record],
-        backend: LLMBackend,
-        progress: Progress | None,
-        public: Sequence[str] = (),
-    ) -> SynthesisResult:
+    def execute(self, job: RunInputs) -> SynthesisResult:
         from app.promptdpsgd.train import run_promptdpsgd
 
-        self.check_backend(backend)  # before any record is read
-        return run_promptdpsgd(self.task, records, self.plan, backend, progress=progress)
+        return run_promptdpsgd(
+            self.task, job.records, self.plan, job.backend, progress=job.progress
+        )
 
 
 class PromptDpsgd(Method):
