@@ -45,7 +45,7 @@ from transformers import (
     PreTrainedTokenizerBase,
 )
 
-from app.llm.base import DEFAULT_KV_CACHE_MB, BackendError
+from app.llm.base import DEFAULT_KV_CACHE_MB, BackendError, SameTokenizer
 from app.llm.conversion import ensure_converted
 from app.llm.models import DEFAULT_MODEL, ModelSource, resolve
 
@@ -495,7 +495,7 @@ class KVDiagnostics:
         return self.computed / self.distinct if self.distinct else None
 
 
-class KVScope(LastLogitsAnswers):
+class KVScope(SameTokenizer, LastLogitsAnswers):
     """One job's view of a :class:`TransformersBackend`: the same model, answers equal to the
     backend's own up to float rounding, and a KV store of its own (incremental decoding).
 
@@ -510,6 +510,8 @@ class KVScope(LastLogitsAnswers):
     token counts are the backend's counter's growth over its own calls.
     """
 
+    _backend: TransformersBackend  # the model itself (SameTokenizer reads it too)
+
     def __init__(self, backend: TransformersBackend, kv_cache_mb: float, *, count_distinct: bool):
         self._backend = backend  # the name app.promptdpsgd.backend.local_backend unwraps
         self._budget = int(kv_cache_mb * 2**20)
@@ -520,27 +522,9 @@ class KVScope(LastLogitsAnswers):
         self.closed = False
 
     @property
-    def name(self) -> str:
-        return self._backend.name
-
-    @property
-    def eos_id(self) -> int:
-        return self._backend.eos_id
-
-    @property
-    def newline_ids(self) -> frozenset[int]:
-        return self._backend.newline_ids
-
-    @property
     def store_bytes(self) -> int:
         """Bytes of keys and values held now (0 once closed)."""
         return 0 if self._store is None else self._store.bytes
-
-    def tokenize(self, text: str) -> list[int]:
-        return self._backend.tokenize(text)
-
-    def detokenize(self, ids: Sequence[int]) -> str:
-        return self._backend.detokenize(ids)
 
     def kv_scope(self) -> AbstractContextManager[KVScope]:
         """Already a scope: the same one (its owner closes it)."""
