@@ -432,6 +432,16 @@ def get_live_dataset(
     return dataset
 
 
+def get_private_dataset(session: Session, tenant_id: str, dataset_id: str, why: str) -> Dataset:
+    """The tenant's live dataset locked for update, refusing a public one (409
+    ``public_dataset``, ``why`` saying what a public dataset lacks): a budget or a counts
+    declaration belongs to the private dataset a job synthesises from."""
+    dataset = get_live_dataset(session, tenant_id, dataset_id, lock=True)
+    if dataset.kind == DatasetKind.PUBLIC:
+        raise ConflictError(f"dataset {dataset_id!r} is public: {why}", code="public_dataset")
+    return dataset
+
+
 def list_datasets(
     session: Session, tenant_id: str, *, include_deleted: bool, limit: int, offset: int
 ) -> list[Dataset]:
@@ -509,13 +519,12 @@ def set_counts_public(
     nothing, the record included. A public dataset is refused (409 ``public_dataset``), a
     deleted one too (409 ``dataset_deleted``).
     """
-    dataset = get_live_dataset(session, tenant_id, dataset_id, lock=True)
-    if dataset.kind == DatasetKind.PUBLIC:
-        raise ConflictError(
-            f"dataset {dataset_id!r} is public: its texts are never charged and public whole, "
-            "so there are no private counts to declare",
-            code="public_dataset",
-        )
+    dataset = get_private_dataset(
+        session,
+        tenant_id,
+        dataset_id,
+        "its texts are never charged and public whole, so there are no private counts to declare",
+    )
     if bool(dataset.counts_public) != public:
         dataset.counts_public = public
         dataset.counts_public_at = now()
