@@ -305,13 +305,7 @@ class TransformersBackend(LastLogitsAnswers):
             ids[row, width - len(prompt) :] = torch.tensor(prompt)
             mask[row, width - len(prompt) :] = 1
         positions = (mask.cumsum(dim=1) - 1).clamp(min=0)
-        logits = self.model(
-            input_ids=ids.to(self.device),
-            attention_mask=mask.to(self.device),
-            position_ids=positions.to(self.device),
-            use_cache=False,
-            logits_to_keep=1,
-        ).logits[:, -1, :]
+        logits = self._forward(ids, mask, positions)
         self.tokens_computed += int(mask.sum())
         return logits.float().cpu()
 
@@ -375,16 +369,29 @@ class TransformersBackend(LastLogitsAnswers):
         cache = DynamicCache(config=self.model.config)
         for index, (keys, values) in enumerate(layers):
             cache.update(keys.expand(rows, -1, -1, -1), values.expand(rows, -1, -1, -1), index)
-        logits = self.model(
+        logits = self._forward(ids, mask, positions, cache)
+        self.tokens_computed += int(mask[:, length:].sum())
+        return logits.float().cpu()
+
+    def _forward(
+        self,
+        ids: torch.Tensor,
+        mask: torch.Tensor,
+        positions: torch.Tensor,
+        cache: DynamicCache | None = None,
+    ) -> torch.Tensor:
+        """Last-position logits of ``ids``, on top of ``cache`` if given (the pass extends
+        it) or from scratch: the one forward call of the plain, shared-prefix and KV-store
+        paths, so that all three ask the model the same way."""
+        extra = {} if cache is None else {self._cache_arg: cache}
+        return self.model(
             input_ids=ids.to(self.device),
             attention_mask=mask.to(self.device),
             position_ids=positions.to(self.device),
-            use_cache=True,
+            use_cache=cache is not None,
             logits_to_keep=1,
-            **{self._cache_arg: cache},
+            **extra,
         ).logits[:, -1, :]
-        self.tokens_computed += int(mask[:, length:].sum())
-        return logits.float().cpu()
 
     def _fits_window(self, slots: int) -> bool:
         """Whether ``slots`` cache slots (padding included) stay exact under the model's
@@ -434,14 +441,7 @@ class TransformersBackend(LastLogitsAnswers):
         if span:
             for index, (keys, values) in enumerate(_padded_layers(found, span)):
                 cache.update(keys.to(self.device), values.to(self.device), index)
-        logits = self.model(
-            input_ids=ids.to(self.device),
-            attention_mask=mask.to(self.device),
-            position_ids=positions.to(self.device),
-            use_cache=True,
-            logits_to_keep=1,
-            **{self._cache_arg: cache},
-        ).logits[:, -1, :]
+        logits = self._forward(ids, mask, positions, cache)
         self.tokens_computed += sum(len(n) for n in news)
         _keep(store, chunk, mask, cache)
         return logits.float().cpu()
