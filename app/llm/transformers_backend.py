@@ -337,19 +337,8 @@ class TransformersBackend(LastLogitsAnswers):
             **{self._cache_arg: cache},
         )
         self.tokens_computed += length
-        layers = []
-        for layer in cache.layers:
-            keys, values = getattr(layer, "keys", None), getattr(layer, "values", None)
-            if not (
-                isinstance(keys, torch.Tensor)
-                and isinstance(values, torch.Tensor)
-                and keys.ndim == 4
-                and keys.shape[0] == 1
-                and keys.shape[-2] == length
-            ):
-                return None  # a cache layout this path does not know (hybrid, linear, ...)
-            layers.append((keys, values))
-        return length, layers
+        layers = _cache_layers(cache, length, rows=1)
+        return None if layers is None else (length, layers)
 
     def _suffix_logits(
         self, chunk: list[list[int]], length: int, layers: list[tuple[torch.Tensor, torch.Tensor]]
@@ -447,8 +436,10 @@ class TransformersBackend(LastLogitsAnswers):
         return logits.float().cpu()
 
 
-def _keep(store: KVStore, chunk: list[list[int]], mask: torch.Tensor, cache: DynamicCache) -> None:
-    """Store each row's own slots of the batch cache under its token ids."""
+def _cache_layers(cache: DynamicCache, slots: int, rows: int | None = None) -> Layers | None:
+    """Each layer's (keys, values) of ``cache`` if all are 4-D tensors of ``slots`` slots
+    (and ``rows`` rows, if given); None for a cache layout the KV paths do not know (hybrid,
+    linear, ...), which then run without it."""
     layers: Layers = []
     for layer in cache.layers:
         keys, values = getattr(layer, "keys", None), getattr(layer, "values", None)
@@ -456,10 +447,19 @@ def _keep(store: KVStore, chunk: list[list[int]], mask: torch.Tensor, cache: Dyn
             isinstance(keys, torch.Tensor)
             and isinstance(values, torch.Tensor)
             and keys.ndim == 4
-            and keys.shape[-2] == mask.shape[1]
+            and (rows is None or keys.shape[0] == rows)
+            and keys.shape[-2] == slots
         ):
-            return  # a cache layout this path does not know: nothing stored
+            return None
         layers.append((keys, values))
+    return layers
+
+
+def _keep(store: KVStore, chunk: list[list[int]], mask: torch.Tensor, cache: DynamicCache) -> None:
+    """Store each row's own slots of the batch cache under its token ids."""
+    layers = _cache_layers(cache, mask.shape[1])
+    if layers is None:
+        return  # a cache layout this path does not know: nothing stored
     for row, seq in enumerate(chunk):
         slots = mask[row].nonzero().squeeze(1).to(layers[0][0].device)
         own = [(k[row].index_select(1, slots), v[row].index_select(1, slots)) for k, v in layers]
