@@ -41,7 +41,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
 from app.api.limits import Limiter, client_address
-from app.db.models import KeyScope, now
+from app.db.models import ApiKey, KeyScope, now
 from app.llm.provider import BackendProvider
 from app.services import key_cache
 from app.services.advice import AdviceRunner
@@ -123,13 +123,18 @@ class Principal:
     scope: KeyScope
 
 
+def principal_of(key: ApiKey | None) -> Principal | None:
+    """The caller a live key (from a bearer token or a browser session) stands for; None for
+    no key. Read while the key's database session is open."""
+    if key is None:
+        return None
+    return Principal(tenant_id=key.tenant_id, key_id=key.id, scope=KeyScope(key.scope))
+
+
 def _authenticate(sessions: sessionmaker[Session], raw_key: str) -> Principal | None:
     """Look the key up on a session of its own, closed (its connection returned) at once."""
     with sessions() as session:
-        key = authenticate(session, raw_key)
-        if key is None:
-            return None
-        return Principal(tenant_id=key.tenant_id, key_id=key.id, scope=KeyScope(key.scope))
+        return principal_of(authenticate(session, raw_key))
 
 
 def key_lookups(app: FastAPI) -> KeyCache:

@@ -266,29 +266,6 @@ class Prompted:
     charged: float
 
 
-def _method_prompt(
-    task: TaskSpec,
-    train: Sequence[Record],
-    setting: Setting,
-    seed: int,
-    backend: LLMBackend,
-    config: ExperimentConfig,
-    public: Sequence[str] | None,
-) -> Prompted:
-    """Run ``setting``'s method as a job (:func:`app.eval.methods.run_method`)."""
-    name = setting.method or setting.kind
-    job = config.job(setting, seed)
-    ran = eval_methods.run_method(name, task, train, backend, job, config.params, public)
-    result = ran.result
-    stats = eval_methods.get(name).public_stats(result)
-    return Prompted(
-        eval_methods.scorer(backend, result),
-        result.prompt,
-        eval_methods.released(result, stats),
-        result.epsilon,
-    )
-
-
 def _prompted(
     task: TaskSpec,
     train: Sequence[Record],
@@ -306,7 +283,13 @@ def _prompted(
         prompt = demonstration_prompt(task, [train[i] for _, i in picked])
         demos: list[dict[str, object]] = [{"label": lab, "train_index": i} for lab, i in picked]
         return Prompted(backend, prompt, demos, math.inf)
-    return _method_prompt(task, train, setting, seed, backend, config, public)
+    # A method's run is a job (:func:`app.eval.methods.run_method`).
+    name = setting.method or setting.kind
+    job = config.job(setting, seed)
+    result = eval_methods.run_method(name, task, train, backend, job, config.params, public).result
+    stats = eval_methods.get(name).public_stats(result)
+    released = eval_methods.released(result, stats)
+    return Prompted(eval_methods.scorer(backend, result), result.prompt, released, result.epsilon)
 
 
 def run_one(

@@ -13,10 +13,10 @@ from contextlib import contextmanager
 
 import numpy as np
 
-from app.llm.base import LLMBackend, kv_scope
+from app.llm.base import LLMBackend, SameTokenizer, kv_scope
 
 
-class MemoBackend:
+class MemoBackend(SameTokenizer):
     """:class:`LLMBackend` that answers repeated ``next_token_probs`` rows from memory."""
 
     def __init__(self, backend: LLMBackend, max_entries: int = 200_000) -> None:
@@ -36,24 +36,6 @@ class MemoBackend:
                 yield self
             finally:
                 self._backend = outer
-
-    @property
-    def name(self) -> str:
-        return self._backend.name
-
-    @property
-    def eos_id(self) -> int:
-        return self._backend.eos_id
-
-    @property
-    def newline_ids(self) -> frozenset[int]:
-        return self._backend.newline_ids
-
-    def tokenize(self, text: str) -> list[int]:
-        return self._backend.tokenize(text)
-
-    def detokenize(self, ids: Sequence[int]) -> str:
-        return self._backend.detokenize(ids)
 
     def top_k(self, prompts: Sequence[Sequence[int]], k: int) -> np.ndarray:
         return self._backend.top_k(prompts, k)

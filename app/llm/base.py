@@ -80,6 +80,32 @@ class LLMBackend(Protocol):
         ...
 
 
+class SameTokenizer:
+    """Mixin of a backend around another one (its ``_backend``) that keeps the wrapped one's
+    model name, end and newline tokens and tokenizer: written once here, so that a wrapper
+    (evaluation memo, KV scope) states only what it changes."""
+
+    _backend: LLMBackend
+
+    @property
+    def name(self) -> str:
+        return self._backend.name
+
+    @property
+    def eos_id(self) -> int:
+        return self._backend.eos_id
+
+    @property
+    def newline_ids(self) -> frozenset[int]:
+        return self._backend.newline_ids
+
+    def tokenize(self, text: str) -> list[int]:
+        return self._backend.tokenize(text)
+
+    def detokenize(self, ids: Sequence[int]) -> str:
+        return self._backend.detokenize(ids)
+
+
 @runtime_checkable
 class KVScoped(Protocol):
     """A backend that can keep prompts' KV caches for the length of one job (incremental

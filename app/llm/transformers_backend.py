@@ -45,7 +45,7 @@ from transformers import (
     PreTrainedTokenizerBase,
 )
 
-from app.llm.base import DEFAULT_KV_CACHE_MB, BackendError
+from app.llm.base import DEFAULT_KV_CACHE_MB, BackendError, SameTokenizer
 from app.llm.conversion import ensure_converted
 from app.llm.models import DEFAULT_MODEL, ModelSource, resolve
 
@@ -305,13 +305,7 @@ class TransformersBackend(LastLogitsAnswers):
             ids[row, width - len(prompt) :] = torch.tensor(prompt)
             mask[row, width - len(prompt) :] = 1
         positions = (mask.cumsum(dim=1) - 1).clamp(min=0)
-        logits = self.model(
-            input_ids=ids.to(self.device),
-            attention_mask=mask.to(self.device),
-            position_ids=positions.to(self.device),
-            use_cache=False,
-            logits_to_keep=1,
-        ).logits[:, -1, :]
+        logits = self._forward(ids, mask, positions)
         self.tokens_computed += int(mask.sum())
         return logits.float().cpu()
 
@@ -343,19 +337,8 @@ class TransformersBackend(LastLogitsAnswers):
             **{self._cache_arg: cache},
         )
         self.tokens_computed += length
-        layers = []
-        for layer in cache.layers:
-            keys, values = getattr(layer, "keys", None), getattr(layer, "values", None)
-            if not (
-                isinstance(keys, torch.Tensor)
-                and isinstance(values, torch.Tensor)
-                and keys.ndim == 4
-                and keys.shape[0] == 1
-                and keys.shape[-2] == length
-            ):
-                return None  # a cache layout this path does not know (hybrid, linear, ...)
-            layers.append((keys, values))
-        return length, layers
+        layers = _cache_layers(cache, length, rows=1)
+        return None if layers is None else (length, layers)
 
     def _suffix_logits(
         self, chunk: list[list[int]], length: int, layers: list[tuple[torch.Tensor, torch.Tensor]]
@@ -375,16 +358,29 @@ class TransformersBackend(LastLogitsAnswers):
         cache = DynamicCache(config=self.model.config)
         for index, (keys, values) in enumerate(layers):
             cache.update(keys.expand(rows, -1, -1, -1), values.expand(rows, -1, -1, -1), index)
-        logits = self.model(
+        logits = self._forward(ids, mask, positions, cache)
+        self.tokens_computed += int(mask[:, length:].sum())
+        return logits.float().cpu()
+
+    def _forward(
+        self,
+        ids: torch.Tensor,
+        mask: torch.Tensor,
+        positions: torch.Tensor,
+        cache: DynamicCache | None = None,
+    ) -> torch.Tensor:
+        """Last-position logits of ``ids``, on top of ``cache`` if given (the pass extends
+        it) or from scratch: the one forward call of the plain, shared-prefix and KV-store
+        paths, so that all three ask the model the same way."""
+        extra = {} if cache is None else {self._cache_arg: cache}
+        return self.model(
             input_ids=ids.to(self.device),
             attention_mask=mask.to(self.device),
             position_ids=positions.to(self.device),
-            use_cache=True,
+            use_cache=cache is not None,
             logits_to_keep=1,
-            **{self._cache_arg: cache},
+            **extra,
         ).logits[:, -1, :]
-        self.tokens_computed += int(mask[:, length:].sum())
-        return logits.float().cpu()
 
     def _fits_window(self, slots: int) -> bool:
         """Whether ``slots`` cache slots (padding included) stay exact under the model's
@@ -434,21 +430,16 @@ class TransformersBackend(LastLogitsAnswers):
         if span:
             for index, (keys, values) in enumerate(_padded_layers(found, span)):
                 cache.update(keys.to(self.device), values.to(self.device), index)
-        logits = self.model(
-            input_ids=ids.to(self.device),
-            attention_mask=mask.to(self.device),
-            position_ids=positions.to(self.device),
-            use_cache=True,
-            logits_to_keep=1,
-            **{self._cache_arg: cache},
-        ).logits[:, -1, :]
+        logits = self._forward(ids, mask, positions, cache)
         self.tokens_computed += sum(len(n) for n in news)
         _keep(store, chunk, mask, cache)
         return logits.float().cpu()
 
 
-def _keep(store: KVStore, chunk: list[list[int]], mask: torch.Tensor, cache: DynamicCache) -> None:
-    """Store each row's own slots of the batch cache under its token ids."""
+def _cache_layers(cache: DynamicCache, slots: int, rows: int | None = None) -> Layers | None:
+    """Each layer's (keys, values) of ``cache`` if all are 4-D tensors of ``slots`` slots
+    (and ``rows`` rows, if given); None for a cache layout the KV paths do not know (hybrid,
+    linear, ...), which then run without it."""
     layers: Layers = []
     for layer in cache.layers:
         keys, values = getattr(layer, "keys", None), getattr(layer, "values", None)
@@ -456,10 +447,19 @@ def _keep(store: KVStore, chunk: list[list[int]], mask: torch.Tensor, cache: Dyn
             isinstance(keys, torch.Tensor)
             and isinstance(values, torch.Tensor)
             and keys.ndim == 4
-            and keys.shape[-2] == mask.shape[1]
+            and (rows is None or keys.shape[0] == rows)
+            and keys.shape[-2] == slots
         ):
-            return  # a cache layout this path does not know: nothing stored
+            return None
         layers.append((keys, values))
+    return layers
+
+
+def _keep(store: KVStore, chunk: list[list[int]], mask: torch.Tensor, cache: DynamicCache) -> None:
+    """Store each row's own slots of the batch cache under its token ids."""
+    layers = _cache_layers(cache, mask.shape[1])
+    if layers is None:
+        return  # a cache layout this path does not know: nothing stored
     for row, seq in enumerate(chunk):
         slots = mask[row].nonzero().squeeze(1).to(layers[0][0].device)
         own = [(k[row].index_select(1, slots), v[row].index_select(1, slots)) for k, v in layers]
@@ -495,7 +495,7 @@ class KVDiagnostics:
         return self.computed / self.distinct if self.distinct else None
 
 
-class KVScope(LastLogitsAnswers):
+class KVScope(SameTokenizer, LastLogitsAnswers):
     """One job's view of a :class:`TransformersBackend`: the same model, answers equal to the
     backend's own up to float rounding, and a KV store of its own (incremental decoding).
 
@@ -510,6 +510,8 @@ class KVScope(LastLogitsAnswers):
     token counts are the backend's counter's growth over its own calls.
     """
 
+    _backend: TransformersBackend  # the model itself (SameTokenizer reads it too)
+
     def __init__(self, backend: TransformersBackend, kv_cache_mb: float, *, count_distinct: bool):
         self._backend = backend  # the name app.promptdpsgd.backend.local_backend unwraps
         self._budget = int(kv_cache_mb * 2**20)
@@ -520,27 +522,9 @@ class KVScope(LastLogitsAnswers):
         self.closed = False
 
     @property
-    def name(self) -> str:
-        return self._backend.name
-
-    @property
-    def eos_id(self) -> int:
-        return self._backend.eos_id
-
-    @property
-    def newline_ids(self) -> frozenset[int]:
-        return self._backend.newline_ids
-
-    @property
     def store_bytes(self) -> int:
         """Bytes of keys and values held now (0 once closed)."""
         return 0 if self._store is None else self._store.bytes
-
-    def tokenize(self, text: str) -> list[int]:
-        return self._backend.tokenize(text)
-
-    def detokenize(self, ids: Sequence[int]) -> str:
-        return self._backend.detokenize(ids)
 
     def kv_scope(self) -> AbstractContextManager[KVScope]:
         """Already a scope: the same one (its owner closes it)."""

@@ -14,7 +14,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any, ClassVar
+from typing import Any, ClassVar, NamedTuple, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -134,6 +134,61 @@ class MethodPlan(ABC):
     ) -> SynthesisResult:
         """Run the job on the private ``records`` (and ``public`` texts, if it reads some).
         An exception ``progress`` raises (a cancellation) stops it there."""
+
+
+class InnerPlan(Protocol):
+    """What a method's own plan (``SynthesisPlan``, ``PatePlan``, ``PromptDpsgdPlan``)
+    offers the interface: its delta, its event and its epsilon."""
+
+    @property
+    def delta(self) -> float: ...
+
+    def event(self) -> DatasetEvent: ...
+
+    def epsilon(self) -> float: ...
+
+
+class WrappedPlan(MethodPlan):
+    """A :class:`MethodPlan` over a method's own plan (the dataclass field ``plan``): its
+    delta, event and epsilon are the inner plan's, so each method writes only what differs
+    (progress, records, what is stored and how it runs)."""
+
+    plan: InnerPlan  # declared again, as a dataclass field, by each subclass
+
+    @property
+    def delta(self) -> float:
+        return self.plan.delta
+
+    def event(self) -> DatasetEvent:
+        return self.plan.event()
+
+    def epsilon(self) -> float:
+        return self.plan.epsilon()
+
+    def run(
+        self,
+        records: list[Record],
+        backend: LLMBackend,
+        progress: Progress | None,
+        public: Sequence[str] = (),
+    ) -> SynthesisResult:
+        """:meth:`execute` once the backend is checked, before any record is read: the one
+        signature of :meth:`MethodPlan.run` every wrapped plan shares."""
+        self.check_backend(backend)
+        return self.execute(RunInputs(records, backend, progress, public))
+
+    @abstractmethod
+    def execute(self, job: RunInputs) -> SynthesisResult:
+        """Run the inner plan on ``job``'s records (and public texts, if it reads some)."""
+
+
+class RunInputs(NamedTuple):
+    """What :meth:`MethodPlan.run` is given, as one value for :meth:`WrappedPlan.execute`."""
+
+    records: list[Record]
+    backend: LLMBackend
+    progress: Progress | None
+    public: Sequence[str]
 
 
 class JobConfig(BaseModel):

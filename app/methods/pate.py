@@ -9,26 +9,17 @@ outputs and public data alone.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from app.llm.base import LLMBackend
 from app.pate.config import PateConfig
 from app.pate.plan import PatePlan, plan_pate
 from app.pate.run import run_pate
-from app.privacy.events import PateEvent
-from app.results import Progress, SynthesisResult
-from app.synthesis.data import Record
+from app.results import SynthesisResult
 from app.synthesis.tasks import TaskSpec
 
-from .base import (
-    Counts,
-    CountsMode,
-    Method,
-    MethodPlan,
-    Stored,
-)
+from .base import Counts, CountsMode, Method, RunInputs, Stored, WrappedPlan
 from .kinds import MethodKind
 from .params import declare
 
@@ -61,23 +52,13 @@ PUBLIC_STATS = (
 
 
 @dataclass(frozen=True)
-class PromptPateMethodPlan(MethodPlan):
+class PromptPateMethodPlan(WrappedPlan):
     """PromptPATE's :class:`MethodPlan`: a :class:`PatePlan` with its task and the public
     dataset's record count."""
 
     task: TaskSpec
     plan: PatePlan
     public_available: int  # records of the public dataset (the job samples plan.n_public)
-
-    @property
-    def delta(self) -> float:
-        return self.plan.delta
-
-    def event(self) -> PateEvent:
-        return self.plan.event()
-
-    def epsilon(self) -> float:
-        return self.plan.epsilon()
 
     @property
     def progress_total(self) -> int:
@@ -103,14 +84,10 @@ class PromptPateMethodPlan(MethodPlan):
             delta=self.plan.delta,
         )
 
-    def run(
-        self,
-        records: list[Record],
-        backend: LLMBackend,
-        progress: Progress | None,
-        public: Sequence[str] = (),
-    ) -> SynthesisResult:
-        return run_pate(self.task, records, public, self.plan, backend, progress=progress)
+    def execute(self, job: RunInputs) -> SynthesisResult:
+        return run_pate(
+            self.task, job.records, job.public, self.plan, job.backend, progress=job.progress
+        )
 
 
 class PromptPate(Method):

@@ -11,25 +11,16 @@ through a charged DP release unless the data owner declared it public
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from app.llm.base import LLMBackend
-from app.privacy.events import DpsgdEvent
 from app.promptdpsgd.config import PromptDpsgdConfig
 from app.promptdpsgd.plan import PromptDpsgdPlan, calibrated_plan, plan_promptdpsgd
-from app.results import Progress, SynthesisResult
-from app.synthesis.data import Record
+from app.results import SynthesisResult
 from app.synthesis.tasks import TaskSpec
 
-from .base import (
-    Counts,
-    CountsMode,
-    Method,
-    MethodPlan,
-    Stored,
-)
+from .base import Counts, CountsMode, Method, RunInputs, Stored, WrappedPlan
 from .kinds import MethodKind
 from .params import declare
 
@@ -45,21 +36,11 @@ PUBLIC_STATS = ("steps", "prompt_length", "noise_multiplier")
 
 
 @dataclass(frozen=True)
-class PromptDpsgdMethodPlan(MethodPlan):
+class PromptDpsgdMethodPlan(WrappedPlan):
     """PromptDPSGD's :class:`MethodPlan`: a :class:`PromptDpsgdPlan` with its task."""
 
     task: TaskSpec
     plan: PromptDpsgdPlan
-
-    @property
-    def delta(self) -> float:
-        return self.plan.delta
-
-    def event(self) -> DpsgdEvent:
-        return self.plan.event()
-
-    def epsilon(self) -> float:
-        return self.plan.epsilon()
 
     @property
     def progress_total(self) -> int:
@@ -88,17 +69,12 @@ class PromptDpsgdMethodPlan(MethodPlan):
 
         local_backend(backend)  # GradientAccessError unless it is the local model
 
-    def run(
-        self,
-        records: list[Record],
-        backend: LLMBackend,
-        progress: Progress | None,
-        public: Sequence[str] = (),
-    ) -> SynthesisResult:
+    def execute(self, job: RunInputs) -> SynthesisResult:
         from app.promptdpsgd.train import run_promptdpsgd
 
-        self.check_backend(backend)  # before any record is read
-        return run_promptdpsgd(self.task, records, self.plan, backend, progress=progress)
+        return run_promptdpsgd(
+            self.task, job.records, self.plan, job.backend, progress=job.progress
+        )
 
 
 class PromptDpsgd(Method):

@@ -7,16 +7,13 @@ in the mechanism a token step runs (``SynthesisConfig.method``).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
-from app.llm.base import LLMBackend
-from app.privacy.events import SynthesisEvent
 from app.privacy.params import Aggregator
 from app.privacy.rng import make_rng
 from app.privacy.synthesis import SynthesisPrivacy
-from app.results import Progress, SynthesisResult
+from app.results import SynthesisResult
 from app.synthesis.config import (
     COVER_EVERY_LABEL_UP_TO,
     DEFAULT_K,
@@ -26,17 +23,10 @@ from app.synthesis.config import (
     SynthesisConfig,
     default_shots,
 )
-from app.synthesis.data import Record
 from app.synthesis.generator import SynthesisPlan, plan_synthesis, synthesize
 from app.synthesis.tasks import TaskSpec
 
-from .base import (
-    Counts,
-    CountsMode,
-    Method,
-    MethodPlan,
-    Stored,
-)
+from .base import Counts, CountsMode, Method, RunInputs, Stored, WrappedPlan
 from .kinds import MethodKind
 from .params import declare
 
@@ -69,21 +59,11 @@ TITLES = {MethodKind.TANG: "DP few-shot generation", MethodKind.ADADPSYN: "AdaDP
 
 
 @dataclass(frozen=True)
-class TokenLoopMethodPlan(MethodPlan):
+class TokenLoopMethodPlan(WrappedPlan):
     """The token loop's :class:`MethodPlan`: a :class:`SynthesisPlan` (label schedule drawn,
     noise calibrated) behind the method interface."""
 
     plan: SynthesisPlan
-
-    @property
-    def delta(self) -> float:
-        return self.plan.delta
-
-    def event(self) -> SynthesisEvent:
-        return self.plan.event()
-
-    def epsilon(self) -> float:
-        return self.plan.epsilon()
 
     @property
     def progress_total(self) -> int:
@@ -107,19 +87,15 @@ class TokenLoopMethodPlan(MethodPlan):
             delta=self.plan.delta,
         )
 
-    def run(
-        self,
-        records: list[Record],
-        backend: LLMBackend,
-        progress: Progress | None,
-        public: Sequence[str] = (),
-    ) -> SynthesisResult:
+    def execute(self, job: RunInputs) -> SynthesisResult:
         plan = self.plan
         # A seeded run (CLI and studies only) replans inside ``synthesize`` from the seed:
         # the same plan, deterministically, and the one generator stream seeded runs have
         # always used for both the schedule and the noise.
         pinned = plan if plan.config.seed is None else None
-        return synthesize(plan.task, records, plan.config, backend, progress=progress, job=pinned)
+        return synthesize(
+            plan.task, job.records, plan.config, job.backend, progress=job.progress, job=pinned
+        )
 
 
 class TokenLoop(Method):

@@ -10,34 +10,19 @@ from __future__ import annotations
 
 import csv
 import html
-import json
 import re
 from pathlib import Path
 
-from app.synthesis.data import DataError, _read_lines
+from app.synthesis.data import DataError, _json_rows, _one_line, _read_lines
 
 TABLE_SUFFIXES = (".csv", ".tsv")
 JSONL_SUFFIXES = (".jsonl", ".ndjson")
 TEXT_SUFFIXES = (".txt", ".text", "")
 
 
-def _one_line(text: str) -> str:
-    return " ".join(text.split())
-
-
 def _jsonl(path: Path, lines: list[str], field: str) -> list[str]:
     texts = []
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError:
-            raise DataError(f"{path}: line {number} is not valid JSON") from None
-        except RecursionError:
-            raise DataError(f"{path}: line {number} is JSON nested too deeply") from None
-        if not isinstance(row, dict):
-            raise DataError(f"{path}: line {number} is not a JSON object")
+    for number, row in _json_rows(path, lines):
         if field not in row:
             raise DataError(f"{path}: line {number} has no field {field!r}")
         value = row[field]

@@ -36,7 +36,6 @@ from collections import OrderedDict
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any
 
 import numpy as np
 from dp_accounting.pld import privacy_loss_distribution as pld_lib
@@ -254,39 +253,45 @@ def _subsampled_gaussian_rdp(rate: float, sigma: float, orders: tuple[float, ...
     return curve
 
 
-@functools.lru_cache(maxsize=256)
 def _sampled_gaussian_pld(
     sigma: float, rate: float, steps: int, discretization: float
 ) -> pld_lib.PrivacyLossDistribution:
-    """Cached: the ledger recomposes the same events at every admission. PLD objects are
-    never mutated (composition returns new ones), so sharing them is safe."""
-    one_step = pld_lib.from_gaussian_mechanism(
-        standard_deviation=sigma, sampling_prob=rate, **_pld_options(discretization)
-    )
-    return one_step.self_compose(steps)
+    """The PLD of ``steps`` rounds of a Gaussian (std ``sigma``) on a ``rate`` subsample."""
+    return _sampled_pld("gaussian", sigma, rate, steps, discretization)
 
 
-@functools.lru_cache(maxsize=256)
 def _sampled_laplace_pld(
     scale: float, rate: float, steps: int, discretization: float
 ) -> pld_lib.PrivacyLossDistribution:
     """The Laplace counterpart of :func:`_sampled_gaussian_pld` (``scale``: the Laplace
     parameter over the L1 sensitivity)."""
-    one_step = pld_lib.from_laplace_mechanism(
-        parameter=scale, sampling_prob=rate, **_pld_options(discretization)
+    return _sampled_pld("laplace", scale, rate, steps, discretization)
+
+
+# Each noise's PLD builder and the name it gives the noise parameter.
+_PLD_BUILDERS = {
+    "gaussian": (pld_lib.from_gaussian_mechanism, "standard_deviation"),
+    "laplace": (pld_lib.from_laplace_mechanism, "parameter"),
+}
+
+
+@functools.lru_cache(maxsize=512)
+def _sampled_pld(
+    noise: str, parameter: float, rate: float, steps: int, discretization: float
+) -> pld_lib.PrivacyLossDistribution:
+    """Cached: the ledger recomposes the same events at every admission. PLD objects are
+    never mutated (composition returns new ones), so sharing them is safe. One body for both
+    noises, so that the two keep the same pessimistic, connect-the-dots settings."""
+    build, name = _PLD_BUILDERS[noise]
+    one_step = build(
+        **{name: parameter},
+        sensitivity=1.0,
+        sampling_prob=rate,
+        value_discretization_interval=discretization,
+        pessimistic_estimate=True,
+        use_connect_dots=True,
     )
     return one_step.self_compose(steps)
-
-
-def _pld_options(discretization: float) -> dict[str, Any]:
-    """What every PLD of a noise primitive is built with: unit sensitivity (the multiplier
-    is already relative to it), a pessimistic estimate (never below the true epsilon)."""
-    return {
-        "sensitivity": 1.0,
-        "value_discretization_interval": discretization,
-        "pessimistic_estimate": True,
-        "use_connect_dots": True,
-    }
 
 
 @dataclass
@@ -339,7 +344,7 @@ class PldCompositionCache:
     Which prefixes are kept: the last of each fold, and every ``checkpoint``-th (so that
     a release or an insertion mid-sequence, e.g. a synthesis job before the all-record jobs
     that close every group, resumes at most ``checkpoint - 1`` events before the change).
-    Single events' PLDs are not stored (``_sampled_gaussian_pld`` already remembers them), so
+    Single events' PLDs are not stored (``_sampled_pld`` already remembers them), so
     calibration's bisection over one job's cost never fills the cache; only their epsilons
     are (floats, the last 4,096). Least recently used
     compositions are dropped past ``max_entries`` or ``max_floats`` probabilities in all

@@ -86,17 +86,24 @@ class Sensitivity:
 UNIT = Sensitivity()
 
 
-def _check_noise(noise_multiplier: float, count: int) -> None:
-    """A noise event's own fields: a multiplier of at least 0 (0: no noise), a count of at
-    least one release."""
-    if not noise_multiplier >= 0:
-        raise ValueError(f"noise_multiplier must be >= 0, got {noise_multiplier}")
-    if count < 1:
-        raise ValueError(f"count must be >= 1, got {count}")
+@dataclass(frozen=True)
+class _NoisyReleases:
+    """What a Gaussian and a Laplace event share: ``count`` releases of one query with noise
+    of ``noise_multiplier`` (relative to ``sensitivity``), checked once here for both."""
+
+    noise_multiplier: float
+    count: int = 1
+    sensitivity: Sensitivity = UNIT
+
+    def __post_init__(self) -> None:
+        if not self.noise_multiplier >= 0:
+            raise ValueError(f"noise_multiplier must be >= 0, got {self.noise_multiplier}")
+        if self.count < 1:
+            raise ValueError(f"count must be >= 1, got {self.count}")
 
 
 @dataclass(frozen=True)
-class GaussianEvent:
+class GaussianEvent(_NoisyReleases):
     """``count`` releases of ``query + N(0, noise_multiplier^2 I)``, all on the same data.
 
     Sensitivity: the L2 sensitivity of the query under each neighbouring relation is
@@ -105,16 +112,9 @@ class GaussianEvent:
     no noise: every accountant charges infinity for it.
     """
 
-    noise_multiplier: float
-    count: int = 1
-    sensitivity: Sensitivity = UNIT
-
-    def __post_init__(self) -> None:
-        _check_noise(self.noise_multiplier, self.count)
-
 
 @dataclass(frozen=True)
-class LaplaceEvent:
+class LaplaceEvent(_NoisyReleases):
     """``count`` releases of ``query + Laplace(noise_multiplier)`` noise per coordinate.
 
     Sensitivity: the L1 sensitivity of the query under each neighbouring relation is
@@ -122,13 +122,6 @@ class LaplaceEvent:
     ``noise_multiplier`` is the Laplace scale over the L1 sensitivity (a pure
     1/noise_multiplier-DP release). A multiplier of 0 is no noise (infinite epsilon).
     """
-
-    noise_multiplier: float
-    count: int = 1
-    sensitivity: Sensitivity = UNIT
-
-    def __post_init__(self) -> None:
-        _check_noise(self.noise_multiplier, self.count)
 
 
 Noise = GaussianEvent | LaplaceEvent

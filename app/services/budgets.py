@@ -36,7 +36,7 @@ from app.privacy.events import DatasetEvent
 from app.privacy.mechanisms import Relation
 from app.privacy.unit import DEFAULT_DELTA
 
-from .datasets import get_dataset, get_live_dataset, list_datasets
+from .datasets import get_dataset, get_private_dataset, list_datasets
 from .errors import ConflictError, InvalidError, NotFoundError
 from .ledger_csv import ledger_csv
 
@@ -272,13 +272,13 @@ def set_budget(
         math.isfinite(warn_threshold) and 0 < warn_threshold <= 1
     ):
         raise InvalidError(f"warn_threshold: {THRESHOLD_RULE}, got {warn_threshold}")
-    dataset = get_live_dataset(session, tenant_id, dataset_id, lock=True)
-    if dataset.kind == DatasetKind.PUBLIC:
-        raise ConflictError(
-            f"dataset {dataset_id!r} is public: its texts are never charged, so it takes no "
-            "budget (set the budget on the private dataset a job synthesises from)",
-            code="public_dataset",
-        )
+    dataset = get_private_dataset(
+        session,
+        tenant_id,
+        dataset_id,
+        "its texts are never charged, so it takes no budget (set the budget on the private "
+        "dataset a job synthesises from)",
+    )
     if delta is not None and not 0 < delta < 1:
         raise InvalidError(f"delta: must be in (0, 1), got {delta}")
     accounting = Accounting(accounting)

@@ -54,8 +54,9 @@ from app.synthesis.data import (
 from app.synthesis.generator import partition_sizes
 from app.synthesis.tasks import BUILTIN_TASKS, TaskSpec, describe_validation_error
 
-from .errors import ConflictError, InvalidError, NotFoundError, TooLargeError
+from .errors import ConflictError, InvalidError, TooLargeError
 from .job_end import close_job, lease_expired
+from .rows import tenant_row
 from .storable import DATASET_NAME_MAX_CHARS, LABEL_MAX_CHARS, text_problem, too_long
 
 FORMATS = {".csv": ".csv", ".tsv": ".tsv", ".jsonl": ".jsonl", ".ndjson": ".jsonl"}
@@ -416,13 +417,7 @@ def get_dataset(
     session: Session, tenant_id: str, dataset_id: str, *, lock: bool = False
 ) -> Dataset:
     """The tenant's dataset (deleted ones included); another tenant's is not found."""
-    query = select(Dataset).where(Dataset.id == dataset_id, Dataset.tenant_id == tenant_id)
-    if lock:
-        query = query.with_for_update()
-    dataset = session.scalars(query).first()
-    if dataset is None:
-        raise NotFoundError(f"dataset {dataset_id!r} not found")
-    return dataset
+    return tenant_row(session, Dataset, tenant_id, dataset_id, "dataset", lock=lock)
 
 
 def get_live_dataset(
@@ -434,6 +429,16 @@ def get_live_dataset(
         raise ConflictError(
             f"dataset {dataset_id!r} was deleted: its records are gone", code="dataset_deleted"
         )
+    return dataset
+
+
+def get_private_dataset(session: Session, tenant_id: str, dataset_id: str, why: str) -> Dataset:
+    """The tenant's live dataset locked for update, refusing a public one (409
+    ``public_dataset``, ``why`` saying what a public dataset lacks): a budget or a counts
+    declaration belongs to the private dataset a job synthesises from."""
+    dataset = get_live_dataset(session, tenant_id, dataset_id, lock=True)
+    if dataset.kind == DatasetKind.PUBLIC:
+        raise ConflictError(f"dataset {dataset_id!r} is public: {why}", code="public_dataset")
     return dataset
 
 
@@ -514,13 +519,12 @@ def set_counts_public(
     nothing, the record included. A public dataset is refused (409 ``public_dataset``), a
     deleted one too (409 ``dataset_deleted``).
     """
-    dataset = get_live_dataset(session, tenant_id, dataset_id, lock=True)
-    if dataset.kind == DatasetKind.PUBLIC:
-        raise ConflictError(
-            f"dataset {dataset_id!r} is public: its texts are never charged and public whole, "
-            "so there are no private counts to declare",
-            code="public_dataset",
-        )
+    dataset = get_private_dataset(
+        session,
+        tenant_id,
+        dataset_id,
+        "its texts are never charged and public whole, so there are no private counts to declare",
+    )
     if bool(dataset.counts_public) != public:
         dataset.counts_public = public
         dataset.counts_public_at = now()

@@ -87,6 +87,7 @@ from .job_end import (
 from .job_request import JobRequest
 from .prompts import pending_validation
 from .queue import JobQueue
+from .rows import tenant_row
 
 
 def _no_budget(dataset_id: str) -> ConflictError:
@@ -569,13 +570,7 @@ def _check_declaration(dataset: Dataset, planned: PlannedJob) -> None:
 
 
 def get_job(session: Session, tenant_id: str, job_id: str, *, lock: bool = False) -> Job:
-    query = select(Job).where(Job.id == job_id, Job.tenant_id == tenant_id)
-    if lock:
-        query = query.with_for_update()
-    job = session.scalars(query).first()
-    if job is None:
-        raise NotFoundError(f"job {job_id!r} not found")
-    return job
+    return tenant_row(session, Job, tenant_id, job_id, "job", lock=lock)
 
 
 def list_jobs(

@@ -47,6 +47,7 @@ from app.synthesis.tasks import TaskKind, TaskSpec
 
 from .datasets import load_records
 from .errors import ConflictError, InvalidError, NotFoundError
+from .rows import tenant_row
 
 #: Transient backend failures (vLLM restarting, overloaded) are retried twice within a request,
 #: after 0.5 s and 1 s: a client waits at most ~1.5 s more before its 503, and can retry itself.
@@ -54,12 +55,7 @@ COMPLETE_RETRY = RetryPolicy(retries=2, base_delay_s=0.5)
 
 
 def get_prompt_set(session: Session, tenant_id: str, prompt_id: str) -> PromptSet:
-    prompt_set = session.scalars(
-        select(PromptSet).where(PromptSet.id == prompt_id, PromptSet.tenant_id == tenant_id)
-    ).first()
-    if prompt_set is None:
-        raise NotFoundError(f"prompt {prompt_id!r} not found")
-    return prompt_set
+    return tenant_row(session, PromptSet, tenant_id, prompt_id, "prompt")
 
 
 def list_prompt_sets(

@@ -26,6 +26,7 @@ from app.db.models import ApiKey, KeyScope, Tenant, now
 from app.services import key_cache
 from app.services.errors import ConflictError, ForbiddenError, InvalidError, NotFoundError
 from app.services.key_cache import LAST_USED_INTERVAL_S
+from app.services.rows import tenant_row
 from app.services.storable import TENANT_NAME_MAX_CHARS, column_size, text_problem, too_long
 
 KEY_PREFIX = "dpsyn_"
@@ -211,11 +212,7 @@ def _forget_now_and_on_commit(session: Session, forget: Callable[[], None]) -> N
 
 
 def revoke_key(session: Session, tenant_id: str, key_id: str) -> ApiKey:
-    key = session.scalars(
-        select(ApiKey).where(ApiKey.id == key_id, ApiKey.tenant_id == tenant_id)
-    ).first()
-    if key is None:
-        raise NotFoundError(f"API key {key_id!r} not found")
+    key = tenant_row(session, ApiKey, tenant_id, key_id, "API key")
     key.revoked = True
     _forget_now_and_on_commit(session, lambda: key_cache.forget_key(key_id))
     return key

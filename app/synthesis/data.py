@@ -220,8 +220,9 @@ def _read_csv(path: Path, lines: list[str], text_col: str, label_col: str) -> li
         raise DataError(f"{path}: line {reader.line_num} is not valid CSV") from None
 
 
-def _read_jsonl(path: Path, lines: list[str], text_col: str, label_col: str) -> list[Record]:
-    records = []
+def _json_rows(path: Path, lines: list[str]) -> Iterator[tuple[int, dict[str, Any]]]:
+    """(line number, object) of each non-blank JSONL line; a line that is not a JSON object
+    is a :class:`DataError` naming the line, never its text (private and public readers)."""
     for number, line in _numbered(lines):
         try:
             row = json.loads(line)
@@ -231,6 +232,12 @@ def _read_jsonl(path: Path, lines: list[str], text_col: str, label_col: str) -> 
             raise DataError(f"{path}: line {number} is JSON nested too deeply") from None
         if not isinstance(row, dict):
             raise DataError(f"{path}: line {number} is not a JSON object")
+        yield number, row
+
+
+def _read_jsonl(path: Path, lines: list[str], text_col: str, label_col: str) -> list[Record]:
+    records = []
+    for number, row in _json_rows(path, lines):
         if (column := _missing(row, text_col, label_col)) is not None:
             raise DataError(
                 f"{path}: line {number} has no field {column!r} (it has {len(row)} fields)"

@@ -25,7 +25,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from starlette.datastructures import FormData
 from starlette.formparsers import MultiPartException
 
-from app.api.deps import Principal, note_key_used
+from app.api.deps import Principal, note_key_used, principal_of
 from app.api.limits import Limiter
 from app.db.models import KeyScope
 from app.services.errors import ForbiddenError, InvalidError
@@ -106,10 +106,7 @@ ReadSessionsDep = Annotated[sessionmaker[Session], Depends(get_read_sessions)]
 def _principal_of(sessions: sessionmaker[Session], ui_session: UiSession) -> Principal | None:
     """The session's key, if the session is still open and its key still live."""
     with sessions() as session:
-        key = session_key(session, ui_session)
-        if key is None:
-            return None
-        return Principal(tenant_id=key.tenant_id, key_id=key.id, scope=KeyScope(key.scope))
+        return principal_of(session_key(session, ui_session))
 
 
 async def signed_in(request: Request, signer: SignerDep, sessions: ReadSessionsDep) -> Ui:

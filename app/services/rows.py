@@ -1,0 +1,37 @@
+"""Reading one row a tenant owns, the same way for every kind of row.
+
+A row of another tenant is answered exactly like a missing one (404, the same message), so
+that an ID never tells a client whether some other tenant holds it.
+"""
+
+from __future__ import annotations
+
+from typing import Any, TypeVar
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from .errors import NotFoundError
+
+_Row = TypeVar("_Row")
+
+
+def tenant_row(
+    session: Session,
+    model: type[_Row],
+    tenant_id: str,
+    row_id: str,
+    what: str,
+    *,
+    lock: bool = False,
+) -> _Row:
+    """The row of ``model`` with ``row_id`` owned by ``tenant_id`` (locked for update if
+    ``lock``); :class:`NotFoundError` "``what`` 'id' not found" otherwise."""
+    table: Any = model  # a mapped class: its ``id`` and ``tenant_id`` are columns
+    query = select(table).where(table.id == row_id, table.tenant_id == tenant_id)
+    if lock:
+        query = query.with_for_update()
+    row: _Row | None = session.scalars(query).first()
+    if row is None:
+        raise NotFoundError(f"{what} {row_id!r} not found")
+    return row
