@@ -115,6 +115,12 @@ class Prompt:
         return list(self.data.get("demonstrations") or [])
 
     @property
+    def notes(self) -> list[str]:
+        """What to know about the prompt that its demonstrations do not show, in sentences
+        (e.g. demonstrations that came out empty and were left out); [] when nothing."""
+        return [str(note) for note in self.data.get("notes") or []]
+
+    @property
     def task_spec(self) -> dict[str, Any]:
         return dict(self.data.get("task_spec") or {})
 

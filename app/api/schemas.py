@@ -973,15 +973,26 @@ class PromptPublic(PromptSummary):
     validation: ValidationPublic | None = Field(
         None, description="Its score on the job's validation set; null if the job named none."
     )
+    notes: list[str] = Field(
+        default_factory=list,
+        description="Plain sentences on how the prompt differs from what its job planned, "
+        "e.g. demonstrations that came out empty and were left out, and labels it then does "
+        "not demonstrate; functions of DP outputs and public settings only. Empty: nothing to "
+        "note.",
+    )
 
     @classmethod
-    def from_row(cls, row: PromptSet, dataset_name: str | None = None) -> PromptPublic:
+    def from_row(
+        cls, row: PromptSet, dataset_name: str | None = None, notes: Sequence[str] = ()
+    ) -> PromptPublic:
+        """``notes``: :func:`app.services.prompts.prompt_notes` of the row."""
         return cls(
             **dict(PromptSummary.from_row(row, dataset_name)),
             task_spec=dict(row.task),
             demonstrations=[DemonstrationPublic(**d) for d in row.demonstrations],
             prompt=row.prompt,
             validation=ValidationPublic(**row.validation) if row.validation else None,
+            notes=list(notes),
         )
 
 

@@ -1359,6 +1359,8 @@ def prompts_get(
         f"prompt {prompt['id']} (task {prompt['task']}, {prompt['method']}, model "
         f"{prompt['model']}): epsilon {prompt['epsilon']:.4g} at delta {prompt['delta']:.3g}"
     )
+    for note in fetched.notes:
+        typer.echo(f"note: {note}")
     if prompt.get("validation"):
         typer.echo(validation_line(prompt["validation"]))
     soft = prompt.get("soft_prompt")

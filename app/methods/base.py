@@ -359,6 +359,19 @@ class Method(ABC):
         """A line about the run for the CLI, from its public stats; None: nothing to add."""
         return None
 
+    def prompt_notes(
+        self, stored: Stored, stats: Mapping[str, Any], labels: Sequence[str]
+    ) -> list[str]:
+        """Plain sentences a reader of the job's stored prompt should see beside it (its API
+        record, ``dpsyn prompts get``, the prompt page): how the prompt differs from what the
+        job planned, e.g. demonstrations left out. ``stored`` is the job's plan, ``stats`` its
+        public stats, ``labels`` those of the prompt's demonstrations in order. Derived when
+        the prompt is read, from what is stored already, so that prompts stored before a note
+        existed get it too. Functions of public settings and DP outputs only, never of a
+        record. None ([]) by default: a method says what it has to add."""
+        del stored, stats, labels
+        return []
+
     def settings(self, stored: Stored) -> str | None:
         """The settings a planned job runs with, one line naming those left at their
         default (printed when a run starts and shown with a job); None: nothing to show."""

@@ -7,6 +7,8 @@ in the mechanism a token step runs (``SynthesisConfig.method``).
 
 from __future__ import annotations
 
+from collections import Counter
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
@@ -173,6 +175,17 @@ class TokenLoop(Method):
         lines = [line for line in (_empty_report(result), _planner_report(result)) if line]
         return "\n".join(lines) or None
 
+    def prompt_notes(
+        self, stored: Stored, stats: Mapping[str, Any], labels: Sequence[str]
+    ) -> list[str]:
+        """Which planned demonstrations the prompt lacks, and which labels it then does not
+        demonstrate: the stored schedule (public randomness) against the labels of the served
+        demonstrations (DP outputs). The token loop leaves a demonstration out only when it
+        came out empty (``stats.empty_demonstrations`` counts them; the schedule says of which
+        label, for jobs that predate the stat too)."""
+        del stats
+        return empty_notes(stored.schedule, labels)
+
     def summary(self, stored: Stored) -> tuple[str | None, int]:
         return stored.config.get("synthesis", {}).get("accounting"), len(stored.schedule)
 
@@ -223,6 +236,50 @@ def _empty_report(result: SynthesisResult) -> str | None:
         f"{empty} demonstration(s) came out empty (only whitespace by T_max) and were left out "
         f"of the prompt, which holds {len(result.demonstrations)}"
     )
+
+
+#: Why a token-loop demonstration is left out of its prompt (``_demonstrations`` in
+#: ``app.synthesis.generator``): the prompt's notes say it in these words.
+EMPTY_REASON = "came out empty (only whitespace after T_max tokens)"
+
+
+def empty_notes(schedule: Sequence[str], served: Sequence[str]) -> list[str]:
+    """The prompt's notes on demonstrations ``schedule`` planned that ``served`` (the labels
+    of the demonstrations in the prompt) lacks: how many of which label were left out, and
+    the labels left with none; [] when none is missing."""
+    held = Counter(served)
+    planned = Counter(str(label) for label in schedule)
+    lost = {label: n - held[label] for label, n in sorted(planned.items()) if n > held[label]}
+    if not lost:
+        return []
+    notes = [_lost_note(lost, len(served), len(schedule))]
+    gone = [repr(label) for label in lost if not held[label]]
+    if gone:
+        which = f"label {gone[0]}" if len(gone) == 1 else f"labels {', '.join(gone)}"
+        them = "it" if len(gone) == 1 else "them"
+        notes.append(
+            f"The prompt does not demonstrate {which}: every demonstration planned for {them} "
+            "came out empty."
+        )
+    return notes
+
+
+def _lost_note(lost: Mapping[str, int], held: int, planned: int) -> str:
+    """One sentence: the demonstrations left out (per label) and what the prompt holds."""
+    total = sum(lost.values())
+    if len(lost) == 1:
+        label, n = next(iter(lost.items()))
+        what = f"{n} demonstration{'s' if n > 1 else ''} of label {label!r}"
+    else:
+        per = ", ".join(f"{n} of label {label!r}" for label, n in lost.items())
+        what = f"{total} demonstrations ({per})"
+    verb = "was" if total == 1 else "were"
+    holds = (
+        f"{held} of the {planned} planned"
+        if held
+        else f"none of the {planned} planned (it is the instruction alone)"
+    )
+    return f"{what} {EMPTY_REASON} and {verb} left out; the prompt holds {holds}."
 
 
 def _planner_report(result: SynthesisResult) -> str | None:

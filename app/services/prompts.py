@@ -33,12 +33,14 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from app.db.models import Dataset, DatasetKind, PromptSet
+from app.db.models import Dataset, DatasetKind, Job, PromptSet
 from app.eval.icl import evaluate
 from app.llm.base import LLMBackend
 from app.llm.factory import BackendKind
 from app.llm.provider import BackendProvider
 from app.llm.retry import RetryingBackend, RetryPolicy
+from app.methods.base import Stored
+from app.methods.registry import find_method
 from app.promptdpsgd.artifact import SoftPrompt
 from app.synthesis.data import Record
 from app.synthesis.prompts import demonstration_prompt
@@ -56,6 +58,23 @@ COMPLETE_RETRY = RetryPolicy(retries=2, base_delay_s=0.5)
 
 def get_prompt_set(session: Session, tenant_id: str, prompt_id: str) -> PromptSet:
     return tenant_row(session, PromptSet, tenant_id, prompt_id, "prompt")
+
+
+def prompt_notes(session: Session, row: PromptSet) -> list[str]:
+    """The prompt's notes (:meth:`app.methods.base.Method.prompt_notes`): what its job's
+    method says of it, from the job's stored plan and public stats and the prompt's labels.
+
+    Derived on each uncached read rather than stored, so that every prompt has them, those
+    stored before notes existed included (no migration, nothing to backfill); a prompt never
+    changes once stored, so neither do they. [] when the job's method is no longer
+    registered."""
+    job = session.get(Job, row.job_id)
+    method = find_method(job.method) if job is not None else None
+    if job is None or method is None:
+        return []
+    stored = Stored(config=job.config or {}, schedule=job.schedule or [], delta=job.delta)
+    labels = [str(demo.get("label", "")) for demo in row.demonstrations or []]
+    return method.prompt_notes(stored, dict(job.stats or {}), labels)
 
 
 def list_prompt_sets(

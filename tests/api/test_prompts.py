@@ -87,6 +87,7 @@ def test_prompts_are_readable_with_a_read_only_key(world: World) -> None:
         assert prompt["task_spec"]["labels"] == ["w5", "w7"]
         assert sorted(d["label"] for d in prompt["demonstrations"]) == ["w5", "w7"]
         assert prompt["prompt"].startswith(TOY_TASK["icl_instruction"])
+        assert prompt["notes"] == []  # every planned demonstration is in it
         for demo in prompt["demonstrations"]:  # noisy words of the fake model's vocabulary,
             # marked as cut when T_max ended them before a stop token
             words = demo["text"].removesuffix(f" {TRUNCATED}").split()

@@ -10,6 +10,8 @@ from contextlib import contextmanager
 import numpy as np
 import pytest
 
+from app.methods.registry import MethodKind, get_method
+from app.methods.token_loop import TokenLoopMethodPlan
 from app.privacy.accounting import Accounting
 from app.privacy.events import FixedSizeSampling, GaussianEvent, PoissonSampling, from_dict
 from app.privacy.params import AdaDPSynVariant, Aggregator, adadpsyn_defaults
@@ -23,7 +25,7 @@ from app.synthesis.config import SynthesisConfig
 from app.synthesis.data import Record
 from app.synthesis.generator import TRUNCATED, partition_sizes, plan_synthesis, synthesize
 from app.synthesis.tasks import BUILTIN_TASKS
-from tests.synthesis.fake_backend import FakeBackend
+from tests.synthesis.fake_backend import BlankLabelBackend, FakeBackend
 
 TREC = BUILTIN_TASKS["trec"]
 MITG = BUILTIN_TASKS["mitg"]
@@ -505,3 +507,25 @@ def test_a_demonstration_that_stays_blank_is_not_served():
     method = get_method(MethodKind.ADADPSYN)
     assert method.public_stats(result) == {"empty_demonstrations": 4}
     assert "4 demonstration(s) came out empty" in (method.report(result) or "")
+
+
+@pytest.mark.parametrize("epsilon", [math.inf, 8.0, 0.0])
+def test_a_label_whose_candidates_are_all_blank_is_left_out_and_the_notes_say_so(epsilon):
+    """The stop token wins every first step; for one label every other candidate is
+    whitespace, so its demonstration stays blank to T_max and is left out. The method's notes
+    (what the prompt's API record shows) name the label, from the plan's schedule."""
+    cfg = config(epsilon=epsilon, tmax=4, shots=len(TREC.labels), seed=3)
+    result = synthesize(TREC, trec_records(), cfg, BlankLabelBackend("location"))
+    labels = [d.label for d in result.demonstrations]
+    assert sorted(labels) == sorted(set(TREC.labels) - {"Location"})
+    assert all(d.text.strip() for d in result.demonstrations)
+    assert result.stats["empty_demonstrations"] == 1
+    plan = plan_synthesis(TREC, partition_sizes(TREC, trec_records()), cfg, make_rng(3))
+    method = get_method(MethodKind.TANG)
+    notes = method.prompt_notes(TokenLoopMethodPlan(plan).stored(), result.stats, labels)
+    assert notes == [
+        "1 demonstration of label 'Location' came out empty (only whitespace after T_max "
+        "tokens) and was left out; the prompt holds 5 of the 6 planned.",
+        "The prompt does not demonstrate label 'Location': every demonstration planned for "
+        "it came out empty.",
+    ]

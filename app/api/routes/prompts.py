@@ -108,7 +108,8 @@ def _load_body(sessions: sessionmaker[Session], tenant_id: str, prompt_id: str) 
     """Read and serialise the prompt (a 404 for another tenant's), on a session of its own."""
     with sessions() as session:
         row = service.get_prompt_set(session, tenant_id, prompt_id)
-        model, final = PromptPublic.from_row(row), service.validation_is_final(row.validation)
+        model = PromptPublic.from_row(row, notes=service.prompt_notes(session, row))
+        final = service.validation_is_final(row.validation)
     # The bytes JSONResponse would render for this model (a non-finite number as null).
     data = json_bytes(model.model_dump(mode="json"))
     return CachedBody(data, f'"{hashlib.sha256(data).hexdigest()}"', final)

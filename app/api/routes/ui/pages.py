@@ -481,9 +481,11 @@ def prompts_page(
 
 
 def _prompt_view(session: Session, tenant: str, row: PromptSet) -> PromptPublic:
-    """The prompt with its dataset's name (the page shows it beside the method)."""
+    """The prompt with its dataset's name (the page shows it beside the method) and its
+    notes (as ``GET /v1/prompts/{id}`` has them)."""
     names = job_service.dataset_names(session, tenant, [row.dataset_id])
-    return PromptPublic.from_row(row, names.get(row.dataset_id))
+    notes = prompt_service.prompt_notes(session, row)
+    return PromptPublic.from_row(row, names.get(row.dataset_id), notes)
 
 
 @router.get("/prompts/{prompt_id}", response_class=HTMLResponse)
