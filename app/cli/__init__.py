@@ -15,6 +15,7 @@ from app.cli.config import config_app
 from app.cli.eval import eval_command
 from app.cli.keys import keys_app
 from app.cli.privacy import privacy_app
+from app.cli.privacy_quote import quote_command
 from app.cli.serve import (
     migrate_command,
     serve_command,
@@ -32,6 +33,7 @@ app = typer.Typer(
     no_args_is_help=True,
     pretty_exceptions_enable=False,
 )
+privacy_app.command("quote")(quote_command)
 app.add_typer(privacy_app, name="privacy")
 app.command("synthesize")(synthesize_command)
 app.command("serve")(serve_command)

@@ -20,9 +20,11 @@ import typer
 from typer.models import OptionInfo
 
 from app.methods import registry
+from app.methods.base import Method
 from app.methods.params import Param
 
 METHOD_PANEL = "Method parameters"  # the help section that lists them
+NO_SHOTS = "no shots (it has no demonstrations)"  # what a method without shots_param takes
 # Subscripted at run time with the types the registry holds now (not type expressions).
 _ANNOTATED: Any = Annotated
 _LITERAL: Any = Literal
@@ -94,6 +96,30 @@ def given_options(values: Mapping[str, Any]) -> dict[str, Any]:
         for option in method_options()
         if values.get(option.argument) is not None
     }
+
+
+def refuse_other_options(method: Method, given: Mapping[str, Any]) -> None:
+    """A ValueError for the method options ``given`` (by flag) that ``method`` does not
+    take, naming the methods that do: a command that runs or prices one method would
+    otherwise ignore them silently (``--teachers 5`` with ``--method tang``)."""
+    name = method.name
+    unused = [o for o in method_options() if o.flag in given and name not in o.params]
+    for option in unused:
+        if option.shots:
+            shots = method.shots_param.flag if method.shots_param is not None else NO_SHOTS
+            raise ValueError(f"{option.flag} is for {option.takers()}; {name} takes {shots}")
+    if unused:
+        flags = ", ".join(o.flag for o in unused)
+        raise ValueError(f"{flags} are for {unused[0].takers()}, not {name}")
+
+
+def method_inputs(method: Method, given: Mapping[str, Any]) -> tuple[int | None, dict[str, Any]]:
+    """The job's shots (None: the method's default) and the method's ``params`` by name, from
+    the method options ``given`` by flag (:func:`refuse_other_options` has refused those of
+    other methods): what ``Method.configure`` and the service's planning take."""
+    shots = given.get(method.shots_param.flag) if method.shots_param is not None else None
+    params = {p.name: given[p.flag] for p in method.parameters if p.flag in given}
+    return shots, params
 
 
 def _flags_of(parameter: inspect.Parameter) -> set[str]:

@@ -1,4 +1,6 @@
-"""``dpsyn privacy``: price a configuration, or calibrate its noise to a budget."""
+"""``dpsyn privacy``: price a configuration of the token loop, or calibrate its noise to a
+budget. ``dpsyn privacy quote`` (any registered method's job, as the service plans it) is
+:mod:`app.cli.privacy_quote`: it loads the registry, which these commands do not need."""
 
 from __future__ import annotations
 
@@ -18,7 +20,9 @@ from app.privacy.planner import PlannerShape, plan_adadpsyn
 from app.privacy.synthesis import SynthesisPrivacy
 from app.privacy.unit import DEFAULT_DELTA
 
-privacy_app = typer.Typer(help="Privacy accounting: epsilon of a configuration, calibration.")
+privacy_app = typer.Typer(
+    help="Privacy accounting: epsilon of a configuration, calibration, a job's quote."
+)
 
 AggregatorOpt = Annotated[Aggregator, typer.Option("--method", help="The token loop's aggregator.")]
 AccountingOpt = Annotated[

@@ -26,7 +26,12 @@ from app.cli.custom_task import (
     shots_coverage,
 )
 from app.cli.errors import err, fail, reported_errors
-from app.cli.method_options import RegistryCommand, given_options, method_options
+from app.cli.method_options import (
+    RegistryCommand,
+    given_options,
+    method_inputs,
+    refuse_other_options,
+)
 from app.cli.model_options import DtypeOpt, ModelOpt, quiet_progress_bars, training_dtype
 from app.cli.options import (
     ANSWER_WORDS,
@@ -57,8 +62,6 @@ from app.results import Progress, SynthesisResult
 from app.synthesis.data import Record, load_dataset
 from app.synthesis.generator import partition_sizes
 from app.synthesis.tasks import TaskSpec, get_task
-
-NO_SHOTS = "no shots (it has no demonstrations)"
 
 # The command's own options (the methods' come from the registry).
 DataOpt = Annotated[Path, typer.Option("--data", help="Private dataset file.")]
@@ -193,7 +196,7 @@ def _synthesize(
         _check_counts(accounting, public_counts)
         target = 0.0 if instruction_only else _parse_epsilon(epsilon)
         spec_task, records = _task_and_records(data, options)
-        shots, params = _method_inputs(chosen, given)
+        shots, params = method_inputs(chosen, given)
         config = chosen.configure(
             spec_task,
             epsilon=target,
@@ -296,14 +299,6 @@ def _task_and_records(data: Path, options: TaskOptions) -> tuple[TaskSpec, list[
     return task, records
 
 
-def _method_inputs(method: Method, given: Mapping[str, Any]) -> tuple[int | None, dict]:
-    """The job's shots (None: the method's default) and the method's parameters, from the
-    method options given (:func:`_check_options` has refused those of other methods)."""
-    shots = given.get(method.shots_param.flag) if method.shots_param is not None else None
-    params = {p.name: given[p.flag] for p in method.parameters if p.flag in given}
-    return shots, params
-
-
 def _check_training(method: Method, backend: BackendKind, out: Path | None) -> None:
     """A method that trains with gradients runs on the local model, and its result (a soft
     prompt) needs a file to go to."""
@@ -350,14 +345,7 @@ def _check_options(
     if instruction_only and not method.zero_epsilon_baseline:
         baselines = "/".join(kinds_where(lambda m: m.zero_epsilon_baseline))
         raise fail(f"--instruction-only is a baseline of {baselines}, not {name}")
-    unused = [o for o in method_options() if o.flag in given and name not in o.params]
-    for option in unused:
-        if option.shots:
-            shots = method.shots_param.flag if method.shots_param is not None else NO_SHOTS
-            raise fail(f"{option.flag} is for {option.takers()}; {name} takes {shots}")
-    if unused:
-        flags = ", ".join(o.flag for o in unused)
-        raise fail(f"{flags} are for {unused[0].takers()}, not {name}")
+    refuse_other_options(method, given)
 
 
 def _with_progress(

@@ -541,6 +541,83 @@ def from_dict(data: dict[str, Any]) -> Event:
     return event
 
 
+# --- for people ----------------------------------------------------------------------------
+# What a job would charge, as ``dpsyn privacy quote`` shows it: the primitives' constructor
+# notation of docs/privacy.md (dp_accounting's DpEvent reprs read alike), a named event as
+# what it is made of, the accountants' view. Numbers to 4 significant digits.
+
+
+def _sampling_text(sampling: Sampling) -> str:
+    if isinstance(sampling, PoissonSampling):
+        return f"PoissonSampling(rate={sampling.rate:.4g}, groups={sampling.groups})"
+    return (
+        f"FixedSizeSampling(population={sampling.population}, groups={sampling.groups}, "
+        f"group_size={sampling.group_size})"
+    )
+
+
+def _noise_text(event: Noise) -> str:
+    extra = f", count={event.count}" if event.count != 1 else ""
+    if event.sensitivity != UNIT:
+        stated = ", ".join(
+            f"{relation}={value:.4g}"
+            for relation in RELATIONS
+            if (value := event.sensitivity.under(relation)) is not None
+        )
+        extra += f", sensitivity=Sensitivity({stated})"
+    return f"{type(event).__name__}({event.noise_multiplier:.4g}{extra})"
+
+
+def describe_event(event: Event) -> str:
+    """``event`` in one line of the primitives' notation (:func:`to_dict` is its stored
+    form): e.g. ``PartitionEvent('a', ComposedEvent(GaussianEvent(12.3), SampledEvent(
+    PoissonSampling(rate=0.1, groups=10), (GaussianEvent(1.05),), steps=30)))``."""
+    match event:
+        case NamedEvent():
+            return describe_event(event.primitive())
+        case GaussianEvent() | LaplaceEvent():
+            return _noise_text(event)
+        case SampledEvent():
+            inner = ", ".join(describe_event(m) for m in event.mechanisms)
+            comma = "," if len(event.mechanisms) == 1 else ""  # a tuple, as Python writes it
+            return (
+                f"SampledEvent({_sampling_text(event.sampling)}, ({inner}{comma}), "
+                f"steps={event.steps})"
+            )
+        case ComposedEvent():
+            return f"ComposedEvent({', '.join(describe_event(e) for e in event.events)})"
+        case SelfComposedEvent():
+            return f"SelfComposedEvent({describe_event(event.event)}, count={event.count})"
+        case PartitionEvent():
+            return f"PartitionEvent({event.label!r}, {describe_event(event.event)})"
+    raise TypeError(f"not an event: {event!r}")
+
+
+def event_parts(event: Event) -> tuple[Event, ...]:
+    """The parts a job's event runs one after another (a named event's primitive form; one
+    part if it is no composition): one line each when shown, e.g. one per label."""
+    primitive = event.primitive() if isinstance(event, NamedEvent) else event
+    return primitive.events if isinstance(primitive, ComposedEvent) else (primitive,)
+
+
+def noise_multipliers(event: Event) -> tuple[float, ...]:
+    """The noise multipliers of ``event``'s Gaussian and Laplace mechanisms, each once, in
+    the order they run (as the event states them, before any sensitivity): where a method
+    calibrates its noise to a target epsilon, the calibrated multiplier is among them."""
+    match event:
+        case NamedEvent():
+            return noise_multipliers(event.primitive())
+        case GaussianEvent() | LaplaceEvent():
+            return (event.noise_multiplier,)
+        case SampledEvent() | ComposedEvent():
+            parts = event.mechanisms if isinstance(event, SampledEvent) else event.events
+            found = [m for part in parts for m in noise_multipliers(part)]
+            return tuple(dict.fromkeys(found))
+        case SelfComposedEvent() | PartitionEvent():
+            return noise_multipliers(event.event)
+    raise TypeError(f"not an event: {event!r}")
+
+
 __all__ = [
     "CLIPPED_SUM",
     "DATASET_EVENTS",
@@ -564,7 +641,10 @@ __all__ = [
     "SelfComposedEvent",
     "Sensitivity",
     "SynthesisEvent",
+    "describe_event",
     "effective_noise_multiplier",
+    "event_parts",
     "from_dict",
+    "noise_multipliers",
     "to_dict",
 ]

@@ -32,10 +32,9 @@ charge follows the one rule of :func:`close_job`: charged if it read the data, e
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Collection, Mapping
+from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
 
 from sqlalchemy import or_, select, update
 from sqlalchemy.orm import Session
@@ -57,18 +56,15 @@ from app.methods.registry import (
     Counts,
     Method,
     MethodPlan,
-    ParamsError,
     Stored,
     UnknownMethodError,
-    configure,
     counts_refusal,
     get_method,
     kinds_where,
     unknown_method,
 )
 from app.privacy.accounting import Accounting
-from app.privacy.budget import EPSILON_RULE, fits_budget, is_epsilon
-from app.privacy.calibration_cache import calibration_store
+from app.privacy.budget import fits_budget
 from app.privacy.events import DatasetEvent, to_dict
 from app.results import SoftPromptRelease, SynthesisResult
 from app.synthesis.tasks import TaskSpec
@@ -84,6 +80,7 @@ from .job_end import (
     lease_expired,
     released_reason,
 )
+from .job_plan import JobInputs, check_epsilon, plan_job
 from .job_request import JobRequest
 from .prompts import pending_validation
 from .queue import JobQueue
@@ -106,13 +103,6 @@ def _exceeded(err: ledger.BudgetExceededError) -> ConflictError:
         total=err.total,
         requested=err.requested,
     )
-
-
-def _overrides(params: Mapping[str, Any] | None) -> dict[str, Any]:
-    overrides = {k: v for k, v in (params or {}).items() if v is not None}
-    if "seed" in overrides:  # a seed makes the noise predictable: never from a client
-        raise InvalidError("params.seed: not accepted by the service")
-    return overrides
 
 
 def job_record(
@@ -230,8 +220,7 @@ def check_backend(method: Method, backend: BackendKind) -> None:
 def _check_request(method: Method, request: JobRequest) -> None:
     """422 for a request that cannot run whatever the data: a bad epsilon, or a public
     dataset missing for a method that reads one (or given to one that does not)."""
-    if not is_epsilon(request.epsilon):
-        raise InvalidError(f"epsilon: {EPSILON_RULE}, got {request.epsilon}")
+    check_epsilon(request.epsilon)
     readers = " or ".join(kinds_where(lambda m: m.reads_public))
     if method.reads_public and request.public_dataset_id is None:
         raise InvalidError(
@@ -305,23 +294,10 @@ def plan_submission(
     job_delta = delta if delta is not None else budget.delta
     session.rollback()  # end the read: planning may take seconds and needs no lock
 
-    try:
-        config = configure(
-            method,
-            task,
-            epsilon=epsilon,
-            delta=job_delta,
-            shots=request.shots,
-            accounting=budget_accounting,
-            params=_overrides(request.params),
-        )
-    except ParamsError as err:
-        raise InvalidError(str(err)) from None
-    try:
-        with calibration_store(DatabaseCalibrationStore(session.get_bind().engine)):
-            plan = method.plan(task, config, counts)
-    except ValueError as err:  # CalibrationError, SynthesisError, PateError, TaskError, sampling
-        raise InvalidError(str(err), code="cannot_plan") from None
+    inputs = JobInputs(
+        method, task, counts, epsilon, job_delta, budget_accounting, request.shots, request.params
+    )
+    plan = plan_job(inputs, DatabaseCalibrationStore(session.get_bind().engine))
     job = job_record(tenant_id, dataset_id, method, plan, public_dataset_id)
     job.validation_dataset_id = request.validation_dataset_id
     return PlannedJob(

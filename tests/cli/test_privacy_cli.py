@@ -1,14 +1,19 @@
-"""``dpsyn privacy epsilon|calibrate``: machine-readable output and one-line errors."""
+"""``dpsyn privacy epsilon|calibrate|plan|quote``: machine-readable output and one-line
+errors; a quote is what the service plans for the same shape."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 
 import pytest
 from typer.testing import CliRunner
 
 from app.cli import app
+from app.db.models import Job
+from app.db.session import session_scope
 from app.privacy.unit import DEFAULT_DELTA
+from tests.api.conftest import FAST_PARAMS, Api, auth, make_api
 
 runner = CliRunner()
 TREC = [
@@ -135,3 +140,102 @@ def test_plan_bad_input_is_a_one_line_error(args, message):
     result = invoke("plan", *args)
     assert result.exit_code == 2, result.output
     assert message in result.output and len(result.output.strip().splitlines()) == 1
+
+
+# --- `dpsyn privacy quote`: any registered method's job, planned as the service plans it ---
+
+TOY_SHAPE = ["--labels", "w5,w7", "--n-label", "12", "--epsilon", "1"]  # tests.api's toy data
+TOY_PARAMS = ["--M", "2", "--N", "1", "--tmax", "4", "--K", "8", "--shots", "2"]
+PAPER = ["--public-counts", "--accounting", "paper"]
+
+
+@pytest.fixture
+def api(sqlite_url: str) -> Iterator[Api]:
+    yield from make_api(sqlite_url)
+
+
+def quote(*args: str) -> dict:
+    result = invoke("quote", *args, "--json")
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)
+
+
+def by_label(event: dict) -> list[dict]:
+    return sorted(event["labels"], key=lambda entry: entry["label"])
+
+
+@pytest.mark.parametrize("accounting", ["tight", "paper"])
+def test_a_quote_is_what_the_service_plans_for_the_same_shape(api: Api, accounting: str):
+    """A tang job on the toy dataset of the API's tests (two labels of 12 records, declared
+    public), quoted with no server: the epsilon and delta of the API's quote
+    (``POST /v1/jobs/quote``), and the event that a submission of it reserves. All three
+    plan through ``app.services.job_plan.plan_job``."""
+    dataset = api.upload(counts_public=True)
+    assert api.budget(dataset["id"], 5.0, accounting=accounting).status_code == 200
+    body = {"dataset_id": dataset["id"], "method": "tang", "epsilon": 1.0, "shots": 2}
+    body["params"] = FAST_PARAMS
+    served = api.client.post("/v1/jobs/quote", json=body, headers=auth(api.admin))
+    assert served.status_code == 200, served.text
+    submitted = api.client.post("/v1/jobs", json=body, headers=auth(api.admin))
+    assert submitted.status_code == 201, submitted.text
+    with session_scope(api.url) as session:
+        job = session.get(Job, submitted.json()["id"])
+        assert job is not None
+        reserved = job.event
+
+    given = ["--public-counts", "--accounting", accounting]
+    local = quote("--method", "tang", *TOY_SHAPE, *TOY_PARAMS, *given)
+    assert local["epsilon"] == pytest.approx(served.json()["epsilon"], rel=1e-9)
+    assert local["delta"] == served.json()["delta"] == DEFAULT_DELTA
+    assert by_label(local["event"]) == by_label(reserved)  # listed in the drawn schedule's order
+    assert local["accounting"] == accounting and local["counts_public"] is True
+    assert local["config"]["synthesis"]["M"] == 2  # the options reached the method's config
+
+
+def test_a_quote_on_counts_not_declared_public_prices_their_release():
+    """Without --public-counts the job releases each label's count under DP, as a job on a
+    dataset without the declaration does: a Gaussian per label before its token steps, all
+    within the target epsilon."""
+    out = quote("--method", "tang", *TOY_SHAPE, *TOY_PARAMS)
+    assert out["counts_public"] is False and out["epsilon"] <= 1.0
+    labels = out["event"]["labels"]
+    assert sorted(entry["label"] for entry in labels) == ["w5", "w7"]
+    assert all(entry["count_release"]["type"] == "gaussian" for entry in labels)
+    assert len(out["noise_multipliers"]) == 2  # the count release's and the token steps'
+
+
+def test_a_quote_in_words_names_the_event_and_its_noise():
+    result = invoke("quote", "--method", "tang", *TOY_SHAPE, *TOY_PARAMS, "--public-counts")
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert lines[0] == "tang: 2 shots, M 2, N 1, tmax 4, K 8"
+    assert lines[1].startswith("tang: epsilon = 0.99") and "tight accounting" in lines[1]
+    assert (
+        lines[3].startswith("  PartitionEvent('w") and "SampledEvent(PoissonSampling(" in lines[3]
+    )
+    assert lines[-1].startswith("noise multipliers: ")
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--method", "tang", "--n-label", "12", "--epsilon", "1"], "the task: give --task"),
+        ([*TOY_SHAPE, "--n-labels", "3"], "--labels and --n-labels both"),
+        (["--task", "trec", *TOY_SHAPE], "only for a custom task"),
+        (["--task", "mitg", "--n-label", "5", "--epsilon", "1"], "classification task"),
+        ([*TOY_SHAPE, "--n-total", "20"], "--n-total 20 is fewer than 2 labels"),
+        (["--method", "tang", *TOY_SHAPE, "--teachers", "5"], "--teachers are for promptpate"),
+        (["--method", "promptpate", *TOY_SHAPE], "needs --n-public"),
+        (["--method", "tang", *TOY_SHAPE, "--n-public", "5"], "--n-public is only used"),
+        (["--method", "tang", *TOY_SHAPE, "--accounting", "paper"], "pass --public-counts"),
+        (["--method", "tang", *TOY_SHAPE, "--epsilon", "inf"], "--epsilon: must be a positive"),
+        (["--method", "tang", *TOY_SHAPE, "--M", "500"], "field 'M'"),
+        (["--method", "tang", *TOY_SHAPE, "--delta", "2"], "field 'delta'"),
+        (["--method", "tang", *TOY_SHAPE, *PAPER, "--M", "20"], "cannot draw 40 records"),
+    ],
+)
+def test_quote_bad_input_is_a_one_line_error(args, message):
+    result = invoke("quote", *args)
+    assert result.exit_code == 2, result.output
+    assert message in result.stderr, result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1

@@ -19,8 +19,12 @@ from pathlib import Path
 import httpx
 import pytest
 
+from app.privacy.events import to_dict
+from app.privacy.unit import DEFAULT_DELTA
+from app.synthesis.tasks import classification_task
 from tests.cli.live_server import free_port
 from tests.cli.test_serve_deployment import serve_env, serving
+from tests.methods.echo import EchoConfig, EchoPlan
 
 ROOT = Path(__file__).resolve().parents[2]
 ALL = "tang,adadpsyn,promptpate,promptdpsgd,echo"  # the registry, as the harness saw it
@@ -120,15 +124,42 @@ def test_audit_offers_and_attacks_the_plugin(env, tmp_path) -> None:
     assert "Echo (tests) 1-shot prompt" in (out / "audit.md").read_text()
 
 
+def test_privacy_quotes_the_plugin(env, tmp_path) -> None:
+    """``dpsyn privacy quote`` prices a job of the plug-in's method on a public shape, with
+    its option generated from its declaration, through the service's planning: the epsilon
+    is what Echo's own plan computes (its event priced here, in this process), and the
+    option reaches Echo's config (a bound of its declaration refuses 9; 3 is kept)."""
+    shown = dpsyn(env, tmp_path, "privacy", "quote", "--help")
+    assert shown.returncode == 0, shown.stderr[-2000:]
+    assert "--echo-repeat" in shown.stdout and "|echo" in shown.stdout
+    shape = ["--labels", "billing,network", "--n-label", "10", "--epsilon", "2", "--json"]
+    quoted = dpsyn(
+        env, tmp_path, "privacy", "quote", "--method", "echo", "--echo-repeat", "3", *shape
+    )
+    assert quoted.returncode == 0, quoted.stderr[-2000:]
+    quote = json.loads(quoted.stdout)
+    config = EchoConfig(epsilon=2.0, delta=DEFAULT_DELTA, shots=2, repeat=3)
+    task = classification_task(["billing", "network"])
+    own = EchoPlan(task, config, n_private=20)
+    assert quote["epsilon"] == pytest.approx(own.epsilon(), rel=1e-12)
+    assert quote["delta"] == own.delta == DEFAULT_DELTA
+    assert quote["event"] == to_dict(own.event())
+    assert quote["config"]["echo"]["repeat"] == 3  # the default is 2
+    refused = dpsyn(
+        env, tmp_path, "privacy", "quote", "--method", "echo", "--echo-repeat", "9", *shape
+    )
+    assert refused.returncode == 2
+    assert "'repeat'" in refused.stderr and "Traceback" not in refused.stderr
+    assert (tmp_path / "marker.txt").read_text() == f"privacy: {ALL}\n" * 3
+
+
 def test_privacy_loads_the_plugins_and_a_client_command_does_not(env, tmp_path) -> None:
-    """``dpsyn privacy`` prices the token loop's shapes (no method of its own to offer): it
-    loads the plug-ins all the same, so a broken one is named there; ``dpsyn config`` (the
-    thin client's) knows no method and loads none."""
+    """Every ``dpsyn privacy`` command loads the plug-ins (the token loop's own commands
+    too), so a broken one is named there; ``dpsyn config`` (the thin client's) knows no
+    method and loads none."""
     priced = dpsyn(env, tmp_path, "privacy", "epsilon", "--sigma1", "1.0")
     assert priced.returncode == 0, priced.stderr[-2000:]
-    assert (
-        tmp_path / "marker.txt"
-    ).read_text() == "privacy: tang,adadpsyn,promptpate,promptdpsgd,echo\n"
+    assert (tmp_path / "marker.txt").read_text() == f"privacy: {ALL}\n"
     env["DPSYN_METHOD_MODULES"] = "echo_plugin, no_such_plugin"
     broken = dpsyn(env, tmp_path, "privacy", "epsilon", "--sigma1", "1.0")
     assert broken.returncode == 2

@@ -29,10 +29,14 @@ from app.privacy.events import (
     SampledEvent,
     SelfComposedEvent,
     Sensitivity,
+    describe_event,
+    event_parts,
     from_dict,
+    noise_multipliers,
     to_dict,
 )
 from app.privacy.rdp import ORDERS
+from app.privacy.sampling import FixedSizeSampling
 from tests.privacy.test_golden_charges import golden
 
 DELTA = 1e-5
@@ -202,3 +206,24 @@ def test_a_promptpate_event_is_one_gaussian_of_one_relation():
     assert PateEvent(2.5, "replace_one").primitive() == GaussianEvent(
         2.5, 1, Sensitivity(add_or_remove=None, replace_one=1.0)
     )
+
+
+def test_an_event_in_words_and_its_noise() -> None:
+    """``dpsyn privacy quote`` shows any event in the primitives' notation, a named event as
+    its primitives, one part a line, with each noise multiplier once in the order it runs."""
+    rounds = SampledEvent(FixedSizeSampling(100, 2, 5), (GaussianEvent(1.5), GaussianEvent(3)), 4)
+    part = PartitionEvent("a", ComposedEvent((LaplaceEvent(2.0, count=3), rounds)))
+    added = GaussianEvent(1.5, sensitivity=Sensitivity.only("add_or_remove"))
+    event = ComposedEvent((part, SelfComposedEvent(added, 2)))
+    assert describe_event(part) == (
+        "PartitionEvent('a', ComposedEvent(LaplaceEvent(2, count=3), SampledEvent("
+        "FixedSizeSampling(population=100, groups=2, group_size=5), (GaussianEvent(1.5), "
+        "GaussianEvent(3)), steps=4)))"
+    )
+    assert describe_event(event_parts(event)[1]) == (
+        "SelfComposedEvent(GaussianEvent(1.5, sensitivity=Sensitivity(add_or_remove=1)), count=2)"
+    )
+    assert noise_multipliers(event) == (2.0, 1.5, 3.0)
+    pate = PateEvent(0.5, "replace_one")
+    assert event_parts(pate) == (pate.primitive(),)
+    assert describe_event(pate) == "GaussianEvent(0.5, sensitivity=Sensitivity(replace_one=1))"
