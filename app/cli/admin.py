@@ -46,6 +46,8 @@ DataDirOpt = Annotated[
     ),
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON.")]
+# The tenant the disable, enable and keys commands act on.
+TenantArg = Annotated[str, typer.Argument(help="Name or ID.")]
 
 
 def _say(message: str) -> None:
@@ -204,7 +206,7 @@ def _set_disabled(tenant_ref: str, disabled: bool, data_dir: Path) -> None:
 
 @tenants_app.command("disable")
 def tenants_disable(
-    tenant: Annotated[str, typer.Argument(help="Name or ID.")],
+    tenant: TenantArg,
     data_dir: DataDirOpt = Path(".dpsyn"),
 ) -> None:
     """Refuse every key of the tenant (401) until enabled again; its data and ledger stay.
@@ -214,7 +216,7 @@ def tenants_disable(
 
 @tenants_app.command("enable")
 def tenants_enable(
-    tenant: Annotated[str, typer.Argument(help="Name or ID.")],
+    tenant: TenantArg,
     data_dir: DataDirOpt = Path(".dpsyn"),
 ) -> None:
     """Undo ``disable`` (revoked keys stay revoked)."""
@@ -226,7 +228,7 @@ def tenants_enable(
 
 @keys_app.command("create")
 def keys_create(
-    tenant: Annotated[str, typer.Argument(help="Name or ID.")],
+    tenant: TenantArg,
     scope: Annotated[
         KeyScope,
         typer.Option(
@@ -262,7 +264,7 @@ def keys_create(
 
 @keys_app.command("list")
 def keys_list(
-    tenant: Annotated[str, typer.Argument(help="Name or ID.")],
+    tenant: TenantArg,
     as_json: JsonOpt = False,
     data_dir: DataDirOpt = Path(".dpsyn"),
 ) -> None:

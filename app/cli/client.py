@@ -27,6 +27,7 @@ import typer
 
 from app.cli.custom_task import (
     custom_task,
+    given_flags,
     label_counts_line,
     parse_column,
     parse_pairs,
@@ -117,7 +118,7 @@ def _private_task(
     ``dpsyn synthesize``, a custom task from ``--labels``/``--label-map`` and friends."""
     from app.synthesis.tasks import TaskError
 
-    given = [f"--{name.replace('_', '-')}" for name, value in custom.items() if value is not None]
+    given = given_flags(custom)
     if task not in (None, "custom"):
         if given:
             raise ClientError(
@@ -131,15 +132,7 @@ def _private_task(
             code=2,
         )
     try:
-        spec = custom_task(
-            custom["labels"],
-            label_map,
-            custom["answer_words"],
-            custom["instruction"],
-            custom["icl_instruction"],
-            custom["text_field"] or "Text",
-            custom["label_field"] or "Label",
-        )
+        spec = custom_task(custom, label_map)
     except TaskError as error:
         raise ClientError(str(error), code=2) from None
     return spec.model_dump_json(), spec
@@ -279,10 +272,8 @@ def _check_public_options(
     """Refuse the options of a labelled dataset on a public upload, naming the option."""
     if label_col is not None:
         raise ClientError("--label-col: a public dataset has no labels", code=2)
-    if given := [opt for opt, value in custom.items() if value is not None]:
-        raise ClientError(
-            f"--{given[0].replace('_', '-')}: a public dataset has no task labels", code=2
-        )
+    if given := given_flags(custom):
+        raise ClientError(f"{given[0]}: a public dataset has no task labels", code=2)
     if label_map is not None:
         raise ClientError("--label-map: a public dataset has no labels", code=2)
     if isinstance(parse_column(text_col), tuple):

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 from app.synthesis.data import Column
 from app.synthesis.tasks import TaskError, TaskSpec, classification_task
@@ -42,16 +42,23 @@ def parse_pairs(text: str, option: str) -> dict[str, str]:
     return pairs
 
 
-def custom_task(
-    labels: str | None,
-    label_map: dict[str, str] | None,
-    answer_words: str | None,
-    instruction: str | None,
-    icl_instruction: str | None,
-    text_field: str,
-    label_field: str,
-) -> TaskSpec:
-    """The task of ``--labels a,b,...`` (or, without it, the names of ``--label-map``)."""
+# The custom-task options as both commands collect them, by argument name: labels,
+# answer_words, instruction, icl_instruction, text_field, label_field (None: not given).
+CustomOptions = Mapping[str, str | None]
+
+
+def given_flags(custom: CustomOptions) -> list[str]:
+    """The custom-task options given, as their flags (``--answer-words``): what both commands
+    name when they refuse them (with a built-in task, a spec file or a public upload)."""
+    return [f"--{name.replace('_', '-')}" for name, value in custom.items() if value is not None]
+
+
+def custom_task(custom: CustomOptions, label_map: dict[str, str] | None) -> TaskSpec:
+    """The task of ``--labels a,b,...`` (or, without it, the names of ``--label-map``) with
+    the rest of ``custom``: one reading for both commands, so a task described once works
+    with both (a record's lines are "Text" and "Label" unless the options name them)."""
+    labels = custom.get("labels")
+    answer_words = custom.get("answer_words")
     if labels:
         names = [name.strip() for name in labels.split(",") if name.strip()]
     elif label_map:
@@ -64,10 +71,10 @@ def custom_task(
     return classification_task(
         names,
         answer_words=words,
-        instruction=instruction,
-        icl_instruction=icl_instruction,
-        text_field=text_field,
-        label_field=label_field,
+        instruction=custom.get("instruction"),
+        icl_instruction=custom.get("icl_instruction"),
+        text_field=custom.get("text_field") or "Text",
+        label_field=custom.get("label_field") or "Label",
     )
 
 

@@ -20,6 +20,7 @@ import typer
 from app.cli.custom_task import (
     custom_task,
     empty_labels,
+    given_flags,
     label_counts_line,
     parse_column,
     parse_pairs,
@@ -251,7 +252,7 @@ def _parse_epsilon(text: str) -> float:
 def _task_spec(options: TaskOptions, label_map: dict[str, str] | None) -> TaskSpec:
     """The task of ``--task``/``--spec``, or of the custom-task options (``--labels`` ...)."""
     task, spec, custom = options.task, options.spec, options.custom()
-    given = [f"--{name.replace('_', '-')}" for name, value in custom.items() if value is not None]
+    given = given_flags(custom)
     if task is None and spec is None and not (given or label_map):
         raise fail(
             "--task is required: trec|trec14|agnews|sst2|mitg|mitd, a spec file, or custom with "
@@ -266,15 +267,7 @@ def _task_spec(options: TaskOptions, label_map: dict[str, str] | None) -> TaskSp
         if given:
             raise fail(f"{', '.join(given)}: the spec file describes the task, drop these")
         return get_task(spec)
-    return custom_task(
-        custom["labels"],
-        label_map,
-        custom["answer_words"],
-        custom["instruction"],
-        custom["icl_instruction"],
-        custom["text_field"] or "Text",
-        custom["label_field"] or "Label",
-    )
+    return custom_task(custom, label_map)
 
 
 def _task_and_records(data: Path, options: TaskOptions) -> tuple[TaskSpec, list[Record]]:

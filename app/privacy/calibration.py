@@ -38,6 +38,26 @@ class Calibration:
     epsilon: float
 
 
+@dataclass(frozen=True)
+class NoiseTarget:
+    """What the search reads besides the privacy model, as one value: the search, its cache
+    key (:func:`calibration_inputs`) and :func:`calibrate_noise` then share one list of
+    inputs, so an input added here cannot be missing from the key."""
+
+    label_sizes: Mapping[str, int]
+    shots: Mapping[str, int]
+    target_epsilon: float
+    delta: float
+    rel_tol: float = 5e-3
+    max_iter: int = 60
+
+    def epsilon(self, privacy: SynthesisPrivacy, multiplier: float) -> float:
+        """The job's epsilon at ``delta`` with the free multiplier set to ``multiplier``."""
+        return privacy.with_free_multiplier(multiplier).epsilon(
+            self.label_sizes, self.shots, self.delta
+        )
+
+
 def calibrate_noise(
     privacy: SynthesisPrivacy,
     *,
@@ -54,70 +74,44 @@ def calibrate_noise(
     answer rebuilds the privacy model exactly as the search does."""
     if not is_epsilon(target_epsilon):
         raise CalibrationError(f"target epsilon must be a positive number, got {target_epsilon}")
-    key = calibration_cache.calibration_key(
-        calibration_inputs(privacy, label_sizes, shots, target_epsilon, delta, rel_tol, max_iter)
-    )
+    target = NoiseTarget(label_sizes, shots, target_epsilon, delta, rel_tol, max_iter)
+    key = calibration_cache.calibration_key(calibration_inputs(privacy, target))
     cached = calibration_cache.lookup(key)
     if cached is not None:
         # The guarantee never rests on a remembered number (the shared store is a database
         # row): the epsilon is recomputed from the multiplier, one accountant call instead of
         # a search, and an answer that does not meet the target is searched afresh.
         multiplier = cached[0]
-        remembered = privacy.with_free_multiplier(multiplier)
-        epsilon = remembered.epsilon(label_sizes, shots, delta)
+        epsilon = target.epsilon(privacy, multiplier)
         if epsilon <= target_epsilon:
-            return Calibration(remembered, multiplier, epsilon)
-    result = search_noise(
-        privacy,
-        label_sizes=label_sizes,
-        shots=shots,
-        target_epsilon=target_epsilon,
-        delta=delta,
-        rel_tol=rel_tol,
-        max_iter=max_iter,
-    )
+            return Calibration(privacy.with_free_multiplier(multiplier), multiplier, epsilon)
+    result = search_noise(privacy, target)
     calibration_cache.remember(key, (result.multiplier, result.epsilon))
     return result
 
 
-def calibration_inputs(
-    privacy: SynthesisPrivacy,
-    label_sizes: Mapping[str, int],
-    shots: Mapping[str, int],
-    target_epsilon: float,
-    delta: float,
-    rel_tol: float,
-    max_iter: int,
-) -> dict[str, Any]:
+def calibration_inputs(privacy: SynthesisPrivacy, target: NoiseTarget) -> dict[str, Any]:
     """Everything :func:`search_noise` reads, as JSON values: the cache key's contents.
     The whole privacy model is included (the free multiplier's starting value too, which the
     search ignores: a needless miss at worst, never a wrong hit)."""
     return {
         "privacy": privacy.model_dump(mode="json"),
-        "label_sizes": {str(k): int(v) for k, v in label_sizes.items()},
-        "shots": {str(k): int(v) for k, v in shots.items()},
-        "target_epsilon": float(target_epsilon),
-        "delta": float(delta),
-        "rel_tol": float(rel_tol),
-        "max_iter": int(max_iter),
+        "label_sizes": {str(k): int(v) for k, v in target.label_sizes.items()},
+        "shots": {str(k): int(v) for k, v in target.shots.items()},
+        "target_epsilon": float(target.target_epsilon),
+        "delta": float(target.delta),
+        "rel_tol": float(target.rel_tol),
+        "max_iter": int(target.max_iter),
         "range": [MIN_MULTIPLIER, MAX_MULTIPLIER],
     }
 
 
-def search_noise(
-    privacy: SynthesisPrivacy,
-    *,
-    label_sizes: Mapping[str, int],
-    shots: Mapping[str, int],
-    target_epsilon: float,
-    delta: float,
-    rel_tol: float = 5e-3,
-    max_iter: int = 60,
-) -> Calibration:
+def search_noise(privacy: SynthesisPrivacy, target: NoiseTarget) -> Calibration:
     """The search itself, never cached (what :func:`calibrate_noise` remembers)."""
+    target_epsilon, delta = target.target_epsilon, target.delta
 
     def eps(multiplier: float) -> float:
-        return privacy.with_free_multiplier(multiplier).epsilon(label_sizes, shots, delta)
+        return target.epsilon(privacy, multiplier)
 
     # Bracket the answer by doubling/halving from 1. Evaluations stay near the target
     # epsilon, where privacy loss distributions are cheap to compute.
@@ -149,8 +143,8 @@ def search_noise(
     a, b = math.log(lo), math.log(hi)
     fa, fb = gap(eps_lo), gap(eps_hi)
     side = 0
-    for _ in range(max_iter):
-        if eps_hi >= target_epsilon * (1 - rel_tol) or b - a < 1e-9:
+    for _ in range(target.max_iter):
+        if eps_hi >= target_epsilon * (1 - target.rel_tol) or b - a < 1e-9:
             break
         guess = b - fb * (b - a) / (fb - fa) if math.isfinite(fa) else (a + b) / 2
         if not a < guess < b:

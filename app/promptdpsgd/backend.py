@@ -22,7 +22,7 @@ from contextlib import AbstractContextManager, nullcontext
 
 import torch
 
-from app.llm.base import BackendError, LLMBackend
+from app.llm.base import BackendError, LLMBackend, SameTokenizer
 from app.llm.transformers_backend import LastLogitsAnswers, TransformersBackend
 from app.promptdpsgd.artifact import SoftPrompt
 from app.promptdpsgd.forward import soft_prompt_logits
@@ -144,39 +144,25 @@ def check_soft_prompt(backend: TransformersBackend, soft_prompt: SoftPrompt) -> 
         )
 
 
-class SoftPromptedBackend(LastLogitsAnswers):
+class SoftPromptedBackend(SameTokenizer, LastLogitsAnswers):
     """An :class:`LLMBackend` that puts ``soft_prompt`` in front of every prompt.
 
     It calls the local model directly (the retry layer of ``inner``, if any, is unwrapped),
     and takes no lock itself: where the model is shared between threads, wrap *this* object
     in ``RetryingBackend(..., lock=provider.use_lock)`` as for any backend (taking the lock
-    here too would deadlock on that non-reentrant lock).
+    here too would deadlock on that non-reentrant lock). The model's name, tokens and
+    tokenizer are the local model's (:class:`~app.llm.base.SameTokenizer`): the soft prompt
+    changes only the logits.
     """
+
+    _backend: TransformersBackend  # the local model (SameTokenizer reads it too)
 
     def __init__(self, inner: LLMBackend | object, soft_prompt: SoftPrompt) -> None:
         local = local_backend(inner)
         check_soft_prompt(local, soft_prompt)
-        self.inner = local
+        self._backend = local
         self.soft_prompt = soft_prompt
         self._soft = torch.from_numpy(soft_prompt.embeddings.copy())
-
-    @property
-    def name(self) -> str:
-        return self.inner.name
-
-    @property
-    def eos_id(self) -> int:
-        return self.inner.eos_id
-
-    @property
-    def newline_ids(self) -> frozenset[int]:
-        return self.inner.newline_ids
-
-    def tokenize(self, text: str) -> list[int]:
-        return self.inner.tokenize(text)
-
-    def detokenize(self, ids: Sequence[int]) -> str:
-        return self.inner.detokenize(ids)
 
     @torch.inference_mode()
     def last_logits(self, prompts: Sequence[Sequence[int]]) -> torch.Tensor:
@@ -184,7 +170,7 @@ class SoftPromptedBackend(LastLogitsAnswers):
         chunks of the inner backend's batch size, sorted by length (less padding)."""
         if not prompts:
             raise BackendError(f"{self.name}: empty batch")
-        inner = self.inner
+        inner = self._backend
         order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
         out: list[torch.Tensor] = []
         step = max(1, inner.batch_size)

@@ -56,7 +56,7 @@ from app.synthesis.tasks import BUILTIN_TASKS, TaskSpec, describe_validation_err
 
 from .errors import ConflictError, InvalidError, TooLargeError
 from .job_end import close_job, lease_expired
-from .rows import tenant_row
+from .rows import tenant_page, tenant_row
 from .storable import DATASET_NAME_MAX_CHARS, LABEL_MAX_CHARS, text_problem, too_long
 
 FORMATS = {".csv": ".csv", ".tsv": ".tsv", ".jsonl": ".jsonl", ".ndjson": ".jsonl"}
@@ -445,11 +445,8 @@ def get_private_dataset(session: Session, tenant_id: str, dataset_id: str, why: 
 def list_datasets(
     session: Session, tenant_id: str, *, include_deleted: bool, limit: int, offset: int
 ) -> list[Dataset]:
-    query = select(Dataset).where(Dataset.tenant_id == tenant_id)
-    if not include_deleted:
-        query = query.where(Dataset.deleted_at.is_(None))
-    query = query.order_by(Dataset.created_at.desc(), Dataset.id).limit(limit).offset(offset)
-    return list(session.scalars(query))
+    where = [] if include_deleted else [Dataset.deleted_at.is_(None)]
+    return tenant_page(session, Dataset, tenant_id, *where, limit=limit, offset=offset)
 
 
 def delete_dataset(session: Session, tenant_id: str, dataset_id: str) -> Dataset:

@@ -84,7 +84,7 @@ from .job_plan import JobInputs, check_epsilon, plan_job
 from .job_request import JobRequest
 from .prompts import pending_validation
 from .queue import JobQueue
-from .rows import tenant_row
+from .rows import tenant_page, tenant_row
 
 
 def _no_budget(dataset_id: str) -> ConflictError:
@@ -558,13 +558,12 @@ def list_jobs(
     limit: int = 100,
     offset: int = 0,
 ) -> list[Job]:
-    query = select(Job).where(Job.tenant_id == tenant_id)
+    where = []
     if status is not None:
-        query = query.where(Job.status == JobStatus(status).value)
+        where.append(Job.status == JobStatus(status).value)
     if dataset_id is not None:
-        query = query.where(Job.dataset_id == dataset_id)
-    query = query.order_by(Job.created_at.desc(), Job.id).limit(limit).offset(offset)
-    return list(session.scalars(query))
+        where.append(Job.dataset_id == dataset_id)
+    return tenant_page(session, Job, tenant_id, *where, limit=limit, offset=offset)
 
 
 def cancel_job(session: Session, tenant_id: str, job_id: str) -> Job:

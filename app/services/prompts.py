@@ -30,7 +30,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from app.db.models import Dataset, DatasetKind, Job, PromptSet
@@ -49,7 +48,7 @@ from app.synthesis.tasks import TaskKind, TaskSpec
 
 from .datasets import load_records
 from .errors import ConflictError, InvalidError, NotFoundError
-from .rows import tenant_row
+from .rows import tenant_page, tenant_row
 
 #: Transient backend failures (vLLM restarting, overloaded) are retried twice within a request,
 #: after 0.5 s and 1 s: a client waits at most ~1.5 s more before its 503, and can retry itself.
@@ -85,11 +84,8 @@ def list_prompt_sets(
     limit: int = 100,
     offset: int = 0,
 ) -> list[PromptSet]:
-    query = select(PromptSet).where(PromptSet.tenant_id == tenant_id)
-    if dataset_id is not None:
-        query = query.where(PromptSet.dataset_id == dataset_id)
-    query = query.order_by(PromptSet.created_at.desc(), PromptSet.id).limit(limit).offset(offset)
-    return list(session.scalars(query))
+    where = [] if dataset_id is None else [PromptSet.dataset_id == dataset_id]
+    return tenant_page(session, PromptSet, tenant_id, *where, limit=limit, offset=offset)
 
 
 @dataclass(frozen=True)

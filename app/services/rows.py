@@ -1,4 +1,4 @@
-"""Reading one row a tenant owns, the same way for every kind of row.
+"""Reading a tenant's rows, the same way for every kind of row: one row by ID, or a page.
 
 A row of another tenant is answered exactly like a missing one (404, the same message), so
 that an ID never tells a client whether some other tenant holds it.
@@ -35,3 +35,15 @@ def tenant_row(
     if row is None:
         raise NotFoundError(f"{what} {row_id!r} not found")
     return row
+
+
+def tenant_page(
+    session: Session, model: type[_Row], tenant_id: str, *where: Any, limit: int, offset: int
+) -> list[_Row]:
+    """A page of the rows of ``model`` owned by ``tenant_id`` that match ``where``, newest
+    first: every list (datasets, jobs, prompts) pages the same way, ties broken by ID so that
+    consecutive pages neither skip nor repeat a row."""
+    table: Any = model  # a mapped class: its ``tenant_id``, ``created_at`` and ``id`` are columns
+    query = select(table).where(table.tenant_id == tenant_id, *where)
+    query = query.order_by(table.created_at.desc(), table.id).limit(limit).offset(offset)
+    return list(session.scalars(query))

@@ -4,7 +4,7 @@ and written where the service installs one."""
 
 from __future__ import annotations
 
-import inspect
+import dataclasses
 from collections.abc import Iterator
 from typing import Any
 from unittest import mock
@@ -13,7 +13,12 @@ import pytest
 
 from app.privacy import calibration, calibration_cache
 from app.privacy.accounting import Accounting
-from app.privacy.calibration import calibrate_noise, calibration_inputs, search_noise
+from app.privacy.calibration import (
+    NoiseTarget,
+    calibrate_noise,
+    calibration_inputs,
+    search_noise,
+)
 from app.privacy.calibration_cache import MemoryCache, calibration_store
 from app.privacy.events import to_dict
 from app.privacy.params import AdaDPSynParams, Aggregator, TangParams
@@ -45,7 +50,7 @@ def no_search(*args: Any, **kwargs: Any) -> Any:
 
 
 def test_remembered_calibration_equals_the_search() -> None:
-    fresh = search_noise(PRIVACY, **ARGS)
+    fresh = search_noise(PRIVACY, NoiseTarget(**ARGS))
     first = calibrate_noise(PRIVACY, **ARGS)
     with mock.patch.object(calibration, "search_noise", no_search):
         cached = calibrate_noise(PRIVACY, **ARGS)
@@ -56,8 +61,8 @@ def test_a_remembered_answer_that_misses_the_target_is_searched_afresh() -> None
     """The guarantee never rests on a remembered number: a shared-store row changed to a
     smaller multiplier (or a stale epsilon) is recomputed, found over the target, and the
     search runs again; the answer is the search's."""
-    fresh = search_noise(PRIVACY, **ARGS)
-    inputs = calibration_inputs(PRIVACY, rel_tol=5e-3, max_iter=60, **ARGS)
+    fresh = search_noise(PRIVACY, NoiseTarget(**ARGS))
+    inputs = calibration_inputs(PRIVACY, NoiseTarget(**ARGS))
     key = calibration_cache.calibration_key(inputs)
     calibration_cache.MEMORY.put(key, (fresh.multiplier / 2, 0.5))  # too little noise
     assert calibrate_noise(PRIVACY, **ARGS) == fresh
@@ -80,8 +85,8 @@ def test_cached_plan_equals_fresh_plan_event_for_event(method: Aggregator) -> No
 
 
 def test_key_names_every_argument_of_the_search() -> None:
-    searched = set(inspect.signature(search_noise).parameters)
-    inputs = calibration_inputs(PRIVACY, rel_tol=5e-3, max_iter=60, **ARGS)
+    searched = {"privacy"} | {field.name for field in dataclasses.fields(NoiseTarget)}
+    inputs = calibration_inputs(PRIVACY, NoiseTarget(**ARGS))
     assert searched <= set(inputs)
 
 
@@ -112,7 +117,8 @@ CHANGES: list[tuple[str, dict[str, Any]]] = [
 def test_changing_any_one_input_misses(name: str, change: dict[str, Any]) -> None:
     del name
     calibrate_noise(PRIVACY, **ARGS)
-    changed = {"privacy": PRIVACY, **ARGS, **change}
+    changed = {**ARGS, **change}
+    privacy = changed.pop("privacy", PRIVACY)
     searches: list[float] = []
 
     def counting(*args: Any, **kwargs: Any) -> Any:
@@ -121,10 +127,10 @@ def test_changing_any_one_input_misses(name: str, change: dict[str, Any]) -> Non
         return result
 
     with mock.patch.object(calibration, "search_noise", counting):
-        result = calibrate_noise(**changed)
+        result = calibrate_noise(privacy, **changed)
         calibrate_noise(PRIVACY, **ARGS)  # the original is still remembered
     assert len(searches) == 1
-    assert result == search_noise(**changed)
+    assert result == search_noise(privacy, NoiseTarget(**changed))
 
 
 def test_memory_is_a_bounded_lru() -> None:
