@@ -170,7 +170,7 @@ def _task(task: str | None, labels: str | None, n_labels: int | None) -> TaskSpe
             "or --n-labels K"
         )
     names = labels if labels is not None else ",".join(f"label{i}" for i in range(n_labels or 0))
-    return custom_task(names, None, None, None, None, "Text", "Label")
+    return custom_task({"labels": names}, None)
 
 
 def _counts(
