@@ -24,7 +24,7 @@ import httpx
 import pytest
 from sqlalchemy import select
 
-import app.services.jobs as job_service
+import app.services.job_plan as job_plan
 from app.db.models import LedgerEntry
 from app.db.session import session_scope
 from app.privacy.accounting import TightPldAccountant
@@ -37,13 +37,13 @@ EPSILON = 0.5  # of every job here: the first plans it, and the planner's caches
 
 @pytest.fixture
 def slow_planning(monkeypatch: pytest.MonkeyPatch) -> None:
-    real = job_service.configure
+    real = job_plan.configure
 
     def slow(*args: Any, **kwargs: Any) -> Any:
         time.sleep(PLAN_S)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(job_service, "configure", slow)
+    monkeypatch.setattr(job_plan, "configure", slow)
 
 
 def _funded(api: Api) -> tuple[str, str]:
