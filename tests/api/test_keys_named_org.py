@@ -269,7 +269,8 @@ def test_the_all_ledgers_csv_has_every_tenants_ledger(both: Api) -> None:
     assert by_dataset[a]["tenant_name"] == _tenant_name(api, api.admin)
     assert by_dataset[b]["tenant_name"] == _tenant_name(api, api.other)
     assert by_dataset[a]["kind"] == "reserve" and by_dataset[a]["dataset_name"] == "alpha"
-    assert float(by_dataset[b]["job_epsilon"]) == pytest.approx(0.5, abs=1e-3)
+    # calibrated within its relative tolerance (5e-3) below the target, never above
+    assert 0.5 * (1 - 5e-3) <= float(by_dataset[b]["job_epsilon"]) <= 0.5
     # Tenant keys cannot read it.
     for key in (api.admin, api.reader):
         assert api.client.get("/v1/fleet/ledgers.csv", headers=auth(key)).status_code == 403
