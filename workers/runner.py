@@ -85,7 +85,7 @@ from app.privacy.events import to_dict
 from app.results import Progress, SynthesisError, SynthesisResult
 from app.services.datasets import load_public_texts, load_records
 from app.services.errors import ServiceError
-from app.services.jobs import close_job, lease_live, store_result, stored_plan
+from app.services.jobs import close_job, lease_live, store_result
 from app.services.prompts import (
     PromptSource,
     ValidationUnavailableError,
@@ -94,6 +94,7 @@ from app.services.prompts import (
     score_prompt,
     validation_is_final,
 )
+from app.services.rows import stored_plan
 from app.synthesis.data import Record
 from app.synthesis.scoring import ScoringError
 from app.synthesis.tasks import TaskError, TaskSpec

@@ -56,6 +56,7 @@ from app.services.budgets import (
 )
 from app.services.job_request import MAX_SHOTS, JobRequest, RegisteredMethod
 from app.services.jobs import GroupChange, Quote, charge_note
+from app.services.rows import stored_plan
 from app.services.storable import DATASET_NAME_MAX_CHARS, find_problem
 from app.services.tenants import KEY_NAME_MAX_CHARS, key_name_problem
 from app.synthesis.config import COVER_EVERY_LABEL_UP_TO, DEFAULT_SHOTS
@@ -743,7 +744,7 @@ class JobPublic(BaseModel):
     def from_row(cls, row: Job, charge: JobCharge | None) -> JobPublic:
         """``charge`` is the job's ledger state (``services.jobs.job_charges``): the fields
         on what it cost are the ledger's word, never guessed from the job row."""
-        stored = Stored(config=row.config or {}, schedule=row.schedule or [], delta=row.delta)
+        stored = stored_plan(row)
         method = find_method(row.method)  # None: a method no longer registered here
         accounting, shots = method.summary(stored) if method else (None, 0)
         stats = dict(row.stats) if row.stats else None

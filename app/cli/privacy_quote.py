@@ -45,7 +45,13 @@ from app.methods.registry import (
     kinds_where,
 )
 from app.privacy.accounting import Accounting, accountant_for
-from app.privacy.events import describe_event, event_parts, noise_multipliers, to_dict
+from app.privacy.events import (
+    DatasetEvent,
+    describe_event,
+    event_parts,
+    noise_multipliers,
+    to_dict,
+)
 from app.privacy.unit import DEFAULT_DELTA
 from app.services.errors import ServiceError
 from app.services.job_plan import JobInputs, check_epsilon, plan_job
@@ -148,8 +154,9 @@ def _quote(
         check_epsilon(epsilon)  # the service's rule and message, as admission checks it
         inputs = JobInputs(chosen, spec, counts, epsilon, delta, accounting, shots, params)
         plan = plan_job(inputs)
-    quote = _quote_fields(chosen, plan, inputs)
-    typer.echo(json.dumps(quote) if as_json else _quote_text(quote, plan))
+    event = plan.event()
+    quote = _quote_fields(chosen, plan, event, inputs)
+    typer.echo(json.dumps(quote) if as_json else _quote_text(quote, event))
 
 
 quote_command = RegistryCommand(_quote)
@@ -207,11 +214,12 @@ def _check_counts(accounting: Accounting, public_counts: bool) -> None:
         raise ValueError(f"--accounting {accounting.value}: {refusal}; pass --public-counts")
 
 
-def _quote_fields(method: Method, plan: MethodPlan, inputs: JobInputs) -> dict[str, Any]:
+def _quote_fields(
+    method: Method, plan: MethodPlan, event: DatasetEvent, inputs: JobInputs
+) -> dict[str, Any]:
     """The quote as JSON: what the API's quote says of the job itself (epsilon, delta), the
     event the ledger would reserve (its stored form), the noise, and the method's config
     as a job row would store it (every option given, and the defaults it chose)."""
-    event = plan.event()
     stored = plan.stored()
     return {
         "method": method.name,
@@ -228,7 +236,7 @@ def _quote_fields(method: Method, plan: MethodPlan, inputs: JobInputs) -> dict[s
     }
 
 
-def _quote_text(quote: dict[str, Any], plan: MethodPlan) -> str:
+def _quote_text(quote: dict[str, Any], event: DatasetEvent) -> str:
     """The quote for people: the method's settings line, the price, each part of the event
     on a line of its own (one per label for the token loop), and the noise."""
     accounting = Accounting(quote["accounting"])
@@ -241,7 +249,7 @@ def _quote_text(quote: dict[str, Any], plan: MethodPlan) -> str:
         f"neighbours; the dataset's counts {counts})"
     )
     lines.append("event (what the ledger would reserve; docs/privacy.md, 'Privacy events'):")
-    lines += [f"  {describe_event(part)}" for part in event_parts(plan.event())]
+    lines += [f"  {describe_event(part)}" for part in event_parts(event)]
     noise = ", ".join(f"{value:.4g}" for value in quote["noise_multipliers"]) or "none"
     lines.append(f"noise multipliers: {noise}")
     return "\n".join(lines)

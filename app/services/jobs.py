@@ -56,7 +56,6 @@ from app.methods.registry import (
     Counts,
     Method,
     MethodPlan,
-    Stored,
     UnknownMethodError,
     counts_refusal,
     get_method,
@@ -818,8 +817,3 @@ def redispatch_due(
             .execution_options(synchronize_session=False)
         )
     return due
-
-
-def stored_plan(job: Job) -> Stored:
-    """What admission stored of ``job``'s plan, for :meth:`Method.rebuild`."""
-    return Stored(config=job.config, schedule=job.schedule, delta=job.delta)

@@ -38,7 +38,6 @@ from app.llm.base import LLMBackend
 from app.llm.factory import BackendKind
 from app.llm.provider import BackendProvider
 from app.llm.retry import RetryingBackend, RetryPolicy
-from app.methods.base import Stored
 from app.methods.registry import find_method
 from app.promptdpsgd.artifact import SoftPrompt
 from app.synthesis.data import Record
@@ -48,7 +47,7 @@ from app.synthesis.tasks import TaskKind, TaskSpec
 
 from .datasets import load_records
 from .errors import ConflictError, InvalidError, NotFoundError
-from .rows import tenant_page, tenant_row
+from .rows import stored_plan, tenant_page, tenant_row
 
 #: Transient backend failures (vLLM restarting, overloaded) are retried twice within a request,
 #: after 0.5 s and 1 s: a client waits at most ~1.5 s more before its 503, and can retry itself.
@@ -71,9 +70,8 @@ def prompt_notes(session: Session, row: PromptSet) -> list[str]:
     method = find_method(job.method) if job is not None else None
     if job is None or method is None:
         return []
-    stored = Stored(config=job.config or {}, schedule=job.schedule or [], delta=job.delta)
     labels = [str(demo.get("label", "")) for demo in row.demonstrations or []]
-    return method.prompt_notes(stored, dict(job.stats or {}), labels)
+    return method.prompt_notes(stored_plan(job), dict(job.stats or {}), labels)
 
 
 def list_prompt_sets(

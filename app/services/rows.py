@@ -11,6 +11,9 @@ from typing import Any, TypeVar
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from app.db.models import Job
+from app.methods.base import Stored
+
 from .errors import NotFoundError
 
 _Row = TypeVar("_Row")
@@ -47,3 +50,9 @@ def tenant_page(
     query = select(table).where(table.tenant_id == tenant_id, *where)
     query = query.order_by(table.created_at.desc(), table.id).limit(limit).offset(offset)
     return list(session.scalars(query))
+
+
+def stored_plan(job: Job) -> Stored:
+    """What admission stored of ``job``'s plan, as the method interface reads it
+    (:meth:`Method.rebuild`, :meth:`Method.summary`, :meth:`Method.prompt_notes`)."""
+    return Stored(config=job.config or {}, schedule=job.schedule or [], delta=job.delta)
