@@ -16,6 +16,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from app.llm.base import DEFAULT_KV_CACHE_MB
 from app.llm.factory import BackendKind
+from app.privacy.unit import COUNT_RELEASE_SHARE
 
 
 class Settings(BaseSettings):
@@ -56,6 +57,14 @@ class Settings(BaseSettings):
     bootstrap_api_key: str | None = Field(
         None,
         description="An admin API key created at start-up for the 'default' tenant if missing.",
+    )
+    count_release_share: float = Field(
+        COUNT_RELEASE_SHARE,
+        gt=0.0,
+        le=0.5,
+        description="The share of a dataset's budget (of its epsilon and of its delta) that "
+        "its one release of label counts costs, charged once when a plan first needs the "
+        "counts (docs/privacy.md, 'The count release').",
     )
     max_upload_bytes: int = Field(50 * 1024 * 1024, gt=0)
     max_records: int = Field(500_000, gt=0)

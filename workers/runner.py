@@ -156,7 +156,6 @@ class _Claim:
 class _Work:
     """A prepared job: what step 4 runs on the private records, and what to check first."""
 
-    expected_records: int  # private records the job was admitted for
     planned: int  # progress total, in the method's unit (``MethodPlan.progress_total``)
     run: Callable[[list[Record], LLMBackend, Progress], SynthesisResult]
     check_backend: Callable[[LLMBackend], None]  # raises if the job cannot run on it
@@ -254,7 +253,7 @@ def _attempt(
         if stop is not None and stop.is_set():
             raise WorkerStoppingError
         work.check_backend(backend)  # e.g. PromptDPSGD on vLLM: fail before touching data
-        fence.touch(expected_records=work.expected_records, planned=work.planned)
+        fence.touch(planned=work.planned)
         records = _load_records(database_url, claim.job.dataset_id)
         progress = _ProgressWriter(
             fence,
@@ -482,7 +481,6 @@ def _prepare(claim: _Claim, database_url: str) -> _Work:
     expected = plan.public_records
     texts = _load_public_texts(database_url, job, expected) if expected is not None else []
     return _Work(
-        expected_records=plan.expected_records,
         planned=plan.progress_total,
         run=lambda records, backend, progress: plan.run(records, backend, progress, texts),
         check_backend=plan.check_backend,
@@ -578,21 +576,25 @@ class _Fence:
         assert job is not None
         return job
 
-    def touch(self, *, expected_records: int, planned: int) -> None:
-        """Mark the job as having read the data, committed before the first record is read."""
+    def touch(self, *, planned: int) -> None:
+        """Mark the job as having read the data, committed before the first record is read.
+
+        The dataset must hold the records it was uploaded with (its row's count): a job is
+        planned from counts of those records, released or declared public, and the message
+        of a refusal names no count (``app.privacy.unit``)."""
         with session_scope(self.database_url) as session:
             job = self._running(session, lock=True)
             if job.cancel_requested:
                 raise JobCancelled
+            dataset = session.get(Dataset, job.dataset_id)
             count = session.scalar(
                 select(func.count())
                 .select_from(DatasetRecord)
                 .where(DatasetRecord.dataset_id == job.dataset_id)
             )
-            if count != expected_records:
+            if dataset is None or count != dataset.record_count:
                 raise NotRunnableError(
-                    f"the dataset has {count} records but the job was admitted for "
-                    f"{expected_records}"
+                    "the dataset's records changed since the job was admitted; submit it again"
                 )
             job.touched_data = True
             job.progress_done, job.progress_total = 0, planned

@@ -204,7 +204,9 @@ def _counts(
             f"--n-total {n_total} is fewer than {len(task.labels)} labels x --n-label {n_label}"
         )
     sizes = dict.fromkeys(task.labels, n_label)
-    return Counts(sizes, n_total or least, n_public or 0, declared_public=public_counts)
+    if public_counts:
+        return Counts.declared(sizes, n_public or 0, total=n_total)
+    return Counts.assumed(sizes, n_public or 0, total=n_total)
 
 
 def _check_counts(accounting: Accounting, public_counts: bool) -> None:

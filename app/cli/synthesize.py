@@ -47,10 +47,9 @@ from app.cli.options import (
 )
 from app.cli.progress import progress_reporter
 from app.llm.factory import BackendKind, Dtype, make_backend
-from app.methods.base import Stored
+from app.methods.base import Stored, plan_local
 from app.methods.registry import (
     DEFAULT_METHOD,
-    Counts,
     Method,
     counts_refusal,
     get_method,
@@ -209,15 +208,17 @@ def _synthesize(
         )
         inputs = read_public(public, public_field) if public is not None else []
         sizes = partition_sizes(spec_task, records)
-        counts = Counts(sizes, len(records), len(inputs), declared_public=public_counts)
-        plan = chosen.plan(spec_task, config, counts)
+        local = plan_local(
+            chosen, spec_task, config, sizes, declared_public=public_counts, public=len(inputs)
+        )
+        plan = local.plan
         precision = training_dtype(chosen.needs_gradients, dtype).value
         quiet_progress_bars()
         llm = make_backend(backend, model=model, url=url, dtype=precision)
         result = _with_progress(
             chosen.verb,
             chosen.unit,
-            lambda progress: plan.run(records, llm, progress, inputs),
+            lambda progress: local.report(plan.run(records, llm, progress, inputs)),
             _plan_lines(chosen, spec_task, plan.stored()),
         )
     _print_result(chosen, spec_task, result, accounting, out)

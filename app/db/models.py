@@ -30,6 +30,7 @@ from sqlalchemy import (
     LargeBinary,
     String,
     Text,
+    UniqueConstraint,
 )
 from sqlalchemy import false as sa_false
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
@@ -270,6 +271,9 @@ class LedgerKind(StrEnum):
     RESERVE = "reserve"
     COMMIT = "commit"
     RELEASE = "release"
+    # A dataset's count release (migration 0015): charged once, never given back; its
+    # ``job_id`` is the release's ID (``count_releases.id``), not a job's.
+    COUNTS = "counts"
 
 
 class LedgerEntry(Base):
@@ -281,6 +285,24 @@ class LedgerEntry(Base):
     epsilon: Mapped[float] = mapped_column(Float)  # the job's own epsilon at its delta
     delta: Mapped[float] = mapped_column(Float)
     event: Mapped[dict[str, Any]] = mapped_column(JSON)  # app.privacy.events.to_dict
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=now)
+
+
+class CountReleaseRow(Base):
+    """Migration 0015 (issue 41): the one release of a dataset's per-label counts for one
+    version of its records (``digest``: the SHA-256 of the exact counts, never shown), as
+    drawn (``noisy``: a DP output), with its noise multiplier and cost. Charged by the
+    ledger row of kind ``counts`` whose ``job_id`` is this ``id``; never updated."""
+
+    __tablename__ = "count_releases"
+    __table_args__ = (UniqueConstraint("dataset_id", "digest", name="uq_count_releases_version"),)
+    id: Mapped[str] = mapped_column(String(32), primary_key=True, default=new_id)
+    dataset_id: Mapped[str] = mapped_column(ForeignKey("datasets.id"), index=True)
+    digest: Mapped[str] = mapped_column(String(64))
+    sigma: Mapped[float] = mapped_column(Float)
+    noisy: Mapped[dict[str, Any]] = mapped_column(JSON)
+    epsilon: Mapped[float] = mapped_column(Float)
+    delta: Mapped[float] = mapped_column(Float)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=now)
 
 

@@ -24,7 +24,7 @@ from typing import Any
 
 from app.llm.base import LLMBackend
 from app.methods import registry
-from app.methods.base import Counts, Method, MethodPlan
+from app.methods.base import Method, MethodPlan, plan_local
 from app.privacy.accounting import Accounting
 from app.results import SynthesisResult
 from app.synthesis.data import Record
@@ -123,15 +123,13 @@ def run_method(
     if method.reads_public and not public:
         raise ValueError(f"method {name} needs public inputs (dpsyn eval --public PATH)")
     texts = list(public or ()) if method.reads_public else []
-    counts = Counts(
-        labels=partition_sizes(task, records),
-        private=len(records),
-        public=len(texts),
-        declared_public=job.public_counts,
+    sizes = partition_sizes(task, records)
+    local = plan_local(
+        method, task, config, sizes, declared_public=job.public_counts, public=len(texts)
     )
-    plan = method.plan(task, config, counts)
+    plan = local.plan
     plan.check_backend(backend)  # as the worker asks, before any record is read
-    return MethodRun(plan, plan.run(list(records), backend, None, texts))
+    return MethodRun(plan, local.report(plan.run(list(records), backend, None, texts)))
 
 
 def scorer(backend: LLMBackend, result: SynthesisResult) -> LLMBackend:

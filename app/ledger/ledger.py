@@ -26,11 +26,13 @@ charged".
 
 from __future__ import annotations
 
+import math
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
@@ -39,6 +41,7 @@ from app.db.models import Budget, Job, LedgerEntry, LedgerKind
 from app.privacy.accounting import Accounting, accountant_for
 from app.privacy.budget import fits_budget
 from app.privacy.events import DATASET_EVENTS, DatasetEvent, from_dict, to_dict
+from app.privacy.unit import gaussian_epsilon
 
 
 class LedgerError(ValueError):
@@ -62,20 +65,83 @@ class BudgetExceededError(LedgerError):
 
 @dataclass(frozen=True)
 class Spend:
-    """What a dataset has spent: composed by the accountant, and the plain sum."""
+    """What a dataset has spent: composed by the accountant, and the plain sum, each with
+    its count releases' part (``counts_epsilon``, included in both)."""
 
     epsilon: float
     plain_sum: float
     jobs: int
+    counts_epsilon: float = 0.0
+
+
+def _entries(session: Session, dataset_id: str) -> list[LedgerEntry]:
+    return list(
+        session.scalars(
+            select(LedgerEntry).where(LedgerEntry.dataset_id == dataset_id).order_by(LedgerEntry.id)
+        ).all()
+    )
 
 
 def _live_entries(session: Session, dataset_id: str) -> list[LedgerEntry]:
     """The reserve entries of jobs that were not released."""
-    entries = session.scalars(
-        select(LedgerEntry).where(LedgerEntry.dataset_id == dataset_id).order_by(LedgerEntry.id)
-    ).all()
+    return _live_of(_entries(session, dataset_id))
+
+
+def _live_of(entries: Sequence[LedgerEntry]) -> list[LedgerEntry]:
     released = {e.job_id for e in entries if e.kind == LedgerKind.RELEASE}
     return [e for e in entries if e.kind == LedgerKind.RESERVE and e.job_id not in released]
+
+
+def count_entries(session: Session, dataset_id: str) -> list[LedgerEntry]:
+    """The dataset's count releases' charges (kind ``counts``), oldest first: never given
+    back, so every one of them is live."""
+    return [e for e in _entries(session, dataset_id) if e.kind == LedgerKind.COUNTS]
+
+
+# A count release's noise multiplier relative to its sensitivity under each relation: adding
+# or removing a record moves one label's count by 1; replacing one moves two counts by 1
+# each (L2 sqrt 2). The paper accounting's budgets price replace-one neighbours.
+_RELEASE_SENSITIVITY = {Accounting.TIGHT: 1.0, Accounting.PAPER: math.sqrt(2.0)}
+
+
+def release_epsilon(entry: LedgerEntry, accounting: Accounting) -> float:
+    """What a count release's ledger entry costs under the budget's ``accounting``, at the
+    entry's delta (its share of the budget's delta when it was drawn): the epsilon of one
+    Gaussian mechanism, recomputed from the multiplier the entry stores."""
+    sigma = float(entry.event["sigma"])
+    return gaussian_epsilon(sigma / _RELEASE_SENSITIVITY[accounting], entry.delta)
+
+
+def _compose(
+    budget: Budget,
+    events: Sequence[DatasetEvent],
+    releases: Sequence[LedgerEntry] = (),
+) -> float:
+    """The dataset's spend: its count releases' epsilons, each at its own delta, plus the
+    composition of its jobs' events at the budget's delta less the releases' (adaptive
+    composition of the release with jobs that fit for every released value:
+    ``app.privacy.unit``)."""
+    accounting = Accounting(budget.accounting)
+    counts = math.fsum(release_epsilon(e, accounting) for e in releases)
+    if not events:
+        return counts
+    remaining = budget.delta - math.fsum(e.delta for e in releases)
+    if remaining <= 0:
+        return math.inf
+    return counts + accountant_for(accounting).dataset_epsilon(list(events), remaining)
+
+
+def jobs_delta(session: Session, budget: Budget) -> float:
+    """The delta the dataset's jobs compose at: the budget's, less its count releases'."""
+    return budget.delta - math.fsum(e.delta for e in count_entries(session, budget.dataset_id))
+
+
+def releases_epsilon(session: Session, budget: Budget) -> float:
+    """What the dataset's count releases cost together under the budget's accounting."""
+    accounting = Accounting(budget.accounting)
+    return math.fsum(
+        release_epsilon(e, accounting) for e in count_entries(session, budget.dataset_id)
+    )
 
 
 _EVENT_MEMO_SIZE = 8192  # a few kB each
@@ -109,18 +175,27 @@ def _stored_event(entry: LedgerEntry) -> DatasetEvent:
     return event
 
 
-def _compose(budget: Budget, events: Sequence[DatasetEvent]) -> float:
-    accountant = accountant_for(Accounting(budget.accounting))
-    return accountant.dataset_epsilon(list(events), budget.delta) if events else 0.0
-
-
 def spend(session: Session, budget: Budget) -> Spend:
-    live = _live_entries(session, budget.dataset_id)
+    entries = _entries(session, budget.dataset_id)
+    live = _live_of(entries)
+    releases = [e for e in entries if e.kind == LedgerKind.COUNTS]
     events = [_stored_event(e) for e in live]
+    return _spend(budget, events, releases, sum(e.epsilon for e in live))
+
+
+def _spend(
+    budget: Budget,
+    events: Sequence[DatasetEvent],
+    releases: Sequence[LedgerEntry],
+    jobs_sum: float,
+) -> Spend:
+    accounting = Accounting(budget.accounting)
+    counts = math.fsum(release_epsilon(e, accounting) for e in releases)
     return Spend(
-        epsilon=_compose(budget, events),
-        plain_sum=sum(e.epsilon for e in live),
-        jobs=len(live),
+        epsilon=_compose(budget, events, releases),
+        plain_sum=jobs_sum + counts,
+        jobs=len(events),
+        counts_epsilon=counts,
     )
 
 
@@ -162,11 +237,13 @@ def admit(
         )
     if delta > budget.delta:
         raise LedgerError(f"the job's delta {delta:g} exceeds the budget's delta {budget.delta:g}")
-    live = _live_entries(session, dataset_id)
+    entries = _entries(session, dataset_id)
+    live = _live_of(entries)
+    releases = [e for e in entries if e.kind == LedgerKind.COUNTS]
     events = [_stored_event(e) for e in live]
-    after = _compose(budget, [*events, event])
+    after = _compose(budget, [*events, event], releases)
     if not fits_budget(after, budget.epsilon):
-        before = _compose(budget, events)
+        before = _compose(budget, events, releases)
         raise BudgetExceededError(requested=epsilon, spent=before, total=budget.epsilon)
     session.add(
         LedgerEntry(
@@ -178,9 +255,39 @@ def admit(
             event=to_dict(event),
         )
     )
-    return Spend(
-        epsilon=after, plain_sum=sum(e.epsilon for e in live) + epsilon, jobs=len(live) + 1
+    return _spend(budget, [*events, event], releases, sum(e.epsilon for e in live) + epsilon)
+
+
+def charge_count_release(
+    session: Session,
+    *,
+    budget: Budget,
+    release_id: str,
+    event: dict[str, Any],
+    epsilon: float,
+    delta: float,
+) -> LedgerEntry:
+    """Charge a dataset's count release (its ``event``: the stored release, with its noise
+    multiplier under ``sigma``) once, as a ledger entry of its own, or raise
+    :class:`BudgetExceededError` if it does not fit beside what is live. The caller holds
+    the budget row locked (:func:`lock_budget`) and commits the release with the entry."""
+    entries = _entries(session, budget.dataset_id)
+    releases = [e for e in entries if e.kind == LedgerKind.COUNTS]
+    entry = LedgerEntry(
+        dataset_id=budget.dataset_id,
+        job_id=release_id,
+        kind=LedgerKind.COUNTS.value,
+        epsilon=epsilon,
+        delta=delta,
+        event=event,
     )
+    events = [_stored_event(e) for e in _live_of(entries)]
+    after = _compose(budget, events, [*releases, entry])
+    if not fits_budget(after, budget.epsilon):
+        before = _compose(budget, events, releases)
+        raise BudgetExceededError(requested=epsilon, spent=before, total=budget.epsilon)
+    session.add(entry)
+    return entry
 
 
 def _close(
@@ -304,13 +411,11 @@ def spend_with(session: Session, budget: Budget, event: DatasetEvent, epsilon: f
     """What the dataset's spend would be with one more job charged (a quote: nothing is
     reserved, and another admission may change the answer before a submission).
     ``epsilon`` is the job's own epsilon, for the plain sum."""
-    live = _live_entries(session, budget.dataset_id)
+    entries = _entries(session, budget.dataset_id)
+    live = _live_of(entries)
+    releases = [e for e in entries if e.kind == LedgerKind.COUNTS]
     events = [_stored_event(e) for e in live]
-    return Spend(
-        epsilon=_compose(budget, [*events, event]),
-        plain_sum=sum(e.epsilon for e in live) + epsilon,
-        jobs=len(live) + 1,
-    )
+    return _spend(budget, [*events, event], releases, sum(e.epsilon for e in live) + epsilon)
 
 
 #: Most composed values one :func:`timeline` computes. Each is a composition of all the jobs
@@ -326,12 +431,14 @@ _cache_lock = threading.Lock()
 
 
 def _cached_compose(budget: Budget, live: Sequence[LedgerEntry]) -> float:
+    """The spend of ``live``: reserve entries of jobs and count releases' entries."""
     key = (budget.dataset_id, budget.accounting, budget.delta, tuple(e.id for e in live))
     with _cache_lock:
         if key in _composed_cache:
             _composed_cache.move_to_end(key)
             return _composed_cache[key]
-    value = _compose(budget, [_stored_event(e) for e in live])
+    jobs = [_stored_event(e) for e in live if e.kind == LedgerKind.RESERVE]
+    value = _compose(budget, jobs, [e for e in live if e.kind == LedgerKind.COUNTS])
     with _cache_lock:
         _composed_cache[key] = value
         while len(_composed_cache) > _TIMELINE_CACHE_SIZE:
@@ -365,7 +472,7 @@ def timeline(
     live: dict[str, LedgerEntry] = {}
     changes = 0
     for entry in history(session, budget.dataset_id):
-        if entry.kind == LedgerKind.RESERVE:
+        if entry.kind in (LedgerKind.RESERVE, LedgerKind.COUNTS):
             live[entry.job_id] = entry
             changes += 1
         elif entry.kind == LedgerKind.RELEASE and live.pop(entry.job_id, None) is not None:

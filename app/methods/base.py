@@ -10,6 +10,7 @@ a database or a request: the services and the workers adapt rows to :class:`Coun
 
 from __future__ import annotations
 
+import dataclasses
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -21,6 +22,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from app.llm.base import LLMBackend
 from app.privacy.accounting import Accounting
 from app.privacy.events import DatasetEvent
+from app.privacy.rng import make_rng
+from app.privacy.unit import DEFAULT_DELTA, CountRelease, local_release
 from app.results import Progress, SynthesisResult
 from app.synthesis.data import Record
 from app.synthesis.tasks import TaskSpec, describe_validation_error
@@ -33,18 +36,147 @@ class ParamsError(ValueError):
 
 
 @dataclass(frozen=True)
-class Counts:
-    """The sizes planning needs: private records per partition (label), all private records,
-    and the records of the public dataset a method reads (0: none).
-
-    The private counts are private (issue 32, ``app.privacy.unit``): a plan may read them
-    only through a charged DP release, unless ``declared_public`` says that the data owner
-    declared them public (an explicit opt-in per dataset)."""
+class DeclaredCounts:
+    """Per-label record counts that the data owner declared public (an explicit opt-in per
+    dataset): exact, and usable as they are."""
 
     labels: Mapping[str, int]
-    private: int
+    total: int | None = None  # all records, if more than the labels listed hold
+
+
+@dataclass(frozen=True)
+class AssumedCounts:
+    """Per-label sizes typed by the data owner to price a job on a public shape (``dpsyn
+    privacy quote``): planned as if the dataset's count release had estimated them. Never
+    built from records."""
+
+    labels: Mapping[str, int]
+    total: int | None = None  # all records, if more than the labels listed hold
+
+
+class CountsUnavailableError(ValueError):
+    """A plan asked for private counts it was not given (its method reads none)."""
+
+
+@dataclass(frozen=True)
+class Counts:
+    """The sizes a plan may read: private records per label, all private records, and the
+    records of the public dataset a method reads (0: none).
+
+    The private counts come from ``source`` only: the dataset's one count release
+    (:class:`~app.privacy.unit.CountRelease`, charged to its budget; the plan reads each
+    label's posterior-mean estimate) or the owner's declaration (:class:`DeclaredCounts`).
+    There is no way to hand a plan an exact count that is not declared public: the service
+    builds :class:`Counts` from the stored release, a local run from a release it draws
+    (:func:`plan_local`). ``source`` None: the method reads no private count
+    (``Method.reads_counts`` False), and asking for one raises."""
+
+    source: CountRelease | DeclaredCounts | AssumedCounts | None
     public: int = 0
-    declared_public: bool = False
+
+    @classmethod
+    def declared(
+        cls, labels: Mapping[str, int], public: int = 0, total: int | None = None
+    ) -> Counts:
+        """Counts the data owner declared public (``total``: all records, if more)."""
+        return cls(DeclaredCounts({str(k): int(v) for k, v in labels.items()}, total), public)
+
+    @classmethod
+    def assumed(
+        cls, labels: Mapping[str, int], public: int = 0, total: int | None = None
+    ) -> Counts:
+        """A public shape to price, planned as released counts would be (a quote)."""
+        return cls(AssumedCounts({str(k): int(v) for k, v in labels.items()}, total), public)
+
+    @classmethod
+    def released(cls, release: CountRelease, public: int = 0) -> Counts:
+        """Counts read from a count release."""
+        return cls(release, public)
+
+    @property
+    def declared_public(self) -> bool:
+        return isinstance(self.source, DeclaredCounts)
+
+    @property
+    def release(self) -> CountRelease | None:
+        """The release the counts come from (None: declared public, or none read)."""
+        return self.source if isinstance(self.source, CountRelease) else None
+
+    @property
+    def labels(self) -> dict[str, int]:
+        """Each label's planned size: declared, or the release's estimate (>= 1)."""
+        if self.source is None:
+            raise CountsUnavailableError(
+                "this method was given no private counts (it declares reads_counts = False)"
+            )
+        if isinstance(self.source, DeclaredCounts | AssumedCounts):
+            return dict(self.source.labels)
+        return self.source.estimates()
+
+    @property
+    def private(self) -> int:
+        """All private records, as planned: the sum of :attr:`labels` (or a typed total)."""
+        total = getattr(self.source, "total", None)
+        return int(total) if total is not None else sum(self.labels.values())
+
+
+def plan_local(
+    method: Method,
+    task: TaskSpec,
+    config: Any,
+    sizes: Mapping[str, int],
+    *,
+    declared_public: bool,
+    public: int = 0,
+) -> LocalPlan:
+    """Plan ``config`` on records of these exact ``sizes`` outside the service (``dpsyn
+    synthesize``, ``dpsyn eval``, a study): the counts are declared public, not read (a
+    method that plans without them), or released here with
+    :data:`~app.privacy.unit.COUNT_RELEASE_SHARE` of the config's target, the job being
+    planned for the rest (:func:`~app.privacy.unit.local_release`). The run's reported cost,
+    :meth:`LocalPlan.report`, adds the two (adaptive composition, ``app.privacy.unit``).
+    The release draws from the secure generator (from the config's seed in a seeded run)."""
+    release = None
+    if declared_public:
+        counts = Counts.declared(sizes, public)
+    elif not method.reads_counts:
+        counts = Counts(None, public)
+    else:
+        seed = getattr(config, "seed", None)
+        rng = make_rng(None if seed is None else seed + 7919)
+        release = local_release(sizes, False, config.epsilon, config.delta, rng)
+        counts = Counts.released(release, public) if release else Counts.declared(sizes, public)
+    if release is not None:
+        delta = config.delta if config.delta is not None else DEFAULT_DELTA
+        config = config.model_copy(
+            update={"epsilon": config.epsilon - release.epsilon, "delta": delta - release.delta}
+        )
+    return LocalPlan(method.plan(task, config, counts), release)
+
+
+@dataclass(frozen=True)
+class LocalPlan:
+    """A local run's plan and the count release it drew for itself (None: none)."""
+
+    plan: MethodPlan
+    release: CountRelease | None
+
+    def epsilon(self) -> float:
+        """The run's whole cost: the job's and its own count release's."""
+        return self.plan.epsilon() + (self.release.epsilon if self.release else 0.0)
+
+    def delta(self) -> float:
+        return self.plan.delta + (self.release.delta if self.release else 0.0)
+
+    def report(self, result: SynthesisResult) -> SynthesisResult:
+        """``result`` with its cost: the job's plus the release's (unchanged without one)."""
+        if self.release is None:
+            return result
+        return dataclasses.replace(
+            result,
+            epsilon=result.epsilon + self.release.epsilon,
+            delta=result.delta + self.release.delta,
+        )
 
 
 class CountsMode(StrEnum):
@@ -102,12 +234,6 @@ class MethodPlan(ABC):
     @abstractmethod
     def progress_total(self) -> int:
         """Units of progress the run reports (tokens, public inputs)."""
-
-    @property
-    @abstractmethod
-    def expected_records(self) -> int:
-        """Private records the job was planned for (the worker checks the dataset still
-        has exactly these before it reads one)."""
 
     @property
     def public_records(self) -> int | None:
@@ -200,7 +326,8 @@ class JobConfig(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     epsilon: float = Field(gt=0.0, allow_inf_nan=False)
-    delta: float | None = Field(None, gt=0.0, lt=1.0)  # None: the method's default
+    # Public and the same for every dataset, never 1/|D| (app.privacy.unit).
+    delta: float = Field(DEFAULT_DELTA, gt=0.0, lt=1.0)
     accounting: Accounting = Accounting.TIGHT
     seed: int | None = None
 
@@ -230,6 +357,10 @@ class Method(ABC):
     shots_param: ClassVar[Param | None] = None
     params: ClassVar[type[BaseModel]] = params_model("NoParams", ())  # from parameters
     reads_public: ClassVar[bool] = False  # also reads a public dataset of unlabelled texts
+    # plans with the private dataset's label counts (released once per dataset, or declared
+    # public); False: its plan is given none (:class:`Counts` with no source), and a job of
+    # it never causes a count release
+    reads_counts: ClassVar[bool] = True
     zero_epsilon_baseline: ClassVar[bool] = False  # epsilon = 0 runs without private data
     # needs gradients and input embeddings: only the local transformers backend runs it
     # (the service should refuse such a job at submission when its backend is vLLM)
@@ -269,12 +400,9 @@ class Method(ABC):
         :class:`ParamsError` naming the first problem. ``seed`` is for the CLI and tests
         only (it voids the guarantee): the service never passes one. The job's shots set
         :attr:`shots_param` (a method without one ignores them)."""
-        fields: dict[str, Any] = {
-            "epsilon": epsilon,
-            "delta": delta,
-            "accounting": accounting,
-            "seed": seed,
-        }
+        fields: dict[str, Any] = {"epsilon": epsilon, "accounting": accounting, "seed": seed}
+        if delta is not None:  # else the config's default: DEFAULT_DELTA, public
+            fields["delta"] = delta
         shots = self.job_shots(task, shots)
         if shots is not None and self.shots_param is not None:
             fields[self.shots_param.name] = shots

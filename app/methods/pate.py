@@ -65,10 +65,6 @@ class PromptPateMethodPlan(WrappedPlan):
         return self.plan.n_public
 
     @property
-    def expected_records(self) -> int:
-        return self.plan.n_private
-
-    @property
     def public_records(self) -> int:
         return self.public_available
 
@@ -76,8 +72,8 @@ class PromptPateMethodPlan(WrappedPlan):
         return Stored(
             config={
                 "pate": self.plan.config.model_dump(mode="json"),
-                # private: exact, for the worker's check of the data only (nothing is planned
-                # from it); public: the public dataset's size.
+                # private: the count declared public (0 otherwise: the plan reads none);
+                # public: the public dataset's size.
                 "sizes": {"private": self.plan.n_private, "public": self.public_available},
             },
             schedule=[],
@@ -101,6 +97,9 @@ class PromptPate(Method):
     stored_key: ClassVar[str] = "pate"
     public_stat_names = PUBLIC_STATS
     reads_public: ClassVar[bool] = True
+    # nothing is planned from the private counts (only a declared-public count is read, to
+    # refuse a dataset that cannot fill one teacher): a job causes no count release
+    reads_counts: ClassVar[bool] = False
     unit: ClassVar[str] = "public inputs"
     verb: ClassVar[str] = "labelling"
     params_hint: ClassVar[str] = "; the student prompt's size is the job's shots"
@@ -114,8 +113,9 @@ class PromptPate(Method):
         # Whether the count is public is the data owner's word, carried by the counts: the
         # job's config records it.
         config = config.model_copy(update={"public_counts": counts.declared_public})
+        n_private = counts.private if counts.declared_public else 0
         return PromptPateMethodPlan(
-            task, plan_pate(task, counts.private, counts.public, config), counts.public
+            task, plan_pate(task, n_private, counts.public, config), counts.public
         )
 
     def rebuild(self, task: TaskSpec, stored: Stored) -> PromptPateMethodPlan:

@@ -46,18 +46,15 @@ class PromptDpsgdMethodPlan(WrappedPlan):
     def progress_total(self) -> int:
         return self.plan.config.steps
 
-    @property
-    def expected_records(self) -> int:
-        return self.plan.n_private
-
     def stored(self) -> Stored:
         return Stored(
             config={
                 "promptdpsgd": self.plan.config.model_dump(mode="json"),
-                # private: exact, the worker checks the data against it; planned: released
-                # under DP (count_sigma) or declared public, what the sampling divides by.
-                "sizes": {"private": self.plan.n_private, "planned": self.plan.n_planned},
+                # planned: the released estimate or the declared-public count, what the
+                # sampling divides by (never an exact private count)
+                "sizes": {"planned": self.plan.n_planned},
                 "count_sigma": self.plan.count_sigma,
+                "count_release": self.plan.release_id or None,
             },
             schedule=[],
             delta=self.plan.delta,
@@ -98,23 +95,24 @@ class PromptDpsgd(Method):
         # Whether the count is public is the data owner's word, carried by the counts: the
         # job's config records it (it decides the sampling and what the job releases).
         config = config.model_copy(update={"public_counts": counts.declared_public})
-        return PromptDpsgdMethodPlan(task, plan_promptdpsgd(task, counts.private, config))
+        release_id = counts.release.id if counts.release is not None else ""
+        plan = plan_promptdpsgd(task, counts.private, config, release_id)
+        return PromptDpsgdMethodPlan(task, plan)
 
     def rebuild(self, task: TaskSpec, stored: Stored) -> PromptDpsgdMethodPlan:
         # Calibration is deterministic given the count admission released (stored): this is
         # the plan admission reserved if the row is unchanged.
         config = self.stored_config(stored)
         sizes = stored.config["sizes"]
-        n_private = int(sizes["private"])
-        # Jobs planned before issue 32 sampled from the exact count and released none.
-        n_planned = int(sizes.get("planned", n_private))
+        # Jobs planned before issue 32 sampled from the exact count ("private").
+        n_planned = int(sizes.get("planned", sizes.get("private", 0)))
         count_sigma = stored.config.get("count_sigma")
         plan = calibrated_plan(
             config,
-            n_private,
             n_planned,
             stored.delta,
             None if count_sigma is None else float(count_sigma),
+            str(stored.config.get("count_release") or ""),
         )
         return PromptDpsgdMethodPlan(task, plan)
 
@@ -123,7 +121,7 @@ class PromptDpsgd(Method):
         release's noise); None for jobs planned before issue 32."""
         if (stored.config.get("promptdpsgd") or {}).get("public_counts"):
             return CountsMode.DECLARED_PUBLIC
-        if stored.config.get("count_sigma") is not None:
+        if stored.config.get("count_release") or stored.config.get("count_sigma") is not None:
             return CountsMode.RELEASED
         return None
 

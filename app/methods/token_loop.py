@@ -13,7 +13,6 @@ from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
 from app.privacy.params import Aggregator
-from app.privacy.rng import make_rng
 from app.privacy.synthesis import SynthesisPrivacy
 from app.results import SynthesisResult
 from app.synthesis.config import (
@@ -71,17 +70,14 @@ class TokenLoopMethodPlan(WrappedPlan):
     def progress_total(self) -> int:
         return len(self.plan.schedule) * self.plan.config.tmax
 
-    @property
-    def expected_records(self) -> int:
-        return sum(self.plan.sizes.values())
-
     def stored(self) -> Stored:
         return Stored(
             config={
                 "synthesis": self.plan.config.model_dump(mode="json"),
                 "plan": self.plan.privacy.model_dump(mode="json"),  # the stored key
-                "sizes": self.plan.sizes,  # exact: the worker checks the data against them
-                "planned_sizes": self.plan.planned_sizes,  # DP or public: what is priced
+                # released estimates or declared public: what is priced and sampled at
+                "planned_sizes": self.plan.planned_sizes,
+                "count_release": self.plan.release_id or None,  # the dataset's, if released
                 "planner": self.plan.planner,
                 "task": self.plan.task.name,  # for the settings line (its defaults)
             },
@@ -91,12 +87,8 @@ class TokenLoopMethodPlan(WrappedPlan):
 
     def execute(self, job: RunInputs) -> SynthesisResult:
         plan = self.plan
-        # A seeded run (CLI and studies only) replans inside ``synthesize`` from the seed:
-        # the same plan, deterministically, and the one generator stream seeded runs have
-        # always used for both the schedule and the noise.
-        pinned = plan if plan.config.seed is None else None
         return synthesize(
-            plan.task, job.records, plan.config, job.backend, progress=job.progress, job=pinned
+            plan.task, job.records, plan.config, job.backend, progress=job.progress, job=plan
         )
 
 
@@ -134,24 +126,25 @@ class TokenLoop(Method):
         return SynthesisConfig.for_task(task.name, method=self.aggregator, **fields)
 
     def plan(self, task: TaskSpec, config: Any, counts: Counts) -> TokenLoopMethodPlan:
-        sizes = {str(k): int(v) for k, v in counts.labels.items()}
         # Whether the counts are public is the data owner's word, carried by the counts: the
         # job's config records it (it decides the sampling and what the job releases).
         config = config.model_copy(update={"public_counts": counts.declared_public})
-        return TokenLoopMethodPlan(plan_synthesis(task, sizes, config, make_rng(config.seed)))
+        release = counts.release
+        release_id = release.id if release is not None else ""
+        return TokenLoopMethodPlan(plan_synthesis(task, counts.labels, config, release_id))
 
     def rebuild(self, task: TaskSpec, stored: Stored) -> TokenLoopMethodPlan:
         config = self.stored_config(stored)
         privacy = SynthesisPrivacy.model_validate(stored.config["plan"])
-        sizes = {str(k): int(v) for k, v in stored.config["sizes"].items()}
         planner = dict(stored.config.get("planner") or {})  # absent for older jobs
-        # Jobs planned before issue 32 priced and sampled with the exact counts.
-        planned = stored.config.get("planned_sizes")
-        planned_sizes = {str(k): int(v) for k, v in (sizes if planned is None else planned).items()}
+        # Jobs planned before issue 32 priced and sampled with the exact counts ("sizes").
+        planned = stored.config.get("planned_sizes") or stored.config.get("sizes") or {}
+        planned_sizes = {str(k): int(v) for k, v in planned.items()}
         schedule = tuple(stored.schedule)
+        release_id = str(stored.config.get("count_release") or "")
         return TokenLoopMethodPlan(
             SynthesisPlan(
-                task, config, privacy, schedule, sizes, stored.delta, planner, planned_sizes
+                task, config, privacy, schedule, stored.delta, planner, planned_sizes, release_id
             )
         )
 
@@ -195,6 +188,8 @@ class TokenLoop(Method):
         jobs planned before issue 32."""
         if (stored.config.get("synthesis") or {}).get("public_counts"):
             return CountsMode.DECLARED_PUBLIC
+        if stored.config.get("count_release"):
+            return CountsMode.RELEASED
         if (stored.config.get("plan") or {}).get("count_sigma") is not None:
             return CountsMode.RELEASED
         return None

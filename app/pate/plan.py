@@ -31,7 +31,8 @@ class PatePlan:
 
     config: PateConfig
     privacy: PatePrivacy
-    # Exact: the run checks the records against it; never written into what a job releases.
+    # The count declared public by the data owner (0 when it is not: nothing is planned from
+    # it); never written into what a job releases.
     n_private: int
     n_public: int  # public inputs the job processes at most: min(max_public, available)
     delta: float

@@ -59,8 +59,8 @@ def run_pate(
     raises (a cancellation) stops the job there and propagates.
     """
     config = plan.config
-    if len(private) != plan.n_private or public_count(len(public), config) != plan.n_public:
-        raise PateError("the private or public data changed since the job was planned")
+    if public_count(len(public), config) != plan.n_public:
+        raise PateError("the public data changed since the job was planned")
     if rng is None:
         rng = make_rng(config.seed)
 

@@ -87,7 +87,8 @@ class PlannerShape(BaseModel):
     epsilon: float = Field(gt=0.0, allow_inf_nan=False)
     delta: float = Field(gt=0.0, lt=1.0)
     accounting: Accounting = Accounting.TIGHT
-    # The job's count release (app.privacy.unit), part of the price every candidate pays.
+    # A count release priced inside the job (jobs planned before the dataset-level release
+    # only; app.privacy.unit), part of the price every candidate pays.
     count_sigma: float | None = Field(None, gt=0.0)
 
 
@@ -201,9 +202,14 @@ def plan_adadpsyn(shape: PlannerShape) -> Choice:
     The simulation runs at Tang's multiplier rounded to the grid (the cache key); the choice
     returned carries the exact multiplier, so that T = 0 is Tang's calibrated mechanism itself.
     """
-    sigma = tang_multiplier(shape)
+    return choose_at(shape.M, shape.K, tang_multiplier(shape))
+
+
+def choose_at(M: int, K: int, sigma: float) -> Choice:
+    """:func:`choose` at Tang's multiplier ``sigma`` (rounded to the grid for the
+    simulation), carrying ``sigma`` itself."""
     bucket = round(math.log(sigma) / math.log(SIGMA_GRID))
-    return dataclasses.replace(choose(shape.M, shape.K, bucket), sigma=sigma)
+    return dataclasses.replace(choose(M, K, bucket), sigma=sigma)
 
 
 def calibrated_pair(shape: PlannerShape) -> tuple[AdaDPSynParams, AdaDPSynParams]:

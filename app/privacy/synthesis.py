@@ -36,15 +36,29 @@ class SynthesisPrivacy(BaseModel):
     count_sigma: float | None = Field(
         None,
         gt=0.0,
-        description="Noise multiplier of the Gaussian release of each charged label's record "
-        "count that the job plans with (app.privacy.unit); None: the counts are public.",
+        description="Jobs planned before the dataset-level count release: the noise "
+        "multiplier of the job's own release of each label's count, priced in its event; "
+        "None: the counts are public or released once for the dataset (app.privacy.unit).",
+    )
+    label_params: dict[str, AggregatorParams] = Field(
+        default_factory=dict,
+        description="Each label's own aggregator parameters, calibrated to its own released "
+        "size (one record touches one label's partition, so each label can be held to the "
+        "job's epsilon alone); a label not here runs with ``params``.",
     )
 
     @model_validator(mode="after")
     def _aggregator_params(self) -> SynthesisPrivacy:
+        kind = type(self.params)
         if not isinstance(self.params, TangParams | AdaDPSynParams):
             raise ValueError("params must be TangParams or AdaDPSynParams")
+        if any(type(p) is not kind for p in self.label_params.values()):
+            raise ValueError("every label's params must be of the job's aggregator")
         return self
+
+    def params_for(self, label: str) -> AggregatorParams:
+        """The aggregator parameters the rounds of ``label`` run with."""
+        return self.label_params.get(label, self.params)
 
     @property
     def aggregator(self) -> Aggregator:
@@ -58,9 +72,11 @@ class SynthesisPrivacy(BaseModel):
         """How each token step samples a label partition of ``n_label`` records."""
         return sampling_for(self.accounting, n_label=n_label, M=self.M, N=self.N)
 
-    def label_event(self, n_label: int, shots: int) -> SampledEvent:
-        """The rounds of ``shots`` demonstrations of one label (tmax tokens each, worst case)."""
-        return SampledEvent(self.sampling(n_label), self.params.round_events(), shots * self.tmax)
+    def label_event(self, n_label: int, shots: int, label: str | None = None) -> SampledEvent:
+        """The rounds of ``shots`` demonstrations of one label (tmax tokens each, worst case),
+        with that label's parameters (``params`` if None)."""
+        params = self.params if label is None else self.params_for(label)
+        return SampledEvent(self.sampling(n_label), params.round_events(), shots * self.tmax)
 
     def synthesis_event(
         self, label_sizes: Mapping[str, int], shots: Mapping[str, int]
@@ -72,7 +88,7 @@ class SynthesisPrivacy(BaseModel):
         release = None if self.count_sigma is None else GaussianEvent(self.count_sigma)
         return SynthesisEvent(
             tuple(
-                LabelEvent(label, self.label_event(label_sizes[label], count), release)
+                LabelEvent(label, self.label_event(label_sizes[label], count, label), release)
                 for label, count in shots.items()
                 if count > 0
             )
@@ -86,8 +102,14 @@ class SynthesisPrivacy(BaseModel):
         return self.accountant.dataset_epsilon(event, delta)
 
     def with_free_multiplier(self, value: float) -> SynthesisPrivacy:
-        """The same privacy with the calibrated multiplier (sigma or sigma1) set to ``value``."""
+        """The same privacy with the calibrated multiplier (sigma or sigma1) set to ``value``
+        (the calibration of one label: its privacy has no per-label parameters)."""
         return self.model_copy(update={"params": self.params.with_free_multiplier(value)})
+
+    def noise_by_label(self) -> dict[str, float]:
+        """Each label's calibrated multiplier (sigma for Tang's mean, sigma1 for AdaDPSyn's
+        means): what a job's record and its quote show."""
+        return {label: params.free_multiplier for label, params in self.label_params.items()}
 
 
 def label_schedule(labels: Sequence[str], n_shots: int, rng: np.random.Generator) -> list[str]:

@@ -218,8 +218,6 @@ def run_promptdpsgd(
 ) -> SynthesisResult:
     """Train the planned job on ``records`` and return it as a result (no demonstrations;
     the prompt is the hard text that follows the soft prompt)."""
-    if len(records) != plan.n_private:
-        raise PromptDpsgdError("the private data changed since the job was planned")
     if rng is None:
         rng = make_rng(plan.config.seed)
     soft = train_soft_prompt(

@@ -181,6 +181,7 @@ def label_groups(
     delta: float,
     events: Sequence[DatasetEvent],
     labels: Sequence[str] = (),
+    counts: tuple[float, float] = (0.0, 0.0),
 ) -> list[GroupSpend]:
     """Every exposure group's composed spend, the binding one marked.
 
@@ -191,18 +192,27 @@ def label_groups(
     spend, ``ledger.spend``; the tests check that it is. Each group of the largest epsilon is
     ``binding`` (several when they tie, e.g. the labels of one job). Label names are the
     dataset's public metadata (its ``label_counts``), never record text.
+
+    ``counts``: the (epsilon, delta) of the dataset's count releases, which read every
+    label: each group adds their epsilon to its jobs' composition at ``delta`` less theirs
+    (``app.privacy.unit``).
     """
     accountant = accountant_for(accounting)
+    counts_epsilon, counts_delta = counts
+    delta -= counts_delta
     by_label, jobs, everyone, whole = _priced_by_label(events, accountant, labels)
     names: list[tuple[str, ...]] = [(label,) for label in by_label]
     if accountant.relation is Relation.REPLACE_ONE:
         names += list(itertools.combinations(list(by_label), 2))
-    if not names and everyone:
+    if not names and (everyone or counts_epsilon):
         names = [()]
     groups = []
     for group in names:
         priced = [p for label in group for p in by_label[label]] + everyone
-        epsilon = accountant.epsilon(priced, delta) if priced else 0.0
+        jobs_epsilon = accountant.epsilon(priced, delta) if priced and delta > 0 else 0.0
+        if priced and delta <= 0:
+            jobs_epsilon = math.inf
+        epsilon = counts_epsilon + jobs_epsilon
         charged = set(whole).union(*(jobs[label] for label in group))
         groups.append(GroupSpend(group, epsilon, len(charged)))
     top = max((g.epsilon for g in groups), default=0.0)
@@ -298,6 +308,12 @@ def set_budget(
         session.add(budget)
         session.commit()
         return budget
+    released_delta = budget.delta - ledger.jobs_delta(session, budget)
+    if delta <= released_delta:
+        raise InvalidError(
+            f"delta: {delta:g} must exceed {released_delta:g}, what the dataset's count "
+            "release already took of the budget's delta (docs/privacy.md, 'The count release')"
+        )
     current = ledger.spend(session, budget)
     if current.jobs and Accounting(budget.accounting) is not accounting:
         raise ConflictError(
@@ -326,10 +342,10 @@ def _below_spent_error(session: Session, asked: Budget, spent: ledger.Spend) -> 
     the smallest delta at which they fit the epsilon asked (``min_delta``; null if none below
     1). Both are rounded up (``spent`` in the message only), so that either, typed back, is
     accepted."""
-    events = ledger.live_events(session, asked.dataset_id)
-    accountant = accountant_for(Accounting(asked.accounting))
     min_delta = smallest_fitting_delta(
-        lambda delta: accountant.dataset_epsilon(events, delta), asked.epsilon, above=asked.delta
+        lambda delta: ledger.spend(session, _at_delta(asked, delta)).epsilon,
+        asked.epsilon,
+        above=asked.delta,
     )
     head = (
         f"epsilon {asked.epsilon:g} is below what is already spent or reserved at delta "
@@ -355,6 +371,16 @@ def _below_spent_error(session: Session, asked: Budget, spent: ledger.Spend) -> 
         code="budget_below_spent",
         spent=spent.epsilon if math.isfinite(spent.epsilon) else None,
         min_delta=min_delta,
+    )
+
+
+def _at_delta(budget: Budget, delta: float) -> Budget:
+    """A copy of ``budget`` (not in the session) at another delta, to price the spend at."""
+    return Budget(
+        dataset_id=budget.dataset_id,
+        epsilon=budget.epsilon,
+        delta=delta,
+        accounting=budget.accounting,
     )
 
 
@@ -395,7 +421,11 @@ def dataset_groups(
     if extra is not None:
         events.append(extra)
     labels = [str(label) for label in (dataset.label_counts or {})]
-    return label_groups(Accounting(budget.accounting), budget.delta, events, labels)
+    counts = (
+        ledger.releases_epsilon(session, budget),
+        budget.delta - ledger.jobs_delta(session, budget),
+    )
+    return label_groups(Accounting(budget.accounting), budget.delta, events, labels, counts)
 
 
 @dataclass(frozen=True)

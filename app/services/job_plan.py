@@ -66,17 +66,14 @@ def client_params(params: Mapping[str, Any] | None) -> dict[str, Any]:
     return overrides
 
 
-def plan_job(inputs: JobInputs, store: CalibrationStore | None = None) -> MethodPlan:
-    """The method's config and plan for ``inputs``, as admission makes them (nothing is
-    stored). 422 naming the parameter if the config cannot be built, 422 ``cannot_plan``
-    with the method's reason if the job cannot run on these counts. ``store``: a shared
-    cache of calibrations (the service's database) besides the process's own; the answer
-    is the same without it, only slower."""
-    method, task = inputs.method, inputs.task
+def job_config(inputs: JobInputs) -> Any:
+    """The method's validated config for ``inputs`` (their counts are not read): 422 naming
+    the parameter if it cannot be built. Admission asks before it reads any count, so that a
+    request that cannot run never causes a count release."""
     try:
-        config = configure(
-            method,
-            task,
+        return configure(
+            inputs.method,
+            inputs.task,
             epsilon=inputs.epsilon,
             delta=inputs.delta,
             shots=inputs.shots,
@@ -85,6 +82,16 @@ def plan_job(inputs: JobInputs, store: CalibrationStore | None = None) -> Method
         )
     except ParamsError as err:
         raise InvalidError(str(err)) from None
+
+
+def plan_job(inputs: JobInputs, store: CalibrationStore | None = None) -> MethodPlan:
+    """The method's config and plan for ``inputs``, as admission makes them (nothing is
+    stored). 422 naming the parameter if the config cannot be built, 422 ``cannot_plan``
+    with the method's reason if the job cannot run on these counts. ``store``: a shared
+    cache of calibrations (the service's database) besides the process's own; the answer
+    is the same without it, only slower."""
+    method, task = inputs.method, inputs.task
+    config = job_config(inputs)
     try:
         with calibration_store(store):
             return method.plan(task, config, inputs.counts)

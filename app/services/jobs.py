@@ -31,6 +31,7 @@ charge follows the one rule of :func:`close_job`: charged if it read the data, e
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 from collections.abc import Collection
 from dataclasses import dataclass
@@ -70,6 +71,7 @@ from app.synthesis.tasks import TaskSpec
 
 from .budgets import dataset_groups, display_groups
 from .calibrations import DatabaseCalibrationStore
+from .count_releases import current_release, dataset_counts
 from .datasets import get_dataset, get_live_dataset
 from .errors import ConflictError, InvalidError, NotFoundError, UnavailableError
 from .job_end import (
@@ -79,7 +81,7 @@ from .job_end import (
     lease_expired,
     released_reason,
 )
-from .job_plan import JobInputs, check_epsilon, plan_job
+from .job_plan import JobInputs, check_epsilon, job_config, plan_job
 from .job_request import JobRequest
 from .prompts import pending_validation
 from .queue import JobQueue
@@ -284,27 +286,28 @@ def plan_submission(
     delta, epsilon = request.delta, request.epsilon
     task = TaskSpec.model_validate(dataset.task)
     check_validation_dataset(session, tenant_id, request.validation_dataset_id, task)
-    counts = Counts(
-        labels={str(k): int(v) for k, v in dataset.label_counts.items()},
-        private=dataset.record_count,
-        public=public.record_count if public else 0,
-        declared_public=bool(dataset.counts_public),
-    )
     job_delta = delta if delta is not None else budget.delta
-    session.rollback()  # end the read: planning may take seconds and needs no lock
-
+    unread = Counts(None)  # the config is checked before any count is read
     inputs = JobInputs(
-        method, task, counts, epsilon, job_delta, budget_accounting, request.shots, request.params
+        method, task, unread, epsilon, job_delta, budget_accounting, request.shots, request.params
     )
+    job_config(inputs)
+    # Declared public, none (a method that plans without them), or the dataset's one count
+    # release, drawn and charged here if this is the first plan that needs it.
+    counts = dataset_counts(session, dataset, method, public.record_count if public else 0)
+    session.rollback()  # end the read: planning may take seconds and needs no lock
+    inputs = dataclasses.replace(inputs, counts=counts)
     plan = plan_job(inputs, DatabaseCalibrationStore(session.get_bind().engine))
     job = job_record(tenant_id, dataset_id, method, plan, public_dataset_id)
     job.validation_dataset_id = request.validation_dataset_id
+    release = counts.release
     return PlannedJob(
         method=method,
         plan=plan,
         job=job,
         accounting=budget_accounting,
         counts_public=counts.declared_public,
+        release_id=release.id if release is not None else None,
     )
 
 
@@ -357,6 +360,7 @@ class PlannedJob:
     job: Job
     accounting: Accounting
     counts_public: bool = False
+    release_id: str | None = None  # the count release it was planned from (None: none)
 
 
 @dataclass(frozen=True)
@@ -481,7 +485,8 @@ def submit_job(
     dataset_id, public_dataset_id = request.dataset_id, request.public_dataset_id
 
     try:
-        _check_declaration(get_live_dataset(session, tenant_id, dataset_id, lock=True), planned)
+        locked = get_live_dataset(session, tenant_id, dataset_id, lock=True)
+        _check_declaration(session, locked, planned)
         if public_dataset_id is not None:  # deleted meanwhile? (its deletion locks its row)
             get_live_dataset(session, tenant_id, public_dataset_id, lock=True)
         session.add(job)
@@ -533,15 +538,24 @@ def submit_job(
     return job
 
 
-def _check_declaration(dataset: Dataset, planned: PlannedJob) -> None:
+def _check_declaration(session: Session, dataset: Dataset, planned: PlannedJob) -> None:
     """409 ``counts_changed`` if the owner declared the counts public, or withdrew it, while
-    the job was planned (it was planned with the other setting)."""
+    the job was planned (it was planned with the other setting), or if the job was planned
+    from a count release that is no longer the one of the dataset's records."""
     if bool(dataset.counts_public) != planned.counts_public:
         raise ConflictError(
             f"dataset {dataset.id!r}: its counts_public setting changed while the job was "
             "planned; submit it again",
             code="counts_changed",
         )
+    if planned.release_id is not None:
+        current = current_release(session, dataset)
+        if current is None or current.id != planned.release_id:
+            raise ConflictError(
+                f"dataset {dataset.id!r}: its records changed while the job was planned; "
+                "submit it again",
+                code="counts_changed",
+            )
 
 
 def get_job(session: Session, tenant_id: str, job_id: str, *, lock: bool = False) -> Job:

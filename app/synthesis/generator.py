@@ -12,9 +12,13 @@ text: the only outputs are generated tokens, which are DP releases.
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
+import json
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -28,15 +32,16 @@ from app.privacy.params import (
     AdaDPSynParams,
     AdaDPSynVariant,
     Aggregator,
+    AggregatorParams,
     TangParams,
     adadpsyn_defaults,
 )
-from app.privacy.planner import PlannerShape, plan_adadpsyn
+from app.privacy.planner import PlannerShape, choose_at, tang_multiplier
 from app.privacy.rng import make_rng
 from app.privacy.sampling import Sampling
 from app.privacy.synthesis import SynthesisPrivacy, label_schedule, shots_per_label
 from app.privacy.tang import AggregationResult, gaussian_aggregate
-from app.privacy.unit import DEFAULT_DELTA, count_noise_multiplier, release_counts
+from app.privacy.unit import DEFAULT_DELTA, CountRelease, local_release
 from app.results import Demonstration, Progress, SynthesisError, SynthesisResult
 from app.synthesis.config import SynthesisConfig
 from app.synthesis.data import Record
@@ -80,21 +85,25 @@ class SynthesisPlan:
     """Everything about a token-loop job that is fixed before it reads a private record.
 
     The service draws it at admission, so the ledger charges exactly the event that will run.
+    It holds no exact count unless the data owner declared the counts public.
     """
 
     task: TaskSpec
     config: SynthesisConfig
     privacy: SynthesisPrivacy
     schedule: tuple[str, ...]  # public target label of each shot
-    # Records per partition, exact: checked against the data the job reads, never written
-    # into anything a job releases (docs/privacy.md, "Who sees what").
-    sizes: dict[str, int]
     delta: float
     # The AdaDPSyn planner's choice (app.privacy.planner), public; empty when it did not run.
-    planner: dict[str, float | int | bool] = field(default_factory=dict)
-    # The sizes of the charged partitions that sampling and pricing use: released under DP
-    # (privacy.count_sigma) or declared public (then equal to ``sizes``). Empty: no noise.
+    planner: dict[str, Any] = field(default_factory=dict)
+    # The sizes of the charged partitions that sampling and pricing use: the estimates of the
+    # dataset's count release, or the counts declared public. Empty: no noise.
     planned_sizes: dict[str, int] = field(default_factory=dict)
+    # The count release the sizes come from ("": declared public, or a local run's own).
+    release_id: str = ""
+    # A local run's own count release (``dpsyn synthesize``, studies): the run's reported
+    # epsilon and delta add its cost (app.privacy.unit). None in the service, whose release
+    # is the dataset's, charged on its own ledger line.
+    local_release: CountRelease | None = None
 
     @property
     def private(self) -> bool:
@@ -115,93 +124,171 @@ class SynthesisPlan:
             return 0.0
         return self.privacy.accountant.dataset_epsilon(self.event(), self.delta)
 
+    def reported(self) -> tuple[float, float]:
+        """The run's (epsilon, delta): the job's, plus a local run's own count release
+        (adaptive composition adds them: app.privacy.unit)."""
+        epsilon, delta = self.epsilon(), self.delta
+        if self.local_release is None:
+            return epsilon, delta
+        return epsilon + self.local_release.epsilon, delta + self.local_release.delta
+
 
 def partition_sizes(task: TaskSpec, records: Sequence[Record]) -> dict[str, int]:
     return {key: len(value) for key, value in _partitions(task, records).items()}
 
 
+def schedule_rng(config: SynthesisConfig) -> np.random.Generator:
+    """The generator of a job's label schedule: seeded by the job's public config (its seed
+    too, in a seeded run), so that the same request always plans the same schedule and
+    costs the same epsilon, in a quote and in the job it admits. The schedule is public
+    randomness over the public label set; no noise is ever drawn from this generator."""
+    body = json.dumps(config.model_dump(mode="json"), sort_keys=True).encode()
+    return np.random.default_rng(int.from_bytes(hashlib.sha256(body).digest()[:16], "big"))
+
+
 def plan_synthesis(
     task: TaskSpec,
-    sizes: dict[str, int],
+    planned_sizes: Mapping[str, int],
     config: SynthesisConfig,
-    rng: np.random.Generator,
+    release_id: str = "",
 ) -> SynthesisPlan:
-    """Validate the job, draw its public label schedule and calibrate its noise."""
-    schedule = tuple(label_schedule(list(task.target_labels()), config.shots, rng))
+    """Validate the job, draw its public label schedule and calibrate each label's noise.
+
+    ``planned_sizes``: each label's size as the job may know it, declared public
+    (``config.public_counts``) or the estimate of the dataset's count release
+    (``release_id`` names it); :class:`app.methods.base.Counts` is where they come from.
+    Deterministic: the same inputs give the same plan."""
+    schedule = tuple(label_schedule(list(task.target_labels()), config.shots, schedule_rng(config)))
     delta = config.delta if config.delta is not None else DEFAULT_DELTA
     base = _base_privacy(config)
-    job = SynthesisPlan(task, config, base, schedule, dict(sizes), delta, planned_sizes={})
+    job = SynthesisPlan(task, config, base, schedule, delta, release_id=release_id)
     if not job.private:
         return job
     charged = job.charged()
-    privacy, planned_sizes = _planning_sizes(base, sizes, charged, config, delta, rng)
-    planner: dict[str, float | int | bool] = {}
-    if _planned(config):
-        choice = plan_adadpsyn(
-            PlannerShape(
-                M=config.M,
-                K=config.K,
-                N=config.N,
-                tmax=config.tmax,
-                label_sizes=planned_sizes,
-                shots=charged,
-                epsilon=config.epsilon,
-                delta=delta,
-                accounting=config.accounting,
-                count_sigma=privacy.count_sigma,
-            )
-        )
-        privacy = privacy.model_copy(update={"params": choice.params()})
-        planner = choice.public_stats()
-    # No checks planned: sigma1 is Tang's calibrated sigma, the same event at the same price
-    # (a clip changes the sensitivity, not the multiplier); without a clip the job is Tang's
-    # job draw for draw. Otherwise sigma1 is calibrated as usual.
-    if math.isfinite(config.epsilon) and planner.get("planner_T") != 0:
-        privacy = calibrate_noise(
-            privacy,
-            label_sizes=planned_sizes,
-            shots=charged,
-            target_epsilon=config.epsilon,
-            delta=delta,
-        ).privacy
+    sizes = _planning_sizes(planned_sizes, charged, config)
+    privacy, planner = _calibrated(base, sizes, charged, config, delta)
     for label in charged:  # fails early if, e.g., M*N exceeds a partition (paper sampling)
-        privacy.sampling(planned_sizes[label])
-    return SynthesisPlan(
-        task, config, privacy, schedule, dict(sizes), delta, planner, planned_sizes
-    )
+        privacy.sampling(sizes[label])
+    return SynthesisPlan(task, config, privacy, schedule, delta, planner, sizes, release_id)
 
 
 def _planning_sizes(
-    privacy: SynthesisPrivacy,
-    sizes: dict[str, int],
-    charged: dict[str, int],
-    config: SynthesisConfig,
-    delta: float,
-    rng: np.random.Generator,
-) -> tuple[SynthesisPrivacy, dict[str, int]]:
-    """The sizes of the charged partitions that the job plans with (sampling rate, noise, the
-    planner), and the privacy that pays for them (``app.privacy.unit``).
-
-    Counts declared public are used as they are; a label without records then stops the job
-    here (its count is public). Otherwise each count is released with the Gaussian mechanism
-    at :data:`COUNT_SHARE` of the budget (no epsilon = inf job needs it: it has no guarantee
-    to keep), and nothing later reads the exact counts: a label without records runs with
-    empty teachers rather than failing on a count no mechanism released.
+    planned_sizes: Mapping[str, int], charged: dict[str, int], config: SynthesisConfig
+) -> dict[str, int]:
+    """The sizes of the charged partitions. Counts declared public are used as they are, and
+    a label without records then stops the job here (its count is public). Released
+    estimates are at least 1, so a label without records runs with empty teachers rather
+    than failing on a count no mechanism released. Paper accounting needs the counts public.
     """
-    exact = {label: sizes.get(label, 0) for label in charged}
+    sizes = {label: int(planned_sizes.get(label, 0)) for label in charged}
     if config.public_counts or math.isinf(config.epsilon):
-        empty = sorted(label for label, n in exact.items() if n == 0)
+        empty = sorted(label for label, n in sizes.items() if n == 0)
         if empty:
             raise SynthesisError(f"no private records with label(s) {', '.join(empty)}")
-        return privacy, exact
+        return sizes
     if config.accounting is Accounting.PAPER:
         raise SynthesisError(
             "paper accounting draws exactly M*N records from each label, which needs the "
             "label counts public: declare them public (public_counts) or use tight accounting"
         )
-    sigma = count_noise_multiplier(config.epsilon, delta)
-    released = release_counts(exact, sigma, rng)
-    return privacy.model_copy(update={"count_sigma": sigma}), released
+    return {label: max(1, n) for label, n in sizes.items()}
+
+
+def _calibrated(
+    base: SynthesisPrivacy,
+    sizes: dict[str, int],
+    charged: dict[str, int],
+    config: SynthesisConfig,
+    delta: float,
+) -> tuple[SynthesisPrivacy, dict[str, Any]]:
+    """Each charged label's parameters, calibrated to the job's epsilon on its own.
+
+    Why per label: under add/remove neighbours one record is in one label's partition, so
+    the job's epsilon is the largest of its labels' (``Accountant.exposures``), and each
+    label can take the noise that its own size and shots need; one multiplier for all would
+    give every label the noise of the smallest. AdaDPSyn's planner picks its constants once
+    per job (:func:`_planner_choice`); each label runs them at its own multiplier."""
+    shapes = {label: ({label: sizes[label]}, {label: shots}) for label, shots in charged.items()}
+    choice, planner = _planner_choice(shapes, config, delta) if _planned(config) else (None, {})
+    label_params: dict[str, Any] = {}
+    for label, (one_size, one_shots) in shapes.items():
+        privacy = base
+        if choice is not None:
+            privacy = base.model_copy(update={"params": choice[label]})
+        # No checks planned: sigma1 is Tang's calibrated sigma, the same event at the same
+        # price (a clip changes the sensitivity, not the multiplier); without a clip the job
+        # is Tang's job draw for draw. Otherwise sigma1 is calibrated as usual.
+        if math.isfinite(config.epsilon) and planner.get("planner_T") != 0:
+            privacy = calibrate_noise(
+                privacy,
+                label_sizes=one_size,
+                shots=one_shots,
+                target_epsilon=config.epsilon,
+                delta=delta,
+            ).privacy
+        label_params[label] = privacy.params
+    first = next(iter(label_params.values()))
+    return base.model_copy(update={"params": first, "label_params": label_params}), planner
+
+
+def _planner_choice(
+    shapes: Mapping[str, tuple[dict[str, int], dict[str, int]]],
+    config: SynthesisConfig,
+    delta: float,
+) -> tuple[dict[str, AdaDPSynParams], dict[str, Any]]:
+    """AdaDPSyn's constants for each label: the planner's choice (``app.privacy.planner``)
+    made once, at the median of the labels' Tang multipliers, then set at each label's own
+    multiplier; and the choice's public stats (``planner_tang_sigma`` is that median).
+
+    Once per job, not per label: a choice costs seconds of simulation per multiplier, and
+    the labels of a job differ in multiplier by a few buckets of the planner's grid, where
+    its choice rarely changes."""
+    tang = {
+        label: tang_multiplier(_shape(config, delta, one_size, one_shots))
+        for label, (one_size, one_shots) in shapes.items()
+    }
+    reference = float(np.median(list(tang.values())))
+    choice = choose_at(config.M, config.K, reference)
+    params = {label: choice.candidate.params(sigma) for label, sigma in tang.items()}
+    return params, choice.public_stats()
+
+
+def _shape(
+    config: SynthesisConfig, delta: float, sizes: dict[str, int], shots: dict[str, int]
+) -> PlannerShape:
+    return PlannerShape(
+        M=config.M,
+        K=config.K,
+        N=config.N,
+        tmax=config.tmax,
+        label_sizes=sizes,
+        shots=shots,
+        epsilon=config.epsilon,
+        delta=delta,
+        accounting=config.accounting,
+    )
+
+
+def plan_local(
+    task: TaskSpec,
+    records: Sequence[Record],
+    config: SynthesisConfig,
+    rng: np.random.Generator,
+) -> SynthesisPlan:
+    """A run's plan straight from its records (a local run, no service): the counts are
+    declared public (``config.public_counts``), or released here at
+    :data:`~app.privacy.unit.COUNT_RELEASE_SHARE` of the run's target, the job taking the
+    rest; the plan's :meth:`SynthesisPlan.reported` cost adds the two."""
+    sizes = partition_sizes(task, records)
+    release = local_release(sizes, config.public_counts, config.epsilon, config.delta, rng)
+    if release is None:
+        return plan_synthesis(task, sizes, config)
+    delta = config.delta if config.delta is not None else DEFAULT_DELTA
+    job = config.model_copy(
+        update={"epsilon": config.epsilon - release.epsilon, "delta": delta - release.delta}
+    )
+    plan = plan_synthesis(task, release.estimates(), job)
+    return dataclasses.replace(plan, local_release=release)
 
 
 def _planned(config: SynthesisConfig) -> bool:
@@ -217,9 +304,8 @@ def _planned(config: SynthesisConfig) -> bool:
 
 
 def _aggregator(
-    privacy: SynthesisPrivacy,
+    params: AggregatorParams,
 ) -> Callable[[np.ndarray, np.random.Generator], AggregationResult]:
-    params = privacy.params
     if isinstance(params, TangParams):
         return lambda probs, rng: gaussian_aggregate(probs, params, rng)
     return lambda probs, rng: adadpsyn_aggregate(probs, params, rng)
@@ -299,13 +385,10 @@ def _synthesize(
     """The body of :func:`synthesize`."""
     rng = make_rng(config.seed)
     parts = _partitions(task, records)
-    sizes = {key: len(value) for key, value in parts.items()}
     if job is None:
-        job = plan_synthesis(task, sizes, config, rng)
-    elif job.sizes != sizes:
-        raise SynthesisError("the dataset changed since the job was planned")
+        job = plan_local(task, records, config, rng)
     privacy, schedule, private = job.privacy, job.schedule, job.private
-    aggregate = _aggregator(privacy)
+    aggregators = {label: _aggregator(privacy.params_for(label)) for label in set(schedule)}
     stop_ids = set(backend.newline_ids) | {backend.eos_id}
     stops = np.array(sorted(stop_ids), dtype=np.int64)
     # Always offer end-of-sequence and a plain newline, so a demonstration can end.
@@ -332,7 +415,10 @@ def _synthesize(
             probs = _teacher_probs(task, active, token_sets, parts, samplings, backend, rng)
             calls += 1
             per_shot = probs.reshape(len(active), privacy.M, -1)
-            released = [aggregate(p, rng).distribution for p in per_shot]
+            released = [
+                aggregators[s.label](p, rng).distribution
+                for s, p in zip(active, per_shot, strict=True)
+            ]
         else:  # epsilon = 0: the instruction-only baseline, greedy on the public prompt
             released = list(backend.next_token_probs(public, np.array(token_sets)))
             calls += 1
@@ -348,14 +434,15 @@ def _synthesize(
             progress(min(done, planned), planned)
 
     demos, empty = _demonstrations(shots, backend)
+    epsilon, delta = job.reported()
     return SynthesisResult(
         task=task.name,
         method=config.method.value if private else "instruction-only",
         model=backend.name,
         demonstrations=demos,
         prompt=demonstration_prompt(task, [(d.label, d.text) for d in demos]),
-        epsilon=job.epsilon(),
-        delta=job.delta,
+        epsilon=epsilon,
+        delta=delta,
         plan=privacy.model_dump(mode="json"),  # the result's key for it
         event=to_dict(job.event()),
         # Wall time and prompt-token counts are left out: they depend on the lengths of the
