@@ -52,7 +52,7 @@ import numpy as np
 from app.privacy.adadpsyn import pooled_aggregate_steps
 from app.privacy.params import AdaDPSynParams
 from app.privacy.planner import PlannerShape, calibrated_pair, mixture
-from app.privacy.unit import DEFAULT_DELTA, count_noise_multiplier
+from app.privacy.unit import DEFAULT_DELTA
 
 N, TMAX = 2, 30
 # labels -> records per label; 4 shots spread over the labels, at most 2 per label.
@@ -79,7 +79,6 @@ def shape(labels: int, M: int, K: int, epsilon: float) -> PlannerShape:
         shots=shots,
         epsilon=epsilon,
         delta=DEFAULT_DELTA,
-        count_sigma=count_noise_multiplier(epsilon, DEFAULT_DELTA),
     )
 
 
@@ -205,7 +204,6 @@ def trace_shape(shape: dict, epsilon: float) -> PlannerShape:
         shots=shape["shots"],
         epsilon=epsilon,
         delta=shape["delta"],
-        count_sigma=count_noise_multiplier(epsilon, shape["delta"]),
     )
 
 

@@ -32,7 +32,7 @@ import app.synthesis.generator as generator
 from app.eval.datasets import default_data_dir, load_split
 from app.eval.experiment import ExperimentConfig, Setting, pick_test_subset, run_one
 from app.llm.factory import BackendKind, make_backend
-from app.privacy.planner import Choice, PlannerShape, plan_adadpsyn
+from app.privacy.planner import Choice, choose_at
 from app.synthesis.tasks import BUILTIN_TASKS
 
 METHODS = ("tang", "adadpsyn")
@@ -41,12 +41,12 @@ METHODS = ("tang", "adadpsyn")
 def _recording_planner(into: dict[str, Any]) -> None:
     """Have the token loop's planning note the planner's choice in ``into`` (public stats)."""
 
-    def plan(shape: PlannerShape) -> Choice:
-        choice = plan_adadpsyn(shape)
+    def plan(M: int, K: int, sigma: float) -> Choice:
+        choice = choose_at(M, K, sigma)
         into.update(choice.public_stats())
         return choice
 
-    generator.plan_adadpsyn = plan
+    generator.choose_at = plan
 
 
 def run(dataset: str, epsilon: float, seeds: list[int], shots: int, out: Path) -> None:

@@ -178,7 +178,7 @@ def engine_comparison(args: argparse.Namespace, task, records, config) -> int:
     """The same job on the vLLM server and on the local backend: times and cache hits."""
     from app.llm.vllm_http import VLLMHttpBackend, served_model
 
-    job = plan_synthesis(task, partition_sizes(task, records), config, make_rng(args.seed))
+    job = plan_synthesis(task, partition_sizes(task, records), config)
     runs = []
     with VLLMHttpBackend(url=args.vllm, model=served_model(args.vllm), timeout=600) as remote:
         _ = remote.eos_id, remote.newline_ids  # one-time lookups, not the job's
@@ -247,7 +247,7 @@ def best_of(repeats: int, call: Callable[[], object]) -> float:
 def step_batch(backend, task, records, job: SynthesisPlan, seed: int):
     """The first step's teacher prompts and token sets, drawn as ``synthesize`` draws them."""
     rng = make_rng(seed)
-    schedule, sizes = job.schedule, job.sizes
+    schedule, sizes = job.schedule, job.planned_sizes
     parts = {label: [r for r in records if r.label == label] for label in set(schedule)}
     public = [backend.tokenize(public_prompt(task, label, "")) for label in schedule]
     top = backend.top_k(public, job.config.K)
@@ -346,7 +346,7 @@ def main() -> int:
     _ = backend.newline_ids  # a one-time cost of the backend (decodes the vocabulary), not the loop
     # Planning (calibration) happens before the loop: the service does it at admission.
     start = time.perf_counter()
-    job = plan_synthesis(task, partition_sizes(task, records), config, make_rng(args.seed))
+    job = plan_synthesis(task, partition_sizes(task, records), config)
     plan_s = time.perf_counter() - start
     if args.incremental_only:
         ok = incremental_comparison(

@@ -139,7 +139,7 @@ def record(job: Job, backend: LLMBackend, data_dir: Path, seed: int) -> tuple[np
         task.name, M=job.M, N=job.N, shots=job.shots, tmax=TMAX, epsilon=EPSILON, seed=seed
     )
     sizes = partition_sizes(task, records)
-    plan = plan_synthesis(task, sizes, config, np.random.default_rng(seed))
+    plan = plan_synthesis(task, sizes, config)
     with kv_scope(backend) as scoped:
         recorder = Recorder(scoped, job.M)
         synthesize(task, records, config, recorder, job=plan)  # type: ignore[arg-type]

@@ -28,6 +28,7 @@ from app.db.models import (
     Job,
     KeyScope,
     LedgerEntry,
+    LedgerKind,
     PromptSet,
 )
 from app.eval.advice import AdviceConfig
@@ -48,6 +49,7 @@ from app.privacy.budget import Epsilon
 from app.privacy.unit import DEFAULT_DELTA
 from app.services.budgets import (
     BudgetView,
+    CountReleaseView,
     DatasetSpend,
     DeltaSource,
     GroupSpend,
@@ -55,7 +57,7 @@ from app.services.budgets import (
     display_groups,
 )
 from app.services.job_request import MAX_SHOTS, JobRequest, RegisteredMethod
-from app.services.jobs import GroupChange, Quote, charge_note
+from app.services.jobs import GroupChange, Quote, charge_note, label_noise
 from app.services.rows import stored_plan
 from app.services.storable import DATASET_NAME_MAX_CHARS, find_problem
 from app.services.tenants import KEY_NAME_MAX_CHARS, key_name_problem
@@ -348,8 +350,17 @@ class BudgetUpdate(_Request):
 
 
 class LedgerEventPublic(BaseModel):
-    kind: str
-    job_id: str
+    kind: str = Field(
+        description="reserve, commit or release (a job's charge), or counts (the dataset's "
+        "count release, charged once: see BudgetPublic.count_releases)."
+    )
+    job_id: str = Field(
+        description="The job the entry charges; for kind counts, the count release's ID "
+        "(also in count_release_id), which names no job."
+    )
+    count_release_id: str | None = Field(
+        None, description="For kind counts, the count release it charges; null otherwise."
+    )
     epsilon: float
     delta: float
     created_at: Timestamp
@@ -357,7 +368,7 @@ class LedgerEventPublic(BaseModel):
     reason: str | None = Field(
         None,
         description="A commit's or release's reason in plain words (why the job was charged "
-        "or its reservation given back); null for a reserve.",
+        "or its reservation given back); null for a reserve and a count release.",
     )
 
     @classmethod
@@ -367,11 +378,44 @@ class LedgerEventPublic(BaseModel):
         return cls(
             kind=row.kind,
             job_id=row.job_id,
+            count_release_id=row.job_id if row.kind == LedgerKind.COUNTS else None,
             epsilon=row.epsilon,
             delta=row.delta,
             created_at=row.created_at,
             event=event,
             reason=str(reason) if reason is not None else None,
+        )
+
+
+class CountReleasePublic(BaseModel):
+    """One release of the dataset's per-label record counts: drawn once for one version of
+    its records, when a plan first needed them, and charged once to the budget as its own
+    ledger entry (kind counts); every quote, refusal and job of those records reads it.
+    Its released values are not shown: its noise and cost are."""
+
+    id: str
+    epsilon: float = Field(description="What it costs under the budget's accounting.")
+    delta: float = Field(description="The share of the budget's delta it took.")
+    sigma: float = Field(description="Its noise multiplier (per label count, sensitivity 1).")
+    share: float = Field(description="epsilon / the budget's epsilon.")
+    labels: list[str] = Field(description="The labels whose counts it released.")
+    current: bool = Field(
+        description="It is the release of the dataset's records as they are now (false: of "
+        "records since changed; a new release was, or will be, charged for them)."
+    )
+    created_at: Timestamp
+
+    @classmethod
+    def from_view(cls, release: CountReleaseView, budget_epsilon: float) -> CountReleasePublic:
+        return cls(
+            id=release.id,
+            epsilon=release.epsilon,
+            delta=release.delta,
+            sigma=release.sigma,
+            share=release.epsilon / budget_epsilon if budget_epsilon > 0 else 0.0,
+            labels=list(release.labels),
+            current=release.current,
+            created_at=release.created_at,
         )
 
 
@@ -422,8 +466,25 @@ class BudgetPublic(BaseModel):
         description="A warning about the accounting (paper accounting on a dataset whose "
         "counts are not declared public: its jobs are refused); null when there is none.",
     )
-    spent: float = Field(description="Composition of live jobs by the accountant, at delta.")
-    plain_sum: float = Field(description="Sum of the live jobs' own epsilons.")
+    spent: float = Field(
+        description="The dataset's spend: its count releases' epsilon plus the composition "
+        "of its live jobs by the accountant, at delta less the releases'."
+    )
+    plain_sum: float = Field(
+        description="Sum of the live jobs' own epsilons and the count releases'."
+    )
+    counts_epsilon: float = Field(
+        0.0,
+        description="The count releases' part of spent (and of plain_sum): charged once for "
+        "the dataset, not by any job; 0 when none was drawn (counts declared public, or no "
+        "job planned yet).",
+    )
+    count_releases: list[CountReleasePublic] = Field(
+        default_factory=list,
+        description="The dataset's count releases, oldest first: one per version of its "
+        "records that a plan needed (empty for counts declared public, and for ledgers "
+        "written before releases were charged once).",
+    )
     remaining: float
     live_jobs: int
     warn_threshold: float = Field(description="Share of the budget at which it is flagged.")
@@ -451,6 +512,8 @@ class BudgetPublic(BaseModel):
             accounting_note=view.accounting_note,
             spent=view.spend.epsilon,
             plain_sum=view.spend.plain_sum,
+            counts_epsilon=view.spend.counts_epsilon,
+            count_releases=[CountReleasePublic.from_view(r, total) for r in view.releases],
             remaining=view.remaining,
             live_jobs=view.spend.jobs,
             warn_threshold=view.budget.warn_threshold,
@@ -471,6 +534,9 @@ class BudgetSummary(BaseModel):
     name: str
     epsilon: float
     spent: float
+    counts_epsilon: float = Field(
+        0.0, description="The count releases' part of spent (charged once for the dataset)."
+    )
     remaining: float
     spent_fraction: float
     warn_threshold: float
@@ -488,6 +554,7 @@ class BudgetSummary(BaseModel):
             name=row.dataset.name,
             epsilon=row.budget.epsilon,
             spent=row.spend.epsilon,
+            counts_epsilon=row.spend.counts_epsilon,
             remaining=row.remaining or 0.0,
             spent_fraction=row.fraction or 0.0,
             warn_threshold=row.budget.warn_threshold,
@@ -654,6 +721,16 @@ class JobQuote(BaseModel):
     plain_sum_after: float
     fits: bool = Field(description="spent_after is within the budget: it would be admitted.")
     groups: list[GroupQuote] = Field(description="Per label group, where groups are priced.")
+    noise: dict[str, float] = Field(
+        default_factory=dict,
+        description="Each label's noise multiplier (sigma) as the job would be planned: each "
+        "label is calibrated to its own released size (token-loop methods; empty for others).",
+    )
+    counts_epsilon: float = Field(
+        0.0,
+        description="The dataset's count release's part of spent and spent_after: charged "
+        "once for the dataset (when its first plan needed the counts), never again by a job.",
+    )
 
     @classmethod
     def from_quote(cls, dataset_id: str, quote: Quote, groups: list[GroupChange]) -> JobQuote:
@@ -668,6 +745,8 @@ class JobQuote(BaseModel):
             plain_sum_after=quote.spend_after.plain_sum,
             fits=quote.fits,
             groups=[GroupQuote.from_change(g) for g in groups],
+            noise=dict(quote.noise),
+            counts_epsilon=quote.spend_now.counts_epsilon,
         )
 
 
@@ -696,10 +775,24 @@ class JobPublic(BaseModel):
     accounting: str | None
     counts: CountsMode | None = Field(
         None,
-        description="How the job knew the dataset's per-label record counts: released (under "
-        "DP, charged inside the job's event) or declared_public (the owner's opt-in on the "
-        "dataset when the job was admitted); null: the method reads no counts, or the job "
-        "was planned before counts were private (issue 32).",
+        description="How the job knew the dataset's per-label record counts: released (from "
+        "the dataset's count release, charged once to its budget: count_release_id; jobs "
+        "planned before issue 41 released and charged their own, inside their event) or "
+        "declared_public (the owner's opt-in on the dataset when the job was admitted); null: "
+        "the method reads no counts, or the job was planned before counts were private "
+        "(issue 32).",
+    )
+    count_release_id: str | None = Field(
+        None,
+        description="The dataset's count release the job was planned from (its ledger entry "
+        "is of kind counts); null: none (declared public, a method that reads no counts, or "
+        "a job planned before issue 41).",
+    )
+    noise: dict[str, float] = Field(
+        default_factory=dict,
+        description="Each label's noise multiplier (sigma), as the job's plan calibrated it "
+        "to the label's own released size (token-loop methods); empty for other methods and "
+        "for jobs planned before labels had their own noise (issue 41).",
     )
     shots: int
     progress_note: str | None = Field(
@@ -771,6 +864,8 @@ class JobPublic(BaseModel):
             delta=row.delta,
             accounting=accounting,
             counts=method.counts_mode(stored) if method else None,
+            count_release_id=_count_release_id(stored),
+            noise=label_noise(method, stored.config),
             shots=shots,
             cancel_requested=row.cancel_requested,
             read_private_data=bool(row.touched_data),
@@ -810,6 +905,12 @@ class JobPublic(BaseModel):
                 return "complete"
             return note if note.startswith("complete") else f"complete ({note})"
         return f"{self.progress.done}/{self.progress.total} {self.progress.unit}"
+
+
+def _count_release_id(stored: Stored) -> str | None:
+    """The count release a job's stored config names (None: none, or an older job)."""
+    release = stored.config.get("count_release")
+    return str(release) if isinstance(release, str) and release else None
 
 
 def _params_used(method: Method, stored: Stored) -> dict[str, Any]:

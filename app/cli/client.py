@@ -575,11 +575,40 @@ def _print_budget(budget: dict[str, Any], *, history: bool) -> None:
     )
     if "warn_threshold" in budget:
         typer.echo(f"warns at {percent_text(budget['warn_threshold'])} of the budget")
+    _print_count_releases(budget)
     _print_delta(budget)
     _print_label_groups(budget.get("label_groups") or [])
     if history and budget["history"]:
         typer.echo("ledger:")
         _print_ledger(budget["history"])
+
+
+def share_text(fraction: float) -> str:
+    """A count release's share of the budget, to the digits it has (its epsilon is the
+    share's, recomputed from its noise: 0.04998 reads "5%", not a floored "4%")."""
+    return f"{fraction * 100:.3g}%"
+
+
+def _print_count_releases(budget: dict[str, Any]) -> None:
+    """The dataset's count release(s), each a line of its own: charged once for the dataset
+    (once per version of its records), not by any job. Nothing for a server or a ledger
+    without one."""
+    for release in budget.get("count_releases") or []:
+        which = "" if release.get("current", True) else " (of records since changed)"
+        out.print(
+            f"count release: epsilon {spend_text(release['epsilon'])} "
+            f"({share_text(release['share'])} of the budget) at delta {release['delta']:.3g}, "
+            f"noise sigma {release['sigma']:.4g} per label count, once for this "
+            f"dataset{which}",
+            markup=False,
+        )
+
+
+def _ledger_job(entry: dict[str, Any]) -> str:
+    """An entry's job cell: the job, or the count release a ``counts`` entry charges."""
+    if entry["kind"] == "counts":
+        return f"count release {entry.get('count_release_id') or entry['job_id']}"
+    return str(entry["job_id"])
 
 
 def _print_ledger(history: list[dict[str, Any]]) -> None:
@@ -590,7 +619,7 @@ def _print_ledger(history: list[dict[str, Any]]) -> None:
             [
                 entry["created_at"][:19],
                 entry["kind"],
-                entry["job_id"],
+                _ledger_job(entry),
                 f"{entry['epsilon']:.4g}",
                 f"{entry['delta']:.3g}",
                 entry.get("reason") or "",
@@ -725,7 +754,8 @@ def budget_list(
         return
     tenant = ["tenant"] if all_tenants else []
     print_rows(
-        [*tenant, "dataset", "name", "budget", "spent", "used", "warn at", "level", "jobs"],
+        [*tenant, "dataset", "name", "budget", "spent", "counts", "used", "warn at", "level",
+         "jobs"],
         [
             [
                 *([row.get("tenant_name") or row.get("tenant_id", "-")] if all_tenants else []),
@@ -733,6 +763,7 @@ def budget_list(
                 row["name"],
                 f"{row['epsilon']:g}",
                 spend_text(row["spent"]),
+                _counts_cell(row),
                 budget_percent(row["spent_fraction"]),
                 percent_text(row["warn_threshold"]),
                 row["level"],
@@ -740,7 +771,18 @@ def budget_list(
             ]
             for row in rows
         ],
-    )
+    )  # fmt: skip
+    if any(row.get("counts_epsilon") for row in rows):
+        typer.echo(
+            "counts: the part of the spend that is the dataset's count release, charged once "
+            "for the dataset ('dpsyn budget show DATASET')"
+        )
+
+
+def _counts_cell(row: dict[str, Any]) -> str:
+    """The count release's part of a budget's spend ("-": none, or an older server)."""
+    counts = row.get("counts_epsilon")
+    return spend_text(counts) if counts else "-"
 
 
 @budget_app.command("ledger")
@@ -754,7 +796,8 @@ def budget_ledger(
     key: KeyOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """A dataset's ledger: every reserve, commit and release, oldest first."""
+    """A dataset's ledger: every reserve, commit and release, and its count release
+    (kind counts, charged once), oldest first."""
     try:
         with Api(url, key) as api:
             if csv:
@@ -1115,12 +1158,14 @@ def jobs_quote(
     as_json: JsonOpt = False,
 ) -> None:
     """What a job would cost, before it is submitted (the dashboard's "Check the cost"):
-    planned and checked as 'jobs submit' plans it, nothing reserved. The dataset's spend is
-    composed, so a job may add less than its own epsilon to it, or nothing.
+    planned and checked as 'jobs submit' plans it, nothing reserved, with each label's noise
+    multiplier. The dataset's spend is composed, so a job may add less than its own epsilon
+    to it, or nothing.
 
-    Another job admitted meanwhile changes the spend; and with fewer shots than labels the
-    labels a job demonstrates are drawn when it is planned, so the submission may charge
-    other label groups than the quote did."""
+    The same request plans the same job (the same epsilon, noise and labels) in every quote
+    and in its submission; another job admitted meanwhile changes the spend. The first plan
+    of a dataset whose counts are not declared public draws its count release, charged once
+    to the budget (the quote's spend includes it)."""
     try:
         fields = _job_fields(dataset, epsilon, method, shots, delta, accounting)
         fields["public_dataset_id"] = public_dataset
@@ -1148,6 +1193,13 @@ def print_quote(quote: dict[str, Any]) -> None:
         f"{spend_text(after)} ({budget_percent(after / budget)}) if admitted; a plain sum "
         f"would say {spend_text(quote['plain_sum_after'])}"
     )
+    if quote.get("counts_epsilon"):
+        typer.echo(
+            f"of which the dataset's count release: epsilon {spend_text(quote['counts_epsilon'])} "
+            f"({share_text(quote['counts_epsilon'] / budget)} of the budget), charged once for "
+            "the dataset, not by this job"
+        )
+    _print_noise(quote.get("noise") or {})
     if quote["fits"]:
         typer.echo(f"fits: {spend_text(max(budget - after, 0.0))} would remain")
     else:
@@ -1156,6 +1208,14 @@ def print_quote(quote: dict[str, Any]) -> None:
         )
     if quote["groups"]:
         _print_group_changes(quote["groups"])
+
+
+def _print_noise(noise: dict[str, float]) -> None:
+    """Each label's noise multiplier, one line (each label is calibrated to its own
+    released size); nothing when the method has none per label."""
+    if noise:
+        listed = ", ".join(f"{label} {sigma:.4g}" for label, sigma in noise.items())
+        out.print(f"noise sigma per label: {listed}", markup=False)
 
 
 def _print_group_changes(groups: list[dict[str, Any]]) -> None:
@@ -1197,7 +1257,8 @@ def _print_job(job: dict[str, Any], as_json: bool) -> None:
 
 # What a job's ``counts`` field says, in words.
 JOB_COUNTS = {
-    "released": "released under DP inside the job (charged in its epsilon) and planned with",
+    "released": "planned with the dataset's count release (released once under DP, charged "
+    "once to its budget: 'dpsyn budget show')",
     "declared_public": "declared public by the dataset's owner: planned with the exact counts, "
     "none released",
 }
@@ -1216,6 +1277,7 @@ def jobs_show(
     if not as_json:
         if (counts := JOB_COUNTS.get(job.get("counts") or "")) is not None:
             out.print(f"label counts: {counts}", markup=False)
+        _print_noise(job.get("noise") or {})
         submitter = job.get("submitted_by")
         out.print(
             f"submitted by key {submitter}" if submitter else "submitter not recorded",

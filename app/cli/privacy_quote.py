@@ -49,10 +49,11 @@ from app.privacy.events import (
     DatasetEvent,
     describe_event,
     event_parts,
+    noise_by_partition,
     noise_multipliers,
     to_dict,
 )
-from app.privacy.unit import DEFAULT_DELTA
+from app.privacy.unit import COUNT_RELEASE_SHARE, DEFAULT_DELTA
 from app.services.errors import ServiceError
 from app.services.job_plan import JobInputs, check_epsilon, plan_job
 from app.synthesis.tasks import TaskSpec, get_task
@@ -106,8 +107,8 @@ PublicCountsOpt = Annotated[
         "--public-counts",
         help="Price a job on a dataset whose owner declared its records per label public: "
         "it plans with the exact counts (needed for --accounting paper). Default: the job "
-        "releases the counts it plans with under DP, within its epsilon (so the noise "
-        "printed varies a little from run to run).",
+        "plans with the dataset's one count release, priced here as if it had estimated "
+        "--n-label per label (the release itself is charged once per dataset).",
     ),
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON.")]
@@ -232,6 +233,12 @@ def _quote_fields(
         "accounting": inputs.accounting.value,
         "counts_public": inputs.counts.declared_public,
         "noise_multipliers": list(noise_multipliers(event)),
+        # each label's own, where the job's noise is calibrated per label (the token loop)
+        "noise_by_label": {k: list(v) for k, v in noise_by_partition(event).items()},
+        # charged once per dataset, beside its jobs, when they plan with released counts
+        "count_release_share": None
+        if inputs.counts.declared_public or not method.reads_counts
+        else COUNT_RELEASE_SHARE,
         "event": to_dict(event),
         "settings": method.settings(stored),
         "config": dict(stored.config),
@@ -254,4 +261,12 @@ def _quote_text(quote: dict[str, Any], event: DatasetEvent) -> str:
     lines += [f"  {describe_event(part)}" for part in event_parts(event)]
     noise = ", ".join(f"{value:.4g}" for value in quote["noise_multipliers"]) or "none"
     lines.append(f"noise multipliers: {noise}")
+    for label, values in quote["noise_by_label"].items():
+        lines.append(f"  {label}: {', '.join(f'{v:.4g}' for v in values)}")
+    if quote["count_release_share"] is not None:
+        lines.append(
+            "plus, once per dataset, the release of its label counts that every plan reads: "
+            f"{quote['count_release_share']:.0%} of the budget's epsilon and delta by default "
+            "(DPSYN_COUNT_RELEASE_SHARE; docs/privacy.md, 'The count release')"
+        )
     return "\n".join(lines)

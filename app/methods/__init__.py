@@ -28,6 +28,17 @@ _EXPORTS = {
     # the interface and what a method is given (app.methods.base, .params, .registry)
     "Counts": "app.methods.base",
     "CountsMode": "app.methods.base",
+    "DeclaredCounts": "app.methods.base",
+    "LocalPlan": "app.methods.base",
+    "plan_local": "app.methods.base",
+    # the counts a plan reads: the dataset's one release (app.privacy.unit), and its helpers
+    "CountRelease": "app.privacy.unit",
+    "COUNT_RELEASE_SHARE": "app.privacy.unit",
+    "DEFAULT_DELTA": "app.privacy.unit",
+    "count_noise_multiplier": "app.privacy.unit",
+    "local_release": "app.privacy.unit",
+    "posterior_mean": "app.privacy.unit",
+    "release_counts": "app.privacy.unit",
     "JobConfig": "app.methods.base",
     "Method": "app.methods.base",
     "MethodPlan": "app.methods.base",
@@ -60,17 +71,22 @@ _EXPORTS = {
     "demonstration_prompt": "app.synthesis.prompts",
 }
 __all__ = [
+    "COUNT_RELEASE_SHARE",
+    "DEFAULT_DELTA",
     "Accounting",
     "ComposedEvent",
+    "CountRelease",
     "Counts",
     "CountsMode",
     "DatasetEvent",
+    "DeclaredCounts",
     "Demonstration",
     "DpsgdEvent",
     "GaussianEvent",
     "JobConfig",
     "LLMBackend",
     "LaplaceEvent",
+    "LocalPlan",
     "Method",
     "MethodPlan",
     "Param",
@@ -85,10 +101,15 @@ __all__ = [
     "SynthesisResult",
     "TaskSpec",
     "accountant_for",
+    "count_noise_multiplier",
     "declare",
     "demonstration_prompt",
+    "local_release",
+    "plan_local",
+    "posterior_mean",
     "register",
     "registered",
+    "release_counts",
     "to_dict",
     "unregister",
 ]
@@ -108,12 +129,32 @@ if TYPE_CHECKING:  # the same names, for type checkers (at run time: __getattr__
         SynthesisEvent,
         to_dict,
     )
+    from app.privacy.unit import (
+        COUNT_RELEASE_SHARE,
+        DEFAULT_DELTA,
+        CountRelease,
+        count_noise_multiplier,
+        local_release,
+        posterior_mean,
+        release_counts,
+    )
     from app.results import Demonstration, Progress, SynthesisResult
     from app.synthesis.data import Record
     from app.synthesis.prompts import demonstration_prompt
     from app.synthesis.tasks import TaskSpec
 
-    from .base import Counts, CountsMode, JobConfig, Method, MethodPlan, ParamsError, Stored
+    from .base import (
+        Counts,
+        CountsMode,
+        DeclaredCounts,
+        JobConfig,
+        LocalPlan,
+        Method,
+        MethodPlan,
+        ParamsError,
+        Stored,
+        plan_local,
+    )
     from .params import Param, declare
     from .registry import register, registered, unregister
 

@@ -183,7 +183,9 @@ class CountsMode(StrEnum):
     """How a job knew the private dataset's per-label record counts (its record says which,
     :meth:`Method.counts_mode`)."""
 
-    RELEASED = "released"  # released under DP inside the job, charged in its event
+    # released under DP: the dataset's one count release, charged once on its ledger (jobs
+    # planned before that released their own, charged in their event)
+    RELEASED = "released"
     DECLARED_PUBLIC = "declared_public"  # the data owner declared them public (an opt-in)
 
 

@@ -618,6 +618,17 @@ def noise_multipliers(event: Event) -> tuple[float, ...]:
     raise TypeError(f"not an event: {event!r}")
 
 
+def noise_by_partition(event: Event) -> dict[str, tuple[float, ...]]:
+    """The noise multipliers of each label partition's part of ``event`` (its
+    :func:`noise_multipliers`), for the parts that read one partition: the token loop's
+    labels, each calibrated to its own size. Empty for an event that reads all records."""
+    return {
+        part.label: noise_multipliers(part.event)
+        for part in event_parts(event)
+        if isinstance(part, PartitionEvent)
+    }
+
+
 __all__ = [
     "CLIPPED_SUM",
     "DATASET_EVENTS",
@@ -645,6 +656,7 @@ __all__ = [
     "effective_noise_multiplier",
     "event_parts",
     "from_dict",
+    "noise_by_partition",
     "noise_multipliers",
     "to_dict",
 ]

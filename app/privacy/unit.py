@@ -118,7 +118,7 @@ def posterior_mean(noisy: float, sigma: float) -> float:
     N(noisy, sigma^2) truncated to [1, inf), noisy + sigma phi(a) / (1 - Phi(a)) with
     a = (1 - noisy) / sigma (computed in logs, so that a release far below 1 still gives a
     finite, positive estimate). Never below 1, and never the floor a rounding would give:
-    a release of -20 with sigma 90 plans with about 70 records, not with 1."""
+    a release of -20 with sigma 83 plans with about 60 records, not with 1."""
     a = (1.0 - noisy) / sigma
     hazard = math.exp(norm.logpdf(a) - float(log_ndtr(-a)))
     return max(1.0, noisy + sigma * hazard)

@@ -13,13 +13,21 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from datetime import datetime
 from enum import StrEnum
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from app.db.models import DEFAULT_WARN_THRESHOLD, Budget, Dataset, DatasetKind, LedgerEntry, now
+from app.db.models import (
+    DEFAULT_WARN_THRESHOLD,
+    Budget,
+    Dataset,
+    DatasetKind,
+    LedgerEntry,
+    now,
+)
 from app.ledger import ledger
 from app.methods.base import counts_refusal
 from app.privacy.accounting import Accountant, Accounting, Priced, accountant_for
@@ -36,9 +44,10 @@ from app.privacy.events import DatasetEvent
 from app.privacy.mechanisms import Relation
 from app.privacy.unit import DEFAULT_DELTA
 
+from .count_releases import current_release
 from .datasets import get_dataset, get_private_dataset, list_datasets
 from .errors import ConflictError, InvalidError, NotFoundError
-from .ledger_csv import ledger_csv
+from .ledger_csv import entry_labels, ledger_csv
 
 
 def default_delta() -> float:
@@ -228,12 +237,51 @@ def display_groups(groups: Sequence[GroupSpend]) -> list[GroupSpend]:
 
 
 @dataclass(frozen=True)
+class CountReleaseView:
+    """One of the dataset's count releases as its budget shows it: a line of its own beside
+    the jobs, since it is charged once for the dataset, not by any job. ``epsilon`` is what
+    it costs under the budget's accounting now (``ledger.release_epsilon``), ``delta`` the
+    share of the budget's delta it took, ``sigma`` its noise multiplier; ``current``: it is
+    the release of the dataset's records as they are now (an older one was of records since
+    changed). Its released values are not here: sigma and cost say what a reader needs."""
+
+    id: str
+    epsilon: float
+    delta: float
+    sigma: float
+    created_at: datetime
+    labels: tuple[str, ...]
+    current: bool
+
+
+def count_release_views(
+    session: Session, budget: Budget, current_id: str | None
+) -> list[CountReleaseView]:
+    """The dataset's count releases from its ledger (entries of kind ``counts``), oldest
+    first; [] for a ledger written before releases were charged (issue 41)."""
+    accounting = Accounting(budget.accounting)
+    return [
+        CountReleaseView(
+            id=entry.job_id,
+            epsilon=ledger.release_epsilon(entry, accounting),
+            delta=entry.delta,
+            sigma=float(entry.event["sigma"]),
+            created_at=entry.created_at,
+            labels=entry_labels(entry),
+            current=entry.job_id == current_id,
+        )
+        for entry in ledger.count_entries(session, budget.dataset_id)
+    ]
+
+
+@dataclass(frozen=True)
 class BudgetView:
     dataset: Dataset
     budget: Budget
     spend: ledger.Spend
     history: list[LedgerEntry]
     groups: list[GroupSpend]
+    releases: list[CountReleaseView] = field(default_factory=list)
 
     @property
     def remaining(self) -> float:
@@ -400,12 +448,14 @@ def budget_view(session: Session, *, tenant_id: str, dataset_id: str) -> BudgetV
             f"/v1/datasets/{dataset_id}/budget",
             code="no_budget",
         )
+    current = current_release(session, dataset)
     return BudgetView(
         dataset=dataset,
         budget=budget,
         spend=ledger.spend(session, budget),
         history=ledger.history(session, dataset.id),
         groups=dataset_groups(session, budget, dataset),
+        releases=count_release_views(session, budget, current.id if current else None),
     )
 
 

@@ -33,10 +33,12 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
+from pydantic import ValidationError
 from sqlalchemy import or_, select, update
 from sqlalchemy.orm import Session
 
@@ -63,9 +65,11 @@ from app.methods.registry import (
     kinds_where,
     unknown_method,
 )
+from app.methods.token_loop import TokenLoop
 from app.privacy.accounting import Accounting
 from app.privacy.budget import fits_budget
 from app.privacy.events import DatasetEvent, to_dict
+from app.privacy.synthesis import SynthesisPrivacy
 from app.results import SoftPromptRelease, SynthesisResult
 from app.synthesis.tasks import TaskSpec
 
@@ -366,7 +370,9 @@ class PlannedJob:
 @dataclass(frozen=True)
 class Quote:
     """What a job would cost before it is submitted: its own epsilon (what the ledger would
-    reserve) and the dataset's spend, composed and summed, now and if it were admitted now."""
+    reserve), each label's noise multiplier, and the dataset's spend, composed and summed,
+    now and if it were admitted now (the dataset's count release included in both, and in
+    ``spend_now.counts_epsilon``)."""
 
     epsilon: float
     delta: float
@@ -374,10 +380,24 @@ class Quote:
     spend_now: ledger.Spend
     spend_after: ledger.Spend
     event: DatasetEvent | None = None  # what the job would charge (per-label breakdown)
+    noise: dict[str, float] = dataclasses.field(default_factory=dict)  # label -> sigma
 
     @property
     def fits(self) -> bool:
         return fits_budget(self.spend_after.epsilon, self.budget_epsilon)
+
+
+def label_noise(method: Method | None, config: Mapping[str, Any] | None) -> dict[str, float]:
+    """Each label's noise multiplier as a job's stored plan holds it (a token-loop job:
+    ``SynthesisPrivacy.noise_by_label``, every label calibrated to its own released size);
+    {} for other methods and for jobs planned before labels had their own noise (issue 41).
+    Read from the stored plan, so that a quote and the job it admits say the same."""
+    if not isinstance(method, TokenLoop) or not config or not isinstance(config.get("plan"), dict):
+        return {}
+    try:
+        return SynthesisPrivacy.model_validate(config["plan"]).noise_by_label()
+    except ValidationError:  # a plan this version cannot read shows no noise, not an error
+        return {}
 
 
 def quote_job(
@@ -403,6 +423,7 @@ def quote_job(
         spend_now=ledger.spend(session, budget),
         spend_after=ledger.spend_with(session, budget, event, planned.job.epsilon),
         event=event,
+        noise=label_noise(planned.method, planned.job.config),
     )
     session.rollback()
     return quote

@@ -30,6 +30,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from app.db.models import LedgerEntry, LedgerKind
 from app.ledger import ledger
 
 # Where a fragment that starts a formula begins: at the start of the cell or just after a
@@ -63,10 +64,22 @@ def safe_cell(value: object) -> str:
     return _FORMULA_FRAGMENT.sub("'", str(value))
 
 
+def entry_labels(entry: LedgerEntry) -> tuple[str, ...]:
+    """The label partitions a ledger entry charged, by name (a job's labels; a count
+    release's, every label it released); () for a job that reads every record alike."""
+    event = entry.event if isinstance(entry.event, dict) else {}
+    if entry.kind == LedgerKind.COUNTS:
+        parts = event.get("events") or []
+        return tuple(str(p["label"]) for p in parts if isinstance(p, dict) and "label" in p)
+    return tuple(str(item["label"]) for item in event.get("labels", []))
+
+
 def _entry_cells(index: int, point: ledger.SpendPoint) -> tuple[object, ...]:
-    """One ledger entry's cells, in the order of :data:`LEDGER_CSV_COLUMNS`."""
+    """One ledger entry's cells, in the order of :data:`LEDGER_CSV_COLUMNS`. A count
+    release's row (kind ``counts``) has the release's ID in ``job_id`` (the ledger's
+    column: it names no job) and the labels whose counts it released."""
     entry = point.entry
-    labels = [str(item["label"]) for item in entry.event.get("labels", [])] or ["*"]
+    labels = list(entry_labels(entry)) or ["*"]
     return (
         index,
         entry.created_at.isoformat(),
@@ -84,7 +97,9 @@ def ledger_csv(points: Sequence[ledger.SpendPoint]) -> str:
     """The ledger as CSV, one row per entry with the spend after it (as the dataset page's
     table: ``composed_after`` is empty where a long ledger's chart left it out). ``labels``
     are the label partitions the job read, joined by ``;`` ("*" for a job that reads every
-    record). Holds metadata and epsilons only, never a record."""
+    record). The dataset's count release is a row of its own, of kind ``counts`` (charged
+    once; never a job's). Holds metadata and epsilons only, never a record or a released
+    count."""
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\r\n")
     writer.writerow(LEDGER_CSV_COLUMNS)

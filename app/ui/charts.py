@@ -19,7 +19,7 @@ from app.services.budgets import spend_fraction, spend_level
 COMPOSED = "#2563eb"
 PLAIN_SUM = "#d97706"
 BUDGET = "#dc2626"
-MARKERS = {"reserve": "#2563eb", "commit": "#059669", "release": "#6b7280"}
+MARKERS = {"reserve": "#2563eb", "commit": "#059669", "release": "#6b7280", "counts": "#7c3aed"}
 
 
 def _num(value: float) -> str:
@@ -92,7 +92,7 @@ class ChartPoint:
     """The spend right after one ledger entry."""
 
     at: datetime
-    kind: str  # reserve, commit or release
+    kind: str  # reserve, commit or release; counts: the dataset's count release
     job_id: str
     job_epsilon: float
     composed: float | None  # None: not composed (a long ledger's chart composes a subset)
@@ -105,8 +105,14 @@ def _ticks(top: float, count: int = 5) -> list[float]:
 
 
 def _marker_shape(kind: str, x: float, y: float) -> str:
-    """A ledger entry's marker: a square for commit, a triangle for release, else a dot."""
+    """A ledger entry's marker: a square for commit, a triangle for release, a diamond for
+    the count release, else a dot."""
     colour = MARKERS.get(kind, "#111827")
+    if kind == "counts":
+        return (
+            f'<polygon points="{x:.1f},{y - 6:.1f} {x + 6:.1f},{y:.1f} {x:.1f},{y + 6:.1f} '
+            f'{x - 6:.1f},{y:.1f}" fill="{colour}"/>'
+        )
     if kind == "commit":
         return f'<rect x="{x - 4.5:.1f}" y="{y - 4.5:.1f}" width="9" height="9" fill="{colour}"/>'
     if kind == "release":
@@ -212,8 +218,9 @@ def _markers(f: _Frame) -> list[str]:
     for i, point in enumerate(f.points):
         y = f.y_of(point.composed if point.composed is not None else point.plain_sum)
         composed = "not computed" if point.composed is None else _num(point.composed)
+        what = "count release" if point.kind == "counts" else f"{point.kind} job"
         tip = escape(
-            f"{point.at:%Y-%m-%d %H:%M:%S} {point.kind} job {point.job_id} "
+            f"{point.at:%Y-%m-%d %H:%M:%S} {what} {point.job_id} "
             f"(epsilon {_num(point.job_epsilon)}): composed {composed}, "
             f"sum {_num(point.plain_sum)}"
         )
@@ -254,9 +261,18 @@ def _legend_mark(shape_kind: str, colour: str, lx: int, y: int) -> str:
         return f'<circle cx="{lx + 11}" cy="{y}" r="5" fill="{colour}"/>'
     if shape_kind == "rect":
         return f'<rect x="{lx + 6.5}" y="{y - 4.5}" width="9" height="9" fill="{colour}"/>'
+    if shape_kind == "diamond":
+        return (
+            f'<polygon points="{lx + 11},{y - 6} {lx + 17},{y} {lx + 11},{y + 6} {lx + 5},{y}" '
+            f'fill="{colour}"/>'
+        )
     return (
         f'<polygon points="{lx + 11},{y - 6} {lx + 17},{y + 4} {lx + 5},{y + 4}" fill="{colour}"/>'
     )
+
+
+def _has_counts(f: _Frame) -> bool:
+    return any(p.kind == "counts" for p in f.points)
 
 
 def _legend(f: _Frame) -> list[str]:
@@ -268,6 +284,7 @@ def _legend(f: _Frame) -> list[str]:
         ("circle", MARKERS["reserve"], "reserve"),
         ("rect", MARKERS["commit"], "commit"),
         ("tri", MARKERS["release"], "release"),
+        *([("diamond", MARKERS["counts"], "count release")] if _has_counts(f) else []),
     ]
     lx = f.left + f.plot_w + 16
     parts = []

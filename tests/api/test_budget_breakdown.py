@@ -58,8 +58,14 @@ def test_a_job_moves_only_the_label_groups_it_charged(api: Api) -> None:
     charged = {e["label"] for e in after["history"][-1]["event"]["labels"]}
     assert len(charged) == 2
     groups = _groups(after)
+    # The dataset's count release, drawn for the first plan and charged once, reads every
+    # label: each group holds its epsilon, and only the charged ones more.
+    counts = after["counts_epsilon"]
+    assert counts > 0 and [r["epsilon"] for r in after["count_releases"]] == [counts]
     for (label,), group in groups.items():
-        assert (group["spent"] > 0) == (label in charged), (label, group)
+        assert (group["spent"] > counts * (1 + 1e-9)) == (label in charged), (label, group)
+        if label not in charged:
+            assert group["spent"] == pytest.approx(counts, rel=1e-12)
         assert group["jobs"] == (1 if label in charged else 0)
         assert group["remaining"] == pytest.approx(20.0 - group["spent"])
     binding = {g["labels"][0] for g in after["label_groups"] if g["binding"]}
@@ -209,7 +215,15 @@ def test_ledger_csv_export(api: Api) -> None:
     assert [float(r["job_epsilon"]) for r in rows] == [e["epsilon"] for e in history]
     assert float(rows[-1]["composed_after"]) == pytest.approx(_budget(api, dataset["id"])["spent"])
     # the cancelled job was released: the plain sum after is the second job's own epsilon
-    assert float(rows[-1]["plain_sum_after"]) == pytest.approx(history[-1]["epsilon"])
+    # and the dataset's count release's, drawn for the first job and charged once (its own
+    # row, first, of kind counts, with the labels whose counts it released)
+    assert [r["kind"] for r in rows] == ["counts", "reserve", "release", "reserve"]
+    release = _budget(api, dataset["id"])["count_releases"][0]
+    assert rows[0]["job_id"] == history[0]["count_release_id"] == release["id"]
+    assert rows[0]["labels"] == "w5;w7"
+    assert float(rows[-1]["plain_sum_after"]) == pytest.approx(
+        history[-1]["epsilon"] + history[0]["epsilon"]
+    )
     assert all(set(r["labels"].split(";")) <= {"w5", "w7"} for r in rows)
     assert api.client.get(url, headers=auth(api.reader)).status_code == 403
     assert api.client.get(url, headers=auth(api.other)).status_code == 404
@@ -249,4 +263,4 @@ def test_thresholds_groups_and_csv_on_postgres(postgres_url: str) -> None:
         assert [r["dataset_id"] for r in flagged.json()] == [dataset["id"]]
         url = f"/v1/datasets/{dataset['id']}/budget/ledger.csv"
         rows = list(csv.DictReader(io.StringIO(api.client.get(url, headers=auth(api.admin)).text)))
-        assert [r["kind"] for r in rows] == ["reserve"]
+        assert [r["kind"] for r in rows] == ["counts", "reserve"]

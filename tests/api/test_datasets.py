@@ -190,11 +190,11 @@ def test_delete_removes_records_and_keeps_the_ledger(api: Api) -> None:
         kinds = session.scalars(
             select(LedgerEntry.kind).where(LedgerEntry.dataset_id == dataset["id"])
         ).all()
-    assert kinds == ["reserve", "release"]
+    assert kinds == ["counts", "reserve", "release"]  # the count release stays charged
     job_now = api.client.get(f"/v1/jobs/{job['id']}", headers=auth(api.admin)).json()
     assert job_now["status"] == "cancelled"
     budget = api.client.get(f"/v1/datasets/{dataset['id']}/budget", headers=auth(api.admin))
-    assert budget.status_code == 200 and len(budget.json()["history"]) == 2
+    assert budget.status_code == 200 and len(budget.json()["history"]) == 3
     # Still visible as deleted; not listed by default; no more jobs or budget changes.
     got = api.client.get(f"/v1/datasets/{dataset['id']}", headers=auth(api.admin)).json()
     assert got["deleted_at"] is not None

@@ -76,7 +76,10 @@ def test_a_queued_job_cancelled_is_released_and_says_why(api: Api) -> None:
     assert cancelled["status"] == "cancelled" and cancelled["charge"] == "released"
     assert cancelled["charged_epsilon"] == 0.0 and cancelled["read_private_data"] is False
     assert "before it read any private record" in cancelled["charge_note"]
-    reserve, release = _history(api, dataset_id)
+    # the dataset's count release, drawn for the job's plan, stays charged: it is the
+    # dataset's, not the job's
+    counts, reserve, release = _history(api, dataset_id)
+    assert counts["kind"] == "counts" and counts["reason"] is None
     assert release["kind"] == "release" and release["reason"] == cancelled["charge_note"]
     assert reserve["reason"] is None and "reason" not in release["event"]
     assert _job(api, job["id"]) == cancelled
@@ -93,7 +96,7 @@ def test_a_running_job_cancelled_before_its_read_mark_is_released(api: Api) -> N
     done = _job(api, job["id"])
     assert done["status"] == "cancelled" and done["charge"] == "released"
     assert done["charged_epsilon"] == 0.0 and done["read_private_data"] is False
-    assert [e["kind"] for e in _history(api, dataset_id)] == ["reserve", "release"]
+    assert [e["kind"] for e in _history(api, dataset_id)] == ["counts", "reserve", "release"]
 
 
 def test_a_running_job_cancelled_after_reading_stays_charged(api: Api) -> None:
@@ -122,7 +125,7 @@ def test_a_succeeded_job_is_charged_and_a_late_cancel_changes_nothing(api: Api) 
     late = api.client.post(f"/v1/jobs/{job['id']}/cancel", headers=auth(api.admin))
     assert late.status_code == 409
     assert _job(api, job["id"])["charge"] == "charged"
-    assert [e["kind"] for e in _history(api, dataset_id)] == ["reserve", "commit"]
+    assert [e["kind"] for e in _history(api, dataset_id)] == ["counts", "reserve", "commit"]
     # The parameters it ran with: the client's, and the method's defaults.
     assert {k: done["params"][k] for k in FAST_PARAMS} == FAST_PARAMS
     assert set(done["params"]) == {p.name for p in get_method("tang").parameters}

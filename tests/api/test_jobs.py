@@ -61,24 +61,37 @@ def test_submit_reserves_commits_then_enqueues(api: Api) -> None:
     assert job["status"] == "queued" and job["dataset_id"] == dataset["id"]
     assert job["epsilon"] == pytest.approx(1.0, rel=1e-2) and job["epsilon"] <= 1.0
     assert job["delta"] == DEFAULT_DELTA  # the budget's
-    assert job["counts"] == "released"  # not declared public: the job releases them
+    assert job["counts"] == "released"  # not declared public: planned from the release
     assert job["progress"] == {"done": 0, "total": 2 * 4, "unit": "tokens"}
     assert job["accounting"] == "tight" and job["shots"] == 2 and job["prompt_id"] is None
     assert api.queue.enqueued == [job["id"]]  # RecordingQueue checked it was committed first
     with session_scope(api.url) as session:
         row = session.get(Job, job["id"])
         assert row.config["synthesis"]["method"] == "tang"
-        assert row.config["plan"]["M"] == 2 and row.config["sizes"] == {"w5": 12, "w7": 12}
+        # no exact size is stored: the planned sizes are the release's estimates (issue 41)
+        assert row.config["plan"]["M"] == 2 and "sizes" not in row.config
+        assert set(row.config["planned_sizes"]) == {"w5", "w7"}
         assert row.config["synthesis"]["public_counts"] is False
-        assert row.config["plan"]["count_sigma"] > 0
+        assert row.config["plan"]["count_sigma"] is None  # the job releases no count itself
+        assert row.config["count_release"] == job["count_release_id"] is not None
         assert sorted(row.schedule) == ["w5", "w7"] and row.event["type"] == "synthesis"
     budget = api.client.get(f"/v1/datasets/{dataset['id']}/budget", headers=auth(api.admin))
     body = budget.json()
-    assert body["spent"] == pytest.approx(job["epsilon"], rel=1e-3)
+    # the dataset's count release, charged once, and the job, composed after it
+    [release] = body["count_releases"]
+    assert release["id"] == job["count_release_id"] and release["share"] == pytest.approx(
+        0.05, rel=1e-3
+    )
+    assert body["counts_epsilon"] == release["epsilon"]
+    # (the job composes at the budget's delta less the release's: a little above its own)
+    assert body["spent"] == pytest.approx(job["epsilon"] + release["epsilon"], rel=1e-2)
+    assert body["spent"] >= job["epsilon"] + release["epsilon"]
     assert body["remaining"] == pytest.approx(3.0 - body["spent"])
     assert body["live_jobs"] == 1
-    [entry] = body["history"]
+    counts, entry = body["history"]
+    assert counts["kind"] == "counts" and counts["count_release_id"] == release["id"]
     assert entry["kind"] == "reserve" and entry["job_id"] == job["id"]
+    assert entry["count_release_id"] is None
     assert entry["event"]["type"] == "synthesis" and entry["created_at"].endswith("Z")
     listed = api.client.get("/v1/jobs", headers=auth(api.admin)).json()
     assert [j["id"] for j in listed] == [job["id"]]
@@ -172,7 +185,8 @@ def test_calibration_failure_is_422_naming_what_to_change(api: Api) -> None:
     assert response.status_code == 422, response.text
     error = error_of(response)
     assert error["code"] == "cannot_plan" and "cannot be met" in error["message"]
-    assert _counts(api.url) == (0, 0)
+    # the plan read the dataset's count release, drawn and charged for it: the only entry
+    assert _counts(api.url) == (0, 1)
 
 
 def test_cancel_a_queued_job_releases_its_reservation(api: Api) -> None:
@@ -188,8 +202,9 @@ def test_cancel_a_queued_job_releases_its_reservation(api: Api) -> None:
     assert again.status_code == 200 and again.json()["status"] == "cancelled"
     budget = api.client.get(f"/v1/datasets/{dataset['id']}/budget", headers=auth(api.admin))
     body = budget.json()
-    assert body["spent"] == 0 and body["live_jobs"] == 0
-    assert [e["kind"] for e in body["history"]] == ["reserve", "release"]
+    # the job is given back; the count release its plan drew stays charged (the dataset's)
+    assert body["spent"] == body["counts_epsilon"] > 0 and body["live_jobs"] == 0
+    assert [e["kind"] for e in body["history"]] == ["counts", "reserve", "release"]
 
 
 def test_cancel_a_running_job_flags_it_for_the_worker(api: Api) -> None:
@@ -202,7 +217,8 @@ def test_cancel_a_running_job_flags_it_for_the_worker(api: Api) -> None:
     body = response.json()
     assert body["status"] == "running" and body["cancel_requested"] is True
     budget = api.client.get(f"/v1/datasets/{dataset['id']}/budget", headers=auth(api.admin))
-    assert [e["kind"] for e in budget.json()["history"]] == ["reserve"]  # the worker decides
+    kinds = [e["kind"] for e in budget.json()["history"]]
+    assert kinds == ["counts", "reserve"]  # the worker decides
 
 
 def test_a_job_the_queue_refuses_fails_and_is_released(api: Api) -> None:
@@ -214,7 +230,7 @@ def test_a_job_the_queue_refuses_fails_and_is_released(api: Api) -> None:
     [job] = api.client.get("/v1/jobs", headers=auth(api.admin)).json()
     assert job["status"] == "failed" and "could not be queued" in job["error"]
     budget = api.client.get(f"/v1/datasets/{dataset['id']}/budget", headers=auth(api.admin))
-    assert budget.json()["spent"] == 0
+    assert budget.json()["spent"] == budget.json()["counts_epsilon"]  # the job's given back
 
 
 def test_other_tenants_cannot_see_submit_or_cancel_jobs(api: Api) -> None:

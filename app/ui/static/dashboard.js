@@ -142,8 +142,24 @@
           "groups it charges stay at or below the group that sets it.", "zero-extra"));
       }
       const parts = [line];
+      if (body.counts_epsilon > 0) {
+        const counts = el("div", "Of the composed spend, ε = " + fmt(body.counts_epsilon) +
+          " is the dataset's count release, charged once for the dataset (not by this job).",
+          "small muted");
+        counts.id = "quote-counts";
+        parts.push(counts);
+      }
+      const labels = Object.keys(body.noise || {});
+      if (labels.length) parts.push(quoteNoise(body.noise, labels));
       if (body.groups && body.groups.length) parts.push(quoteGroups(body.groups));
       quoteBox.replaceChildren(...parts);
+    }
+    // Each label's noise multiplier: every label is calibrated to its own released size.
+    function quoteNoise(noise, labels) {
+      const line = el("div", "Noise multiplier σ per label: " +
+        labels.map((label) => label + " " + fmt(noise[label])).join(", "), "small");
+      line.id = "quote-noise";
+      return line;
     }
     // Each label group's spend before and after the job: the job moves only the groups it
     // charges, and the dataset's spend is the binding (largest) group's.

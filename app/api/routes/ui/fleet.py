@@ -68,6 +68,7 @@ def fleet_table(session: Session, params: Mapping[str, str]) -> TableView[dict[s
                 "dataset_name": found.row.dataset.name,
                 "budget": budget.epsilon,
                 "spent": spend.epsilon,
+                "counts": spend.counts_epsilon,  # the count release's part, charged once
                 "fraction": found.row.fraction or 0.0,
                 "warn_threshold": budget.warn_threshold,
                 "level": str(found.row.level or "ok"),

@@ -349,6 +349,8 @@ async def quote(
             "plain_sum_after": result.spend_after.plain_sum,
             "fits": result.fits,
             "groups": groups,
+            "noise": dict(result.noise),
+            "counts_epsilon": result.spend_now.counts_epsilon,
         }
     )
 
