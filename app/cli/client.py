@@ -754,8 +754,8 @@ def budget_list(
         return
     tenant = ["tenant"] if all_tenants else []
     print_rows(
-        [*tenant, "dataset", "name", "budget", "spent", "counts", "used", "warn at", "level",
-         "jobs"],
+        [*tenant, "dataset", "name", "budget", "spent", "count release", "used", "warn at",
+         "level", "jobs"],
         [
             [
                 *([row.get("tenant_name") or row.get("tenant_id", "-")] if all_tenants else []),
@@ -763,7 +763,7 @@ def budget_list(
                 row["name"],
                 f"{row['epsilon']:g}",
                 spend_text(row["spent"]),
-                _counts_cell(row),
+                _release_cell(row),
                 budget_percent(row["spent_fraction"]),
                 percent_text(row["warn_threshold"]),
                 row["level"],
@@ -772,14 +772,15 @@ def budget_list(
             for row in rows
         ],
     )  # fmt: skip
-    if any(row.get("counts_epsilon") for row in rows):
-        typer.echo(
-            "counts: the part of the spend that is the dataset's count release, charged once "
-            "for the dataset ('dpsyn budget show DATASET')"
+    if any(row.get("counts_epsilon") for row in rows):  # a note, beside the table
+        err.print(
+            "count release: the part of the spend that is the dataset's release of its label "
+            "counts, charged once for the dataset ('dpsyn budget show DATASET')",
+            markup=False,
         )
 
 
-def _counts_cell(row: dict[str, Any]) -> str:
+def _release_cell(row: dict[str, Any]) -> str:
     """The count release's part of a budget's spend ("-": none, or an older server)."""
     counts = row.get("counts_epsilon")
     return spend_text(counts) if counts else "-"
@@ -1027,6 +1028,11 @@ def _print_spend(api: Api, dataset: str) -> None:
             f"; their epsilons sum to {spend_text(plain)}, but composed privacy loss grows "
             "slower than the sum, and only the most-charged label group counts "
             f"('dpsyn budget show {dataset}')"
+        )
+    if budget.get("counts_epsilon"):
+        line += (
+            f"; of it, epsilon {spend_text(budget['counts_epsilon'])} is the dataset's count "
+            "release, charged once for the dataset"
         )
     err.print(line, markup=False)
 

@@ -457,6 +457,14 @@ class SpendPoint:
     plain_sum: float
 
 
+def _plain(entry: LedgerEntry, accounting: Accounting) -> float:
+    """An entry's epsilon in the plain sum: a job's own, a count release's as :func:`spend`
+    prices it (under the budget's accounting)."""
+    if entry.kind == LedgerKind.COUNTS:
+        return release_epsilon(entry, accounting)
+    return entry.epsilon
+
+
 def timeline(
     session: Session, budget: Budget, *, max_compositions: int = TIMELINE_COMPOSITIONS
 ) -> list[SpendPoint]:
@@ -468,6 +476,7 @@ def timeline(
     :func:`spend`. At most ``max_compositions`` distinct sets of live jobs are composed
     (:data:`TIMELINE_COMPOSITIONS`); the plain sum is exact at every point.
     """
+    accounting = Accounting(budget.accounting)
     states: list[tuple[LedgerEntry, tuple[LedgerEntry, ...], int]] = []
     live: dict[str, LedgerEntry] = {}
     changes = 0
@@ -486,7 +495,6 @@ def timeline(
     points: list[SpendPoint] = []
     for entry, members, change in states:
         epsilon = _cached_compose(budget, members) if change in chosen else None
-        points.append(
-            SpendPoint(entry=entry, epsilon=epsilon, plain_sum=sum(e.epsilon for e in members))
-        )
+        plain = math.fsum(_plain(e, accounting) for e in members)
+        points.append(SpendPoint(entry=entry, epsilon=epsilon, plain_sum=plain))
     return points

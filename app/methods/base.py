@@ -74,6 +74,14 @@ class Counts:
     source: CountRelease | DeclaredCounts | AssumedCounts | None
     public: int = 0
 
+    def __post_init__(self) -> None:
+        kinds = (CountRelease, DeclaredCounts, AssumedCounts)
+        if self.source is not None and not isinstance(self.source, kinds):
+            raise TypeError(
+                "a plan's counts come from the dataset's count release, the owner's "
+                f"declaration or a typed shape, not a {type(self.source).__name__}"
+            )
+
     @classmethod
     def declared(
         cls, labels: Mapping[str, int], public: int = 0, total: int | None = None

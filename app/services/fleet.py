@@ -5,6 +5,10 @@ Only an ``org:read`` key reaches these functions (``GET /v1/budgets?all_tenants=
 own budget views return -- budgets, composed spends, ledger entries (job IDs, epsilons, label
 names), job counts and times -- plus the tenants' names; never a record, a prompt or a job's
 parameters, so that an organisation can watch spending without reading any tenant's data.
+
+A dataset's spend includes its count release (issue 41: charged once for the dataset, a ledger
+entry of kind ``counts``), whose part each row's spend states (``Spend.counts_epsilon``) and
+whose entry is a row of its own in the ledgers' CSV. Its released values are never shown.
 """
 
 from __future__ import annotations

@@ -207,8 +207,17 @@ def _calibrated(
     the job's epsilon is the largest of its labels' (``Accountant.exposures``), and each
     label can take the noise that its own size and shots need; one multiplier for all would
     give every label the noise of the smallest. AdaDPSyn's planner picks its constants once
-    per job (:func:`_planner_choice`); each label runs them at its own multiplier."""
-    shapes = {label: ({label: sizes[label]}, {label: shots}) for label, shots in charged.items()}
+    per job (:func:`_planner_choice`); each label runs them at its own multiplier.
+
+    Paper accounting prices replace-one neighbours, under which one record can be swapped
+    for a record of another label and touch two partitions (``Accountant.exposures``): a
+    label held to the target alone would let such a pair exceed it, so there every label
+    is calibrated on the job's whole shape (one multiplier, the same for all)."""
+    if config.accounting is Accounting.PAPER:
+        whole = (dict(sizes), dict(charged))
+        shapes = {label: whole for label in charged}
+    else:
+        shapes = {label: ({label: sizes[label]}, {label: n}) for label, n in charged.items()}
     choice, planner = _planner_choice(shapes, config, delta) if _planned(config) else (None, {})
     label_params: dict[str, Any] = {}
     for label, (one_size, one_shots) in shapes.items():

@@ -11,6 +11,7 @@ from datetime import datetime
 from typing import Any
 
 import pytest
+from sqlalchemy import select
 
 from app.cli.vocabulary import in_cli_words
 from app.db.models import Budget, Job, LedgerEntry
@@ -96,15 +97,21 @@ def test_each_job_says_which_counts_it_used(api: Api) -> None:
     dataset = api.upload()
     assert api.budget(dataset["id"], 10.0).status_code == 200
     released = api.submit(dataset["id"]).json()
-    assert released["counts"] == "released"
+    assert released["counts"] == "released" and released["count_release_id"]
     with session_scope(api.url) as session:
         row = session.get(Job, released["id"])
         assert row is not None
-        assert all(entry["count_release"] for entry in row.event["labels"])  # charged
+        # planned from the dataset's release, charged once in the ledger, not in the job
+        assert row.config["count_release"] == released["count_release_id"]
+        assert not any(entry.get("count_release") for entry in row.event["labels"])
+        kinds = session.scalars(
+            select(LedgerEntry.kind).where(LedgerEntry.dataset_id == dataset["id"])
+        ).all()
+        assert kinds == ["counts", "reserve"]
 
     assert api.counts_public(dataset["id"], True).status_code == 200
     declared = api.submit(dataset["id"]).json()
-    assert declared["counts"] == "declared_public"
+    assert declared["counts"] == "declared_public" and declared["count_release_id"] is None
     with session_scope(api.url) as session:
         row = session.get(Job, declared["id"])
         assert row is not None
@@ -113,7 +120,11 @@ def test_each_job_says_which_counts_it_used(api: Api) -> None:
     assert _get(api, f"/v1/jobs/{released['id']}")["counts"] == "released"
 
     assert api.counts_public(dataset["id"], False).status_code == 200
-    assert api.submit(dataset["id"]).json()["counts"] == "released"
+    again = api.submit(dataset["id"]).json()
+    assert again["counts"] == "released"
+    # the same records: the same release, not a second one
+    assert again["count_release_id"] == released["count_release_id"]
+    assert len(_get(api, f"/v1/datasets/{dataset['id']}/budget")["count_releases"]) == 1
     listed = {j["id"]: j["counts"] for j in _get(api, "/v1/jobs")}
     assert listed[declared["id"]] == "declared_public"
 

@@ -243,10 +243,12 @@ def test_an_org_key_reads_every_tenants_budgets(both: Api) -> None:
     assert rows[a]["tenant_id"] != rows[b]["tenant_id"]
     assert rows[a]["level"] == "warn" and rows[a]["spent"] > 0 and rows[a]["live_jobs"] == 1
     assert rows[b]["level"] == "ok" and rows[b]["spent"] == 0
+    # The dataset's count release, its own part of the spend (issue 41); b drew none.
+    assert 0 < rows[a]["counts_epsilon"] < rows[a]["spent"] and rows[b]["counts_epsilon"] == 0
     # The existing fields are unchanged.
     assert set(rows[a]) == {
         "dataset_id", "name", "epsilon", "spent", "remaining", "spent_fraction",
-        "warn_threshold", "level", "live_jobs", "tenant_id", "tenant_name",
+        "warn_threshold", "level", "live_jobs", "tenant_id", "tenant_name", "counts_epsilon",
     }  # fmt: skip
 
     alerting = api.client.get(

@@ -131,5 +131,8 @@ def test_the_exported_file_of_a_real_job(api: Api) -> None:
     for delimiter in DELIMITERS:
         rows = csv.reader(io.StringIO(text, newline=""), delimiter=delimiter)
         assert not [cell for row in rows for cell in row if _unsafe(cell)], delimiter
-    [row] = list(csv.DictReader(io.StringIO(text, newline="")))
+    # the dataset's count release (its own row, first) and the job: the same label names
+    counts, row = list(csv.DictReader(io.StringIO(text, newline="")))
+    assert (counts["kind"], row["kind"]) == ("counts", "reserve")
     assert sorted(row["labels"].split(";")) == ["'=1+4", "'|cmd", "a"]
+    assert sorted(counts["labels"].split(";")) == ["'=1+4", "'|cmd", "a"]

@@ -2,9 +2,10 @@
 
 For each of the four methods, a real service job (the API admits it, the real worker runs it)
 on D, on D minus one record and on D with one record relabelled. The one mechanism that reads
-a private count, the count release, is conditioned on one outcome (patched to give the same
-value for all three, after the same noise draws; PromptPATE reads no count at all), as a
-neighbour test of a DP release must be. Then every body the service returns about the job is
+a private count, the dataset's count release (drawn once for the dataset, issue 41), is
+conditioned on one outcome (patched to give the same value for all three, after the same noise
+draws; PromptPATE reads no count at all and draws none), as a neighbour test of a DP release
+must be. Then every body the service returns about the job is
 compared field by field: the job (admin key), its prompt and the prompt list (a prompts:read
 key), the budget with its ledger (admin key). Equal but for fields that name the object
 itself (IDs, times) and the DP outputs, named in ``_OWN`` and ``_DP``: nothing else may
@@ -15,17 +16,17 @@ read by admin keys only, and is not compared.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
 from types import SimpleNamespace
 from typing import Any
 
-import numpy as np
 import pytest
 
 from app.llm.provider import StaticProvider
 from app.privacy import rng as rng_module
-from app.promptdpsgd import plan as dpsgd_plan
-from app.synthesis import generator
+from app.privacy import unit
+from app.privacy.unit import CountRelease
+from app.services import count_releases
 from tests.api.conftest import (
     FAST_PARAMS,
     Api,
@@ -47,6 +48,8 @@ _OWN = {
     "finished_at",
     "at",
     "time",
+    "count_release",  # the dataset's count release, by ID (its ledger entry, the job's plan)
+    "count_release_id",
 }
 # DP outputs: the demonstrations and the prompt built from them, PromptPATE's answered-query
 # count and student choice (post-processing of noisy votes), the soft prompt's hash.
@@ -79,19 +82,30 @@ def _neighbours() -> dict[str, list[dict]]:
     }
 
 
-@pytest.fixture
-def released(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[dict[str, int]]]:
-    """Condition both count releases on one outcome, and every generator on one seed;
-    record what the releases read."""
+def _patch_release(
+    monkeypatch: pytest.MonkeyPatch, outcome: Callable[[dict[str, int]], dict[str, float]]
+) -> list[dict[str, int]]:
+    """Make the dataset's count release give ``outcome`` of the exact counts, after the real
+    release's noise draws, at its real noise and cost; returns the exact counts it read."""
     seen: list[dict[str, int]] = []
 
-    def same_release(sizes: dict, sigma: float, rng: np.random.Generator) -> dict[str, int]:
-        seen.append({str(k): int(v) for k, v in sizes.items()})
-        rng.normal(0.0, sigma, size=len(sizes))  # the real release's draws
-        return {key: RELEASED for key in sizes}
+    def release(
+        sizes: Mapping[str, int], epsilon: float, delta: float, rng: Any, release_id: str = ""
+    ) -> CountRelease:
+        exact = {str(k): int(v) for k, v in sizes.items()}
+        seen.append(exact)
+        drawn = unit.release_counts(exact, epsilon, delta, rng, release_id)
+        return CountRelease(drawn.sigma, outcome(exact), drawn.epsilon, drawn.delta, drawn.id)
 
-    monkeypatch.setattr(generator, "release_counts", same_release)
-    monkeypatch.setattr(dpsgd_plan, "release_counts", same_release)
+    monkeypatch.setattr(count_releases, "release_counts", release)
+    return seen
+
+
+@pytest.fixture
+def released(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[dict[str, int]]]:
+    """Condition every count release on one outcome, and every generator on one seed;
+    record what the releases read."""
+    seen = _patch_release(monkeypatch, lambda exact: dict.fromkeys(exact, float(RELEASED)))
     # "Same seed": every generator the service and the worker make (the label schedule, the
     # noise, PromptPATE's teacher key) starts from one seed instead of OS entropy.
     monkeypatch.setattr(rng_module, "secrets", SimpleNamespace(randbits=lambda bits: 2026))
@@ -160,9 +174,11 @@ def test_neighbouring_datasets_give_the_same_job_but_for_its_dp_outputs(
     else:
         assert body["counts"] == "released"
         # the release read the exact counts, which did differ between the neighbours (a
-        # relabelled record changes two label counts, not the record count PromptDPSGD reads)
-        assert released[0] != released[1], released
-        assert (released[0] != released[2]) == (method != "promptdpsgd"), released
+        # relabelled record changes two label counts; the dataset's release is per label for
+        # every method that reads counts)
+        assert len(released) == 3, released  # one per dataset: charged once each
+        assert released[0] != released[1] and released[0] != released[2], released
+        assert seen["D"]["budget"]["count_releases"], "the budget shows its release"
     # and nothing compared equal by accident of emptiness: the job has a charge and a prompt
     assert body["charged_epsilon"] > 0 and seen["D"]["prompt"]["delta"] == body["delta"]
 
@@ -173,10 +189,7 @@ def test_the_comparison_sees_a_count_that_leaks(
     """Negative control: a release that passes the exact counts through makes the neighbours'
     jobs differ (in the plan's noise and sampling), so the comparison above can fail."""
 
-    def exact(sizes: dict, sigma: float, rng: np.random.Generator) -> dict[str, int]:
-        del sigma, rng
-        return {str(k): int(v) for k, v in sizes.items()}
-
-    monkeypatch.setattr(generator, "release_counts", exact)
+    del released  # replaced: a release that gives the exact counts
+    _patch_release(monkeypatch, lambda exact: {k: float(v) for k, v in exact.items()})
     bodies = {name: _run(api, "tang", rows, None) for name, rows in _neighbours().items()}
     assert _strip(bodies["D minus one"]) != _strip(bodies["D"])

@@ -171,7 +171,8 @@ def test_promptpate_admission_reserves_its_event_and_composes_with_other_jobs(ap
     assert api.queue.enqueued == [job["id"]]
     with session_scope(api.url) as session:
         row = session.get(Job, job["id"])
-        assert row.config["sizes"] == {"private": 24, "public": 40}
+        # PromptPATE reads no private count (issue 41): none is stored, none released
+        assert row.config["sizes"] == {"private": 0, "public": 40}
         assert row.config["pate"]["teachers"] == 4 and row.config["pate"]["student_shots"] == 2
         assert row.config["pate"]["seed"] is None and row.event["type"] == "pate"
     budget = api.client.get(f"/v1/datasets/{private['id']}/budget", headers=auth(api.admin))
@@ -180,18 +181,24 @@ def test_promptpate_admission_reserves_its_event_and_composes_with_other_jobs(ap
     assert entry["kind"] == "reserve" and entry["event"]["type"] == "pate"
     assert body["spent"] == pytest.approx(job["epsilon"], rel=1e-3)
 
+    assert body["count_releases"] == []  # PromptPATE draws no count release
+
     tang = api.submit(private["id"], 1.0)  # a token-loop job on the same budget
     assert tang.status_code == 201, tang.text
     both = api.client.get(f"/v1/datasets/{private['id']}/budget", headers=auth(api.admin))
     spent = both.json()["spent"]
-    assert job["epsilon"] < spent <= job["epsilon"] + tang.json()["epsilon"] + 1e-6
+    # the token-loop job's plan drew the dataset's count release, charged once beside it
+    counts_epsilon = both.json()["counts_epsilon"]
+    assert counts_epsilon == pytest.approx(0.05 * 4.0, rel=1e-3)
+    assert job["epsilon"] + counts_epsilon < spent
+    assert spent <= job["epsilon"] + tang.json()["epsilon"] + counts_epsilon + 1e-6
     assert both.json()["live_jobs"] == 2
     refused = api.submit_pate(private["id"], public["id"])
     assert refused.status_code == 409
     error = error_of(refused)
     assert error["code"] == "budget_exceeded"
     assert error["remaining"] == pytest.approx(4.0 - spent, rel=1e-6)
-    assert counts(api.url)[:2] == (2, 2)
+    assert counts(api.url)[:2] == (2, 3)  # two jobs; their reserves and the count release
 
 
 def test_a_promptpate_job_runs_through_the_worker_and_serves_its_prompt(api: Api) -> None:

@@ -150,11 +150,16 @@ def test_the_job_runs_every_step_and_is_charged_its_epsilon(
     budget = server.client.get(
         f"/v1/datasets/{finished.dataset_id}/budget", headers=server.admin
     ).json()
-    assert [e["kind"] for e in budget["history"]] == ["reserve", "commit"]
-    assert budget["history"][1]["job_id"] == job["id"]
+    # the dataset's count release, drawn for the job's plan and charged once, then the job
+    assert [e["kind"] for e in budget["history"]] == ["counts", "reserve", "commit"]
+    assert budget["history"][2]["job_id"] == job["id"]
+    assert job["count_release_id"] == budget["count_releases"][0]["id"]
     assert 0 < job["epsilon"] <= 4.0
-    assert budget["spent"] == pytest.approx(job["epsilon"], rel=1e-3)
-    assert budget["remaining"] == pytest.approx(10.0 - job["epsilon"], rel=1e-3)
+    counts = budget["counts_epsilon"]
+    assert counts == pytest.approx(0.05 * 10.0, rel=1e-3)
+    # (the job composes at the budget's delta less the release's: a little above its own)
+    assert budget["spent"] == pytest.approx(job["epsilon"] + counts, rel=1e-2)
+    assert budget["remaining"] == pytest.approx(10.0 - budget["spent"], rel=1e-9)
     assert budget["remaining"] < budget["epsilon"]
 
 
@@ -283,7 +288,7 @@ def test_a_running_job_shows_its_steps_and_stops_between_two_when_cancelled(
     assert 1 <= job["progress"]["done"] < 500
     budget = server.client.get(f"/v1/datasets/{dataset_id}/budget", headers=server.admin).json()
     # It read the private data, so its charge stands.
-    assert [e["kind"] for e in budget["history"]] == ["reserve", "commit"]
-    assert budget["spent"] == pytest.approx(job["epsilon"], rel=1e-3)
+    assert [e["kind"] for e in budget["history"]] == ["counts", "reserve", "commit"]
+    assert budget["spent"] == pytest.approx(job["epsilon"] + budget["counts_epsilon"], rel=1e-2)
     with session_scope(server.url) as session:
         assert session.get(Job, job_id).status == JobStatus.CANCELLED  # type: ignore[union-attr]

@@ -69,8 +69,10 @@ def test_a_finished_job_points_to_its_prompt_and_its_charge_is_committed(world: 
     assert job["finished_at"] is not None and job["error"] is None
     path = f"/v1/datasets/{world.dataset['id']}/budget"
     budget = world.api.client.get(path, headers=auth(world.api.admin)).json()
-    assert [e["kind"] for e in budget["history"]] == ["reserve", "commit"]
-    assert budget["spent"] == pytest.approx(job["epsilon"], rel=1e-3)
+    assert [e["kind"] for e in budget["history"]] == ["counts", "reserve", "commit"]
+    # the job and the dataset's count release, charged once (the job composes at the budget's
+    # delta less the release's: a little above its own epsilon)
+    assert budget["spent"] == pytest.approx(job["epsilon"] + budget["counts_epsilon"], rel=1e-2)
     cancel = world.api.client.post(f"/v1/jobs/{job['id']}/cancel", headers=auth(world.api.admin))
     assert cancel.status_code == 409 and error_of(cancel)["code"] == "job_finished"
 
@@ -317,7 +319,11 @@ def test_health_metrics_and_docs(world: World) -> None:
     spent = {
         s.labels["dataset_id"]: s.value for s in families["dpsyn_ledger_epsilon_spent"].samples
     }
-    assert spent[world.dataset["id"]] == pytest.approx(world.job["epsilon"], rel=1e-3)
+    budget = client.get(
+        f"/v1/datasets/{world.dataset['id']}/budget", headers=auth(world.api.admin)
+    ).json()
+    assert spent[world.dataset["id"]] == pytest.approx(budget["spent"], rel=1e-12)
+    assert budget["spent"] > world.job["epsilon"] + budget["counts_epsilon"] > world.job["epsilon"]
     again = client.get("/metrics", headers=auth(METRICS_TOKEN))
     assert again.text == response.text  # cached spend, same answer
     assert "/v1/datasets" in client.get("/openapi.json").json()["paths"]

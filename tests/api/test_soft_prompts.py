@@ -213,7 +213,7 @@ def test_a_promptdpsgd_job_is_admitted_with_its_own_parameters(api: Api) -> None
     assert job["shots"] == 0 and 0 < job["epsilon"] <= 2.0
     assert api.queue.enqueued == [job["id"]]
     budget = api.client.get(f"/v1/datasets/{dataset['id']}/budget", headers=auth(api.admin))
-    assert [e["kind"] for e in budget.json()["history"]] == ["reserve"]
+    assert [e["kind"] for e in budget.json()["history"]] == ["counts", "reserve"]
 
     other = api.submit(dataset["id"], method="promptdpsgd", params={"M": 2})
     assert other.status_code == 422

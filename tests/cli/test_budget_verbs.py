@@ -64,14 +64,16 @@ def test_budget_ledger_prints_the_entries_and_the_same_csv_as_the_api(dpsyn, ser
     table = dpsyn("budget", "ledger", dataset)
     assert table.exit_code == 0, table.output
     kinds = [line.split()[1] for line in table.stdout.splitlines()[1:]]
-    assert kinds == ["reserve", "commit"]
+    assert kinds == ["counts", "reserve", "commit"]  # the dataset's count release first
+    release = _api(server, "GET", f"/v1/datasets/{dataset}/budget").json()["count_releases"]
+    assert f"count release {release[0]['id']}" in table.stdout  # named as what it is
 
     exported = dpsyn("budget", "ledger", dataset, "--csv")
     assert exported.exit_code == 0, exported.output
     direct = _api(server, "GET", f"/v1/datasets/{dataset}/budget/ledger.csv")
     assert exported.stdout_bytes == direct.content
     rows = list(csv.DictReader(io.StringIO(direct.text)))
-    assert [row["kind"] for row in rows] == ["reserve", "commit"]
+    assert [row["kind"] for row in rows] == ["counts", "reserve", "commit"]
 
     missing = dpsyn("budget", "ledger", "nope", "--csv")
     assert missing.exit_code == 1 and "not found" in missing.output
@@ -110,10 +112,18 @@ def test_jobs_quote_reserves_nothing_and_says_what_submit_would_charge(dpsyn, se
     said = re.search(r"spent ([\d.]+) of 5 now, ([\d.]+) \((\d+)%\) if admitted", words.stdout)
     assert said, words.stdout
     assert float(said[1]) == pytest.approx(quote["spent"], abs=1e-3)
-    # Not the JSON quote's: with fewer shots than labels, each plan draws the labels it charges.
-    assert quote["spent"] - 1e-3 <= float(said[2]) < quote["spent"] + 2  # 4 digits, down
+    # The JSON quote's, to its 4 digits rounded down: the same request plans the same job
+    # (issue 41: both plans read the dataset's one count release, and a public schedule).
+    assert float(said[2]) == float(spend_text(quote["spent_after"]))
     assert budget_percent(float(said[2]) / 5) == f"{said[3]}%"  # the words agree
     assert "fits:" in words.stdout
+    # The count release's own line, and each label's noise.
+    assert (
+        f"of which the dataset's count release: epsilon {spend_text(quote['counts_epsilon'])}"
+        in (words.stdout)
+    )
+    noise = ", ".join(f"{label} {sigma:.4g}" for label, sigma in quote["noise"].items())
+    assert quote["noise"] and f"noise sigma per label: {noise}" in words.stdout
 
     too_much = dpsyn("jobs", "quote", "--dataset", dataset, "--method", "tang", "--epsilon", "9",
                      *FAST)  # fmt: skip
@@ -199,13 +209,16 @@ def test_submit_says_why_jobs_past_the_plain_sum_are_admitted(dpsyn, trec_file):
         )  # fmt: skip
         assert result.exit_code == 0, result.output
         said.append(next(line for line in result.stderr.splitlines() if "dataset spend" in line))
+    # the job and the dataset's count release (5% of the budget, charged once), said so
+    counts = re.search(r"of it, epsilon ([\d.]+) is the dataset's count release", said[0])
+    assert counts and float(counts[1]) == pytest.approx(0.3, rel=1e-3), said[0]
     first = re.search(r"dataset spend now ([\d.]+) of 6 \((\d+)%\), composed over 1 job", said[0])
-    assert first and float(first[1]) == pytest.approx(3.5, rel=0.01), said[0]
+    assert first and float(first[1]) == pytest.approx(3.5 + 0.3, rel=0.01), said[0]
     assert "sum to" not in said[0]  # one job: nothing to explain
     last = re.search(r"now ([\d.]+) of 6 .* composed over 3 job\(s\); their epsilons sum to "
                      r"([\d.]+)", said[2])  # fmt: skip
     assert last, said[2]
-    assert float(last[1]) <= 6 < float(last[2]) == pytest.approx(7, rel=0.01)
+    assert float(last[1]) <= 6 < float(last[2]) == pytest.approx(7 + 0.3, rel=0.01)
     assert "composed privacy loss grows slower than the sum" in said[2]
 
 

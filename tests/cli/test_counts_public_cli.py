@@ -74,7 +74,10 @@ def test_budget_explains_its_delta_and_warns_above_one_over_the_size(dpsyn, trec
     job = _json(
         dpsyn("jobs", "submit", "--dataset", dataset, "--epsilon", "8", *FAST, "--json")
     )  # fmt: skip
-    assert "label counts: released under DP" in dpsyn("jobs", "show", job["id"]).output
+    shown = dpsyn("jobs", "show", job["id"]).output
+    assert "label counts: planned with the dataset's count release (released once under DP" in (
+        shown
+    )
 
     high = dpsyn("budget", "set", dataset, "--epsilon", "10", "--delta", "0.05")
     assert high.exit_code == 0, high.output

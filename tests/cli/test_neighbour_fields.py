@@ -4,10 +4,11 @@ A dataset D of tickets, D with one record removed and D with one record relabell
 seed: every written field other than the DP outputs must be identical. The DP outputs are
 the count release (app.privacy.unit), the demonstrations and prompt, and what follows from
 when the generated text stopped (backend calls). The count release is a DP output whose
-value differs between D and D', so the test conditions on it: the release is replaced by one
-that draws the same noise and returns the same counts for all three datasets (an outcome the
-real release can produce), and then nothing else written may differ. Before issue 32, delta
-(1/|D|), the sampling rates, every noise multiplier and the planner's clip did.
+value differs between D and D', so the test conditions on it: the run's own release
+(``local_release``, at a share of its target, issue 41) is replaced by one that draws the same
+noise and returns the same counts for all three datasets (an outcome the real release can
+produce), and then nothing else written may differ. Before issue 32, delta (1/|D|), the
+sampling rates, every noise multiplier and the planner's clip did.
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ import pytest
 from typer.testing import CliRunner
 
 from app.cli import app
-from app.synthesis import generator
+from app.methods import base as method_base
+from app.privacy.unit import CountRelease
 from tests.cli.test_synthesize_cli import CUSTOM, WRITTEN, _fields
 from tests.synthesis.fake_backend import FakeBackend
 
@@ -37,19 +39,30 @@ def fake_backend(monkeypatch):
     )
 
 
+def condition_release(monkeypatch, outcome: float) -> list[tuple[dict[str, int], CountRelease]]:
+    """The run's count release, conditioned on one outcome: the real release's noise draws,
+    noise and cost, but ``outcome`` (plus 3 per label, in order) whatever the exact counts
+    were; records the exact counts it was given and the release it returned."""
+    seen: list[tuple[dict[str, int], CountRelease]] = []
+    real = method_base.local_release
+
+    def release(sizes, declared_public, epsilon, delta, rng):
+        drawn = real(sizes, declared_public, epsilon, delta, rng)
+        if drawn is None:
+            return None
+        noisy = {label: outcome + 3 * i for i, label in enumerate(sorted(sizes))}
+        same = CountRelease(drawn.sigma, noisy, drawn.epsilon, drawn.delta, drawn.id)
+        seen.append((dict(sizes), same))
+        return same
+
+    monkeypatch.setattr(method_base, "local_release", release)
+    return seen
+
+
 @pytest.fixture
 def equal_releases(monkeypatch):
-    """The count release, conditioned on one outcome: the same noise draws, the same counts
-    returned whatever the exact counts were; records the exact counts it was given."""
-    seen: list[dict[str, int]] = []
-
-    def release(sizes, sigma, rng):
-        seen.append(dict(sizes))
-        rng.normal(0.0, sigma, size=len(sizes))
-        return {label: 40 + 3 * i for i, label in enumerate(sorted(sizes))}
-
-    monkeypatch.setattr(generator, "release_counts", release)
-    return seen
+    """:func:`condition_release` at 40 (and 43)."""
+    return condition_release(monkeypatch, 40.0)
 
 
 def neighbours() -> dict[str, list[tuple[str, str]]]:
@@ -86,17 +99,20 @@ def test_neighbouring_datasets_write_the_same_fields_but_dp_outputs(
         )
         assert result.exit_code == 0, result.output
         written[name] = _fields(json.loads(out.read_text()))
-    assert len({json.dumps(sizes, sort_keys=True) for sizes in equal_releases}) == 3
+    assert len({json.dumps(sizes, sort_keys=True) for sizes, _ in equal_releases}) == 3
     first = written["D"]
     assert set(first) <= set(WRITTEN), set(first) - set(WRITTEN)
     for name, fields in written.items():
         assert set(fields) == set(first), name
         differing = {k for k in first if k not in DP_FIELDS and fields[k] != first[k]}
         assert not differing, (name, differing)
-    # The release is in what is written, charged: each label's event carries it.
+    # The run's own release is charged in what is written: its epsilon and delta are the
+    # job's and the release's together (the target's share), not in each label's event.
     labels = first["event"]["labels"]
-    assert labels and all(entry["count_release"]["type"] == "gaussian" for entry in labels)
-    assert first["delta"] == 1e-6
+    assert labels and not any(entry.get("count_release") for entry in labels)
+    release = equal_releases[0][1]
+    assert release.epsilon == pytest.approx(0.05 * 4) and first["epsilon"] <= 4
+    assert first["epsilon"] == pytest.approx(4, rel=1e-2) and first["delta"] == 1e-6
 
 
 def _flat(data: dict) -> dict[str, object]:
@@ -147,23 +163,21 @@ def test_promptpate_writes_the_same_fields_on_neighbours(tmp_path, monkeypatch):
 
 
 def test_promptdpsgd_writes_the_same_fields_on_neighbours(tmp_path, monkeypatch):
-    """PromptDPSGD's record count is released (conditioned on one outcome here): then only
-    the soft prompt (a DP output: its hash) and the wall time differ."""
-    from app.promptdpsgd import plan as dpsgd_plan
+    """PromptDPSGD plans from the run's count release (per label, as every method that reads
+    counts; conditioned on one outcome here): then only the soft prompt (a DP output: its
+    hash) and the wall time differ."""
     from tests.promptdpsgd.tiny import tiny_backend
 
     monkeypatch.setattr("app.cli.synthesize.make_backend", lambda kind, **kw: tiny_backend())
-    seen: list[dict[str, int]] = []
-
-    def release(sizes, sigma, rng):
-        seen.append(dict(sizes))
-        rng.normal(0.0, sigma, size=len(sizes))
-        return {key: 57 for key in sizes}
-
-    monkeypatch.setattr(dpsgd_plan, "release_counts", release)
+    seen = condition_release(monkeypatch, 27.0)
     extra = ["--method", "promptdpsgd", "--epsilon", "4", "--steps", "2", "--batch-size", "4"]
     written = _synthesize_neighbours(tmp_path, [*extra, "--prompt-length", "2"])
     dp = {"soft_prompt.sha256"}
     assert _differing(written, dp) == {name: set() for name in written}
-    assert seen == [{"records": 61}, {"records": 60}, {"records": 61}]
-    assert written["D"]["plan.planned_records"] == 57 and written["D"]["delta"] == 1e-6
+    assert [sizes for sizes, _ in seen] == [
+        {"billing": 40, "network": 21},
+        {"billing": 40, "network": 20},
+        {"billing": 41, "network": 20},
+    ]
+    planned = sum(seen[0][1].estimates().values())
+    assert written["D"]["plan.planned_records"] == planned and written["D"]["delta"] == 1e-6

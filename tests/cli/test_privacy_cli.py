@@ -193,15 +193,20 @@ def test_a_quote_is_what_the_service_plans_for_the_same_shape(api: Api, accounti
 
 
 def test_a_quote_on_counts_not_declared_public_prices_their_release():
-    """Without --public-counts the job releases each label's count under DP, as a job on a
-    dataset without the declaration does: a Gaussian per label before its token steps, all
-    within the target epsilon."""
+    """Without --public-counts the job plans, as a job on a dataset without the declaration
+    does, from the dataset's one count release (issue 41): priced as if it had estimated the
+    sizes given, the release itself not in the job's event (it is charged once per dataset,
+    its share said), each label at its own noise."""
     out = quote("--method", "tang", *TOY_SHAPE, *TOY_PARAMS)
     assert out["counts_public"] is False and out["epsilon"] <= 1.0
     labels = out["event"]["labels"]
     assert sorted(entry["label"] for entry in labels) == ["w5", "w7"]
-    assert all(entry["count_release"]["type"] == "gaussian" for entry in labels)
-    assert len(out["noise_multipliers"]) == 2  # the count release's and the token steps'
+    assert not any(entry.get("count_release") for entry in labels)
+    assert out["count_release_share"] == 0.05
+    assert set(out["noise_by_label"]) == {"w5", "w7"}  # equal sizes: the same noise
+    declared = quote("--method", "tang", *TOY_SHAPE, *TOY_PARAMS, "--public-counts")
+    assert declared["count_release_share"] is None
+    assert declared["noise_by_label"] == out["noise_by_label"]
 
 
 def test_a_quote_in_words_names_the_event_and_its_noise():
@@ -213,7 +218,9 @@ def test_a_quote_in_words_names_the_event_and_its_noise():
     assert (
         lines[3].startswith("  PartitionEvent('w") and "SampledEvent(PoissonSampling(" in lines[3]
     )
-    assert lines[-1].startswith("noise multipliers: ")
+    noise = next(i for i, line in enumerate(lines) if line.startswith("noise multipliers: "))
+    # then each label's own (the token loop calibrates each label to its own size)
+    assert [line.split(":")[0] for line in lines[noise + 1 :]] == ["  w5", "  w7"]
 
 
 @pytest.mark.parametrize(

@@ -227,8 +227,11 @@ def test_compose_topology_as_processes_runs_one_job(empty_database, redis, tmp_p
         assert job["status"] == "succeeded", job
         prompt = second.get(f"/v1/prompts/{job['prompt_id']}")
         assert prompt.status_code == 200 and prompt.json()["job_id"] == job_id
-        history = second.get(f"/v1/datasets/{dataset}/budget").json()["history"]
+        budget = second.get(f"/v1/datasets/{dataset}/budget").json()
+        history = budget["history"]
+        [release] = budget["count_releases"]  # drawn for the job's plan, charged once
         assert [(e["kind"], e["job_id"]) for e in history] == [
+            ("counts", release["id"]),
             ("reserve", job_id),
             ("commit", job_id),
         ]

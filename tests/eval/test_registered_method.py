@@ -2,9 +2,10 @@
 ``dpsyn eval --methods NAME --param ...`` with no change to app/eval or app/cli.
 
 The method ("fixed") writes one demonstration per scheduled label from a parameter (public
-text only) and charges its epsilon. The tests check that the evaluation planned it from the
-training set's counts (as the service does), passed it its parameter and the job's fields, and
-scored the prompt it released.
+text only) and charges its epsilon. The tests check that the evaluation planned it from a
+count release of the training set's counts, charged in the run's epsilon (a local run's own
+release, issue 41: the service's is the dataset's), passed it its parameter and the job's
+fields, and scored the prompt it released.
 """
 
 from __future__ import annotations
@@ -21,8 +22,9 @@ from typer.testing import CliRunner
 from app.eval.experiment import ExperimentConfig, run_experiment, settings_grid
 from app.eval.icl import evaluate
 from app.methods import registry
-from app.methods.base import Counts, Method, MethodPlan, Stored
+from app.methods.base import Counts, JobConfig, Method, MethodPlan, Stored
 from app.privacy.events import PateEvent
+from app.privacy.unit import DEFAULT_DELTA
 from app.results import Demonstration, SynthesisResult
 from app.synthesis.generator import partition_sizes
 from app.synthesis.prompts import demonstration_prompt
@@ -37,11 +39,9 @@ class FixedParams(BaseModel):
     topic: str | None = None
 
 
-class FixedConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid")  # a parameter of another method would fail
-    epsilon: float
+class FixedConfig(JobConfig):  # epsilon, delta (public default), accounting, seed
+    model_config = ConfigDict(extra="forbid", frozen=True)  # another method's would fail
     shots: int
-    seed: int | None
     topic: str = "nothing"
 
 
@@ -53,7 +53,7 @@ class FixedPlan(MethodPlan):
 
     @property
     def delta(self) -> float:
-        return 1.0 / self.counts.private
+        return self.config.delta  # public, never 1/|D|
 
     def event(self) -> PateEvent:
         return PateEvent(noise_multiplier=1.0, relation="add_or_remove")
@@ -65,15 +65,10 @@ class FixedPlan(MethodPlan):
     def progress_total(self) -> int:
         return self.config.shots
 
-    @property
-    def expected_records(self) -> int:
-        return self.counts.private
-
     def stored(self) -> Stored:
         return Stored(self.config.model_dump(), [], self.delta)
 
     def run(self, records, backend, progress, public=()) -> SynthesisResult:
-        assert len(records) == self.expected_records  # the records it was planned for
         labels = list(self.task.labels)[: self.config.shots]
         demos = [Demonstration(label, f"a question about {self.config.topic}") for label in labels]
         return SynthesisResult(
@@ -114,6 +109,8 @@ class FixedMethod(Method):
         seed: int | None = None,
     ) -> FixedConfig:
         given = {k: v for k, v in (params or {}).items() if v is not None}
+        if delta is not None:
+            given["delta"] = delta
         return FixedConfig(epsilon=epsilon, shots=shots or 1, seed=seed, **given)
 
     def plan(self, task, config: FixedConfig, counts: Counts) -> FixedPlan:
@@ -154,19 +151,30 @@ def test_a_registered_method_runs_through_run_experiment(fixed):
     backend = EvalFake(marker="Question:")
     runs = run_experiment(TREC, train, test, backend, config)
     assert [r.setting for r in runs] == ["zero-shot", "fixed@2", "fixed@2", "fixed@8", "fixed@8"]
-    # configured with the job's fields and its own parameter, planned from public counts
+    # configured with the job's fields and its own parameter; planned from a release of the
+    # training set's counts, drawn for the run at 5% of its target (the job gets the rest)
     assert [(c.epsilon, c.shots, c.seed, c.topic) for c, _ in fixed.seen] == [
-        (2.0, 3, 0, "rivers"), (2.0, 3, 1, "rivers"), (8.0, 3, 0, "rivers"), (8.0, 3, 1, "rivers")
+        (0.95 * 2.0, 3, 0, "rivers"), (0.95 * 2.0, 3, 1, "rivers"),
+        (0.95 * 8.0, 3, 0, "rivers"), (0.95 * 8.0, 3, 1, "rivers"),
     ]  # fmt: skip
-    expected_counts = Counts(labels=partition_sizes(TREC, train), private=len(train), public=0)
-    assert all(counts == expected_counts for _, counts in fixed.seen)
+    exact = partition_sizes(TREC, train)
+    for (config, counts), target in zip(fixed.seen, (2.0, 2.0, 8.0, 8.0), strict=True):
+        release = counts.release
+        assert release is not None and not counts.declared_public and counts.public == 0
+        assert set(release.noisy) == set(exact) and release.noisy != exact  # noise was added
+        assert release.epsilon == pytest.approx(0.05 * target)
+        assert counts.labels == release.estimates()  # the plan saw estimates only
+        assert config.delta == pytest.approx(0.95 * DEFAULT_DELTA)
+    # each seed draws its own release (from the seed, in a seeded run)
+    assert fixed.seen[0][1].release.noisy != fixed.seen[1][1].release.noisy
     released = [{"label": label, "text": "a question about rivers"} for label in TREC.labels[:3]]
     prompt = demonstration_prompt(TREC, [(d["label"], d["text"]) for d in released])
     score = evaluate(EvalFake(marker="Question:"), TREC, prompt, test)
     for run in runs[1:]:
         assert run.kind == run.method == "fixed"
         assert run.demonstrations == released
-        assert run.epsilon_charged == run.epsilon_target
+        # the job's epsilon plus its count release's: the whole target, no more
+        assert run.epsilon_charged == pytest.approx(run.epsilon_target, rel=1e-12)
         assert (run.accuracy, run.calibrated_accuracy) == (
             score.accuracy,
             score.calibrated_accuracy,

@@ -6,6 +6,12 @@ its plan charges a privacy event built from primitives (a Gaussian histogram of 
 counts, a mechanism kind of its own that ``app/privacy`` has no type for), so that a job is
 reserved and charged as any other. It takes one parameter with
 a default (``repeat``, spelt ``--echo-repeat`` on the command line) plus the job's shots.
+
+Its plan reads the dataset's label counts as a plug-in may (issue 41): through
+:class:`~app.methods.Counts` only (``labels``, ``private``), which holds the dataset's one
+count release or the counts its owner declared public, never an exact private count; it
+stores the planned counts and which kind they were, and its delta is the config's (the
+public default, never 1/|D|).
 Importing this module defines :data:`ECHO`; registering it is the importer's choice (tests use
 ``registered(ECHO)``; a module named in ``DPSYN_METHOD_MODULES`` calls ``register(ECHO)``).
 """
@@ -19,6 +25,7 @@ from pydantic import Field
 
 from app.methods import (
     Counts,
+    CountsMode,
     Demonstration,
     GaussianEvent,
     JobConfig,
@@ -49,15 +56,18 @@ class EchoConfig(JobConfig):
 
 @dataclass(frozen=True)
 class EchoPlan(MethodPlan):
-    """An echo job: its config and the number of private records it was planned for."""
+    """An echo job: its config and the label counts it was planned with (each label's
+    released estimate, or the count declared public: what ``Counts.labels`` gave its plan)."""
 
     task: TaskSpec
     config: EchoConfig
-    n_private: int
+    planned: Mapping[str, int]
+    counts: CountsMode | None = None  # how the planned counts were known (None: not given)
+    release_id: str = ""  # the dataset's count release they come from ("": none)
 
     @property
     def delta(self) -> float:
-        return self.config.delta or 1.0 / self.n_private
+        return self.config.delta  # public: JobConfig's default unless the job sets one
 
     def event(self) -> GaussianEvent:
         """The charge of a Gaussian histogram of the label counts at :data:`NOISE`: L2
@@ -73,12 +83,14 @@ class EchoPlan(MethodPlan):
     def progress_total(self) -> int:
         return self.config.shots
 
-    @property
-    def expected_records(self) -> int:
-        return self.n_private
-
     def stored(self) -> Stored:
-        config = {"echo": self.config.model_dump(mode="json"), "private": self.n_private}
+        config = {
+            "echo": self.config.model_dump(mode="json"),
+            "planned": {str(k): int(v) for k, v in self.planned.items()},  # released or public
+            "counts": None if self.counts is None else self.counts.value,
+            # the job record names the release its counts came from (the API shows it)
+            "count_release": self.release_id or None,
+        }
         return Stored(config=config, schedule=[], delta=self.delta)
 
     def run(
@@ -123,13 +135,30 @@ class Echo(Method):
     public_stats_help = "echoed (demonstrations released)"
 
     def plan(self, task: TaskSpec, config: EchoConfig, counts: Counts) -> EchoPlan:
-        plan = EchoPlan(task, config, counts.private)
+        # The counts are released (the dataset's one release, charged on its ledger) or
+        # declared public: a plug-in can read no other. It refuses on them, as a plan may.
+        mode = CountsMode.DECLARED_PUBLIC if counts.declared_public else CountsMode.RELEASED
+        if counts.private < 1:
+            raise ValueError("echo: the dataset holds no records to echo the labels of")
+        release = counts.release.id if counts.release is not None else ""
+        plan = EchoPlan(task, config, dict(counts.labels), mode, release)
         if plan.epsilon() > config.epsilon:
             raise ValueError(f"echo: its noise costs {plan.epsilon():.3g} > epsilon")
         return plan
 
     def rebuild(self, task: TaskSpec, stored: Stored) -> EchoPlan:
-        return EchoPlan(task, self.stored_config(stored), int(stored.config["private"]))
+        mode = stored.config.get("counts")
+        return EchoPlan(
+            task,
+            self.stored_config(stored),
+            {str(k): int(v) for k, v in stored.config["planned"].items()},
+            None if mode is None else CountsMode(mode),
+            str(stored.config.get("count_release") or ""),
+        )
+
+    def counts_mode(self, stored: Stored) -> CountsMode | None:
+        mode = stored.config.get("counts")
+        return None if mode is None else CountsMode(mode)
 
     def stats_summary(self, stats: Mapping[str, object]) -> str:
         return f"{stats['echoed']} echoes"

@@ -1,4 +1,5 @@
-"""What a method's stored job row holds, for the neighbour tests of each method (issue 32)."""
+"""What a method's stored job row holds, for the neighbour tests of each method (issues 32
+and 41)."""
 
 from __future__ import annotations
 
@@ -10,13 +11,11 @@ from app.privacy.events import to_dict
 
 
 def stored_row(plan: MethodPlan) -> dict[str, Any]:
-    """The job row a plan writes, less the exact record count it keeps for the worker's
-    check of the data (``config.sizes.private``: the job row only, never served)."""
+    """The job row a plan writes, whole: since issue 41 it keeps no exact record count (the
+    worker checks the dataset against its own row), so nothing is left out."""
     stored = plan.stored()
-    config = copy.deepcopy(dict(stored.config))
-    del config["sizes"]["private"]
     return {
-        "config": config,
+        "config": copy.deepcopy(dict(stored.config)),
         "schedule": list(stored.schedule),
         "delta": stored.delta,
         "event": to_dict(plan.event()),

@@ -140,7 +140,7 @@ def test_privacy_quotes_the_plugin(env, tmp_path) -> None:
     quote = json.loads(quoted.stdout)
     config = EchoConfig(epsilon=2.0, delta=DEFAULT_DELTA, shots=2, repeat=3)
     task = classification_task(["billing", "network"])
-    own = EchoPlan(task, config, n_private=20)
+    own = EchoPlan(task, config, planned={"billing": 10, "network": 10})
     assert quote["epsilon"] == pytest.approx(own.epsilon(), rel=1e-12)
     assert quote["delta"] == own.delta == DEFAULT_DELTA
     assert quote["event"] == to_dict(own.event())

@@ -167,7 +167,10 @@ def test_a_job_runs_through_the_worker_and_is_charged(api: Api) -> None:
     job = submitted.json()
     assert job["method"] == "echo" and job["status"] == "queued" and job["shots"] == 3
     assert job["progress"] == {"done": 0, "total": 3, "unit": "echoes"}
-    assert job["counts"] is None  # Method.counts_mode's default: it reads no private count
+    # Echo plans from the dataset's label counts, as a plug-in may (issue 41): through the
+    # dataset's one count release, drawn for this first plan and charged on its own line.
+    assert job["counts"] == "released" and job["count_release_id"]
+    release_id = job["count_release_id"]
     assert api.queue.enqueued == [job["id"]]
 
     api.run_worker(job["id"])  # workers.runner.run_job: claim, lease, checks, run, store
@@ -182,11 +185,12 @@ def test_a_job_runs_through_the_worker_and_is_charged(api: Api) -> None:
     budget = api.client.get(f"/v1/datasets/{dataset['id']}/budget", headers=auth(api.admin))
     history = budget.json()["history"]
     assert [(e["kind"], e["job_id"]) for e in history] == [
+        ("counts", release_id),
         ("reserve", job["id"]),
         ("commit", job["id"]),
     ]
     histogram = GaussianEvent(NOISE, sensitivity=Sensitivity(add_or_remove=1.0, replace_one=2**0.5))
-    assert history[0]["event"] == to_dict(histogram)  # stored as the primitive it is
+    assert history[1]["event"] == to_dict(histogram)  # stored as the primitive it is
     # Priced by the accountants as they are (no edit of app/privacy): its sensitivity is 1
     # under add/remove (tight accounting) and sqrt(2) under replace-one (paper accounting).
     unit = GaussianEvent(NOISE)
@@ -194,7 +198,16 @@ def test_a_job_runs_through_the_worker_and_is_charged(api: Api) -> None:
     assert tight.dataset_epsilon(histogram, 1e-6) == tight.dataset_epsilon(unit, 1e-6)
     assert paper.dataset_epsilon(histogram, 1e-6) > paper.dataset_epsilon(unit, 1e-6) * 1.2
     assert TOY_TASK["labels"] == ["w5", "w7"]  # what the demonstrations say
-    assert 0 < budget.json()["spent"] == pytest.approx(done["epsilon"])
+    spent, counts = budget.json()["spent"], budget.json()["counts_epsilon"]
+    assert history[0]["epsilon"] == pytest.approx(0.05 * 3.0)  # the release's share
+    assert counts == pytest.approx(0.05 * 3.0, rel=2e-3)  # its noise priced (sigma to 0.1%)
+    # the jobs compose at the budget's delta less the release's (ledger, issue 41)
+    jobs_delta = budget.json()["delta"] - history[0]["delta"]
+    assert done["epsilon"] < tight.dataset_epsilon(histogram, jobs_delta)
+    assert 0 < spent == pytest.approx(tight.dataset_epsilon(histogram, jobs_delta) + counts)
+    # the stored plan read the release's estimates, never the exact counts it was drawn from
+    stored = api.client.get(f"/v1/jobs/{job['id']}", headers=auth(api.admin)).json()
+    assert stored["count_release_id"] == release_id
 
 
 # --- (d) the dashboard's job form -------------------------------------------------------------

@@ -10,9 +10,11 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from app.db.models import ACTIVE_STATUSES, TERMINAL_STATUSES, JobStatus
+from app.methods.base import CountsMode, Stored
 from app.methods.registry import (
     METHODS,
     Counts,
@@ -25,12 +27,19 @@ from app.methods.registry import (
 )
 from app.privacy.accounting import Accounting
 from app.privacy.budget import FIT_TOLERANCE, fits_budget, is_epsilon
-from app.privacy.events import to_dict
+from app.privacy.events import GaussianEvent, to_dict
+from app.privacy.params import TangParams
+from app.privacy.synthesis import SynthesisPrivacy
+from app.privacy.unit import release_counts
 from app.results import SynthesisResult
 from app.synthesis.tasks import BUILTIN_TASKS
 
 TREC = BUILTIN_TASKS["trec"]
-COUNTS = Counts({label: 30 for label in TREC.labels}, 30 * len(TREC.labels), 40)
+# The dataset's one count release (issue 41), drawn once here: a plan reads its estimates.
+RELEASE = release_counts(
+    {label: 30 for label in TREC.labels}, 0.2, 5e-8, np.random.default_rng(41), "release-1"
+)
+COUNTS = Counts.released(RELEASE, public=40)
 SMALL = {
     MethodKind.TANG: {"M": 4, "N": 2, "tmax": 4, "K": 10},
     MethodKind.ADADPSYN: {"M": 4, "N": 2, "tmax": 4, "K": 10, "variant": "paper"},
@@ -60,18 +69,69 @@ def test_a_stored_plan_rebuilds_to_the_event_admission_reserved(kind: MethodKind
         accounting=Accounting.TIGHT,
         params=SMALL[kind],
     )
-    plan = method.plan(TREC, config, COUNTS)
+    # as the service gives them: a method that reads no counts (PromptPATE) is given none
+    counts = COUNTS if method.reads_counts else Counts(None, COUNTS.public)
+    plan = method.plan(TREC, config, counts)
     assert plan.epsilon() <= 4.0 * (1 + 1e-9) and plan.delta == 0.01
     stored = plan.stored()
     rebuilt = method.rebuild(TREC, stored)
     assert to_dict(rebuilt.event()) == to_dict(plan.event())
     assert rebuilt.epsilon() == plan.epsilon()
     assert rebuilt.progress_total == plan.progress_total > 0
-    assert rebuilt.expected_records == COUNTS.private
+    assert rebuilt.stored() == stored  # everything the worker needs is in the row
+    assert not hasattr(rebuilt, "expected_records")  # the worker checks the dataset's row
+    # the job row names the release its counts came from, and says they were released
+    released = stored.config.get("count_release") == RELEASE.id
+    assert released is method.reads_counts
+    mode = method.counts_mode(stored)
+    assert mode is (CountsMode.RELEASED if method.reads_counts else None)
     assert rebuilt.public_records == (COUNTS.public if method.reads_public else None)
     accounting, shots = method.summary(stored)
     # a soft prompt has no demonstrations: the job's shots do not apply to PromptDPSGD
     assert (accounting, shots) == ("tight", 0 if kind is MethodKind.PROMPTDPSGD else 2)
+
+
+def _token_loop_row(*, planned: bool, count_sigma: float | None) -> tuple[Stored, dict]:
+    """A token-loop job row as an older admission wrote it: the exact ``sizes`` always; from
+    issue 32, the ``planned_sizes`` it priced and sampled with and its own count release's
+    multiplier in its plan (priced inside its event). Returns the row and its sizes."""
+    method = get_method(MethodKind.TANG)
+    config = configure(
+        method, TREC, epsilon=4.0, delta=1e-6, shots=2, accounting=Accounting.TIGHT,
+        params=SMALL[MethodKind.TANG],
+    ).model_dump(mode="json")  # fmt: skip
+    privacy = SynthesisPrivacy(
+        params=TangParams(sigma=3.0), M=4, N=2, tmax=4, count_sigma=count_sigma
+    )
+    exact = {label: 30 for label in TREC.labels}
+    row = {"synthesis": config, "plan": privacy.model_dump(mode="json"), "sizes": exact}
+    sizes = exact
+    if planned:
+        sizes = {label: 30 + 3 * i for i, label in enumerate(TREC.labels)}
+        row["planned_sizes"] = sizes
+    else:
+        row["synthesis"].pop("public_counts")
+        row["plan"].pop("count_sigma")
+    return Stored(config=row, schedule=["Description", "Entity"], delta=1e-6), sizes
+
+
+@pytest.mark.parametrize("issue_32", [False, True])
+def test_older_token_loop_rows_rebuild_to_the_event_they_reserved(issue_32: bool) -> None:
+    """Rows stored before issue 41 (exact sizes kept for the worker, no ``count_release``,
+    one multiplier for every label) rebuild and price as they did; a row of issue 32 prices
+    its own count release inside its event and says its counts were released."""
+    stored, sizes = _token_loop_row(planned=issue_32, count_sigma=30.0 if issue_32 else None)
+    method = get_method(MethodKind.TANG)
+    rebuilt = method.rebuild(TREC, stored)
+    privacy = SynthesisPrivacy.model_validate(stored.config["plan"])
+    expected = privacy.synthesis_event(sizes, {"Description": 1, "Entity": 1})
+    assert rebuilt.event() == expected
+    assert rebuilt.epsilon() == privacy.accountant.dataset_epsilon(expected, 1e-6)
+    releases = {label.count_release for label in rebuilt.event().labels}
+    assert releases == ({GaussianEvent(30.0)} if issue_32 else {None})
+    assert method.counts_mode(stored) is (CountsMode.RELEASED if issue_32 else None)
+    assert rebuilt.plan.privacy.noise_by_label() == {}  # one multiplier, not per label
+    assert rebuilt.stored().config["count_release"] is None
 
 
 def test_a_parameter_of_another_method_is_refused_naming_who_takes_it() -> None:

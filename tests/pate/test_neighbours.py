@@ -1,15 +1,16 @@
-"""Issue 32 for PromptPATE: what a job writes depends on one record only through DP outputs.
+"""Issues 32 and 41 for PromptPATE: what a job writes depends on one record only through DP
+outputs.
 
 D, D minus one record and D with one record relabelled, same seed: nothing a PromptPATE job
-plans reads the private count (no count release is needed), so every field of the job's
-record, its plan, event, stats, settings and CLI ``--out`` is identical. Excepted, by name,
-are the DP outputs: the student prompt and its demonstrations, and the counts that follow
-from the noisy threshold checks (``processed``, ``answered``, ``rejected``,
-``budget_exhausted``, ``spent_mu``, ``pool``, ``holdout``, ``holdout_accuracy``: functions of
-which queries passed Confident-GNMax, i.e. post-processing of DP outputs, and of the public
-inputs); and the exact record count that the job row keeps
-for the worker's check of the data (``config.sizes.private``), which no API body, prompt,
-result or ``--out`` holds."""
+plans reads the private count (``reads_counts`` is False: its plan is given no counts, and
+a job of it causes no count release), so every field of the job's record, its plan, event,
+stats, settings and CLI ``--out`` is identical. Excepted, by name, are the DP outputs: the
+student prompt and its demonstrations, and the counts that follow from the noisy threshold
+checks (``processed``, ``answered``, ``rejected``, ``budget_exhausted``, ``spent_mu``,
+``pool``, ``holdout``, ``holdout_accuracy``: functions of which queries passed
+Confident-GNMax, i.e. post-processing of DP outputs, and of the public inputs). The job row
+keeps no exact record count (``config.sizes.private`` is the declared-public count, else 0:
+the worker checks the dataset against its own row)."""
 
 from __future__ import annotations
 
@@ -65,7 +66,10 @@ def plan_for(data: list, accounting=Accounting.TIGHT, **params: object) -> Metho
         params={**PARAMS, **params},
         seed=3,
     )
-    return METHOD.plan(SST2, config, Counts(partition_sizes(SST2, data), len(data), len(PUBLIC)))
+    # as the service hands a method that reads no counts its inputs: no counts, the public
+    # dataset's size (``data`` is what the job will run on, never what it plans from)
+    del data
+    return METHOD.plan(SST2, config, Counts(None, len(PUBLIC)))
 
 
 def written(plan: MethodPlan, result: SynthesisResult) -> dict[str, Any]:
@@ -98,6 +102,7 @@ def test_neighbouring_datasets_write_the_same_job_but_for_its_dp_outputs(account
     first = seen["D"]
     assert first["row"]["delta"] == DEFAULT_DELTA  # public, never 1/|D|
     assert "n_private" not in first["out"]["plan"]
+    assert first["row"]["config"]["sizes"] == {"private": 0, "public": len(PUBLIC)}
     for name in ("D minus one", "D relabelled"):
         assert seen[name] == first, name
 
@@ -116,11 +121,12 @@ def test_only_a_declared_public_count_can_refuse_a_job():
         params={**PARAMS, "shots": 2},
         seed=3,
     )
-    declared = Counts(partition_sizes(SST2, tiny), 1, len(PUBLIC), declared_public=True)
+    declared = Counts.declared(partition_sizes(SST2, tiny), len(PUBLIC))
     with pytest.raises(PateError, match=r"1 private record\(s\) cannot fill"):
         METHOD.plan(SST2, config, declared)
-    plan = METHOD.plan(SST2, config, dataclasses.replace(declared, declared_public=False))
-    assert plan.expected_records == 1
+    assert not METHOD.reads_counts  # the service gives it no counts otherwise
+    plan = METHOD.plan(SST2, config, Counts(None, len(PUBLIC)))
+    assert plan.stored().config["sizes"]["private"] == 0  # no count was read
     with pytest.raises(PateError, match=r"only 0 public input\(s\) were labelled"):
         plan.run(tiny, PateFakeBackend(), None, PUBLIC)
 
@@ -140,13 +146,13 @@ def test_a_stored_job_without_a_delta_in_its_config_rebuilds_at_the_rows_delta()
 
 def test_the_jobs_record_says_whether_the_owner_declared_the_count_public():
     data = private_records(400)
-    counts = Counts(partition_sizes(SST2, data), len(data), len(PUBLIC))
+    counts = Counts(None, len(PUBLIC))  # what the service gives it: it reads no counts
     config = METHOD.configure(
         SST2, epsilon=12.0, delta=None, shots=2, accounting=Accounting.TIGHT, params=PARAMS
     )
     released = METHOD.plan(SST2, config, counts).stored()
     assert METHOD.counts_mode(released) is None  # its plan reads no private count
     assert released.config["pate"]["public_counts"] is False
-    declared = dataclasses.replace(counts, declared_public=True)
+    declared = Counts.declared(partition_sizes(SST2, data), len(PUBLIC))
     stored = METHOD.plan(SST2, config, declared).stored()
     assert METHOD.counts_mode(stored) is CountsMode.DECLARED_PUBLIC

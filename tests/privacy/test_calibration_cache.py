@@ -22,7 +22,6 @@ from app.privacy.calibration import (
 from app.privacy.calibration_cache import MemoryCache, calibration_store
 from app.privacy.events import to_dict
 from app.privacy.params import AdaDPSynParams, Aggregator, TangParams
-from app.privacy.rng import make_rng
 from app.privacy.synthesis import SynthesisPrivacy
 from app.synthesis.config import SynthesisConfig
 from app.synthesis.generator import plan_synthesis
@@ -75,10 +74,10 @@ def test_a_remembered_answer_that_misses_the_target_is_searched_afresh() -> None
 def test_cached_plan_equals_fresh_plan_event_for_event(method: Aggregator) -> None:
     sizes = {label: 40 + 7 * i for i, label in enumerate(TREC.labels)}
     cfg = SynthesisConfig(method=method, epsilon=3.0, M=5, N=2, tmax=6, shots=4, K=20, seed=3)
-    fresh = plan_synthesis(TREC, sizes, cfg, make_rng(5))
+    fresh = plan_synthesis(TREC, sizes, cfg)
     assert len(calibration_cache.MEMORY) > 0
     with mock.patch.object(calibration, "search_noise", no_search):
-        cached = plan_synthesis(TREC, sizes, cfg, make_rng(5))
+        cached = plan_synthesis(TREC, sizes, cfg)
     assert cached.privacy == fresh.privacy
     assert to_dict(cached.event()) == to_dict(fresh.event())
     assert cached.epsilon() == fresh.epsilon()

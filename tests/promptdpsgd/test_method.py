@@ -21,8 +21,7 @@ from app.methods.registry import (
 from app.privacy.accounting import Accounting, TightPldAccountant
 from app.privacy.dpsgd import calibrate_dpsgd
 from app.privacy.events import DpsgdEvent, GaussianEvent, from_dict, to_dict
-from app.privacy.unit import DEFAULT_DELTA, count_noise_multiplier
-from app.promptdpsgd import plan as plan_module
+from app.privacy.unit import DEFAULT_DELTA, CountRelease, count_noise_multiplier
 from app.promptdpsgd.artifact import SoftPrompt
 from app.promptdpsgd.backend import GradientAccessError, SoftPromptedBackend
 from app.promptdpsgd.config import PromptDpsgdError
@@ -36,11 +35,24 @@ SST2 = BUILTIN_TASKS["sst2"]
 METHOD = get_method(MethodKind.PROMPTDPSGD)
 
 
+# The dataset's one count release (issue 41): a Gaussian release of its label counts, drawn
+# and charged once by the service; each test's plan reads it as the service hands it over.
+RELEASE_SIGMA = count_noise_multiplier(0.2, 5e-8)  # 5% of a budget of (4, 1e-6)
+
+
+def release_of(n: int, offset: float = 0.0) -> CountRelease:
+    """A release of a dataset of ``n`` records, its two noisy counts ``offset`` above each
+    half (fixed, not drawn: the tests read what a plan makes of a given release)."""
+    noisy = {"negative": n // 2 + offset, "positive": n - n // 2 + offset}
+    return CountRelease(RELEASE_SIGMA, noisy, 0.2, 5e-8, id=f"release-{n}")
+
+
 def plan_for(n: int, accounting=Accounting.TIGHT, *, public=False, **params):
     config = configure(
         METHOD, SST2, epsilon=4.0, delta=None, shots=4, accounting=accounting, params=params
     )
-    counts = Counts({"negative": n // 2, "positive": n - n // 2}, n, declared_public=public)
+    halves = {"negative": n // 2, "positive": n - n // 2}
+    counts = Counts.declared(halves) if public else Counts.released(release_of(n))
     return METHOD.plan(SST2, config, counts)
 
 
@@ -52,27 +64,37 @@ def test_with_declared_public_counts_the_plan_samples_from_the_exact_count(accou
     assert event.sampling.rate == pytest.approx(0.01) and event.count_release is None
     assert 4.0 * 0.99 <= plan.epsilon() <= 4.0
     assert plan.delta == DEFAULT_DELTA  # public, never 1/|D| (issue 32)
-    assert plan.progress_total == 20 and plan.expected_records == 1000
+    assert plan.progress_total == 20
+    stored = plan.stored().config
+    assert stored["sizes"] == {"planned": 1000} and stored["count_release"] is None
     assert plan.plan.config.public_counts  # the owner's declaration is on the job's record
     assert METHOD.unit == "steps" and METHOD.needs_gradients
 
 
-def test_otherwise_the_count_is_released_and_the_release_is_part_of_the_price():
-    plan = plan_for(1000, steps=20, batch_size=10)
+@pytest.mark.parametrize("offset", [-37.4, 61.2])
+def test_otherwise_the_plan_samples_from_the_datasets_release_charged_apart(offset):
+    """The count comes from the dataset's one release (issue 41): the plan samples from the
+    sum of its labels' estimates, whatever the exact count behind it, prices no release in
+    its own event (the release has its own ledger line), and names the release it read."""
+    release = release_of(1000, offset)
+    config = configure(
+        METHOD, SST2, epsilon=4.0, delta=None, shots=4, accounting=Accounting.TIGHT,
+        params={"steps": 20, "batch_size": 10},
+    )  # fmt: skip
+    plan = METHOD.plan(SST2, config, Counts.released(release))
     event = plan.event()
-    count_sigma = count_noise_multiplier(4.0, DEFAULT_DELTA)
-    assert event.count_release == GaussianEvent(count_sigma)
+    planned = sum(release.estimates().values())
+    assert planned == pytest.approx(1000 + 2 * offset, abs=2)  # far above 1: the value
+    assert plan.plan.n_planned == planned and event.count_release is None
+    assert event.sampling.rate == pytest.approx(10 / planned)
     assert not plan.plan.config.public_counts
-    planned = plan.plan.n_planned
-    assert event.sampling.rate == pytest.approx(min(1.0, 10 / planned))
-    assert abs(planned - 1000) < 6 * count_sigma  # a Gaussian release of 1000
-    # the steps' noise is calibrated so that the whole job, the release included, meets 4
-    assert 4.0 * 0.99 <= plan.epsilon() <= 4.0
-    steps_alone = dataclasses.replace(event, count_release=None)
-    assert TightPldAccountant().dataset_epsilon(steps_alone, plan.delta) < plan.epsilon()
-    assert plan.delta == DEFAULT_DELTA and plan.expected_records == 1000
-    # admission's release is stored, and the worker's rebuild does not draw another
-    rebuilt = METHOD.rebuild(SST2, plan.stored())
+    assert 4.0 * 0.99 <= plan.epsilon() <= 4.0  # the job's own target: the release is apart
+    assert plan.delta == DEFAULT_DELTA
+    stored = plan.stored()
+    assert stored.config["sizes"] == {"planned": planned}  # no exact count in the row
+    assert stored.config["count_release"] == release.id and stored.config["count_sigma"] is None
+    # the worker's rebuild reads the row and draws nothing
+    rebuilt = METHOD.rebuild(SST2, stored)
     assert rebuilt.event() == event and rebuilt.plan == plan.plan
 
 
@@ -84,32 +106,25 @@ def test_paper_accounting_needs_declared_public_counts():
     assert "1000" not in str(caught.value)
 
 
-def test_a_job_is_refused_from_public_inputs_only_never_from_the_released_count(monkeypatch):
-    """A target that no released count could let the job meet is refused before the count
-    is released; otherwise even a released count below the batch size plans (rate 1)."""
-
-    def no_release(*args):
-        raise AssertionError("the count was released for a job that is refused")
-
-    monkeypatch.setattr(plan_module, "release_counts", no_release)
+def test_a_job_is_refused_from_public_inputs_and_the_released_count_only():
+    """The plan's refusals read the config and the release, nothing else (issue 41): a
+    release whose estimate falls below the batch size is refused (rather than planned at
+    rate 1), naming the released estimate, a DP value, and never the exact count behind it
+    (here 40 records, released as 20.4 and 22.3)."""
+    small = CountRelease(RELEASE_SIGMA, {"negative": 20.4, "positive": 22.3}, 0.2, 5e-8)
+    estimate = sum(small.estimates().values())
     config = configure(
-        METHOD,
-        SST2,
-        epsilon=0.02,
-        delta=None,
-        shots=None,
-        accounting=Accounting.TIGHT,
-        params={"steps": 10_000},
-    )
-    messages = set()
-    for n in (10, 100_000):
-        with pytest.raises(PromptDpsgdError, match="whatever the number of records") as caught:
-            METHOD.plan(SST2, config, Counts({}, n))
-        messages.add(str(caught.value))
-    assert len(messages) == 1  # the same refusal, whatever the count
-    monkeypatch.setattr(plan_module, "release_counts", lambda sizes, sigma, rng: {"records": 3})
-    plan = plan_for(1000, steps=5, batch_size=64)
-    assert plan.event().sampling.rate == 1.0 and plan.plan.n_planned == 3
+        METHOD, SST2, epsilon=4.0, delta=None, shots=None, accounting=Accounting.TIGHT,
+        params={"steps": 5, "batch_size": 64},
+    )  # fmt: skip
+    assert estimate < 64 and estimate != 40
+    with pytest.raises(PromptDpsgdError, match=f"exceeds the {estimate} records the counts"):
+        METHOD.plan(SST2, config, Counts.released(small))
+    fits = configure(
+        METHOD, SST2, epsilon=4.0, delta=None, shots=None, accounting=Accounting.TIGHT,
+        params={"steps": 5, "batch_size": estimate},
+    )  # fmt: skip
+    assert METHOD.plan(SST2, fits, Counts.released(small)).event().sampling.rate == 1.0
 
 
 def test_parameters_are_validated_and_others_refused():
@@ -129,7 +144,7 @@ def test_parameters_are_validated_and_others_refused():
             accounting=Accounting.TIGHT,
             params={},
         )
-        METHOD.plan(BUILTIN_TASKS["mitg"], config, Counts({"*": 100}, 100))
+        METHOD.plan(BUILTIN_TASKS["mitg"], config, Counts.declared({"*": 100}))
 
 
 def test_a_backend_without_gradients_is_refused_before_any_record_is_read():
@@ -182,10 +197,12 @@ def test_a_tiny_real_run_through_the_registry(gemma):
 
 
 def test_the_jobs_record_says_how_it_knew_the_count():
-    assert METHOD.counts_mode(plan_for(100, steps=2).stored()) is CountsMode.RELEASED
+    released = plan_for(100, steps=2).stored()
+    assert METHOD.counts_mode(released) is CountsMode.RELEASED
+    assert released.config["count_release"] == "release-100"
     declared = plan_for(100, public=True, steps=2).stored()
     assert METHOD.counts_mode(declared) is CountsMode.DECLARED_PUBLIC
-    assert declared.config["count_sigma"] is None
+    assert declared.config["count_sigma"] is None and declared.config["count_release"] is None
 
 
 def test_a_job_stored_before_the_count_release_rebuilds_to_the_event_it_reserved():
@@ -208,5 +225,37 @@ def test_a_job_stored_before_the_count_release_rebuilds_to_the_event_it_reserved
     del stored_config["promptdpsgd"]["public_counts"]
     rebuilt = METHOD.rebuild(SST2, Stored(config=stored_config, schedule=[], delta=1e-3))
     assert to_dict(rebuilt.event()) == reserved
-    assert rebuilt.expected_records == 1000
+    assert rebuilt.plan.n_planned == 1000
     assert METHOD.counts_mode(Stored(config=stored_config, schedule=[], delta=1e-3)) is None
+
+
+def test_a_job_that_released_its_own_count_rebuilds_to_the_event_it_reserved():
+    """Rows of issue 32 (before the dataset-level release): the exact count for the worker,
+    the released one it sampled from, and the release's multiplier, priced inside the
+    job's event. They rebuild, price and say "released" as they did."""
+    config = configure(
+        METHOD, SST2, epsilon=4.0, delta=None, shots=None, accounting=Accounting.TIGHT,
+        params={"steps": 20, "batch_size": 10},
+    )  # fmt: skip
+    count_sigma = 19.0
+    sigma, _ = calibrate_dpsgd(
+        target_epsilon=4.0, delta=DEFAULT_DELTA, accounting=Accounting.TIGHT, n=1012,
+        batch_size=10, steps=20, count_sigma=count_sigma,
+    )  # fmt: skip
+    stored = Stored(
+        config={
+            "promptdpsgd": config.model_dump(mode="json"),
+            "sizes": {"private": 1000, "planned": 1012},
+            "count_sigma": count_sigma,
+        },
+        schedule=[],
+        delta=DEFAULT_DELTA,
+    )
+    rebuilt = METHOD.rebuild(SST2, stored)
+    event = rebuilt.event()
+    assert event.count_release == GaussianEvent(count_sigma)  # priced inside, as it was
+    assert event.noise_multiplier == sigma and event.sampling.rate == pytest.approx(10 / 1012)
+    assert 4.0 * 0.99 <= rebuilt.epsilon() <= 4.0
+    steps_alone = dataclasses.replace(event, count_release=None)
+    assert TightPldAccountant().dataset_epsilon(steps_alone, DEFAULT_DELTA) < rebuilt.epsilon()
+    assert METHOD.counts_mode(stored) is CountsMode.RELEASED

@@ -1,23 +1,26 @@
-"""Issue 32 for PromptDPSGD: what a job writes depends on one record only through DP outputs.
+"""Issues 32 and 41 for PromptDPSGD: what a job writes depends on one record only through DP
+outputs.
 
-D, D minus one record and D with one record relabelled, same seed: with the count release
-patched to give the same value for all three (it is the one mechanism that reads the count),
-every field of the job's record, its plan, event, stats, settings and CLI ``--out`` is
-identical. Excepted, by name: the soft prompt (a DP output: its embeddings' hash), and the
-exact record count that the job row keeps for the worker's check of the data
-(``config.sizes.private``), which no API body, prompt, result or ``--out`` holds."""
+D, D minus one record and D with one record relabelled, same seed, planned from the same
+count release: every field of the job's record, its plan, event, stats, settings and CLI
+``--out`` is identical. The release is fixed (built once and handed to all three) because
+it is the dataset's one DP release of its counts (issue 41), the only mechanism that reads
+the count, whose value may differ between neighbours; the plan reads the count through it
+only. Excepted, by name: the soft prompt (a DP output: its embeddings' hash). The job row
+keeps no exact count (the worker checks the dataset against its own row)."""
 
 from __future__ import annotations
 
 import dataclasses
 from typing import Any
 
+import numpy as np
 import pytest
 
-from app.methods.base import MethodPlan
+from app.methods.base import MethodPlan, plan_local
 from app.methods.registry import Counts, MethodKind, configure, get_method
 from app.privacy.accounting import Accounting
-from app.promptdpsgd import plan as plan_module
+from app.privacy.unit import DEFAULT_DELTA, release_counts
 from app.promptdpsgd.train import freeze
 from app.results import SynthesisResult
 from app.synthesis.generator import partition_sizes
@@ -64,15 +67,10 @@ def written(plan: MethodPlan, result: SynthesisResult) -> dict[str, Any]:
     }
 
 
-def test_neighbouring_datasets_write_the_same_job_but_for_its_dp_outputs(monkeypatch):
-    released: list[dict[str, int]] = []
-
-    def same_release(sizes, sigma, rng):
-        released.append(dict(sizes))
-        rng.normal(0.0, sigma, size=len(sizes))  # the same draws as the real release
-        return {key: 37 for key in sizes}
-
-    monkeypatch.setattr(plan_module, "release_counts", same_release)
+def test_neighbouring_datasets_write_the_same_job_but_for_its_dp_outputs():
+    exact = {name: partition_sizes(SST2, data) for name, data in neighbours().items()}
+    assert len({str(sizes) for sizes in exact.values()}) == 3  # the exact counts do differ
+    release = release_counts(exact["D"], 0.2, 5e-8, np.random.default_rng(7), "release-d")
     backend = tiny_backend()
     freeze(backend)
     seen = {}
@@ -86,20 +84,22 @@ def test_neighbouring_datasets_write_the_same_job_but_for_its_dp_outputs(monkeyp
             params=PARAMS,
             seed=11,
         )
-        counts = Counts(partition_sizes(SST2, data), len(data))
-        plan = METHOD.plan(SST2, config, counts)
+        plan = METHOD.plan(SST2, config, Counts.released(release))
         seen[name] = written(plan, plan.run(data, backend, None))
-    # the release read the exact count, which did differ (relabelling keeps it)
-    assert released == [{"records": 40}, {"records": 39}, {"records": 40}]
     first = seen["D"]
-    assert first["out"]["event"]["count_release"]["type"] == "gaussian"
+    assert first["out"]["event"].get("count_release") is None  # charged apart, once
+    assert first["row"]["config"]["count_release"] == "release-d"
+    assert first["out"]["plan"]["planned_records"] == sum(release.estimates().values())
     for name in ("D minus one", "D relabelled"):
         assert seen[name] == first, name
 
 
 @pytest.mark.parametrize("n", [40, 39])
 def test_no_written_field_holds_the_exact_count_or_one_over_it(n):
-    """Without the patch: the delta is the public default and no plan field is the count."""
+    """A local run (no service: ``dpsyn synthesize``, ``dpsyn eval``) draws its own release
+    from the exact count, at a share of its target: the delta is the public default, and no
+    field of the plan is the count (but the released estimate, which rounds to n itself now
+    and then)."""
     config = configure(
         METHOD,
         SST2,
@@ -109,11 +109,13 @@ def test_no_written_field_holds_the_exact_count_or_one_over_it(n):
         accounting=Accounting.TIGHT,
         params=PARAMS,
     )
-    plan = METHOD.plan(SST2, config, Counts({}, n))
-    assert plan.delta != pytest.approx(1 / n)
-    fields = plan.plan.to_dict()
-    # planned_records is the DP release, which rounds to n itself now and then (about 2% at
-    # multiplier 19: it failed a run once); no other field may be n.
+    sizes = {"negative": n // 2, "positive": n - n // 2}
+    local = plan_local(METHOD, SST2, config, sizes, declared_public=False)
+    assert local.release is not None and local.delta() == pytest.approx(DEFAULT_DELTA)
+    assert local.plan.delta != pytest.approx(1 / n)
+    fields = local.plan.plan.to_dict()
     released = fields.pop("planned_records")
-    assert isinstance(released, int) and plan.plan.count_sigma is not None
+    assert released == sum(local.release.estimates().values())
+    assert fields["count_release"] is None  # a local release is on no ledger
     assert "n_private" not in fields and n not in fields.values()
+    assert local.epsilon() <= 4.0

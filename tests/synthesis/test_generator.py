@@ -13,17 +13,18 @@ import pytest
 from app.methods.registry import MethodKind, get_method
 from app.methods.token_loop import TokenLoopMethodPlan
 from app.privacy.accounting import Accounting
-from app.privacy.events import FixedSizeSampling, GaussianEvent, PoissonSampling, from_dict
+from app.privacy.events import FixedSizeSampling, PoissonSampling, from_dict, to_dict
 from app.privacy.params import AdaDPSynVariant, Aggregator, adadpsyn_defaults
 from app.privacy.planner import TANG as TANG_CANDIDATE
-from app.privacy.planner import Candidate, Choice, PlannerShape, plan_adadpsyn
+from app.privacy.planner import Candidate, Choice, PlannerShape, choose_at, tang_multiplier
 from app.privacy.rng import make_rng
-from app.privacy.unit import DEFAULT_DELTA, count_noise_multiplier
+from app.privacy.synthesis import label_schedule
+from app.privacy.unit import COUNT_RELEASE_SHARE, DEFAULT_DELTA, CountRelease
 from app.results import SynthesisError
 from app.synthesis import generator
 from app.synthesis.config import SynthesisConfig
 from app.synthesis.data import Record
-from app.synthesis.generator import TRUNCATED, partition_sizes, plan_synthesis, synthesize
+from app.synthesis.generator import TRUNCATED, plan_synthesis, synthesize
 from app.synthesis.tasks import BUILTIN_TASKS
 from tests.synthesis.fake_backend import BlankLabelBackend, FakeBackend
 
@@ -140,10 +141,25 @@ def test_the_event_charged_is_what_ran(accounting):
     expected = FixedSizeSampling if accounting is Accounting.PAPER else PoissonSampling
     assert all(isinstance(e.event.sampling, expected) for e in event.labels)
     assert 8.0 * 0.99 <= result.epsilon <= 8.0
-    assert result.delta == DEFAULT_DELTA  # public, never 1/|D| (issue 32)
-    # The counts the job planned with: released under DP unless declared public.
-    releases = {e.count_release for e in event.labels}
-    assert releases == ({None} if paper else {GaussianEvent(count_noise_multiplier(8.0, 1e-6))})
+    assert result.delta == pytest.approx(DEFAULT_DELTA, rel=1e-9)  # public, never 1/|D|
+    # No count release inside the job's event (issue 41): the counts are declared public,
+    # or (a local run) released once beside the job at COUNT_RELEASE_SHARE of the target,
+    # the job planned for the rest and the result's cost the sum of the two.
+    assert {e.count_release for e in event.labels} == {None}
+    plan = generator.plan_local(TREC, records, cfg, make_rng(cfg.seed))  # the run's own plan
+    assert result.event == to_dict(plan.event())
+    release = plan.local_release
+    if paper:
+        assert release is None and result.epsilon == plan.epsilon()
+        return
+    assert release is not None and not release.id  # a local run's, on no ledger
+    assert release.epsilon == pytest.approx(COUNT_RELEASE_SHARE * 8.0)
+    assert release.delta == pytest.approx(COUNT_RELEASE_SHARE * DEFAULT_DELTA)
+    assert plan.epsilon() <= 8.0 - release.epsilon
+    assert result.epsilon == pytest.approx(plan.epsilon() + release.epsilon, rel=1e-12)
+    assert plan.planned_sizes == {
+        label: release.estimates()[label] for label in plan.charged()
+    }  # what the job priced and sampled at: the release's estimates, not the exact 60s
 
 
 def test_a_paper_accounted_job_needs_public_counts():
@@ -155,28 +171,32 @@ def test_a_paper_accounted_job_needs_public_counts():
 
 
 def test_with_released_counts_nothing_planned_reads_the_exact_counts(monkeypatch):
-    """Neighbouring datasets (one record removed, one relabelled) whose released counts came
-    out equal plan the very same job: schedule, noise, planner choice, event, epsilon. The
-    plan reads the private counts only through the charged release (issue 32)."""
+    """Neighbouring datasets (D, D minus one record, D with one record relabelled) whose
+    released counts came out equal plan the very same job: schedule, noise per label,
+    planner choice, event, epsilon. The release is fixed here (built once, handed to every
+    run) because it is the one DP output that may differ between neighbours; the plan reads
+    the private counts only through it (issue 41: a plan is given released or declared
+    counts, never the exact ones)."""
     records = trec_records()
     removed = records[1:]
     relabelled = [dataclasses.replace(records[0], label="Number"), *records[1:]]
-    noisy = {label: 41 + i for i, label in enumerate(TREC.labels)}
-    calls = []
+    noisy = {label: 41.0 + i for i, label in enumerate(TREC.labels)}
+    release = CountRelease(sigma=3.0, noisy=noisy, epsilon=0.2, delta=5e-8)
+    seen = []
 
-    def fixed_release(sizes, sigma, rng):
-        calls.append(dict(sizes))
-        rng.normal(0.0, sigma, size=len(sizes))  # the same draws as the real release
-        return {label: noisy[label] for label in sizes}
+    def fixed_release(sizes, declared_public, epsilon, delta, rng):
+        seen.append(dict(sizes))
+        return release
 
-    monkeypatch.setattr(generator, "release_counts", fixed_release)
+    monkeypatch.setattr(generator, "local_release", fixed_release)
     cfg = config(method=Aggregator.ADADPSYN, epsilon=4.0, shots=6)
     plans = [
-        plan_synthesis(TREC, partition_sizes(TREC, rs), cfg, make_rng(5))
-        for rs in (records, removed, relabelled)
+        generator.plan_local(TREC, rs, cfg, make_rng(5)) for rs in (records, removed, relabelled)
     ]
-    assert len({str(c) for c in calls}) == 3  # the exact counts did differ
+    assert len({str(sizes) for sizes in seen}) == 3  # the exact counts did differ
     first = plans[0]
+    assert first.planned_sizes == {label: release.estimates()[label] for label in first.charged()}
+    assert len(set(first.privacy.noise_by_label().values())) > 1  # each label its own noise
     for plan in plans[1:]:
         assert (plan.schedule, plan.privacy, plan.planner, plan.delta) == (
             first.schedule,
@@ -186,6 +206,53 @@ def test_with_released_counts_nothing_planned_reads_the_exact_counts(monkeypatch
         )
         assert plan.event() == first.event() and plan.epsilon() == first.epsilon()
         assert plan.planned_sizes == first.planned_sizes
+        assert plan.reported() == first.reported()
+
+
+def test_the_same_request_plans_the_same_job():
+    """Plans are deterministic given the counts (issue 41): the label schedule comes from a
+    generator seeded by the job's public config, so an unseeded request planned twice (a
+    quote, then the job it admits) gets the same schedule, noise and epsilon to the last
+    digit; another config may draw another schedule."""
+    sizes = {label: 50 + 9 * i for i, label in enumerate(TREC.labels)}
+    cfg = config(method=Aggregator.TANG, epsilon=4.0, shots=3, seed=None)
+    a, b = plan_synthesis(TREC, sizes, cfg), plan_synthesis(TREC, sizes, cfg)
+    assert (a.schedule, a.privacy, a.planned_sizes) == (b.schedule, b.privacy, b.planned_sizes)
+    assert a.epsilon() == b.epsilon()
+    schedules = {
+        tuple(label_schedule(TREC.labels, 3, generator.schedule_rng(cfg.model_copy(update=u))))
+        for u in ({"M": m} for m in range(3, 9))
+    }
+    assert a.schedule in schedules and len(schedules) > 1  # drawn, and from the config
+
+
+def test_each_label_is_calibrated_to_its_own_size():
+    """Labels are disjoint, so each label's group is held to the job's epsilon on its own
+    (issue 41): a larger label takes less noise, every label's own epsilon meets the target,
+    and the job's epsilon is the largest of them."""
+    sizes = dict(zip(TREC.labels, (30, 60, 120, 240, 480, 960), strict=True))
+    cfg = config(method=Aggregator.TANG, epsilon=2.0, shots=6)
+    plan = plan_synthesis(TREC, sizes, cfg)
+    noise = plan.privacy.noise_by_label()
+    assert set(noise) == set(TREC.labels)
+    ordered = [noise[label] for label in TREC.labels]
+    assert ordered == sorted(ordered, reverse=True) and ordered[0] > 1.5 * ordered[-1]
+    accountant = plan.privacy.accountant
+    shots = plan.charged()
+    own = {
+        label: accountant.dataset_epsilon(
+            plan.privacy.synthesis_event(sizes, {label: shots[label]}), plan.delta
+        )
+        for label in TREC.labels
+    }
+    assert all(2.0 * 0.99 <= value <= 2.0 for value in own.values()), own
+    assert plan.epsilon() == pytest.approx(max(own.values()), rel=1e-9)
+    # The negative control: one multiplier for all, the smallest label's, costs the larger
+    # labels far less than the target (the noise issue 41 removed).
+    smallest = plan.privacy.params_for(TREC.labels[0])
+    one = plan.privacy.model_copy(update={"label_params": {}, "params": smallest})
+    largest = one.synthesis_event(sizes, {TREC.labels[-1]: shots[TREC.labels[-1]]})
+    assert accountant.dataset_epsilon(largest, plan.delta) < 0.5 * 2.0
 
 
 def test_with_released_counts_a_label_without_records_runs_with_empty_teachers():
@@ -223,12 +290,13 @@ def test_a_budget_too_small_for_the_settings_is_an_error():
 
 
 def _planning(monkeypatch: pytest.MonkeyPatch, candidate: Candidate) -> None:
-    """Make every job's planner choose ``candidate`` (at the shape's own Tang sigma)."""
+    """Make every job's planner choose ``candidate`` (at the job's own Tang sigma), with no
+    simulation (the agreements it reports are then 0)."""
 
-    def plan(shape: PlannerShape) -> Choice:
-        return dataclasses.replace(plan_adadpsyn(shape), candidate=candidate)
+    def choose_at(M: int, K: int, sigma: float) -> Choice:
+        return Choice(candidate, sigma, 0.0, 0.0)
 
-    monkeypatch.setattr(generator, "plan_adadpsyn", plan)
+    monkeypatch.setattr(generator, "choose_at", choose_at)
 
 
 def test_with_no_checks_and_no_clip_planned_adadpsyn_is_tangs_job_draw_for_draw(monkeypatch):
@@ -238,6 +306,9 @@ def test_with_no_checks_and_no_clip_planned_adadpsyn_is_tangs_job_draw_for_draw(
     sensitivity is smaller, and the draws land elsewhere."""
     records = trec_records()
     backend = FakeBackend(stop_after=3)
+    # The label schedule is public randomness seeded by the job's whole config, the method
+    # included (issue 41); fixed here so that both jobs demonstrate the same labels.
+    monkeypatch.setattr(generator, "schedule_rng", lambda cfg: np.random.default_rng(cfg.seed))
     noisy = {
         "epsilon": 0.5,
         "M": 4,
@@ -252,13 +323,17 @@ def test_with_no_checks_and_no_clip_planned_adadpsyn_is_tangs_job_draw_for_draw(
     _planning(monkeypatch, TANG_CANDIDATE)
     ada = synthesize(TREC, records, config(method=Aggregator.ADADPSYN, **noisy), backend)
     assert ada.stats["planner_T"] == 0 and ada.stats["planner_clip"] == 0.0
+    tang_sigmas = {label: p["sigma"] for label, p in tang.plan["label_params"].items()}
+    assert {label: p["sigma1"] for label, p in ada.plan["label_params"].items()} == tang_sigmas
     assert ada.plan["params"]["sigma1"] == tang.plan["params"]["sigma"]
     assert ada.epsilon == tang.epsilon and ada.event == tang.event
     assert [d.text for d in ada.demonstrations] == [d.text for d in tang.demonstrations]
     _planning(monkeypatch, Candidate(0, clip=0.2))
     clipped = synthesize(TREC, records, config(method=Aggregator.ADADPSYN, **noisy), backend)
     assert clipped.stats["planner_clip"] == 0.2 and clipped.plan["params"]["clip"] == 0.2
-    assert clipped.plan["params"]["sigma1"] == tang.plan["params"]["sigma"]
+    clipped_sigmas = {label: p["sigma1"] for label, p in clipped.plan["label_params"].items()}
+    assert clipped_sigmas == tang_sigmas
+    assert all(p["clip"] == 0.2 for p in clipped.plan["label_params"].values())
     assert clipped.epsilon == tang.epsilon and clipped.event == tang.event
     assert [d.text for d in clipped.demonstrations] != [d.text for d in tang.demonstrations]
     consensus = synthesize(
@@ -268,38 +343,44 @@ def test_with_no_checks_and_no_clip_planned_adadpsyn_is_tangs_job_draw_for_draw(
 
 
 def test_the_planner_chooses_from_public_inputs_only():
-    """Two datasets with the same label counts and different records: the same planned
-    constants, the same public stats; the planner's own answer for the shape is the one the
-    job carries. Explicit constants switch the planner off."""
+    """Two datasets with the same label counts and different records, run with the same
+    seed: their local count releases are the same draws, so they plan the same constants and
+    the same public stats. The planner's choice is made once per job, at the median of the
+    labels' own Tang multipliers (each from the label's released size), and set at each
+    label's multiplier. Explicit constants switch the planner off."""
     records = trec_records()
     other = [
         Record(f"another private question number {i} ?", r.label) for i, r in enumerate(records)
     ]
     cfg = config(method=Aggregator.ADADPSYN, epsilon=4.0)
-    jobs = [
-        plan_synthesis(TREC, partition_sizes(TREC, rs), cfg, make_rng(5)) for rs in (records, other)
-    ]
+    jobs = [generator.plan_local(TREC, rs, cfg, make_rng(5)) for rs in (records, other)]
     assert jobs[0].privacy == jobs[1].privacy and jobs[0].planner == jobs[1].planner
     job = jobs[0]
-    shape = PlannerShape(
-        M=cfg.M,
-        K=cfg.K,
-        N=cfg.N,
-        tmax=cfg.tmax,
-        label_sizes=job.planned_sizes,
-        shots=job.charged(),
-        epsilon=cfg.epsilon,
-        delta=job.delta,
-        count_sigma=job.privacy.count_sigma,
-    )
-    choice = plan_adadpsyn(shape)
+    tang = {
+        label: tang_multiplier(
+            PlannerShape(
+                M=cfg.M,
+                K=cfg.K,
+                N=cfg.N,
+                tmax=cfg.tmax,
+                label_sizes={label: job.planned_sizes[label]},
+                shots={label: shots},
+                epsilon=job.config.epsilon,  # the target less the local release's share
+                delta=job.delta,
+            )
+        )
+        for label, shots in job.charged().items()
+    }
+    choice = choose_at(cfg.M, cfg.K, float(np.median(list(tang.values()))))
     assert job.planner == choice.public_stats()
-    assert job.privacy.params.T == choice.candidate.T
-    assert job.epsilon() <= 4.0
+    for label in job.charged():
+        assert job.privacy.params_for(label).T == choice.candidate.T
+    assert job.reported()[0] <= 4.0
     explicit = plan_synthesis(
-        TREC, job.sizes, config(method=Aggregator.ADADPSYN, epsilon=4.0, T=1), make_rng(5)
+        TREC, job.planned_sizes, config(method=Aggregator.ADADPSYN, epsilon=4.0, T=1)
     )
-    assert explicit.planner == {} and explicit.privacy.params.T == 1
+    assert explicit.planner == {}
+    assert {p.T for p in explicit.privacy.label_params.values()} == {1}
 
 
 @pytest.mark.parametrize("method", list(Aggregator))
@@ -520,7 +601,7 @@ def test_a_label_whose_candidates_are_all_blank_is_left_out_and_the_notes_say_so
     assert sorted(labels) == sorted(set(TREC.labels) - {"Location"})
     assert all(d.text.strip() for d in result.demonstrations)
     assert result.stats["empty_demonstrations"] == 1
-    plan = plan_synthesis(TREC, partition_sizes(TREC, trec_records()), cfg, make_rng(3))
+    plan = generator.plan_local(TREC, trec_records(), cfg, make_rng(cfg.seed))
     method = get_method(MethodKind.TANG)
     notes = method.prompt_notes(TokenLoopMethodPlan(plan).stored(), result.stats, labels)
     assert notes == [

@@ -226,7 +226,14 @@ def test_an_admin_walks_through_the_dashboard(
     assert len(css(driver, "#spend-chart .marker-reserve")) == 3
     assert len(css(driver, "#spend-chart .marker-commit")) == 2
     assert len(css(driver, "#spend-chart .marker-release")) == 1
-    assert len(css(driver, "#ledger tbody tr")) == 6
+    # the dataset's count release, drawn for the first job and charged once: its own marker,
+    # ledger row, and line on the card
+    assert len(css(driver, "#spend-chart .marker-counts")) == 1
+    assert len(css(driver, "#ledger tbody tr")) == 7
+    assert len(css(driver, "#ledger tbody tr.ledger-counts")) == 1
+    assert float(by_id(driver, "budget-counts").text) == pytest.approx(
+        budget["counts_epsilon"], rel=1e-3
+    )
     shot(driver, "dataset")
     driver.get(live.base + "/ui/datasets")
     row = css(driver, f'tr[data-dataset-id="{dataset_id}"]')[0]

@@ -14,6 +14,7 @@ from unittest import mock
 
 import pytest
 
+from app.privacy.budget import budget_percent
 from tests.api.conftest import MARKER, Api, auth, make_api
 from tests.ui.test_pages import job_form, sign_in
 
@@ -69,7 +70,9 @@ def test_the_dataset_page_shows_each_label_group_and_the_binding_one(api: Api) -
         assert spent and float(spent.group(1)) == pytest.approx(group["spent"], rel=1e-3)
         assert remaining and float(remaining.group(1)) == pytest.approx(10 - group["spent"], 1e-3)
     assert '<strong id="binding-group">w5</strong>' in page
-    assert re.findall(r'<td class="labels">([^<]*)</td>', page) == ["w5", "w7"]
+    # the dataset's count release (every label's count, once), then the two jobs
+    labels = re.findall(r'<td class="labels">([^<]*)</td>', page)
+    assert labels == ["every label (record counts)", "w5", "w7"]
     assert "0 extra" in page and MARKER not in page
 
 
@@ -87,7 +90,10 @@ def test_the_quote_breaks_the_spend_down_by_label_group(api: Api) -> None:
     body = quote.json()
     groups = {g["group"]: g for g in body["groups"]}
     assert set(groups) == {"w5", "w7"}
-    assert groups["w7"]["charged"] and groups["w7"]["after"] > groups["w7"]["before"] == 0
+    # before the job, w7 holds only the dataset's count release (charged once, every label)
+    assert body["counts_epsilon"] > 0
+    assert groups["w7"]["before"] == pytest.approx(body["counts_epsilon"], rel=1e-12)
+    assert groups["w7"]["charged"] and groups["w7"]["after"] > groups["w7"]["before"]
     assert not groups["w5"]["charged"]
     assert groups["w5"]["before"] == groups["w5"]["after"] == pytest.approx(body["spent"])
     assert groups["w5"]["binding_before"] and groups["w5"]["binding_after"]
@@ -110,7 +116,7 @@ def test_thresholds_colour_the_pages_and_are_set_by_the_form(api: Api) -> None:
     assert 'id="budget" data-level="ok"' in page and 'value="80"' in page
     percent = re.search(r'id="budget-used">(\d+)%<', page)
     spent = _budget(api, dataset["id"])["spent"]
-    assert percent and int(percent.group(1)) == round(spent / 3.0 * 100)
+    assert percent and f"{percent.group(1)}%" == budget_percent(spent / 3.0)  # rounded down
 
     form = {"csrf": csrf, "epsilon": "3", "accounting": "tight", "warn_percent": "10"}
     assert client.post(f"/ui/datasets/{dataset['id']}/budget", data=form).status_code == 200
@@ -178,7 +184,7 @@ def test_the_ledger_csv_downloads_from_the_dataset_page(api: Api) -> None:
         ).text
     )
     rows = list(csv.DictReader(io.StringIO(response.text)))
-    assert [r["kind"] for r in rows] == ["reserve"]
+    assert [r["kind"] for r in rows] == ["counts", "reserve"]
     assert MARKER not in response.text
 
 

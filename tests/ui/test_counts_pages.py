@@ -101,7 +101,9 @@ def test_the_budget_card_explains_the_delta_and_the_job_page_the_counts(api: Api
     job = client.post("/ui/jobs", data=job_form(dataset["id"], csrf), follow_redirects=False)
     assert job.status_code == 303, job.text
     job_page = client.get(job.headers["location"]).text
-    assert 'data-counts="released"' in job_page and "released under DP" in job_page
+    assert 'data-counts="released"' in job_page
+    assert "planned with the dataset's count release" in job_page
+    assert "released once under DP, charged once to the dataset's budget" in job_page
 
 
 def test_a_paper_budget_on_undeclared_counts_says_so(api: Api) -> None:

@@ -144,7 +144,10 @@ def test_a_job_submitted_through_the_api_runs_once_on_a_separate_worker(
         listed = client.get("/v1/prompts", params={"dataset_id": dataset}, headers=headers)
         assert [p["job_id"] for p in listed.json()] == [job_id]
         history = client.get(f"/v1/datasets/{dataset}/budget", headers=headers).json()["history"]
-        assert [(e["kind"], e["job_id"]) for e in history] == [
+        # the dataset's count release, drawn and charged once for the job's plan (issue 41)
+        release = job["count_release_id"]
+        assert release and [(e["kind"], e["job_id"]) for e in history] == [
+            ("counts", release),
             ("reserve", job_id),
             ("commit", job_id),
         ]

@@ -12,7 +12,14 @@ from app.methods.registry import Counts, MethodKind, get_method
 from app.promptdpsgd.config import PromptDpsgdConfig
 from app.services.jobs import job_record
 from tests.synthesis.fake_backend import FakeBackend
-from tests.workers.factory import PER_LABEL, TREC, get_job, ledger_kinds, make_dataset, make_job
+from tests.workers.factory import (
+    TREC,
+    dataset_release,
+    get_job,
+    ledger_kinds,
+    make_dataset,
+    make_job,
+)
 from workers.runner import RetryPolicy, run_job
 
 
@@ -20,7 +27,8 @@ def make_dpsgd_job(url: str, dataset_id: str) -> str:
     """Admit a PromptDPSGD job as the API does (the service's job row, the ledger's admit)."""
     config = PromptDpsgdConfig(epsilon=2.0, delta=0.01, steps=3, batch_size=8)
     method = get_method(MethodKind.PROMPTDPSGD)
-    plan = method.plan(TREC, config, Counts({}, PER_LABEL * len(TREC.labels)))
+    release = dataset_release(url, dataset_id)  # the dataset's one release, as admission reads it
+    plan = method.plan(TREC, config, Counts.released(release))
     with session_scope(url) as session:
         dataset = session.get(Dataset, dataset_id)
         assert dataset is not None
