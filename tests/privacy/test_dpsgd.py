@@ -251,10 +251,12 @@ def test_no_noise_costs_everything():
     assert TightPldAccountant().dataset_epsilon(event, 1e-5) == math.inf
 
 
-# --- the count release (issue 32) --------------------------------------------------------
-# The sampling rate batch_size / n divides by a count released with the Gaussian mechanism
-# (sensitivity 1 under add/remove) unless the count is public. The release reads every record,
-# so it joins every exposure group with the steps, and calibration prices it with them.
+# --- a job's own count release (issue 32) ----------------------------------------------------
+# Jobs planned under issue 32 divided batch_size by a count they released themselves with the
+# Gaussian mechanism (sensitivity 1 under add/remove), priced inside their event: the release
+# reads every record, so it joins every exposure group with the steps, and calibration priced
+# it with them. Jobs planned since issue 41 read the dataset's one release (its own ledger
+# line) and carry none; these events are stored, so they must still read and price as before.
 
 RELEASED = [  # (count sigma, step sigma, expected batch, released count, steps, delta)
     (25.0, 0.9, 16, 6920, 60, 1e-6),
