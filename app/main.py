@@ -13,16 +13,19 @@ from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 
-from fastapi import FastAPI
+from fastapi import FastAPI, Request, Response
 from fastapi.concurrency import run_in_threadpool
 from sqlalchemy.orm import sessionmaker
 
+from app.api.deps import bearer_tenant
 from app.api.errors import install_error_handlers
 from app.api.limits import install_limits
 from app.api.openapi import declare_errors, install_openapi
 from app.api.overload import install_overload_protection
+from app.api.planning_lane import install_planning_lane
 from app.api.request_checks import install_request_checks
 from app.api.routes import advice, budgets, datasets, health, jobs, keys, prompts, ui
+from app.api.routes.ui.session import session_tenant
 from app.db.migrate import upgrade
 from app.db.session import PoolLimits, get_engine
 from app.llm.provider import BackendProvider, provider_for
@@ -40,6 +43,13 @@ DESCRIPTION = """Differentially private prompt synthesis (AdaDPSyn, DP few-shot 
 Upload a private dataset, give it a privacy budget, submit synthesis jobs against it and use
 the synthesised prompts. Authenticate with `Authorization: Bearer <key>`.
 """
+
+
+async def _planning_tenant(request: Request) -> str | Response | None:
+    """Whose share of the planning lane a request takes: its bearer key's tenant, else its
+    dashboard session's (``app.api.planning_lane``)."""
+    tenant = await bearer_tenant(request)
+    return tenant if tenant is not None else await session_tenant(request)
 
 
 def _startup(settings: Settings, sessions: sessionmaker) -> None:
@@ -111,6 +121,7 @@ def create_app(
     # The last middleware added runs first: a request is checked (path, rate, body size)
     # before it may take one of the admission slots.
     install_overload_protection(app, settings)
+    install_planning_lane(app, settings, _planning_tenant)  # in front of the gate
     install_limits(app, settings)
     install_request_checks(app, settings)
     for module in (datasets, budgets, jobs, prompts, keys, advice, health):

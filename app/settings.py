@@ -152,8 +152,17 @@ class Settings(BaseSettings):
         description="Submissions planned at once (each holds a request slot meanwhile; at most "
         "MAX_CONCURRENT_REQUESTS - 1). 0: no lane, submissions queue like other requests.",
     )
-    planning_queue: int = Field(
-        100, ge=0, description="Submissions that may wait to be planned; past it, 503 at once."
+    planning_per_tenant: int = Field(
+        1,
+        ge=1,
+        description="Plans one tenant may have running at once (at most planning_concurrency): "
+        "the rest of the lane stays free for the other tenants.",
+    )
+    planning_tenant_queue: int = Field(
+        8,
+        ge=0,
+        description="A tenant's plans that may wait past its share; one more is answered 429 "
+        "planning_busy at once.",
     )
     planning_wait_s: float = Field(
         120.0, ge=0, description="Longest wait of a submission for planning before 503."

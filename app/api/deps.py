@@ -34,13 +34,14 @@ from typing import Annotated
 
 import anyio.to_thread
 from anyio import CapacityLimiter
-from fastapi import Depends, FastAPI, Request
+from fastapi import Depends, FastAPI, Request, Response
 from fastapi.concurrency import run_in_threadpool
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
-from app.api.limits import Limiter, client_address
+from app.api.errors import error_response
+from app.api.limits import Limiter, RateLimitedError, client_address
 from app.db.models import ApiKey, KeyScope, now
 from app.llm.provider import BackendProvider
 from app.services import key_cache
@@ -206,6 +207,37 @@ async def _database_lookup(app: FastAPI, digest: str, raw_key: str) -> Principal
     return principal
 
 
+async def authenticate_key(request: Request, raw_key: str) -> Principal:
+    """The live key ``raw_key`` stands for, or :class:`UnauthorizedError`.
+
+    Rates are counted for what is known, never for what is presented (app.api.limits): an
+    address that failed too often is refused (:class:`RateLimitedError`) before its key
+    costs a lookup; each attempt is counted first and given back if the key checks out."""
+    limiter: Limiter = request.app.state.limiter
+    address = client_address(request.scope)
+    await limiter.attempt(limiter.auth_failures, address)
+    principal = await _lookup(request, raw_key)
+    if principal is None:
+        raise UnauthorizedError("invalid or revoked API key")
+    await limiter.succeeded(limiter.auth_failures, address)
+    return principal
+
+
+async def bearer_tenant(request: Request) -> str | Response | None:
+    """The planning lane's tenant of an API request (``app.api.planning_lane``): its bearer
+    key's, checked as :func:`get_principal` checks it; the refusal itself for a key that
+    does not check out (401, or 429 past the address's failure limit); None without one."""
+    scheme, _, raw_key = request.headers.get("authorization", "").partition(" ")
+    if scheme.lower() != "bearer" or not raw_key.strip():
+        return None
+    try:
+        return (await authenticate_key(request, raw_key.strip())).tenant_id
+    except UnauthorizedError as err:
+        return error_response(401, err.error_code, err.message, {"WWW-Authenticate": "Bearer"})
+    except RateLimitedError as err:
+        return err.response()
+
+
 async def get_principal(
     request: Request,
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
@@ -214,17 +246,9 @@ async def get_principal(
     the scope); its use is recorded (:func:`note_key_used`)."""
     if credentials is None or not credentials.credentials:
         raise UnauthorizedError("missing API key: send 'Authorization: Bearer <key>'")
-    # Rates are counted for what is known, never for what is presented (app.api.limits): an
-    # address that failed too often is refused before its key costs a lookup (each attempt
-    # is counted first, and given back if the key checks out), and a key's bucket is spent
-    # only once the key has checked out, under its ID.
+    principal = await authenticate_key(request, credentials.credentials)
+    # A key's bucket is spent only once the key has checked out, under its ID.
     limiter: Limiter = request.app.state.limiter
-    address = client_address(request.scope)
-    await limiter.attempt(limiter.auth_failures, address)
-    principal = await _lookup(request, credentials.credentials)
-    if principal is None:
-        raise UnauthorizedError("invalid or revoked API key")
-    await limiter.succeeded(limiter.auth_failures, address)
     await limiter.charge(limiter.key, principal.key_id)
     note_key_used(request.app, principal.key_id)
     return principal

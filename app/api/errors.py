@@ -20,7 +20,7 @@ from sqlalchemy import exc as sa_exc
 from starlette.exceptions import HTTPException
 
 from app.api.responses import FiniteJSONResponse
-from app.llm.base import BackendError
+from app.llm.base import BackendError, TransientBackendError
 from app.log_redaction import describe_exception
 from app.services.errors import ServiceError
 
@@ -119,7 +119,18 @@ async def _database_unavailable(_request: Request, exc: Exception) -> JSONRespon
 
 
 async def _backend_unavailable(_request: Request, exc: Exception) -> JSONResponse:
-    # The model server is down or refused the call.
+    """The model server is down (503, retry) or refused the call (502 ``backend_rejected``:
+    asking again fails the same way, so no Retry-After). Its own message may quote the
+    prompt: the client gets its HTTP status only."""
+    if isinstance(exc, BackendError) and not isinstance(exc, TransientBackendError):
+        log.warning("model backend refused a call: %s", describe_exception(exc))
+        status = f" (HTTP {exc.status})" if exc.status is not None else ""
+        return error_response(
+            502,
+            "backend_rejected",
+            f"the model server refused the request{status}; it will refuse it again, so "
+            "check the prompt and the query against the model server's limits",
+        )
     return _unavailable("backend_unavailable", "model backend", exc)
 
 

@@ -36,7 +36,10 @@ _DESCRIPTIONS = {
     413: "Request body, upload, record count or one record over its limit.",
     415: "Unsupported Content-Type.",
     422: "Invalid parameters or body; the message names the field and the rule.",
-    429: "Rate limit of this API key exceeded; see Retry-After.",
+    429: "Rate limit of this API key, or this tenant's share of job planning, exceeded; see "
+    "Retry-After.",
+    502: "The model server refused the request (its HTTP status is named); asking again "
+    "fails the same way.",
     503: "The database is unavailable or the service is overloaded; see Retry-After.",
 }
 _RETRY_AFTER = {
@@ -52,11 +55,15 @@ _SPECIFIC: dict[tuple[str, str], set[int]] = {
     ("PUT", "/v1/datasets/{dataset_id}/budget"): {409},
     ("PUT", "/v1/datasets/{dataset_id}/counts-public"): {409},
     ("POST", "/v1/jobs"): {404, 409},
+    # The body names a dataset (404 unknown) that may be deleted, unfunded or over budget.
+    ("POST", "/v1/jobs/quote"): {404, 409},
+    ("POST", "/v1/advice"): {404, 409},
     ("POST", "/v1/jobs/{job_id}/cancel"): {409},
     # A soft prompt has no chat messages form (format=messages).
     ("GET", "/v1/prompts/{prompt_id}"): {409},
-    # A soft prompt on a vLLM server, or on a server running another model.
-    ("POST", "/v1/prompts/{prompt_id}/complete"): {409},
+    # A soft prompt on a vLLM server, or on a server running another model (409); the
+    # model server refused the call (502).
+    ("POST", "/v1/prompts/{prompt_id}/complete"): {409, 502},
     ("GET", "/metrics"): {401},
 }
 

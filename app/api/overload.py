@@ -16,14 +16,9 @@ and ``/healthz`` stopped answering. Now:
 * A connection that still cannot be had within ``db_pool_timeout_s`` (something outside the
   gate holds the pool: an in-process job, a long upload) answers the same 503 rather than a
   500 after 30 s.
-* Job submissions (and the dashboard's quotes) plan the job before they answer: a second or
-  more of calibration. Each would hold a slot meanwhile, so a burst of 50 filled the gate and
-  readers got 503 (issue 21). They first pass a gate of their own, the planning lane, in
-  front of the main one: ``planning_concurrency`` at once (so at most that many slots of the
-  main gate plan; it is kept below the main gate's limit), ``planning_queue`` more waiting up
-  to ``planning_wait_s`` each, first come first served, and a 503 naming the lane only when
-  its own queue is full or the wait runs out. A waiting submission holds no slot and no
-  thread.
+* Requests that plan a job (submissions and quotes) first pass the planning lane in front of
+  the gate (:mod:`app.api.planning_lane`): a waiting plan holds no slot and no thread, and
+  the lane shares planning fairly between tenants.
 
 It is plain ASGI middleware: a 503 is built without running the rest of the stack.
 """
@@ -47,15 +42,19 @@ OVERLOADED = "overloaded"
 UNGATED_PATHS = frozenset({"/healthz"})
 # The routes that plan a job before they answer: they queue in the planning lane.
 PLANNING_ROUTES = frozenset(
-    {("POST", "/v1/jobs"), ("POST", "/ui/jobs"), ("POST", "/ui/jobs/quote")}
+    {
+        ("POST", "/v1/jobs"),
+        ("POST", "/v1/jobs/quote"),
+        ("POST", "/ui/jobs"),
+        ("POST", "/ui/jobs/quote"),
+    }
 )
-PLANNING_FULL = (
-    "too many job submissions waiting to be planned: DPSYN_PLANNING_QUEUE, DPSYN_PLANNING_WAIT_S"
-)
+PLANNING_FULL = "a job plan waited its longest for the planning lane: DPSYN_PLANNING_WAIT_S"
 
 
 def plans_a_job(scope: Scope) -> bool:
-    """Whether the request plans a job (a submission or the dashboard's quote)."""
+    """Whether the request plans a job (a submission or a quote, the API's or the
+    dashboard's)."""
     return (scope.get("method"), scope["path"].rstrip("/")) in PLANNING_ROUTES
 
 
@@ -183,8 +182,8 @@ def planning_lane_size(settings: Settings) -> int:
 
 
 def install_overload_protection(app: FastAPI, settings: Settings) -> None:
-    """Gate requests, queue job planning in its lane, and answer pool timeouts with 503
-    (see the module docstring)."""
+    """Gate requests and answer pool timeouts with 503 (see the module docstring; the
+    planning lane in front of the gate is :mod:`app.api.planning_lane`'s)."""
     app.add_middleware(
         AdmissionGate,
         limit=settings.max_concurrent_requests or 0,
@@ -192,15 +191,5 @@ def install_overload_protection(app: FastAPI, settings: Settings) -> None:
         wait_s=settings.admission_wait_s,
         retry_after_s=settings.retry_after_s,
         threads=settings.request_threads,
-    )
-    # Added last, so it runs first: a submission waits here, holding no slot of the gate.
-    app.add_middleware(
-        AdmissionGate,
-        limit=planning_lane_size(settings),
-        max_waiting=settings.planning_queue,
-        wait_s=settings.planning_wait_s,
-        retry_after_s=settings.retry_after_s,
-        admits=plans_a_job,
-        reason=PLANNING_FULL,
     )
     app.add_exception_handler(PoolTimeoutError, _pool_timeout)

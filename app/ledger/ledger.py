@@ -37,7 +37,7 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from app.db.models import Budget, Job, LedgerEntry, LedgerKind
+from app.db.models import Budget, Dataset, Job, LedgerEntry, LedgerKind
 from app.privacy.accounting import Accounting, accountant_for
 from app.privacy.budget import fits_budget
 from app.privacy.events import DATASET_EVENTS, DatasetEvent, from_dict, to_dict
@@ -206,6 +206,16 @@ def live_events(session: Session, dataset_id: str) -> list[DatasetEvent]:
 
 
 def lock_budget(session: Session, dataset_id: str) -> Budget:
+    """Lock the dataset's row, then its budget's, for the rest of the transaction.
+
+    The one lock order of the service (on PostgreSQL; SQLite locks the whole database):
+    **job rows, then private datasets, then public datasets, then budgets**. Admission and a
+    budget change lock the dataset and then the budget; a job that settles holds its own row
+    and comes here. Before, settlement locked the budget and then, inserting its ledger
+    entry, took a key-share lock on the dataset through the foreign key: the reverse of
+    admission's order, and a deadlock when the two met (``tests/ledger/test_lock_order.py``).
+    Re-locking a row the transaction already holds is free."""
+    session.execute(select(Dataset.id).where(Dataset.id == dataset_id).with_for_update())
     budget = session.scalars(
         select(Budget).where(Budget.dataset_id == dataset_id).with_for_update()
     ).one_or_none()

@@ -33,10 +33,11 @@ release happened to give, which no theorem covers.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -66,43 +67,45 @@ def gaussian_delta(sigma: float, epsilon: float) -> float:
     return float(norm.cdf(a - b) - math.exp(epsilon) * norm.cdf(-a - b))
 
 
+def _smallest(fits: Callable[[float], bool], low: float, high: float) -> float:
+    """The smallest x in (``low``, ...) with ``fits(x)``, within 1e-9 relative, where
+    ``fits`` is false below some point and true from it on (a bisection; ``high`` doubles
+    until it fits)."""
+    while not fits(high):
+        low, high = high, 2.0 * high
+    while high - low > 1e-9 * high:
+        middle = (low + high) / 2.0
+        if fits(middle):
+            high = middle
+        else:
+            low = middle
+    return high
+
+
+@functools.lru_cache(maxsize=1024)
 def gaussian_epsilon(sigma: float, delta: float) -> float:
     """The smallest epsilon (within 1e-9 relative) at which a Gaussian mechanism of
     multiplier ``sigma`` is (epsilon, delta)-DP: :func:`gaussian_delta` falls in epsilon, so
-    a bisection finds it. 0 if ``delta`` already covers epsilon 0."""
+    a bisection finds it. 0 if ``delta`` already covers epsilon 0. Remembered: every spend
+    prices each count release with it."""
     if not (sigma > 0 and 0 < delta < 1):
         raise ValueError(f"need sigma > 0 and delta in (0, 1), got {sigma}, {delta}")
     if gaussian_delta(sigma, 0.0) <= delta:
         return 0.0
-    low, high = 0.0, 1.0
-    while gaussian_delta(sigma, high) > delta:
-        high *= 2.0
-    while high - low > 1e-9 * high:
-        middle = (low + high) / 2.0
-        if gaussian_delta(sigma, middle) > delta:
-            low = middle
-        else:
-            high = middle
-    return high
+    return _smallest(lambda epsilon: gaussian_delta(sigma, epsilon) <= delta, 0.0, 1.0)
 
 
+@functools.lru_cache(maxsize=256)
 def count_noise_multiplier(epsilon: float, delta: float) -> float:
-    """The smallest noise multiplier (within 0.1 %) at which the Gaussian count release
-    alone is (epsilon, delta)-DP: a public function of the budget's share.
+    """The smallest noise multiplier (within 1e-9 relative, so that the release costs its
+    share to that precision) at which the Gaussian count release alone is (epsilon,
+    delta)-DP: a public function of the budget's share.
 
-    delta(epsilon) of a Gaussian falls as sigma grows, so a bisection on sigma finds it."""
+    delta(epsilon) of a Gaussian falls as sigma grows, so a bisection on sigma finds it.
+    Remembered: a public function of two numbers, asked again for every release."""
     if not (math.isfinite(epsilon) and epsilon > 0 and 0 < delta < 1):
         raise ValueError(f"need a finite epsilon > 0 and delta in (0, 1), got {epsilon}, {delta}")
-    low, high = 1e-3, 1.0
-    while gaussian_delta(high, epsilon) > delta:
-        high *= 2.0
-    while high - low > 1e-3 * high:
-        middle = (low + high) / 2.0
-        if gaussian_delta(middle, epsilon) > delta:
-            low = middle
-        else:
-            high = middle
-    return high
+    return _smallest(lambda sigma: gaussian_delta(sigma, epsilon) <= delta, 1e-3, 1.0)
 
 
 def release_share(epsilon: float, delta: float, share: float) -> tuple[float, float]:

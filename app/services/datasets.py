@@ -458,19 +458,13 @@ def delete_dataset(session: Session, tenant_id: str, dataset_id: str) -> Dataset
     cancelled here by the rule of :func:`app.services.job_end.close_job` (charged if it read
     the data). Deleting a deleted dataset changes nothing.
     """
-    dataset = get_dataset(session, tenant_id, dataset_id, lock=True)
+    dataset = get_dataset(session, tenant_id, dataset_id)
     if dataset.deleted_at is not None:
         return dataset
-    active = list(
-        session.scalars(
-            select(Job)
-            .where(
-                or_(Job.dataset_id == dataset.id, Job.public_dataset_id == dataset.id),
-                Job.status.in_(sorted(s.value for s in ACTIVE_STATUSES)),
-            )
-            .with_for_update()
-        )
-    )
+    active = _lock_for_deletion(session, dataset)
+    if dataset.deleted_at is not None:  # deleted meanwhile by another request
+        session.commit()
+        return dataset
     at = now()
     running = [
         job.id for job in active if job.status == JobStatus.RUNNING and not lease_expired(job, at)
@@ -494,6 +488,45 @@ def delete_dataset(session: Session, tenant_id: str, dataset_id: str) -> Dataset
     dataset.deleted_at = now()
     session.commit()
     return dataset
+
+
+_DELETION_LOCK_TRIES = 3
+
+
+def _lock_for_deletion(session: Session, dataset: Dataset) -> list[Job]:
+    """Lock, in the service's one lock order (``app.ledger.ledger.lock_budget``), the
+    dataset's active jobs, then the private datasets they charge, then the dataset itself
+    if it is public; returns those jobs. Before, deletion locked the dataset first and then
+    its jobs, while a worker settling a job holds the job and then needs the dataset.
+
+    A job admitted between the two steps is not among those locked: then everything is
+    rolled back and tried again (a 409 after :data:`_DELETION_LOCK_TRIES`)."""
+    for _ in range(_DELETION_LOCK_TRIES):
+        active = list(session.scalars(_active_jobs(dataset.id).with_for_update()))
+        charged = {job.dataset_id for job in active} | {dataset.id}
+        session.scalars(
+            select(Dataset.id)
+            .where(Dataset.id.in_(sorted(charged)))
+            .order_by(Dataset.kind == DatasetKind.PUBLIC.value, Dataset.id)
+            .with_for_update()
+        ).all()
+        now_active = set(session.scalars(_active_jobs(dataset.id).with_only_columns(Job.id)))
+        if now_active == {job.id for job in active}:
+            session.refresh(dataset)
+            return active
+        session.rollback()
+    raise ConflictError(
+        f"dataset {dataset.id!r} is taking new jobs faster than it can be deleted; retry",
+        code="dataset_busy",
+    )
+
+
+def _active_jobs(dataset_id: str) -> Any:
+    """The active jobs that read the dataset (as their private or public dataset)."""
+    return select(Job).where(
+        or_(Job.dataset_id == dataset_id, Job.public_dataset_id == dataset_id),
+        Job.status.in_(sorted(s.value for s in ACTIVE_STATUSES)),
+    )
 
 
 COUNTS_PUBLIC_PRIVATE_ONLY = (

@@ -167,10 +167,14 @@ def test_complete_retries_a_transient_backend_failure_but_not_a_final_one(
     response = api.client.post(path, json={"query": "is it w5"}, headers=auth(api.reader))
     assert response.status_code == 200 and response.json()["label"] == "w5"
     assert len(asked) == 2 and sleeps == [0.5]
-    # A rejected request (HTTP 400) is final: asked once, answered 503 without waiting.
-    failures.append(BackendError("vLLM server x /v1/completions: HTTP 400: bad"))
+    # A rejected request (HTTP 400) is final: asked once, answered 502 with its own code and
+    # the model server's status, no "retry later" (it would be refused again)
+    failures.append(BackendError("vLLM server x /v1/completions: HTTP 400: bad", status=400))
     response = api.client.post(path, json={"query": "is it w5"}, headers=auth(api.reader))
-    assert response.status_code == 503 and error_of(response)["code"] == "backend_unavailable"
+    assert response.status_code == 502 and error_of(response)["code"] == "backend_rejected"
+    message = error_of(response)["message"]
+    assert "HTTP 400" in message and "bad" not in message  # its status, never its text
+    assert "retry-after" not in response.headers
     assert len(asked) == 3 and sleeps == [0.5]
 
 

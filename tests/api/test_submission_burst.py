@@ -3,10 +3,13 @@
 Before, each submission held one of the admission gate's request slots while it planned (a
 second or more of calibration), so 50 simultaneous submissions filled the gate: readers and
 most of the submissions themselves got 503 ``overloaded``. Now submissions wait for planning
-in a lane of their own (``DPSYN_PLANNING_CONCURRENCY`` at once, ``DPSYN_PLANNING_QUEUE``
-waiting) and hold a request slot only while they plan; the lane answers 503 only when its own
-queue is full. The timing under real planning is ``bench/submission_burst.py``'s; here
-planning is made slow (a sleep, so the test's CPU stays free) to make the overlap certain.
+in a lane of their own (``DPSYN_PLANNING_CONCURRENCY`` at once, ``DPSYN_PLANNING_PER_TENANT``
+of one tenant, ``DPSYN_PLANNING_TENANT_QUEUE`` of a tenant's waiting) and hold a request slot
+only while they plan. Quotes plan too and take the same lane (issue 42: 16 quotes of one
+tenant once filled the gate); a tenant past its own share is answered 429, and another
+tenant's plans and reads go on meanwhile. The timing under real planning is
+``bench/submission_burst.py``'s; here planning is made slow (a sleep, so the test's CPU
+stays free) to make the overlap certain.
 
 A burst is also admitted exactly up to the budget (issue 23): admission reuses remembered
 compositions, and the count and the refusals' spend must still be those of composing every
@@ -96,7 +99,8 @@ async def _burst(
 def test_readers_keep_the_api_while_submissions_plan(sqlite_url: str, slow_planning) -> None:
     # Four request slots and two planning at once: twelve slow plans would fill the gate
     # for over a second if each held a slot while it waited.
-    for api in make_api(sqlite_url, request_threads=4, planning_concurrency=2):
+    lane = {"planning_concurrency": 2, "planning_per_tenant": 2, "planning_tenant_queue": 12}
+    for api in make_api(sqlite_url, request_threads=4, **lane):
         dataset_id, prompt_id = _funded(api)
         answers, readers, slowest = asyncio.run(_burst(api, dataset_id, prompt_id, 12))
         assert Counter(a.status_code for a in answers) == {201: 12}, [a.text for a in answers]
@@ -106,26 +110,82 @@ def test_readers_keep_the_api_while_submissions_plan(sqlite_url: str, slow_plann
         assert slowest < 6 * PLAN_S, slowest
 
 
-def test_the_lane_answers_503_only_when_its_own_queue_is_full(
-    sqlite_url: str, slow_planning
-) -> None:
-    settings = {"request_threads": 4, "planning_concurrency": 1, "planning_queue": 2}
+def test_a_tenant_past_its_share_is_answered_429(sqlite_url: str, slow_planning) -> None:
+    settings = {
+        "request_threads": 4,
+        "planning_concurrency": 2,
+        "planning_per_tenant": 1,
+        "planning_tenant_queue": 2,
+    }
     for api in make_api(sqlite_url, **settings):
         dataset_id, prompt_id = _funded(api)
         answers, readers, _ = asyncio.run(_burst(api, dataset_id, prompt_id, 6))
         statuses = Counter(a.status_code for a in answers)
-        assert statuses == {201: 3, 503: 3}, statuses  # one planning, two waiting
-        refused = next(a for a in answers if a.status_code == 503)
+        assert statuses == {201: 3, 429: 3}, statuses  # one planning, two waiting
+        refused = next(a for a in answers if a.status_code == 429)
         error = error_of(refused)
-        assert error["code"] == "overloaded" and "DPSYN_PLANNING_QUEUE" in error["message"]
+        assert error["code"] == "planning_busy" and "DPSYN_PLANNING_PER_TENANT" in error["message"]
         assert refused.headers["Retry-After"] == "1"
         assert set(readers) == {200}, readers
+
+
+def test_one_tenants_flood_of_quotes_leaves_another_tenant_unhurt(
+    sqlite_url: str, slow_planning
+) -> None:
+    """Tenant A sends 16 quotes at once (each PLAN_S of planning); meanwhile tenant B
+    quotes and reads. B's answers are all 200 and its quote waits for no plan of A's; A's
+    own burst is shared out one plan at a time, the rest 429 past its queue."""
+    settings = {"request_threads": 4, "planning_concurrency": 2, "planning_tenant_queue": 8}
+    for api in make_api(sqlite_url, **settings):
+        a_dataset, _ = _funded(api)
+        b_dataset = api.upload(key=api.other)["id"]
+        assert api.budget(b_dataset, 100.0, key=api.other).status_code == 200
+        body = {"dataset_id": b_dataset, "method": "tang", "epsilon": EPSILON, "shots": 2}
+        first = api.client.post("/v1/jobs/quote", json=body, headers=auth(api.other))
+        assert first.status_code == 200, first.text  # B's count release is drawn
+        a_answers, b_quotes, b_reads = asyncio.run(_flood(api, a_dataset, b_dataset))
+        assert Counter(a.status_code for a in a_answers) == {200: 9, 429: 7}
+        assert [status for status, _ in b_quotes] == [200] * len(b_quotes)
+        # A quote plans twice (its config checked, then the plan: 2 PLAN_S alone). Before,
+        # quotes were not in the lane: A's held every request slot, and B's waited behind
+        # them; with one lane for all, B's quote waited behind A's sixteen.
+        assert max(seconds for _, seconds in b_quotes) < 4 * PLAN_S, b_quotes
+        assert set(b_reads) == {200}, b_reads
+
+
+async def _flood(
+    api: Api, a_dataset: str, b_dataset: str
+) -> tuple[list[httpx.Response], list[tuple[int, float]], Counter]:
+    transport = httpx.ASGITransport(api.client.app)
+    body = {"method": "tang", "epsilon": EPSILON, "shots": 2}
+    b_quotes: list[tuple[int, float]] = []
+    b_reads: Counter = Counter()
+    async with httpx.AsyncClient(transport=transport, base_url="http://t", timeout=60) as http:
+
+        async def quote(dataset_id: str, key: str) -> httpx.Response:
+            return await http.post(
+                "/v1/jobs/quote", json={**body, "dataset_id": dataset_id}, headers=auth(key)
+            )
+
+        async def tenant_b() -> None:
+            await asyncio.sleep(0.1)  # A's flood is in
+            for _ in range(3):
+                start = time.monotonic()
+                answer = await quote(b_dataset, api.other)
+                b_quotes.append((answer.status_code, time.monotonic() - start))
+                listing = await http.get("/v1/datasets", headers=auth(api.other))
+                b_reads[listing.status_code] += 1
+
+        flood = asyncio.gather(*(quote(a_dataset, api.admin) for _ in range(16)))
+        a_answers, _ = await asyncio.gather(flood, tenant_b())
+    return list(a_answers), b_quotes, b_reads
 
 
 def test_a_burst_is_admitted_exactly_up_to_the_budget(sqlite_url: str) -> None:
     """Issue 23: admissions reuse the composition of the jobs before them; a burst still
     stops exactly where composing every live job afresh says the budget ends."""
-    for api in make_api(sqlite_url, request_threads=4, planning_concurrency=2):
+    lane = {"planning_concurrency": 2, "planning_per_tenant": 2, "planning_tenant_queue": 12}
+    for api in make_api(sqlite_url, request_threads=4, **lane):
         # Counts declared public: every job of the burst has the same event (released
         # counts would give each its own).
         dataset_id = api.upload(counts_public=True)["id"]

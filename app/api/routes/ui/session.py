@@ -109,6 +109,18 @@ def _principal_of(sessions: sessionmaker[Session], ui_session: UiSession) -> Pri
         return principal_of(session_key(session, ui_session))
 
 
+async def session_tenant(request: Request) -> str | None:
+    """The planning lane's tenant of a dashboard request (``app.api.planning_lane``): the
+    signed-in session's key's; None without a live session (the route signs the browser
+    out)."""
+    signer: Signer = request.app.state.ui_signer
+    session = signer.read_session(request.cookies.get(SESSION_COOKIE))
+    if session is None:
+        return None
+    principal = await run_in_threadpool(_principal_of, request.app.state.read_sessions, session)
+    return None if principal is None else principal.tenant_id
+
+
 async def signed_in(request: Request, signer: SignerDep, sessions: ReadSessionsDep) -> Ui:
     """The signed-in session: signed by this server, not signed out, its key re-checked now
     (revoked or disabled: signed out). Not charged to the key's rate limit (see
