@@ -26,7 +26,7 @@ import threading
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit, urlunsplit
 
 import httpx
 
@@ -89,8 +89,22 @@ class UnreachableError(DpsynClientError):
     """No answer came from the server (refused, DNS, timeout); ``__cause__`` is httpx's."""
 
     def __init__(self, url: str, error: httpx.TransportError) -> None:
-        super().__init__(f"cannot reach the dpsyn server at {url} ({type(error).__name__})")
-        self.url = url
+        shown = without_credentials(url)
+        super().__init__(f"cannot reach the dpsyn server at {shown} ({type(error).__name__})")
+        self.url = shown
+
+
+def without_credentials(url: str) -> str:
+    """``url`` with any ``user:password@`` replaced by ``***@``: a message or a log line
+    that names the server never prints a secret put in its URL."""
+    parts = urlsplit(url)
+    if parts.username is None and parts.password is None:
+        return url
+    host = parts.hostname or ""
+    if ":" in host:  # an IPv6 address
+        host = f"[{host}]"
+    netloc = f"***@{host}" + (f":{parts.port}" if parts.port is not None else "")
+    return urlunsplit(parts._replace(netloc=netloc))
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,6 @@ At start-up the database is migrated (Alembic is the only way the schema changes
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI, Request, Response
@@ -55,7 +54,7 @@ async def _planning_tenant(request: Request) -> str | Response | None:
 def _startup(settings: Settings, sessions: sessionmaker) -> None:
     if settings.migrate_on_start:  # off on replicas behind a one-shot `dpsyn migrate`
         upgrade(settings.database_url)
-    with sessions() as session:  # advice runs live in this process: none survives it
+    with sessions() as session:  # runs whose runner died (lease run out), failed once
         fail_interrupted(session)
         session.commit()
     if settings.bootstrap_api_key:
@@ -99,13 +98,15 @@ def create_app(
         bind=get_engine(settings.database_url, pool=pool), expire_on_commit=False
     )
 
-    advice_executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="advice")
+    advice_runner = AdviceRunner(sessions, provider)
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
         await run_in_threadpool(_startup, settings, sessions)
+        if settings.api_runs_advice():
+            advice_runner.start()
         yield
-        advice_executor.shutdown(wait=False, cancel_futures=True)
+        await run_in_threadpool(advice_runner.stop)
 
     app = FastAPI(title="dpsyn", version="0.1.0", description=DESCRIPTION, lifespan=lifespan)
     app.state.settings = settings
@@ -115,7 +116,7 @@ def create_app(
     )
     app.state.queue = queue
     app.state.backend_provider = provider
-    app.state.advice = AdviceRunner(sessions, provider, advice_executor)
+    app.state.advice = advice_runner
     app.state.metrics = make_registry(sessions, per_dataset=settings.metrics_token is not None)
     install_error_handlers(app)
     # The last middleware added runs first: a request is checked (path, rate, body size)

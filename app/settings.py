@@ -152,6 +152,17 @@ class Settings(BaseSettings):
         description="Submissions planned at once (each holds a request slot meanwhile; at most "
         "MAX_CONCURRENT_REQUESTS - 1). 0: no lane, submissions queue like other requests.",
     )
+    advice_per_tenant: int = Field(
+        3,
+        ge=1,
+        description="Advice runs one tenant may have queued or running; one more is answered "
+        "429 advice_busy.",
+    )
+    advice_in_api: bool | None = Field(
+        None,
+        description="Whether the API process runs queued advice runs. None: when it runs jobs "
+        "itself (embedded, no broker_url); otherwise each worker does (dpsyn worker).",
+    )
     planning_per_tenant: int = Field(
         1,
         ge=1,
@@ -167,6 +178,10 @@ class Settings(BaseSettings):
     planning_wait_s: float = Field(
         120.0, ge=0, description="Longest wait of a submission for planning before 503."
     )
+
+    def api_runs_advice(self) -> bool:
+        """Whether the API process runs advice (``advice_in_api``; None: when embedded)."""
+        return self.broker_url is None if self.advice_in_api is None else self.advice_in_api
 
     @model_validator(mode="after")
     def _capacity(self) -> Settings:

@@ -233,6 +233,17 @@ def test_an_unreachable_server_raises_with_httpx_error_as_cause() -> None:
     assert isinstance(raised.value.__cause__, httpx.ConnectError)
 
 
+def test_an_unreachable_server_s_url_credentials_are_never_printed() -> None:
+    """Issue 42: ``UnreachableError`` printed a ``user:password@`` URL whole."""
+    port = free_port()
+    url = f"http://app-user:s3cret-pw@127.0.0.1:{port}/"
+    with PromptClient(url, "key", timeout=5) as client, pytest.raises(UnreachableError) as raised:
+        client.get_prompt("p1")
+    assert "s3cret-pw" not in str(raised.value) and "app-user" not in str(raised.value)
+    assert "s3cret-pw" not in raised.value.url
+    assert f"***@127.0.0.1:{port}" in str(raised.value)
+
+
 def test_the_client_loads_neither_the_web_app_nor_the_database() -> None:
     code = (
         "import sys, app.client\n"

@@ -33,12 +33,14 @@ from typing import Any
 
 from celery import Celery, Task
 from celery.signals import worker_process_init, worker_ready, worker_shutdown
+from sqlalchemy.orm import sessionmaker
 
 from app.db.session import get_engine
 from app.llm.fake import FakeBackend, SlowBackend
 from app.llm.provider import BackendProvider, StaticProvider, provider_for
 from app.log_redaction import describe_exception, install_log_redaction
 from app.methods.registry import import_method_modules
+from app.services.advice import AdviceRunner
 from app.settings import Settings, get_settings
 from workers.lease import DispatchConfig, Dispatcher, LeaseConfig, Reaper
 from workers.runner import DatabaseUnavailableError, run_job
@@ -123,17 +125,39 @@ def consumed_queue(celery: Celery) -> str:
     return DEFAULT_QUEUE if DEFAULT_QUEUE in names else names[0]
 
 
+class _LazyProvider:
+    """This process's provider, built when the advice runner first needs it."""
+
+    def get(self) -> Any:
+        return provider().get()
+
+    @property
+    def use_lock(self) -> Any:
+        return provider().use_lock
+
+
+# Advice runs (app.services.advice) are queued work: when the API does not run them (a
+# broker is configured), every worker runs them beside its jobs, one at a time.
+advice = AdviceRunner(
+    sessionmaker(bind=get_engine(settings.database_url), expire_on_commit=False),
+    _LazyProvider(),  # type: ignore[arg-type]
+)
+
+
 @worker_ready.connect
 def _start_reaper(**_: Any) -> None:
     reaper.start()
     resend.queue = consumed_queue(app)
     resend.start_dispatcher(settings.database_url, DispatchConfig.from_settings(settings))
+    if not settings.api_runs_advice():
+        advice.start()
 
 
 @worker_shutdown.connect
 def _stop_reaper(**_: Any) -> None:
     reaper.close()
     resend.close()
+    advice.stop()
 
 
 @worker_process_init.connect

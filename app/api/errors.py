@@ -76,6 +76,8 @@ async def _service_error(_request: Request, exc: Exception) -> JSONResponse:
     headers = {"WWW-Authenticate": "Bearer"} if exc.status == 401 else None
     if exc.status == 503:
         headers = {"Retry-After": str(DATABASE_RETRY_AFTER_S)}
+    if exc.status == 429 and "retry_after_s" in exc.extra:
+        headers = {"Retry-After": str(exc.extra["retry_after_s"])}
     return error_response(exc.status, exc.error_code, exc.message, headers, **exc.extra)
 
 

@@ -58,6 +58,7 @@ _SPECIFIC: dict[tuple[str, str], set[int]] = {
     # The body names a dataset (404 unknown) that may be deleted, unfunded or over budget.
     ("POST", "/v1/jobs/quote"): {404, 409},
     ("POST", "/v1/advice"): {404, 409},
+    ("POST", "/v1/advice/{advice_id}/cancel"): {409},
     ("POST", "/v1/jobs/{job_id}/cancel"): {409},
     # A soft prompt has no chat messages form (format=messages).
     ("GET", "/v1/prompts/{prompt_id}"): {409},

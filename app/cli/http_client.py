@@ -20,7 +20,13 @@ from rich.console import Console
 
 from app.cli.config import ConfigError, base_url, resolve, user_config_path
 from app.cli.vocabulary import in_cli_words
-from app.client import ApiError, NoChatFormError, PromptClient, UnreachableError
+from app.client import (
+    ApiError,
+    NoChatFormError,
+    PromptClient,
+    UnreachableError,
+    without_credentials,
+)
 
 out = Console(highlight=False, soft_wrap=True)
 err = Console(stderr=True, highlight=False, soft_wrap=True)
@@ -115,7 +121,9 @@ class Api:
 
 def unreachable(url: str, error: BaseException) -> str:
     """Why the server could not be reached, and what to try: an https URL whose server
-    answers plain HTTP fails its TLS handshake, which is not a server that is down."""
+    answers plain HTTP fails its TLS handshake, which is not a server that is down. The
+    URL is shown without any ``user:password@`` in it."""
+    url = without_credentials(url)
     if url.startswith("https://") and _tls_failed(error):
         plain = "http://" + url.removeprefix("https://")
         return (

@@ -247,6 +247,7 @@ class AdviceStatus(StrEnum):
     RUNNING = "running"
     SUCCEEDED = "succeeded"
     FAILED = "failed"
+    CANCELLED = "cancelled"
 
 
 class AdviceRun(Base):
@@ -258,9 +259,20 @@ class AdviceRun(Base):
     tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id"), index=True)
     dataset_id: Mapped[str] = mapped_column(String(32))  # a public dataset; no foreign key
     config: Mapped[dict[str, Any]] = mapped_column(JSON)  # the validated AdviceConfig
-    status: Mapped[str] = mapped_column(String(16), default=AdviceStatus.QUEUED.value)
+    status: Mapped[str] = mapped_column(String(16), default=AdviceStatus.QUEUED.value, index=True)
     progress_done: Mapped[int] = mapped_column(Integer, default=0)
     progress_total: Mapped[int] = mapped_column(Integer, default=0)
+    # Migration 0016 (issue 42): the runner that claimed it and until when (renewed while it
+    # runs), a cancellation asked of a running run, and the tenant's place in its own queue
+    # when the run was created (runners take every tenant's first run before any second).
+    owner: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    lease_expires_at: Mapped[datetime | None] = mapped_column(
+        DateTime(timezone=True), nullable=True
+    )
+    cancel_requested: Mapped[bool] = mapped_column(
+        Boolean, default=False, server_default=sa_false()
+    )
+    position: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     result: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
     error: Mapped[str | None] = mapped_column(Text, nullable=True)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=now)

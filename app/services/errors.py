@@ -49,5 +49,11 @@ class InvalidError(ServiceError):
     status, code = 422, "invalid"
 
 
+class TooManyError(ServiceError):
+    """A tenant's own share of some queue is full (429, with ``retry_after_s``)."""
+
+    status, code = 429, "too_many"
+
+
 class UnavailableError(ServiceError):
     status, code = 503, "unavailable"

@@ -7,13 +7,16 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from sqlalchemy import func, select
+from sqlalchemy import func, select, update
+from sqlalchemy.orm import sessionmaker
 
 from app.db.models import AdviceRun, AdviceStatus, Dataset, LedgerEntry
-from app.db.session import session_scope
+from app.db.session import get_engine, session_scope
+from app.services import advice as advice_service
 from app.services.advice import INTERRUPTED
 from tests.api.conftest import TOY_TASK, Api, auth, error_of, make_api, toy_rows
 
@@ -135,3 +138,113 @@ def test_a_run_left_unfinished_by_a_stopped_server_is_marked_failed(sqlite_url: 
     again = next(make_api(sqlite_url))  # a new server on the same database
     body = again.client.get(f"/v1/advice/{advice_id}", headers=auth(api.admin)).json()
     assert body["status"] == "failed" and body["error"] == INTERRUPTED
+
+
+# --- queued work, shared by every process (issue 42) -----------------------------------------
+
+
+@pytest.fixture
+def idle_api(sqlite_url: str) -> Iterator[Api]:
+    """An API that queues advice but runs none (as when the workers run it)."""
+    yield from make_api(sqlite_url, advice_in_api=False)
+
+
+def _row(api: Api, advice_id: str) -> AdviceRun:
+    with session_scope(api.url) as session:
+        row = session.get(AdviceRun, advice_id)
+        session.expunge(row)
+        return row
+
+
+def test_a_tenant_past_its_share_of_advice_is_answered_429(idle_api: Api):
+    """100 runs from one tenant were all accepted in 0.8 s before; now its own share is
+    capped, and another tenant is not."""
+    api = idle_api
+    dataset_id = public_labelled(api)
+    accepted = [start(api, dataset_id) for _ in range(3)]
+    assert [r.status_code for r in accepted] == [202] * 3
+    refused = start(api, dataset_id)
+    assert refused.status_code == 429 and error_of(refused)["code"] == "advice_busy"
+    assert refused.headers["Retry-After"] == str(advice_service.BUSY_RETRY_AFTER_S)
+    theirs = public_labelled(api, key=api.other)
+    response = api.client.post(
+        "/v1/advice",
+        json={"dataset_id": theirs, "methods": ["tang"], "queries": 10, "seeds": 1},
+        headers=auth(api.other),
+    )
+    assert response.status_code == 202, response.text
+    # a cancelled run frees its place
+    cancelled = api.client.post(
+        f"/v1/advice/{accepted[0].json()['id']}/cancel", headers=auth(api.admin)
+    )
+    assert cancelled.status_code == 200 and cancelled.json()["status"] == "cancelled"
+    assert start(api, dataset_id).status_code == 202
+
+
+def test_runners_take_every_tenants_first_run_before_any_second(idle_api: Api):
+    api = idle_api
+    mine, theirs = public_labelled(api), public_labelled(api, key=api.other)
+    a = [start(api, mine).json()["id"] for _ in range(3)]
+    body = {"dataset_id": theirs, "methods": ["tang"], "queries": 10, "seeds": 1}
+    b = api.client.post("/v1/advice", json=body, headers=auth(api.other)).json()["id"]
+    order = []
+    with session_scope(api.url) as session:
+        while (claimed := advice_service.claim_next(session, "runner-1")) is not None:
+            order.append(claimed)
+    assert order == [a[0], b, a[1], a[2]]
+
+
+def test_a_starting_replica_fails_only_runs_whose_lease_ran_out(idle_api: Api):
+    """Before, a second replica starting failed every tenant's runs, and the replica still
+    running them then wrote succeeded over the failure."""
+    api = idle_api
+    dataset_id = public_labelled(api)
+    live, lost = (start(api, dataset_id).json()["id"] for _ in range(2))
+    sessions = sessionmaker(bind=get_engine(api.url), expire_on_commit=False)
+    with sessions() as session:
+        assert advice_service.claim_next(session, "replica-1", lease_s=600) == live
+        assert advice_service.claim_next(session, "replica-2", lease_s=600) == lost
+        session.execute(  # replica-2 died: its lease ran out
+            update(AdviceRun)
+            .where(AdviceRun.id == lost)
+            .values(lease_expires_at=datetime.now(UTC) - timedelta(seconds=1))
+        )
+        session.commit()
+    again = next(make_api(api.url, advice_in_api=False))  # another replica starts
+    assert _row(again, live).status == "running"
+    assert _row(again, lost).status == "failed" and _row(again, lost).error == INTERRUPTED
+    # the dead replica's late write changes nothing; the live one's own still lands
+    assert not advice_service._owned_write(sessions, lost, "replica-2", status="succeeded")
+    assert _row(api, lost).status == "failed"
+    assert advice_service._owned_write(sessions, live, "replica-1", progress_done=1)
+
+
+def test_a_running_run_is_cancelled_at_its_next_report(idle_api: Api):
+    api = idle_api
+    advice_id = start(api, public_labelled(api)).json()["id"]
+    sessions = sessionmaker(bind=get_engine(api.url), expire_on_commit=False)
+    with sessions() as session:
+        assert advice_service.claim_next(session, "runner-1") == advice_id
+    response = api.client.post(f"/v1/advice/{advice_id}/cancel", headers=auth(api.admin))
+    assert response.status_code == 200 and response.json()["status"] == "running"
+    with pytest.raises(advice_service.LostRunError):
+        advice_service.renew(sessions, advice_id, "runner-1", 60.0)
+    assert _row(api, advice_id).status == "cancelled"
+    again = api.client.post(f"/v1/advice/{advice_id}/cancel", headers=auth(api.admin))
+    assert again.status_code == 200 and again.json()["status"] == "cancelled"
+
+
+def test_a_finished_run_cannot_be_cancelled(api: Api):
+    advice_id = start(api, public_labelled(api)).json()["id"]
+    assert finished(api, advice_id)["status"] == "succeeded"
+    response = api.client.post(f"/v1/advice/{advice_id}/cancel", headers=auth(api.admin))
+    assert response.status_code == 409 and error_of(response)["code"] == "advice_finished"
+
+
+def test_the_api_runs_advice_only_when_it_runs_jobs_itself():
+    from app.settings import Settings
+
+    assert Settings(database_url="sqlite://").api_runs_advice()  # embedded
+    distributed = Settings(database_url="sqlite://", broker_url="redis://127.0.0.1:6379/0")
+    assert not distributed.api_runs_advice()  # each worker runs them (workers.celery_app)
+    assert Settings(database_url="sqlite://", advice_in_api=False).api_runs_advice() is False

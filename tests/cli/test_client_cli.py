@@ -248,6 +248,12 @@ def test_an_unreachable_server_is_reported(monkeypatch):
     result = runner.invoke(cli, ["jobs", "show", "x", "--url", url])
     assert result.exit_code == 1
     assert result.output.startswith(f"error: cannot reach the dpsyn server at {url}")
+    # a URL with credentials in it is reported without them (issue 42)
+    port = url.rsplit(":", 1)[1]
+    secret = f"http://ops:hunter2-pw@127.0.0.1:{port}"
+    result = runner.invoke(cli, ["jobs", "show", "x", "--url", secret])
+    assert result.exit_code == 1 and "hunter2-pw" not in result.output
+    assert f"***@127.0.0.1:{port}" in result.output
 
 
 # --- dpsyn serve / dpsyn worker ---------------------------------------------------------------

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from app.api.deps import AdminKey, AdviceDep, SessionDep
+from app.api.deps import AdminKey, AdviceDep, SessionDep, SettingsDep
 from app.api.schemas import AdviceCreate, AdvicePublic
 from app.services import advice as service
 
@@ -19,9 +19,19 @@ router = APIRouter(prefix="/v1/advice", tags=["advice"])
     summary="Measure candidate methods on a public labelled dataset (spends no budget)",
 )
 def create_advice(
-    body: AdviceCreate, principal: AdminKey, session: SessionDep, runner: AdviceDep
+    body: AdviceCreate,
+    principal: AdminKey,
+    session: SessionDep,
+    runner: AdviceDep,
+    settings: SettingsDep,
 ) -> AdvicePublic:
-    row = service.create(session, principal.tenant_id, body.dataset_id, body.to_config())
+    row = service.create(
+        session,
+        principal.tenant_id,
+        body.dataset_id,
+        body.to_config(),
+        cap=settings.advice_per_tenant,
+    )
     session.commit()
     runner.submit(row.id)
     return AdvicePublic.model_validate(row)
@@ -35,3 +45,14 @@ def list_advice(principal: AdminKey, session: SessionDep) -> list[AdvicePublic]:
 @router.get("/{advice_id}", response_model=AdvicePublic)
 def get_advice(advice_id: str, principal: AdminKey, session: SessionDep) -> AdvicePublic:
     return AdvicePublic.model_validate(service.get(session, principal.tenant_id, advice_id))
+
+
+@router.post(
+    "/{advice_id}/cancel",
+    response_model=AdvicePublic,
+    summary="Cancel an advice run (a queued one at once, a running one at its next step)",
+)
+def cancel_advice(advice_id: str, principal: AdminKey, session: SessionDep) -> AdvicePublic:
+    row = service.cancel(session, principal.tenant_id, advice_id)
+    session.commit()
+    return AdvicePublic.model_validate(row)

@@ -571,8 +571,9 @@ async def start_advice(
 
     def create() -> str:
         with sessions() as session:
+            cap = request.app.state.settings.advice_per_tenant
             row = advice_service.create(session, ui.principal.tenant_id, body.dataset_id,
-                                        body.to_config())  # fmt: skip
+                                        body.to_config(), cap=cap)  # fmt: skip
             session.commit()
             return row.id
 
