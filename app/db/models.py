@@ -318,6 +318,17 @@ class CountReleaseRow(Base):
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=now)
 
 
+class PlannerChoiceRecord(Base):
+    """Migration 0017 (issue 42): an AdaDPSyn planner choice remembered by the SHA-256 of its
+    public shape (:mod:`app.privacy.planner_cache`), shared by every process. Public values
+    only; a row is never updated."""
+
+    __tablename__ = "planner_choices"
+    key: Mapped[str] = mapped_column(String(64), primary_key=True)
+    choice: Mapped[dict[str, Any]] = mapped_column(JSON)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=now)
+
+
 class CalibrationRecord(Base):
     """A noise calibration remembered by the SHA-256 of its public inputs
     (:mod:`app.privacy.calibration_cache`), shared by every API process. Public values only:

@@ -31,10 +31,12 @@ import functools
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
+from app.privacy import planner_cache
 from app.privacy.accounting import Accounting
 from app.privacy.adadpsyn import pooled_aggregate_steps
 from app.privacy.calibration import calibrate_noise
@@ -207,9 +209,61 @@ def plan_adadpsyn(shape: PlannerShape) -> Choice:
 
 def choose_at(M: int, K: int, sigma: float) -> Choice:
     """:func:`choose` at Tang's multiplier ``sigma`` (rounded to the grid for the
-    simulation), carrying ``sigma`` itself."""
+    simulation), carrying ``sigma`` itself; remembered by every process
+    (:func:`remembered_choice`)."""
     bucket = round(math.log(sigma) / math.log(SIGMA_GRID))
-    return dataclasses.replace(choose(M, K, bucket), sigma=sigma)
+    return dataclasses.replace(remembered_choice(M, K, bucket), sigma=sigma)
+
+
+@functools.cache
+def _constants() -> dict[str, Any]:
+    """Everything besides the shape that :func:`choose` reads: part of its cache key."""
+    return {
+        "steps": STEPS,
+        "family_steps": FAMILY_STEPS,
+        "seeds": _SEEDS,
+        "shortlist": SHORTLIST,
+        "final_tries": FINAL_TRIES,
+        "max_check_noise": MAX_CHECK_NOISE,
+        "sigma_grid": SIGMA_GRID,
+        "candidates": [dataclasses.asdict(c) for c in CANDIDATES],
+        "clip_only": [dataclasses.asdict(c) for c in CLIP_ONLY],
+        "regimes": sorted(REGIMES),
+    }
+
+
+def remembered_choice(M: int, K: int, bucket: int) -> Choice:
+    """:func:`choose` (its own LRU is this process's memory), looked up first in the shared
+    store where the service installed one (``app.privacy.planner_cache``); a fresh choice is
+    written there for every other process and replica."""
+    store = planner_cache.current_store()
+    if store is None:
+        return choose(M, K, bucket)
+    key = planner_cache.choice_key({"M": M, "K": K, "bucket": bucket}, _constants())
+    stored = store.get(key)
+    if stored is not None:
+        return _decoded(stored)
+    choice = choose(M, K, bucket)
+    store.put(key, _encoded(choice))
+    return choice
+
+
+def _encoded(choice: Choice) -> dict[str, Any]:
+    return {
+        "candidate": dataclasses.asdict(choice.candidate),
+        "sigma": choice.sigma,
+        "agreement": choice.agreement,
+        "tang_agreement": choice.tang_agreement,
+    }
+
+
+def _decoded(stored: Mapping[str, Any]) -> Choice:
+    return Choice(
+        candidate=Candidate(**stored["candidate"]),
+        sigma=float(stored["sigma"]),
+        agreement=float(stored["agreement"]),
+        tang_agreement=float(stored["tang_agreement"]),
+    )
 
 
 def calibrated_pair(shape: PlannerShape) -> tuple[AdaDPSynParams, AdaDPSynParams]:

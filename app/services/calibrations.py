@@ -1,4 +1,5 @@
-"""The database side of the calibration cache: every API process reuses the others' work.
+"""The database side of the calibration and planner caches: every API process reuses the
+others' work.
 
 Why the database. A calibration costs a search over the accountant; the in-process LRU of
 :mod:`app.privacy.calibration_cache` saves it within one process, and this store within the
@@ -12,12 +13,14 @@ logged (the error's type only) and admission carries on, calibrating afresh.
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
+from typing import Any
 
 from sqlalchemy import insert, select
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 
-from app.db.models import CalibrationRecord, now
+from app.db.models import CalibrationRecord, PlannerChoiceRecord, now
 
 log = logging.getLogger(__name__)
 
@@ -50,3 +53,32 @@ class DatabaseCalibrationStore:
             pass  # another process stored the same key meanwhile: the same answer
         except SQLAlchemyError as err:
             log.warning("calibration cache insert failed (%s)", type(err).__name__)
+
+
+class DatabasePlannerStore:
+    """:class:`app.privacy.planner_cache.PlannerStore` on the service's database: AdaDPSyn's
+    planner choices by the hash of their public shape (the same rules as the calibrations:
+    a connection of its own per call, a failure logged and planning carries on)."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+
+    def get(self, key: str) -> dict[str, Any] | None:
+        query = select(PlannerChoiceRecord.choice).where(PlannerChoiceRecord.key == key)
+        try:
+            with self.engine.connect() as conn:
+                row = conn.execute(query).first()
+        except SQLAlchemyError as err:
+            log.warning("planner cache lookup failed (%s); planning", type(err).__name__)
+            return None
+        return None if row is None else dict(row[0])
+
+    def put(self, key: str, value: Mapping[str, Any]) -> None:
+        values = {"key": key, "choice": dict(value), "created_at": now()}
+        try:
+            with self.engine.begin() as conn:
+                conn.execute(insert(PlannerChoiceRecord).values(**values))
+        except IntegrityError:
+            pass  # another process stored the same shape meanwhile: the same answer
+        except SQLAlchemyError as err:
+            log.warning("planner cache insert failed (%s)", type(err).__name__)

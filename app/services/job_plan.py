@@ -27,6 +27,7 @@ from app.methods.registry import Counts, Method, MethodPlan, ParamsError, config
 from app.privacy.accounting import Accounting
 from app.privacy.budget import EPSILON_RULE, is_epsilon
 from app.privacy.calibration_cache import CalibrationStore, calibration_store
+from app.privacy.planner_cache import PlannerStore, planner_store
 from app.synthesis.tasks import TaskSpec
 
 from .errors import InvalidError
@@ -84,16 +85,21 @@ def job_config(inputs: JobInputs) -> Any:
         raise InvalidError(str(err)) from None
 
 
-def plan_job(inputs: JobInputs, store: CalibrationStore | None = None) -> MethodPlan:
+def plan_job(
+    inputs: JobInputs,
+    store: CalibrationStore | None = None,
+    planner: PlannerStore | None = None,
+) -> MethodPlan:
     """The method's config and plan for ``inputs``, as admission makes them (nothing is
     stored). 422 naming the parameter if the config cannot be built, 422 ``cannot_plan``
-    with the method's reason if the job cannot run on these counts. ``store``: a shared
-    cache of calibrations (the service's database) besides the process's own; the answer
-    is the same without it, only slower."""
+    with the method's reason if the job cannot run on these counts. ``store`` and
+    ``planner``: shared caches of calibrations and of AdaDPSyn's planner choices (the
+    service's database) besides the process's own; the answer is the same without them,
+    only slower."""
     method, task = inputs.method, inputs.task
     config = job_config(inputs)
     try:
-        with calibration_store(store):
+        with calibration_store(store), planner_store(planner):
             return method.plan(task, config, inputs.counts)
     except ValueError as err:  # CalibrationError, SynthesisError, PateError, TaskError, sampling
         raise InvalidError(str(err), code="cannot_plan") from None

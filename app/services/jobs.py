@@ -74,7 +74,7 @@ from app.results import SoftPromptRelease, SynthesisResult
 from app.synthesis.tasks import TaskSpec
 
 from .budgets import dataset_groups, display_groups
-from .calibrations import DatabaseCalibrationStore
+from .calibrations import DatabaseCalibrationStore, DatabasePlannerStore
 from .count_releases import current_release, dataset_counts
 from .datasets import get_dataset, get_live_dataset
 from .errors import ConflictError, InvalidError, NotFoundError, UnavailableError
@@ -301,7 +301,8 @@ def plan_submission(
     counts = dataset_counts(session, dataset, method, public.record_count if public else 0)
     session.rollback()  # end the read: planning may take seconds and needs no lock
     inputs = dataclasses.replace(inputs, counts=counts)
-    plan = plan_job(inputs, DatabaseCalibrationStore(session.get_bind().engine))
+    engine = session.get_bind().engine
+    plan = plan_job(inputs, DatabaseCalibrationStore(engine), DatabasePlannerStore(engine))
     job = job_record(tenant_id, dataset_id, method, plan, public_dataset_id)
     job.validation_dataset_id = request.validation_dataset_id
     release = counts.release

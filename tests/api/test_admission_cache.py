@@ -1,7 +1,8 @@
 """Admission's calibrations in the database (issue 23), on SQLite and PostgreSQL: a submission
 stores its calibration, another process (an empty memory) admits the same shape from the row
 without searching, with the same event and epsilon; the floats survive the round trip bit for
-bit; and a store that fails never fails admission."""
+bit; and a store that fails never fails admission. AdaDPSyn's planner choices the same way
+(issue 42): a shape planned by one process is a lookup for every other."""
 
 from __future__ import annotations
 
@@ -16,10 +17,10 @@ from alembic.migration import MigrationContext
 from sqlalchemy import create_engine, func, inspect, select
 
 from app.db.migrate import alembic_config
-from app.db.models import Base, CalibrationRecord, Job
+from app.db.models import Base, CalibrationRecord, Job, PlannerChoiceRecord
 from app.db.session import get_engine, session_scope
-from app.privacy import calibration, calibration_cache
-from app.services.calibrations import DatabaseCalibrationStore
+from app.privacy import calibration, calibration_cache, planner
+from app.services.calibrations import DatabaseCalibrationStore, DatabasePlannerStore
 from tests.api.conftest import Api, make_api
 from tests.api.test_migration_0002 import empty_url  # noqa: F401 (the fixture)
 
@@ -110,3 +111,47 @@ def test_0009_creates_calibrations_and_downgrades(empty_url: str) -> None:  # no
         assert "calibrations" in inspect(engine).get_table_names()
     finally:
         engine.dispose()
+
+
+def no_simulation(*args: Any, **kwargs: Any) -> Any:
+    raise AssertionError("the planner simulated although the database remembered its choice")
+
+
+def test_a_second_process_plans_adadpsyn_from_the_database(db_api: Api) -> None:
+    dataset = db_api.upload(counts_public=True)
+    assert db_api.budget(dataset["id"], epsilon=10.0).status_code == 200
+    planner.choose.cache_clear()
+    first = db_api.submit(dataset["id"], epsilon=1.5, method="adadpsyn")
+    assert first.status_code == 201, first.text
+    with session_scope(db_api.url) as session:
+        stored = session.scalars(select(PlannerChoiceRecord)).all()
+        assert len(stored) == 1 and set(stored[0].choice) >= {"candidate", "agreement"}
+    planner.choose.cache_clear()  # another API process: nothing in its memory
+    calibration_cache.MEMORY.clear()
+    with mock.patch.object(planner, "choose", no_simulation):
+        second = db_api.submit(dataset["id"], epsilon=1.5, method="adadpsyn")
+    assert second.status_code == 201, second.text
+    with session_scope(db_api.url) as session:
+        jobs = [session.get(Job, r.json()["id"]) for r in (first, second)]
+        assert jobs[0] is not None and jobs[1] is not None
+        assert jobs[0].config["plan"] == jobs[1].config["plan"]
+        assert jobs[0].epsilon == jobs[1].epsilon
+
+
+def test_a_planner_choice_round_trips_and_a_failing_store_never_fails(
+    any_url: str, tmp_path, caplog: pytest.LogCaptureFixture
+) -> None:
+    choice = planner.choose(4, 8, 40)
+    store = DatabasePlannerStore(get_engine(any_url))
+    store.put("p" * 64, planner._encoded(choice))
+    store.put("p" * 64, {"candidate": {}})  # a second insert of a key is ignored
+    stored = store.get("p" * 64)
+    assert stored is not None and planner._decoded(stored) == choice
+    engine = create_engine(f"sqlite:///{tmp_path / 'no_tables.db'}")  # never migrated
+    try:
+        broken = DatabasePlannerStore(engine)
+        assert broken.get("p" * 64) is None
+        broken.put("p" * 64, planner._encoded(choice))
+    finally:
+        engine.dispose()
+    assert "OperationalError" in caplog.text
