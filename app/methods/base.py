@@ -177,13 +177,21 @@ class LocalPlan:
         return self.plan.delta + (self.release.delta if self.release else 0.0)
 
     def report(self, result: SynthesisResult) -> SynthesisResult:
-        """``result`` with its cost: the job's plus the release's (unchanged without one)."""
+        """``result`` with its cost: the job's plus the release's (unchanged without one),
+        and the release itself in its public stats (its noise multiplier and what it cost),
+        so that a saved run (``dpsyn synthesize --out``) says how its counts were released."""
         if self.release is None:
             return result
+        release = {
+            "count_release_sigma": self.release.sigma,
+            "count_release_epsilon": self.release.epsilon,
+            "count_release_delta": self.release.delta,
+        }
         return dataclasses.replace(
             result,
             epsilon=result.epsilon + self.release.epsilon,
             delta=result.delta + self.release.delta,
+            stats={**result.stats, **release},
         )
 
 

@@ -364,6 +364,11 @@ WRITTEN = {
     "event": "public",
     "stats.backend_calls": "dp",
     "stats.empty_demonstrations": "dp",
+    # the run's own count release: its noise multiplier and cost (public functions of the
+    # target), never its noisy counts
+    "stats.count_release_sigma": "public",
+    "stats.count_release_epsilon": "public",
+    "stats.count_release_delta": "public",
     **{
         f"stats.planner_{name}": "public"
         for name in (

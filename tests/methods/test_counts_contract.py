@@ -18,6 +18,7 @@ from app.methods.base import CountsUnavailableError, plan_local
 from app.methods.registry import get_method
 from app.privacy.accounting import Accounting
 from app.privacy.rng import make_rng
+from app.results import SynthesisResult
 from app.synthesis.tasks import BUILTIN_TASKS
 
 SST2 = BUILTIN_TASKS["sst2"]
@@ -57,6 +58,14 @@ def test_a_local_run_releases_once_and_reports_the_whole_cost():
     assert local.plan.epsilon() <= 4.0 * 0.95 + 1e-9
     assert local.epsilon() <= 4.0 and local.epsilon() > 3.9
     assert local.delta() == pytest.approx(DEFAULT_DELTA)
+    # a saved run says how its counts were released, beside the whole cost
+    result = SynthesisResult(
+        "sst2", "tang", "m", [], "", 3.8, 0.95 * DEFAULT_DELTA, plan={}, event={}
+    )
+    reported = local.report(result)
+    assert reported.epsilon == pytest.approx(3.8 + local.release.epsilon)
+    assert reported.stats["count_release_sigma"] == local.release.sigma
+    assert reported.stats["count_release_epsilon"] == local.release.epsilon
     declared = plan_local(get_method("tang"), SST2, _config("tang"), EXACT, declared_public=True)
     assert declared.release is None and declared.plan.plan.planned_sizes == EXACT
 
