@@ -5,7 +5,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from datetime import UTC, datetime
+from datetime import datetime
 from enum import StrEnum
 from typing import Annotated, Any, ClassVar, Literal
 
@@ -30,6 +30,7 @@ from app.db.models import (
     LedgerEntry,
     LedgerKind,
     PromptSet,
+    as_utc,
 )
 from app.eval.advice import AdviceConfig
 from app.ledger.ledger import REASON_KEY, ChargeState, JobCharge
@@ -63,13 +64,7 @@ from app.services.storable import DATASET_NAME_MAX_CHARS, find_problem
 from app.services.tenants import KEY_NAME_MAX_CHARS, key_name_problem
 from app.synthesis.config import COVER_EVERY_LABEL_UP_TO, DEFAULT_SHOTS
 
-
-def _utc(value: datetime) -> datetime:
-    # SQLite returns naive datetimes; every timestamp the service writes is UTC.
-    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
-
-
-Timestamp = Annotated[datetime, AfterValidator(_utc)]
+Timestamp = Annotated[datetime, AfterValidator(as_utc)]
 # Numbers are strict: JSON true is not an epsilon of 1, nor "2" a count of 2 (see Epsilon).
 Delta = Annotated[float, Field(gt=0, lt=1, allow_inf_nan=False, strict=True)]
 Name = Annotated[str, Field(min_length=1, max_length=DATASET_NAME_MAX_CHARS)]  # its column's

@@ -66,7 +66,13 @@ from app.cli.progress import progress_reporter
 from app.cli.vocabulary import in_cli_words
 from app.db.models import TERMINAL_STATUSES, JobStatus
 from app.privacy.accounting import Accounting
-from app.privacy.budget import budget_percent, is_epsilon, percent_text, spend_text
+from app.privacy.budget import (
+    budget_percent,
+    is_epsilon,
+    percent_text,
+    spend_text,
+    warn_fraction,
+)
 from app.privacy.unit import DEFAULT_DELTA
 from app.synthesis.config import COVER_EVERY_LABEL_UP_TO, DEFAULT_SHOTS
 from app.synthesis.data import Column
@@ -701,9 +707,10 @@ def budget_set(
     if delta is not None:
         body["delta"] = delta
     if warn is not None:
-        if not 0 < warn <= 100:
-            exit_with(ClientError(f"--warn is a percent in (0, 100], got {warn:g}", code=2))
-        body["warn_threshold"] = warn / 100
+        try:
+            body["warn_threshold"] = warn_fraction(warn)
+        except ValueError as err:
+            exit_with(ClientError(f"--warn is {err}", code=2))
     budget = request(url, key, "PUT", f"/v1/datasets/{dataset}/budget", json=body)
     if as_json:
         print_json(budget)

@@ -44,6 +44,12 @@ def now() -> datetime:
     return datetime.now(UTC)
 
 
+def as_utc(value: datetime) -> datetime:
+    """A stored timestamp with its zone: SQLite returns them naive, and every timestamp the
+    service writes is UTC (:func:`now`)."""
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
 class Base(DeclarativeBase):
     type_annotation_map: ClassVar = {dict[str, Any]: JSON, list[Any]: JSON}
 

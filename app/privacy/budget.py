@@ -101,3 +101,18 @@ def budget_percent(fraction: float) -> str:
     if 0 < fraction < 0.01:
         return "<1%"
     return f"{math.floor(fraction * 100 * (1 + FIT_TOLERANCE))}%"
+
+
+def warn_fraction(percent: float) -> float:
+    """The API's warn threshold (a fraction) for ``percent`` typed in percent, as the CLI's
+    ``--warn`` and the dashboard's field take it, or ValueError naming the rule. A value
+    below 1 is refused rather than read as under 1 %: the API and the docs write the
+    threshold as a fraction (0.8), and ``--warn 0.8`` once meant 0.8 % silently."""
+    if not 0 < percent <= 100:
+        raise ValueError(f"a percent in (0, 100], got {percent:g}")
+    if percent < 1:
+        raise ValueError(
+            f"a percent, and {percent:g} would flag the budget at {percent:g} % spent; for "
+            f"{percent * 100:g} %, give {percent * 100:g}"
+        )
+    return percent / 100

@@ -30,7 +30,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from app.db.models import LedgerEntry, LedgerKind
+from app.db.models import LedgerEntry, LedgerKind, as_utc
 from app.ledger import ledger
 
 # Where a fragment that starts a formula begins: at the start of the cell or just after a
@@ -82,7 +82,7 @@ def _entry_cells(index: int, point: ledger.SpendPoint) -> tuple[object, ...]:
     labels = list(entry_labels(entry)) or ["*"]
     return (
         index,
-        entry.created_at.isoformat(),
+        as_utc(entry.created_at).isoformat(),  # with its zone (SQLite stores none)
         entry.kind,
         entry.job_id,
         entry.epsilon,

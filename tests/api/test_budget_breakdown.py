@@ -218,6 +218,8 @@ def test_ledger_csv_export(api: Api) -> None:
     # and the dataset's count release's, drawn for the first job and charged once (its own
     # row, first, of kind counts, with the labels whose counts it released)
     assert [r["kind"] for r in rows] == ["counts", "reserve", "release", "reserve"]
+    # timestamps carry their zone, on SQLite too (issue 43)
+    assert all(r["created_at"].endswith("+00:00") for r in rows), rows[0]["created_at"]
     release = _budget(api, dataset["id"])["count_releases"][0]
     assert rows[0]["job_id"] == history[0]["count_release_id"] == release["id"]
     assert rows[0]["labels"] == "w5;w7"

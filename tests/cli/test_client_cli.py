@@ -410,6 +410,9 @@ def test_budget_warn_threshold_and_spend_per_label_group(dpsyn, trec_file):
     dataset = upload(dpsyn, trec_file)
     refused = dpsyn("budget", "set", dataset, "--epsilon", "10", "--warn", "150")
     assert refused.exit_code != 0 and "--warn is a percent in (0, 100]" in refused.output
+    # the API's fraction typed here is refused, never read as 0.8 % (issue 43)
+    fraction = dpsyn("budget", "set", dataset, "--epsilon", "10", "--warn", "0.8")
+    assert fraction.exit_code != 0 and "give 80" in fraction.output, fraction.output
     assert "warn_threshold" not in refused.output
     budget = dpsyn("budget", "set", dataset, "--epsilon", "10", "--warn", "50")
     assert budget.exit_code == 0, budget.output

@@ -43,6 +43,13 @@ from app.cli.vocabulary import in_cli_words
         ("unknown task 'x': not built in", "unknown task 'x': not built in"),
         ("invalid job parameters: a b", "invalid job parameters: a b"),
         ("the epsilon: 3", "the epsilon: 3"),
+        # an org key's refusal: once "ask GET /v1/budgets?--all-tenants" (issue 43)
+        (
+            "an org:read key may only read every tenant's budgets (GET "
+            "/v1/budgets?all_tenants=true, GET /v1/fleet/ledgers.csv) and nothing else",
+            "an org:read key may only read every tenant's budgets ('dpsyn budget list "
+            "--all-tenants', GET /v1/fleet/ledgers.csv) and nothing else",
+        ),
     ],
 )
 def test_fields_and_routes_become_options_and_commands(api, cli):

@@ -128,7 +128,7 @@ def test_thresholds_colour_the_pages_and_are_set_by_the_form(api: Api) -> None:
     assert row.startswith(f'data-dataset-id="{dataset["id"]}" data-level="warn"')
     assert 'data-level="warn"' in row and "% warn</span>" in row
 
-    for bad in ("0", "150", "-5", "lots"):
+    for bad in ("0", "150", "-5", "lots", "0.8"):  # 0.8: the API's fraction, never 0.8 %
         response = client.post(
             f"/ui/datasets/{dataset['id']}/budget", data={**form, "warn_percent": bad}
         )

@@ -68,6 +68,7 @@ def test_the_job_page_shows_parameters_charge_timings_and_its_prompt(api: Api) -
     assert _text(page, "job-duration").endswith((" s", " min"))
     assert _text(page, "job-progress") == "complete"
     assert f'href="/ui/prompts/{succeeded["prompt_id"]}"' in page
+    assert 'id="job-error"' not in page and "<dt>Error</dt>" not in page  # no empty row
 
     page = client.get(f"/ui/jobs/{cancelled['id']}").text
     assert float(_text(page, "job-charged")) == 0.0 and _text(page, "job-charge") == "released"

@@ -21,6 +21,7 @@ from app.api.errors import describe_request_errors
 from app.api.schemas import AdviceCreate, BudgetUpdate, DatasetUploadForm, JobCreate
 from app.methods import registry
 from app.privacy.accounting import Accounting
+from app.privacy.budget import warn_fraction
 from app.services.errors import InvalidError
 from app.services.job_request import JobRequest
 from app.synthesis.config import default_shots
@@ -133,6 +134,10 @@ def budget_update(form: FormData) -> BudgetUpdate:
     threshold is typed in percent (``warn_percent``; empty: unchanged) and sent as the API's
     fraction; a δ left as the page showed it (or empty) is unchanged."""
     percent = number(form, "warn_percent", float)
+    try:
+        fraction = warn_fraction(percent) if percent is not None else None
+    except ValueError as err:
+        raise InvalidError(f"warn_percent: {err}") from None
     # The page shows the budget's δ to 3 digits (``delta_shown``): sent back as shown, it is
     # unchanged, and the budget keeps its exact δ rather than the rounded one.
     unchanged = text(form, "delta") is not None and text(form, "delta") == text(form, "delta_shown")
@@ -142,7 +147,7 @@ def budget_update(form: FormData) -> BudgetUpdate:
                 "epsilon": number(form, "epsilon", float),
                 "delta": None if unchanged else number(form, "delta", float),
                 "accounting": text(form, "accounting") or Accounting.TIGHT.value,
-                "warn_threshold": percent / 100 if percent is not None else None,
+                "warn_threshold": fraction,
             }
         )
     except ValidationError as err:
