@@ -626,7 +626,7 @@ def _print_ledger(history: list[dict[str, Any]]) -> None:
                 entry["created_at"][:19],
                 entry["kind"],
                 _ledger_job(entry),
-                f"{entry['epsilon']:.4g}",
+                spend_text(entry["epsilon"]),
                 f"{entry['delta']:.3g}",
                 entry.get("reason") or "",
             ]
@@ -667,8 +667,8 @@ def _print_label_groups(groups: list[dict[str, Any]]) -> None:
         [
             [
                 ", ".join(group["labels"]) or "(all records)",
-                f"{group['spent']:.4g}",
-                f"{group['remaining']:.4g}",
+                spend_text(group["spent"]),
+                spend_text(group["remaining"]),
                 str(group["jobs"]),
                 "sets the spend" if group["binding"] else "",
             ]
@@ -1312,7 +1312,7 @@ def jobs_cancel(
 def _charged(job: dict[str, Any]) -> str:
     """The charged epsilon when the server says it (newer servers), else the job's cost."""
     value = job.get("charged_epsilon", job["epsilon"])
-    return "-" if value is None else f"{value:.4g}"
+    return "-" if value is None else spend_text(value)
 
 
 @jobs_app.command("list")

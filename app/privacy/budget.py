@@ -84,7 +84,9 @@ def spend_text(epsilon: float) -> str:
     if epsilon <= 0 or not math.isfinite(epsilon):
         return f"{epsilon:g}"
     scale = 10 ** (3 - math.floor(math.log10(epsilon)))
-    return f"{math.floor(epsilon * scale * (1 + 1e-12)) / scale:g}"
+    # within FIT_TOLERANCE, as the levels and budget_percent: a count release priced at its
+    # share (to 1e-9) reads as its share, not one digit below
+    return f"{math.floor(epsilon * scale * (1 + FIT_TOLERANCE)) / scale:g}"
 
 
 def percent_text(fraction: float) -> str:

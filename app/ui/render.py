@@ -16,7 +16,7 @@ from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Resp
 from fastapi.templating import Jinja2Templates
 from jinja2 import StrictUndefined
 
-from app.privacy.budget import budget_percent
+from app.privacy.budget import budget_percent, spend_text
 from app.ui.charts import spend_bar
 
 
@@ -35,6 +35,7 @@ def three_digits(value: float) -> str:
 TEMPLATES = Jinja2Templates(directory=Path(__file__).resolve().parent / "templates")
 TEMPLATES.env.globals.update(spend_bar=spend_bar)
 TEMPLATES.env.filters["budget_percent"] = budget_percent  # rounded down, as the CLI prints
+TEMPLATES.env.filters["spend"] = spend_text  # every epsilon spent, charged or left, as the CLI
 TEMPLATES.env.filters["three_digits"] = three_digits  # every δ shown as text
 TEMPLATES.env.undefined = StrictUndefined  # a missing variable is a bug, not an empty string
 

@@ -14,7 +14,7 @@ from unittest import mock
 
 import pytest
 
-from app.privacy.budget import budget_percent
+from app.privacy.budget import budget_percent, spend_text
 from tests.api.conftest import MARKER, Api, auth, make_api
 from tests.ui.test_pages import job_form, sign_in
 
@@ -117,6 +117,10 @@ def test_thresholds_colour_the_pages_and_are_set_by_the_form(api: Api) -> None:
     percent = re.search(r'id="budget-used">(\d+)%<', page)
     spent = _budget(api, dataset["id"])["spent"]
     assert percent and f"{percent.group(1)}%" == budget_percent(spent / 3.0)  # rounded down
+    # the spend reads as the CLI prints it (spend_text: 4 digits, rounded down), where it
+    # once read 1.995 here and 1.994 in 'dpsyn budget show' (issue 43)
+    shown = re.search(r'id="budget-spent">([^<]+)<', page)
+    assert shown and shown.group(1) == spend_text(spent)
 
     form = {"csrf": csrf, "epsilon": "3", "accounting": "tight", "warn_percent": "10"}
     assert client.post(f"/ui/datasets/{dataset['id']}/budget", data=form).status_code == 200

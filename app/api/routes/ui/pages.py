@@ -564,14 +564,14 @@ def advice_page(request: Request, ui: AdminUi, session: SessionDep) -> Response:
 
 @router.post("/advice", response_class=HTMLResponse)
 async def start_advice(
-    request: Request, ui: AdminUi, sessions: SessionsDep, runner: AdviceDep
+    request: Request, ui: AdminUi, sessions: SessionsDep, runner: AdviceDep, settings: SettingsDep
 ) -> Response:
     form = await checked_form(request, ui, max_fields=12)
     body = forms.advice_request(form)
+    cap = settings.advice_per_tenant
 
     def create() -> str:
         with sessions() as session:
-            cap = request.app.state.settings.advice_per_tenant
             row = advice_service.create(session, ui.principal.tenant_id, body.dataset_id,
                                         body.to_config(), cap=cap)  # fmt: skip
             session.commit()
