@@ -28,6 +28,8 @@ from __future__ import annotations
 
 import inspect
 import logging
+import re
+import unicodedata
 from abc import ABC, abstractmethod
 from collections import OrderedDict
 from collections.abc import Iterator, Sequence
@@ -137,8 +139,57 @@ class LastLogitsAnswers(ABC):
         chosen = torch.gather(logits, 1, torch.as_tensor(token_sets, dtype=torch.long))
         return torch.softmax(chosen.double(), dim=1).numpy()
 
+    @property
+    def non_text_ids(self) -> torch.Tensor:
+        """Token ids never offered by :meth:`top_k` (none by default; see
+        :func:`non_text_token_ids`)."""
+        return torch.zeros(0, dtype=torch.long)
+
     def top_k(self, prompts: Sequence[Sequence[int]], k: int) -> np.ndarray:
-        return self.last_logits(prompts).topk(k, dim=1).indices.numpy()
+        """The ``k`` most probable next tokens that are text (:attr:`non_text_ids` left out):
+        the candidate vocabulary of every generated demonstration and answer."""
+        logits = self.last_logits(prompts)
+        excluded = self.non_text_ids
+        if excluded.numel():
+            logits = logits.clone()
+            logits[:, excluded] = -torch.inf
+        return logits.topk(k, dim=1).indices.numpy()
+
+
+# A whole token that is an angle-bracketed or square-bracketed name (<start_of_image>,
+# <unused12>, <|im_start|>, [multimodal]): a control token of some chat or vision template,
+# whether or not the converted tokenizer marks it special. Byte tokens (<0x0A>) are text.
+_CONTROL_PIECE = re.compile(r"^(<(?!0x[0-9A-Fa-f]{2}>)[^<>\s]+>|\[[A-Za-z_@|]+\])$")
+# Unicode categories that are never text in a demonstration: private use, surrogates,
+# unassigned, and control characters other than tab, newline and carriage return.
+_NOT_TEXT_CATEGORIES = frozenset({"Co", "Cs", "Cn"})
+
+
+def _is_text_piece(piece: str | None) -> bool:
+    if not piece or _CONTROL_PIECE.match(piece):
+        return False
+    for char in piece:
+        category = unicodedata.category(char)
+        if category in _NOT_TEXT_CATEGORIES or (category == "Cc" and char not in "\t\n\r"):
+            return False
+    return True
+
+
+def non_text_token_ids(tokenizer: PreTrainedTokenizerBase, keep: frozenset[int]) -> list[int]:
+    """The ids of a tokenizer's tokens that are not text: its special and added tokens,
+    control pieces (:data:`_CONTROL_PIECE`) and pieces with a private-use, unassigned or
+    control character, except ``keep`` (end-of-sequence and newlines, which end a
+    demonstration or an answer). Before issue 43 Gemma's ``<start_of_image>`` (255999, not
+    marked special in the converted tokenizer) and a private-use character reached a served
+    prompt. A public function of the tokenizer: leaving these out of the candidate
+    vocabulary is post-processing of public data, at no privacy cost."""
+    special = set(tokenizer.all_special_ids) | set(getattr(tokenizer, "added_tokens_decoder", {}))
+    pieces = tokenizer.convert_ids_to_tokens(list(range(len(tokenizer))))
+    return sorted(
+        i
+        for i, piece in enumerate(pieces)
+        if i not in keep and (i in special or not _is_text_piece(piece))
+    )
 
 
 class TransformersBackend(LastLogitsAnswers):
@@ -209,6 +260,11 @@ class TransformersBackend(LastLogitsAnswers):
         pieces = tok.convert_ids_to_tokens(list(range(len(tok))))
         marked = [i for i, p in enumerate(pieces) if p and ("\n" in p or "Ċ" in p or p == "<0x0A>")]
         return frozenset(i for i in marked if "\n" in tok.decode([i]))
+
+    @cached_property
+    def non_text_ids(self) -> torch.Tensor:
+        keep = frozenset({self.eos_id, *self.newline_ids})
+        return torch.tensor(non_text_token_ids(self.tokenizer, keep), dtype=torch.long)
 
     def tokenize(self, text: str) -> list[int]:
         return list(self.tokenizer(text, add_special_tokens=False).input_ids)

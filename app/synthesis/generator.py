@@ -16,6 +16,8 @@ import dataclasses
 import hashlib
 import json
 import math
+import re
+import unicodedata
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -342,9 +344,12 @@ def _demonstrations(
     shots: list[_Shot], backend: LLMBackend
 ) -> tuple[list[Demonstration], dict[str, int]]:
     """The demonstrations to serve, and the stat that counts those left out: one that is
-    only whitespace is never served (post-processing of DP outputs)."""
+    only whitespace (once what is not text is taken out: :func:`only_text`) is never served
+    (post-processing of DP outputs)."""
     written = [
-        Demonstration(s.label, demonstration_text(backend.detokenize(s.generated), s.done))
+        Demonstration(
+            s.label, demonstration_text(only_text(backend.detokenize(s.generated)), s.done)
+        )
         for s in shots
     ]
     demos = [d for d in written if d.text.strip()]
@@ -463,6 +468,30 @@ def _synthesize(
 #: What ends a demonstration that ran out of tokens (T_max) before its stop token.
 TRUNCATED = "…"
 _SENTENCE_END = ".?!;:)]\"'"
+
+
+# Chat and vision template tokens, as a backend's detokenizer may spell them out when its
+# tokenizer does not mark them special (a local backend never offers them: its top_k leaves
+# them out; a vLLM server's tokenizer is its own).
+_TEMPLATE_TOKEN = re.compile(
+    r"<(?:start|end)_of_[a-z_]+>|<unused\d+>|<image_soft_token>|<\|[A-Za-z_]+\|>|\[multimodal\]"
+)
+
+
+def only_text(text: str) -> str:
+    """``text`` without template tokens and without private-use, unassigned, surrogate and
+    control characters (tab and newline stay): what a downstream model should be shown.
+    Issue 43: a served prompt held ``<start_of_image>`` and U+F071. Post-processing of a
+    DP output, so no privacy cost."""
+    text = _TEMPLATE_TOKEN.sub("", text)
+    return "".join(
+        c
+        for c in text
+        if not (
+            unicodedata.category(c) in ("Co", "Cs", "Cn")
+            or (unicodedata.category(c) == "Cc" and c not in "\t\n")
+        )
+    )
 
 
 def demonstration_text(text: str, finished: bool) -> str:
