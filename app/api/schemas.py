@@ -59,7 +59,7 @@ from app.services.budgets import (
 )
 from app.services.job_request import MAX_SHOTS, JobRequest, RegisteredMethod
 from app.services.jobs import GroupChange, Quote, charge_note, label_noise
-from app.services.rows import stored_plan
+from app.services.rows import asked_epsilon, stored_plan
 from app.services.storable import DATASET_NAME_MAX_CHARS, find_problem
 from app.services.tenants import KEY_NAME_MAX_CHARS, key_name_problem
 from app.synthesis.config import COVER_EVERY_LABEL_UP_TO, DEFAULT_SHOTS
@@ -766,6 +766,11 @@ class JobPublic(BaseModel):
     status: str
     progress: ProgressPublic
     epsilon: float = Field(description="What the ledger charges for this job.")
+    epsilon_asked: float | None = Field(
+        None,
+        description="The epsilon the job was asked for (its planned noise costs ``epsilon``, "
+        "at most this); None where the stored config does not keep it.",
+    )
     delta: float = Field(description="The job's delta: the budget's, or the smaller one asked.")
     accounting: str | None
     counts: CountsMode | None = Field(
@@ -856,6 +861,7 @@ class JobPublic(BaseModel):
             ),
             progress_note=note,
             epsilon=row.epsilon,
+            epsilon_asked=asked_epsilon(row.config or {}),
             delta=row.delta,
             accounting=accounting,
             counts=method.counts_mode(stored) if method else None,

@@ -843,7 +843,8 @@ def _describe_job(job: dict[str, Any]) -> str:
     shots = f", {job['shots']} shots" if job["shots"] else ""  # a method may have none
     text = (
         f"job {job['id']} {job['status']}: {job['method']}{shots}, epsilon "
-        f"{job['epsilon']:.4g} at delta {job['delta']:.3g}, dataset {job['dataset_id']}"
+        f"{job['epsilon']:.4g}{_asked(job)} at delta {job['delta']:.3g}, dataset "
+        f"{job['dataset_id']}"
         + (f", public dataset {public}" if public else "")
         + (
             f", validation set {job['validation_dataset_id']}"
@@ -1307,6 +1308,15 @@ def jobs_cancel(
 ) -> None:
     """Cancel a job (a running one stops at its next step); says what it is charged and why."""
     _print_job(request(url, key, "POST", f"/v1/jobs/{job_id}/cancel"), as_json)
+
+
+def _asked(job: dict[str, Any]) -> str:
+    """ " (2 asked)" beside a planned epsilon that differs from the one asked (newer servers
+    say it); "" otherwise."""
+    asked = job.get("epsilon_asked")
+    if asked is None or f"{asked:.4g}" == f"{job['epsilon']:.4g}":
+        return ""
+    return f" ({asked:g} asked)"
 
 
 def _charged(job: dict[str, Any]) -> str:

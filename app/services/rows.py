@@ -6,6 +6,7 @@ that an ID never tells a client whether some other tenant holds it.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, TypeVar
 
 from sqlalchemy import select
@@ -56,3 +57,16 @@ def stored_plan(job: Job) -> Stored:
     """What admission stored of ``job``'s plan, as the method interface reads it
     (:meth:`Method.rebuild`, :meth:`Method.summary`, :meth:`Method.prompt_notes`)."""
     return Stored(config=job.config or {}, schedule=job.schedule or [], delta=job.delta)
+
+
+def asked_epsilon(config: Mapping[str, Any]) -> float | None:
+    """The ε the job was asked for, as its stored config keeps it: the method's validated
+    config is the one part of it holding an ``epsilon`` (``synthesis``, ``pate``,
+    ``promptdpsgd``). The job's own ``epsilon`` is another number, the accountant's ε of the
+    planned noise, which the ledger charges (2 asked can plan as 1.994). None: not stored."""
+    found = [
+        part["epsilon"]
+        for part in config.values()
+        if isinstance(part, Mapping) and isinstance(part.get("epsilon"), int | float)
+    ]
+    return float(found[0]) if len(found) == 1 else None

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from datetime import datetime
-from typing import Any, Protocol
+from typing import Protocol
 
 from app.db.models import JobStatus
 from app.ui.tables import Choice, Column, TableSpec
@@ -73,19 +73,6 @@ def query_filters(
         found[choice.key] = value if value in choice.options else None
     status = found.get("status")
     return (JobStatus(status) if status else None), found.get("dataset")
-
-
-def asked_epsilon(config: Mapping[str, Any]) -> float | None:
-    """The ε the job was asked for, as its stored config keeps it: the method's validated
-    config is the one part of it holding an ``epsilon`` (``synthesis``, ``pate``,
-    ``promptdpsgd``). The job's own ``epsilon`` is another number, the accountant's ε of the
-    planned noise, which the ledger charges (2 asked can plan as 1.994). None: not stored."""
-    found = [
-        part["epsilon"]
-        for part in config.values()
-        if isinstance(part, Mapping) and isinstance(part.get("epsilon"), int | float)
-    ]
-    return float(found[0]) if len(found) == 1 else None
 
 
 def duration_text(seconds: float | None) -> str:

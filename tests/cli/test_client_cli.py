@@ -78,6 +78,11 @@ def test_submit_prints_the_job_and_jobs_show_follows_it(dpsyn, trec_file):
         time.sleep(0.1)
     assert shown.output.startswith(f"job {job_id} succeeded: adadpsyn, 2 shots")
     assert "progress 8/8 tokens; prompt " in shown.output
+    # the epsilon asked beside the planned one, where they differ (issue 43: omitted)
+    job = httpx.Response(200, content=submitted.output).json()
+    assert job["epsilon_asked"] == 8.0 and job["epsilon"] <= 8.0
+    if f"{job['epsilon']:.4g}" != "8":
+        assert f"epsilon {job['epsilon']:.4g} (8 asked) at delta" in shown.output
 
 
 def test_prompts_get_and_download_a_soft_prompt(dpsyn, trec_file, sqlite_url, tmp_path):

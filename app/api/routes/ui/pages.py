@@ -60,6 +60,7 @@ from app.services import datasets as dataset_service
 from app.services import jobs as job_service
 from app.services import prompts as prompt_service
 from app.services.errors import NotFoundError, ServiceError
+from app.services.rows import asked_epsilon
 from app.synthesis.tasks import BUILTIN_TASKS
 from app.ui import job_list
 from app.ui.charts import ChartPoint, spend_chart
@@ -422,7 +423,7 @@ def job_page(request: Request, job_id: str, ui: AdminUi, session: SessionDep) ->
         dataset_name=names.get(job.dataset_id, job.dataset_id),
         public_name=names.get(job.public_dataset_id or "", job.public_dataset_id),
         validation_name=names.get(job.validation_dataset_id or "", job.validation_dataset_id),
-        asked=job_list.asked_epsilon(row.config or {}),
+        asked=asked_epsilon(row.config or {}),
         duration=job_list.duration_text(job.duration_s),
         when=job_list.when_text,
         terminal=_terminal(),
