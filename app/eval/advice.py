@@ -99,12 +99,14 @@ class AdviceConfig(BaseModel):
 
 @dataclass(frozen=True)
 class Candidate:
-    """One (method, shots, epsilon) with its accuracies over seeds."""
+    """One (method, shots, epsilon) with its accuracies over seeds, each on ``n_queries``
+    held-out queries (0: not known)."""
 
     method: str
     shots: int
     epsilon: float
     accuracies: tuple[float, ...]
+    n_queries: int = 0
 
     @property
     def mean(self) -> float:
@@ -112,13 +114,20 @@ class Candidate:
 
     @property
     def se(self) -> float:
-        """Standard error of the mean over seeds (0 with one seed: no spread measured)."""
+        """Standard error of the mean accuracy: the spread over seeds, and the sampling of
+        the queries (binomial: every seed scores the same queries, so their spread does not
+        show it). With one seed the spread is not measured, and :meth:`beats` says so."""
         n = len(self.accuracies)
-        return float(np.std(self.accuracies, ddof=1) / math.sqrt(n)) if n > 1 else 0.0
+        seeds = float(np.var(self.accuracies, ddof=1) / n) if n > 1 else 0.0
+        p = self.mean
+        queries = p * (1.0 - p) / self.n_queries if self.n_queries else 0.0
+        return math.sqrt(seeds + queries)
 
     def beats(self, accuracy: float) -> bool:
-        """Ahead of ``accuracy`` by more than one standard error (at least one seed)."""
-        return self.mean - self.se > accuracy
+        """Ahead of ``accuracy`` by more than two standard errors, over two seeds at least:
+        a verdict the measurement can carry (issue 43: one seed once "beat" the majority
+        label it only tied, with "± 0.0 %")."""
+        return len(self.accuracies) >= 2 and self.mean - 2.0 * self.se > accuracy
 
 
 @dataclass(frozen=True)
@@ -136,18 +145,28 @@ class Advice:
 
     def summary(self) -> str:
         """One plain sentence a user can act on."""
+        baselines = f"zero-shot {self.zero_shot:.1%}" + (
+            f", the majority label {self.majority:.1%}" if self.majority is not None else ""
+        )
         if self.recommended is None:
             best = max(self.candidates, key=lambda c: c.mean)
+            seeds = len(best.accuracies)
+            why = (
+                "one seed cannot tell a prompt from noise; ask for more seeds"
+                if seeds < 2
+                else f"{self.n_queries} queries and {seeds} seeds cannot tell it apart from them"
+            )
             return (
-                f"No candidate beats zero-shot ({self.zero_shot:.1%}) on this public set: the "
-                f"best, {best.method} with {best.shots} shots at ε {best.epsilon:g}, scored "
-                f"{best.mean:.1%}. Spending budget here is not advised; zero-shot costs nothing."
+                f"No candidate clearly beats the baselines ({baselines}) on this public set: "
+                f"the best, {best.method} with {best.shots} shots at ε {best.epsilon:g}, scored "
+                f"{best.mean:.1%} ± {best.se:.1%}, and {why}. Spending budget here is not "
+                "advised; zero-shot costs nothing."
             )
         r = self.recommended
         return (
             f"Recommended: {r.method} with {r.shots} shots at ε {r.epsilon:g} "
-            f"({r.mean:.1%} ± {r.se:.1%} against zero-shot {self.zero_shot:.1%}): the smallest "
-            f"ε tried at which a candidate beats zero-shot by more than one standard error."
+            f"({r.mean:.1%} ± {r.se:.1%} against {baselines}): the smallest ε tried at which "
+            "a candidate beats both by more than two standard errors (over seeds and queries)."
         )
 
     def to_dict(self) -> dict[str, object]:
@@ -187,11 +206,15 @@ def split(records: Sequence[Record], test_size: int) -> tuple[list[Record], list
     return standin, queries
 
 
-def recommend(candidates: Sequence[Candidate], zero_shot: float) -> Candidate | None:
-    """The smallest epsilon at which a candidate beats zero-shot by more than one SE, and
-    the candidate with the best mean there (ties: fewer shots, then the first method)."""
+def recommend(
+    candidates: Sequence[Candidate], zero_shot: float, majority: float | None = None
+) -> Candidate | None:
+    """The smallest epsilon at which a candidate beats both zero-shot and the majority label
+    (:meth:`Candidate.beats`), and the candidate with the best mean there (ties: fewer
+    shots, then the first method); None when none does: then nothing is recommended."""
+    bar = max(zero_shot, majority if majority is not None else 0.0)
     for epsilon in sorted({c.epsilon for c in candidates}):
-        winners = [c for c in candidates if c.epsilon == epsilon and c.beats(zero_shot)]
+        winners = [c for c in candidates if c.epsilon == epsilon and c.beats(bar)]
         if winners:
             return max(winners, key=lambda c: (c.mean, -c.shots))
     return None
@@ -237,15 +260,16 @@ def advise(
             if run.kind != ZERO_SHOT or not any(r.kind == ZERO_SHOT for r in runs):
                 runs.append(_with_shots(run, shots))
     zero = next(r.accuracy for r in runs if r.kind == ZERO_SHOT)
-    candidates = _candidates(runs)
+    candidates = _candidates(runs, len(queries))
+    majority = _majority(task, queries)
     return Advice(
         task=task.name,
         n_standin=len(standin),
         n_queries=len(queries),
         zero_shot=zero,
-        majority=_majority(task, queries),
+        majority=majority,
         candidates=candidates,
-        recommended=recommend(candidates, zero),
+        recommended=recommend(candidates, zero, majority),
         runs=runs,
     )
 
@@ -257,7 +281,7 @@ def _with_shots(run: Run, shots: int) -> Run:
     return Run(**{**run.__dict__, "setting": f"{run.setting}/{shots}"})
 
 
-def _candidates(runs: Sequence[Run]) -> tuple[Candidate, ...]:
+def _candidates(runs: Sequence[Run], n_queries: int) -> tuple[Candidate, ...]:
     grouped: dict[tuple[str, int, float], list[float]] = {}
     for run in runs:
         if run.kind == ZERO_SHOT:
@@ -265,6 +289,6 @@ def _candidates(runs: Sequence[Run]) -> tuple[Candidate, ...]:
         shots = int(run.setting.rsplit("/", 1)[1])
         grouped.setdefault((run.kind, shots, run.epsilon_target), []).append(run.accuracy)
     return tuple(
-        Candidate(method, shots, epsilon, tuple(accs))
+        Candidate(method, shots, epsilon, tuple(accs), n_queries)
         for (method, shots, epsilon), accs in grouped.items()
     )

@@ -53,6 +53,20 @@ def test_the_recommendation_is_the_smallest_epsilon_that_clearly_beats_zero_shot
     assert recommend(candidates, zero_shot=0.95) is None  # nothing beats it: do not spend
 
 
+def test_a_verdict_needs_two_seeds_both_baselines_and_the_query_sample():
+    """Issue 43: one seed "beat" the majority label it only tied (41.7% each, "± 0.0 %")."""
+    one_seed = _c("tang", 1, (0.90,))
+    assert not one_seed.beats(0.417) and recommend([one_seed], zero_shot=0.1) is None
+    tie = _c("tang", 1, (0.417, 0.418, 0.416))
+    assert recommend([tie], zero_shot=0.2, majority=0.417) is None  # the majority label
+    assert recommend([tie], zero_shot=0.2) is tie
+    # 60 queries: a 10-point lead over zero-shot is inside the queries' own noise
+    few = Candidate("tang", 4, 1.0, (0.60, 0.61, 0.60), n_queries=60)
+    assert few.se > 0.06 and not few.beats(0.50)
+    many = Candidate("tang", 4, 1.0, (0.60, 0.61, 0.60), n_queries=5000)
+    assert many.beats(0.50)
+
+
 def test_default_shots_show_every_label_of_a_many_label_task():
     assert AdviceConfig().shot_counts(BUILTIN_TASKS["sst2"]) == (4,)
     assert AdviceConfig().shot_counts(TREC) == (4, 6)
@@ -87,7 +101,7 @@ def test_the_command_prints_the_table_and_a_recommendation(tmp_path, monkeypatch
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
     assert "zero-shot" in result.output and "| tang | 2 | 2 |" in result.output
-    assert ("Recommended:" in result.output) != ("No candidate beats" in result.output)
+    assert ("Recommended:" in result.output) != ("No candidate clearly beats" in result.output)
     as_json = CliRunner().invoke(app, [*args, "--json"])
     assert json.loads(as_json.stdout)["n_queries"] == 15
 
