@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 from enum import StrEnum
@@ -1020,13 +1021,29 @@ class ValidationBaselines(BaseModel):
     majority_label: str | None = Field(None, description="That label.")
 
 
-def validation_verdict(accuracy: float, baselines: ValidationBaselines) -> str:
+def validation_verdict(
+    accuracy: float, baselines: ValidationBaselines, n: int | None = None
+) -> str:
     """The prompt's score against its baselines, in plain words (the API, the CLI and the
-    dashboard say the same)."""
+    dashboard say the same). With ``n``, the records scored, a lead within two standard
+    errors of the accuracy (binomial over the records) is "cannot tell", with the number of
+    records that would tell a lead of that size (issue 43: "beats ... (+0.021)" was said of
+    one record's difference out of 48)."""
     best = max(baselines.zero_shot, baselines.majority or 0.0)
     name = "zero-shot" if best == baselines.zero_shot else "the majority label"
-    if accuracy > best:
-        return f"beats zero-shot and the majority label (by {accuracy - best:+.3f} over {name})"
+    lead = accuracy - best
+    if lead > 0 and n:
+        variance = max(accuracy * (1.0 - accuracy), 1.0 / n)
+        margin = 2.0 * math.sqrt(variance / n)
+        if lead <= margin:
+            needed = math.ceil(4.0 * variance / lead**2)
+            return (
+                f"cannot tell on {n} records: ahead of {name} by {lead:+.3f}, within the "
+                f"±{margin:.3f} that {n} records allow; about {needed} records would tell a "
+                "lead of this size"
+            )
+    if lead > 0:
+        return f"beats zero-shot and the majority label (by {lead:+.3f} over {name})"
     if accuracy < baselines.zero_shot:
         return (
             f"does not beat zero-shot ({accuracy:.3f} against {baselines.zero_shot:.3f}): the "
@@ -1063,7 +1080,7 @@ class ValidationPublic(BaseModel):
     @model_validator(mode="after")
     def _say_it(self) -> ValidationPublic:
         if self.verdict is None and self.baselines is not None and self.accuracy is not None:
-            self.verdict = validation_verdict(self.accuracy, self.baselines)
+            self.verdict = validation_verdict(self.accuracy, self.baselines, self.n)
         return self
 
 

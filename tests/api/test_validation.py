@@ -167,6 +167,17 @@ def test_the_verdict_says_what_the_prompt_beats(accuracy, zero, majority, verdic
     assert validation_verdict(accuracy, baselines) == verdict
 
 
+def test_a_lead_the_records_cannot_carry_is_no_verdict() -> None:
+    """Issue 43: "beats zero-shot and the majority label (+0.021)" on 48 records, one record."""
+    baselines = ValidationBaselines(zero_shot=0.396, majority=0.417, majority_label="billing")
+    verdict = validation_verdict(0.438, baselines, n=48)
+    assert verdict.startswith("cannot tell on 48 records: ahead of the majority label by +0.021")
+    needed = int(verdict.rsplit("about ", 1)[1].split()[0])
+    assert needed > 1000  # a 2-point lead needs thousands of records
+    # a lead well outside the records' noise is still a verdict
+    assert validation_verdict(0.9, baselines, n=48).startswith("beats zero-shot and the")
+
+
 def test_the_sample_is_capped_evenly_spaced_and_deterministic() -> None:
     records = [Record(str(i), "w5") for i in range(1000)]
     sample = validation_sample(records)
