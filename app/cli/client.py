@@ -1299,6 +1299,29 @@ def jobs_show(
         )
 
 
+@jobs_app.command("wait")
+def jobs_wait(
+    job_id: JobIdArg,
+    poll: Annotated[float, typer.Option("--poll", help="Seconds between polls.")] = 1.0,
+    timeout: Annotated[
+        float | None, typer.Option("--timeout", help="Give up waiting after this many seconds.")
+    ] = None,
+    url: UrlOpt = None,
+    key: KeyOpt = None,
+    as_json: JsonOpt = False,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Print only the prompt ID.")] = False,
+) -> None:
+    """Wait for a job submitted earlier, with progress, as 'jobs submit --wait' does (and
+    for its validation score if it named a validation set); exit 1 unless it succeeded."""
+    try:
+        with Api(url, key) as api:
+            job = api.call("GET", f"/v1/jobs/{job_id}")
+            job, validation = _wait(api, job, interval=poll, timeout=timeout)
+    except ClientError as error:
+        exit_with(error)
+    _show_submitted(job, validation, wait=True, quiet=quiet, as_json=as_json)
+
+
 @jobs_app.command("cancel")
 def jobs_cancel(
     job_id: JobIdArg,

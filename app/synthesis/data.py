@@ -15,7 +15,7 @@ import html
 import io
 import json
 import re
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -213,11 +213,25 @@ def _read_csv(path: Path, lines: list[str], text_col: str, label_col: str) -> li
                 f"{path}: no column {column!r} in the header row (line 1, {len(header)} "
                 "columns): name the text and label columns with --text-col and --label-col "
                 "(the API's text_column and label_column), or give the file a header row "
-                "naming them"
+                f"naming them{_separator_hint(path, header)}"
             )
         return [Record(_cell(row[text_col]), _cell(row[label_col])) for row in reader]
     except csv.Error:
         raise DataError(f"{path}: line {reader.line_num} is not valid CSV") from None
+
+
+def _separator_hint(path: Path, header: Sequence[str]) -> str:
+    """Why a header may read as one column (issue 43: a ';'-separated file read as "1
+    columns" with no reason given). Said whatever the row holds, so the message tells
+    nothing of a first row that may be a record."""
+    if len(header) > 1:
+        return ""
+    separator = "a tab (.tsv)" if path.suffix.lower() == ".tsv" else "',' (.csv)"
+    return (
+        f"; a header read as one column usually means another separator: this file is read "
+        f"as separated by {separator}, so a file separated by ';' or '|' needs saving with "
+        "commas first"
+    )
 
 
 def _json_rows(path: Path, lines: list[str]) -> Iterator[tuple[int, dict[str, Any]]]:

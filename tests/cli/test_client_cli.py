@@ -77,6 +77,10 @@ def test_submit_prints_the_job_and_jobs_show_follows_it(dpsyn, trec_file):
         assert time.monotonic() < deadline, shown.output
         time.sleep(0.1)
     assert shown.output.startswith(f"job {job_id} succeeded: adadpsyn, 2 shots")
+    waited = dpsyn("jobs", "wait", job_id, "--timeout", "30", "-q")  # issue 43: no jobs wait
+    prompt_id = httpx.Response(200, content=dpsyn("jobs", "show", job_id, "--json").output)
+    assert waited.exit_code == 0, waited.output
+    assert waited.output.strip().splitlines()[-1] == prompt_id.json()["prompt_id"]
     assert "progress 8/8 tokens; prompt " in shown.output
     # the epsilon asked beside the planned one, where they differ (issue 43: omitted)
     job = httpx.Response(200, content=submitted.output).json()

@@ -278,6 +278,12 @@ def test_unknown_column_counts_the_columns_without_naming_them(tmp_path):
         "label_column), or give the file a header row naming them"
     )
     assert "Billing" not in message
+    # a ';'-separated file reads as one column: the message says why (issue 43), and still
+    # names nothing of the first row
+    path.write_text(f"text;label\n{SECRET};Billing\n")
+    message = data_error(read_table, path, "text", "label")
+    assert "(line 1, 1 columns)" in message and "separated by ';' or '|'" in message
+    assert "text;label" not in message and SECRET not in message
     path.write_text(f"body,team\n{SECRET},Billing\n")
     message = data_error(load_dataset, TICKETS, path, "body", "label")
     assert "no column 'label' in the header row (line 1, 2 columns)" in message
