@@ -66,6 +66,7 @@ _SPECIFIC: dict[tuple[str, str], set[int]] = {
     # model server refused the call (502).
     ("POST", "/v1/prompts/{prompt_id}/complete"): {409, 502},
     ("GET", "/metrics"): {401},
+    ("GET", "/v1/fleet/ledgers.csv"): {404},  # ?tenant= names no tenant
 }
 
 

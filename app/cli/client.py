@@ -795,17 +795,36 @@ def _release_cell(row: dict[str, Any]) -> str:
 
 @budget_app.command("ledger")
 def budget_ledger(
-    dataset: DatasetIdArg,
+    dataset: Annotated[
+        str | None, typer.Argument(help="The dataset (not with --all-tenants).")
+    ] = None,
     csv: Annotated[
         bool,
         typer.Option("--csv", help="The ledger as CSV (the dashboard's export) on stdout."),
     ] = False,
+    all_tenants: Annotated[
+        bool,
+        typer.Option(
+            "--all-tenants",
+            help="Every tenant's ledgers as one CSV (an organisation key, org:read).",
+        ),
+    ] = False,
+    tenant: Annotated[
+        str | None,
+        typer.Option("--tenant", help="With --all-tenants: one tenant's only (ID or name)."),
+    ] = None,
     url: UrlOpt = None,
     key: KeyOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """A dataset's ledger: every reserve, commit and release, and its count release
-    (kind counts, charged once), oldest first."""
+    (kind counts, charged once), oldest first; with --all-tenants, every tenant's (or one
+    team's, --tenant) as the fleet CSV, for a privacy officer's org key."""
+    if all_tenants or tenant is not None:
+        _fleet_ledgers(dataset, tenant, url, key)
+        return
+    if dataset is None:
+        exit_with(ClientError("give a dataset ID (or --all-tenants with an org key)", code=2))
     try:
         with Api(url, key) as api:
             if csv:
@@ -821,6 +840,21 @@ def budget_ledger(
         _print_ledger(budget["history"])
     else:
         typer.echo(f"the ledger of dataset {dataset} is empty: no job was charged yet")
+
+
+def _fleet_ledgers(
+    dataset: str | None, tenant: str | None, url: str | None, key: str | None
+) -> None:
+    """``budget ledger --all-tenants``: the fleet CSV on stdout, as served."""
+    if dataset is not None:
+        exit_with(ClientError("--all-tenants reads every dataset: give no dataset ID", code=2))
+    try:
+        with Api(url, key) as api:
+            params = {"tenant": tenant} if tenant is not None else None
+            response = api.download("/v1/fleet/ledgers.csv", params=params)
+    except ClientError as error:
+        exit_with(error)
+    typer.get_binary_stream("stdout").write(response.content)
 
 
 # --- jobs -----------------------------------------------------------------------------------

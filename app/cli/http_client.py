@@ -114,9 +114,9 @@ class Api:
             return None
         return response.json()
 
-    def download(self, path: str) -> httpx.Response:
+    def download(self, path: str, params: dict[str, str] | None = None) -> httpx.Response:
         """A GET whose body is a file (not JSON); errors as :meth:`call`."""
-        return self._send("GET", path)
+        return self._send("GET", path, params=params)
 
 
 def unreachable(url: str, error: BaseException) -> str:

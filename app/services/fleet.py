@@ -17,13 +17,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import func, select
+from sqlalchemy import func, or_, select
 from sqlalchemy.orm import Session
 
 from app.db.models import Budget, Dataset, Job, JobStatus, Tenant
 from app.ledger import ledger
 
 from .budgets import DatasetSpend, SpendLevel, overview
+from .errors import NotFoundError
 from .ledger_csv import LedgerSection, ledgers_csv
 
 _ALERTING = (SpendLevel.WARN, SpendLevel.OVER)
@@ -90,17 +91,26 @@ def fleet(session: Session, *, over_threshold: bool = False) -> list[FleetRow]:
     return rows
 
 
-def fleet_ledgers(session: Session) -> str:
+def fleet_ledgers(session: Session, tenant: str | None = None) -> str:
     """Every ledger of every tenant as one CSV (:func:`app.services.ledger_csv.ledgers_csv`):
     the tenant and dataset columns, then each dataset's ledger as its own CSV has it. Deleted
     datasets are included (a ledger outlives its records), by tenant name then dataset
-    creation."""
-    budgets = session.execute(
+    creation. ``tenant`` (a tenant's ID or name): that team's ledgers only, the export a
+    privacy officer hands one team (404 if no tenant has it)."""
+    query = (
         select(Budget, Dataset, Tenant)
         .join(Dataset, Dataset.id == Budget.dataset_id)
         .join(Tenant, Tenant.id == Dataset.tenant_id)
         .order_by(Tenant.name, Dataset.created_at, Dataset.id)
     )
+    if tenant is not None:
+        found = session.scalar(
+            select(Tenant.id).where(or_(Tenant.id == tenant, Tenant.name == tenant))
+        )
+        if found is None:
+            raise NotFoundError(f"tenant {tenant!r} not found")
+        query = query.where(Tenant.id == found)
+    budgets = session.execute(query)
     sections = [
         LedgerSection(
             tenant_id=tenant.id,

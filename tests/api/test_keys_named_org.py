@@ -276,6 +276,14 @@ def test_the_all_ledgers_csv_has_every_tenants_ledger(both: Api) -> None:
     # Tenant keys cannot read it.
     for key in (api.admin, api.reader):
         assert api.client.get("/v1/fleet/ledgers.csv", headers=auth(key)).status_code == 403
+    # One team's export, by name or ID (issue 43: none for a privacy officer)
+    name = _tenant_name(api, api.other)
+    one = api.client.get(f"/v1/fleet/ledgers.csv?tenant={name}", headers=auth(org))
+    assert one.status_code == 200, one.text
+    teams = {row["tenant_name"] for row in csv.DictReader(io.StringIO(one.text))}
+    assert teams == {name}
+    missing = api.client.get("/v1/fleet/ledgers.csv?tenant=nobody", headers=auth(org))
+    assert missing.status_code == 404 and "nobody" in error_of(missing)["message"]
 
 
 def test_an_admin_key_stays_in_its_tenant(api: Api) -> None:

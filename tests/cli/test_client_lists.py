@@ -247,3 +247,26 @@ def test_submit_says_how_many_labels_the_shots_cover(dpsyn, trec_file, shots, ex
     assert ("pass --shots 6 for a demonstration of every label" in submitted.stderr) == (
         shots == "2"
     )
+
+
+def test_budget_ledger_all_tenants_prints_the_fleet_csv_and_one_teams(dpsyn, trec_file, sqlite_url):
+    """Issue 43: no CLI for the fleet CSV, and no one-team export for a privacy officer."""
+    import time as _time
+
+    from app.db.models import KeyScope
+    from app.db.session import session_scope
+    from app.services.tenants import create_key_for, create_tenant
+
+    dataset = upload(dpsyn, trec_file)
+    assert dpsyn("budget", "set", dataset, "--epsilon", "10").exit_code == 0
+    with session_scope(sqlite_url) as session:
+        tenant, _ = create_tenant(session, f"org-{_time.monotonic_ns()}")
+        _, org = create_key_for(session, tenant, KeyScope.ORG_READ, "officer")
+    whole = dpsyn("budget", "ledger", "--all-tenants", "--key", org)
+    assert whole.exit_code == 0, whole.output
+    assert whole.output.startswith("tenant_id,tenant_name,dataset_id")
+    team = dpsyn("budget", "ledger", "--all-tenants", "--tenant", "default", "--key", org)
+    assert team.exit_code == 0 and team.output.startswith("tenant_id,")
+    assert dpsyn("budget", "ledger", "--all-tenants", "--tenant", "nobody", "--key", org).exit_code
+    own = dpsyn("budget", "ledger", "--all-tenants")  # a tenant's admin key
+    assert own.exit_code == 1 and "org:read" in own.output

@@ -9,7 +9,9 @@ budgets only across tenants, never one tenant's datasets, records or jobs.
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Response
+from typing import Annotated
+
+from fastapi import APIRouter, Query, Response
 from sqlalchemy.orm import Session
 
 from app.api.deps import AdminKey, BudgetReader, OrgKey, Principal, SessionDep
@@ -114,9 +116,17 @@ def _check_view(principal: Principal, all_tenants: bool) -> None:
     responses={200: {"content": {"text/csv": {}}, "description": "Every ledger as CSV."}},
     summary="Every tenant's ledgers as one CSV, with tenant and dataset columns (org:read keys)",
 )
-def get_fleet_ledgers(principal: OrgKey, session: SessionDep) -> Response:
+def get_fleet_ledgers(
+    principal: OrgKey,
+    session: SessionDep,
+    tenant: Annotated[
+        str | None,
+        Query(max_length=100, description="One tenant's ledgers only (its ID or name)."),
+    ] = None,
+) -> Response:
+    name = "ledgers-all-tenants.csv" if tenant is None else "ledgers-one-tenant.csv"
     return Response(
-        content=fleet.fleet_ledgers(session),
+        content=fleet.fleet_ledgers(session, tenant),
         media_type="text/csv; charset=utf-8",
-        headers={"Content-Disposition": 'attachment; filename="ledgers-all-tenants.csv"'},
+        headers={"Content-Disposition": f'attachment; filename="{name}"'},
     )
