@@ -39,6 +39,7 @@ FIELD_OPTIONS: dict[str, str] = {
     "validation_dataset_id": "--validation-dataset",
     "over_threshold": "--over-threshold",
     "all_tenants": "--all-tenants",
+    "tenant": "--tenant",
     "include_deleted": "--include-deleted",
     # Set by the file, not by an option: what the upload sends from it.
     "records": "the file",

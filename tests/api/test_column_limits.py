@@ -109,6 +109,8 @@ NOT_USER_WRITABLE: dict[Column, str] = {
     ("advice_runs", "dataset_id"): "at most 32 characters in the request schema (a 422), then "
     "looked up (a 404): only an existing dataset's ID is stored",
     ("advice_runs", "status"): "set by the service (an AdviceStatus)",
+    ("advice_runs", "owner"): "written by an advice runner (host:pid:token), never by a request",
+    ("planner_choices", "key"): "the SHA-256 hex digest of a public planner shape",
     ("count_releases", "id"): _GENERATED,
     ("count_releases", "dataset_id"): "the ID of the dataset whose plan drew the release",
     ("count_releases", "digest"): "the SHA-256 hex digest of the dataset's counts",
