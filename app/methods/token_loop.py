@@ -18,13 +18,14 @@ from app.results import SynthesisResult
 from app.synthesis.config import (
     COVER_EVERY_LABEL_UP_TO,
     DEFAULT_K,
+    DEFAULT_MIN_WORDS,
     DEFAULT_SHOTS,
     GENERIC_DEFAULTS,
     TASK_DEFAULTS,
     SynthesisConfig,
     default_shots,
 )
-from app.synthesis.generator import SynthesisPlan, plan_synthesis, synthesize
+from app.synthesis.generator import LEFT_OUT_STATS, SynthesisPlan, plan_synthesis, synthesize
 from app.synthesis.tasks import TaskSpec
 
 from .base import Counts, CountsMode, Method, RunInputs, Stored, WrappedPlan
@@ -42,11 +43,15 @@ _HELP = {
     "lam": "AdaDPSyn noise margin factor lambda (default: the variant's row for M).",
     "variant": "AdaDPSyn: 'pooled' (every charged mean is used) or 'paper' (Algorithm 1 as "
     "published).",
+    "min_words": "A demonstration of fewer words, or one that only repeats a label's name, is "
+    "left out of the prompt and noted (default 2; post-processing, no privacy cost).",
 }
 # What a client may set; epsilon, delta, accounting and shots are the job's own fields, and
 # a seed (which makes the noise predictable) never comes from a client.
 PARAMETERS = declare(
-    SynthesisConfig, ("M", "N", "tmax", "K", "variant", "sigma0", "sigma2", "T", "lam"), help=_HELP
+    SynthesisConfig,
+    ("M", "N", "tmax", "K", "variant", "sigma0", "sigma2", "T", "lam", "min_words"),
+    help=_HELP,
 )
 # The default depends on the task (one per label for a few labels): none fixed, the help says.
 SHOTS = replace(
@@ -160,7 +165,7 @@ class TokenLoop(Method):
         public = {
             k: v
             for k, v in result.stats.items()
-            if k.startswith("planner_") or k == "empty_demonstrations"
+            if k.startswith("planner_") or k in LEFT_OUT_STATS.values()
         }
         return public or None
 
@@ -174,10 +179,11 @@ class TokenLoop(Method):
         """Which planned demonstrations the prompt lacks, and which labels it then does not
         demonstrate: the stored schedule (public randomness) against the labels of the served
         demonstrations (DP outputs). The token loop leaves a demonstration out only when it
-        came out empty (``stats.empty_demonstrations`` counts them; the schedule says of which
-        label, for jobs that predate the stat too)."""
-        del stats
-        return empty_notes(stored.schedule, labels)
+        came out empty, too short or only a label's name (the ``stats`` of
+        :data:`LEFT_OUT_STATS` count them; the schedule says of which label, for jobs that
+        predate the stats too)."""
+        min_words = (stored.config.get("synthesis") or {}).get("min_words")
+        return empty_notes(stored.schedule, labels, left_out_reason(stats, min_words))
 
     def summary(self, stored: Stored) -> tuple[str | None, int]:
         return stored.config.get("synthesis", {}).get("accounting"), len(stored.schedule)
@@ -223,43 +229,60 @@ def settings_line(task_name: str, method: str, shots: int | None, **given: int |
 
 
 def _empty_report(result: SynthesisResult) -> str | None:
-    """Demonstrations that came out empty (only whitespace) are not served: say so."""
-    empty = int(result.stats.get("empty_demonstrations", 0))
-    if not empty:
+    """Demonstrations left out of the prompt (empty, too short, only a label): say so."""
+    left_out = sum(int(result.stats.get(key, 0)) for key in LEFT_OUT_STATS.values())
+    if not left_out:
         return None
+    reason = left_out_reason(result.stats, None)
     return (
-        f"{empty} demonstration(s) came out empty (only whitespace by T_max) and were left out "
-        f"of the prompt, which holds {len(result.demonstrations)}"
+        f"{left_out} demonstration(s) {reason} and were left out of the prompt, which holds "
+        f"{len(result.demonstrations)}"
     )
 
 
-#: Why a token-loop demonstration is left out of its prompt (``_demonstrations`` in
+#: Why a token-loop demonstration is left out of its prompt (``_unusable`` in
 #: ``app.synthesis.generator``): the prompt's notes say it in these words.
 EMPTY_REASON = "came out empty (only whitespace after T_max tokens)"
+_REASONS = {
+    "empty_demonstrations": EMPTY_REASON,
+    "echo_demonstrations": "only repeated a label's name",
+    "short_demonstrations": "came out shorter than {min_words} words",
+}
 
 
-def empty_notes(schedule: Sequence[str], served: Sequence[str]) -> list[str]:
+def left_out_reason(stats: Mapping[str, Any], min_words: int | None) -> str:
+    """The reasons the stats count, in words ("came out empty (...) or only repeated a
+    label's name"); the empty one when none is counted (jobs before the stats)."""
+    words = min_words or DEFAULT_MIN_WORDS
+    reasons = [text.format(min_words=words) for key, text in _REASONS.items() if stats.get(key)]
+    return " or ".join(reasons) or EMPTY_REASON
+
+
+def empty_notes(
+    schedule: Sequence[str], served: Sequence[str], reason: str = EMPTY_REASON
+) -> list[str]:
     """The prompt's notes on demonstrations ``schedule`` planned that ``served`` (the labels
-    of the demonstrations in the prompt) lacks: how many of which label were left out, and
-    the labels left with none; [] when none is missing."""
+    of the demonstrations in the prompt) lacks: how many of which label were left out and
+    why (``reason``), and the labels left with none; [] when none is missing."""
     held = Counter(served)
     planned = Counter(str(label) for label in schedule)
     lost = {label: n - held[label] for label, n in sorted(planned.items()) if n > held[label]}
     if not lost:
         return []
-    notes = [_lost_note(lost, len(served), len(schedule))]
+    notes = [_lost_note(lost, len(served), len(schedule), reason)]
     gone = [repr(label) for label in lost if not held[label]]
     if gone:
         which = f"label {gone[0]}" if len(gone) == 1 else f"labels {', '.join(gone)}"
         them = "it" if len(gone) == 1 else "them"
+        outcome = "came out empty" if reason == EMPTY_REASON else "was left out"
         notes.append(
             f"The prompt does not demonstrate {which}: every demonstration planned for {them} "
-            "came out empty."
+            f"{outcome}."
         )
     return notes
 
 
-def _lost_note(lost: Mapping[str, int], held: int, planned: int) -> str:
+def _lost_note(lost: Mapping[str, int], held: int, planned: int, reason: str) -> str:
     """One sentence: the demonstrations left out (per label) and what the prompt holds."""
     total = sum(lost.values())
     if len(lost) == 1:
@@ -274,7 +297,7 @@ def _lost_note(lost: Mapping[str, int], held: int, planned: int) -> str:
         if held
         else f"none of the {planned} planned (it is the instruction alone)"
     )
-    return f"{what} {EMPTY_REASON} and {verb} left out; the prompt holds {holds}."
+    return f"{what} {reason} and {verb} left out; the prompt holds {holds}."
 
 
 def _planner_report(result: SynthesisResult) -> str | None:

@@ -28,9 +28,11 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import json
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -233,9 +235,13 @@ def _constants() -> dict[str, Any]:
 
 
 def remembered_choice(M: int, K: int, bucket: int) -> Choice:
-    """:func:`choose` (its own LRU is this process's memory), looked up first in the shared
-    store where the service installed one (``app.privacy.planner_cache``); a fresh choice is
-    written there for every other process and replica."""
+    """:func:`choose`, looked up first in the shipped table (:func:`shipped_choices`), then
+    (its own LRU is this process's memory) in the shared store where the service installed one
+    (``app.privacy.planner_cache``); a fresh choice is written there for every other process
+    and replica."""
+    shipped = shipped_choices().get((M, K, bucket))
+    if shipped is not None:
+        return shipped
     store = planner_cache.current_store()
     if store is None:
         return choose(M, K, bucket)
@@ -246,6 +252,39 @@ def remembered_choice(M: int, K: int, bucket: int) -> Choice:
     choice = choose(M, K, bucket)
     store.put(key, _encoded(choice))
     return choice
+
+
+#: Choices computed ahead for the shapes that matter (``python -m app.synthesis.planner_table``).
+TABLE = Path(__file__).with_name("planner_table.json")
+
+
+def fingerprint() -> str:
+    """What a table of choices must have been computed with to be read: the planner's
+    constants and the cache version, hashed."""
+    return planner_cache.choice_key({}, _constants())
+
+
+@functools.cache
+def shipped_choices() -> dict[tuple[int, int, int], Choice]:
+    """The table shipped with the package, by (M, K, bucket): exactly what :func:`choose`
+    returns for those shapes (tests/privacy/test_planner_table.py recomputes a sample), read
+    once. Empty when the file is missing or was computed by another planner (its
+    fingerprint differs): the shapes are then planned as any other."""
+    try:
+        document = json.loads(TABLE.read_text())
+    except FileNotFoundError:
+        return {}
+    if document.get("fingerprint") != fingerprint():
+        return {}
+    out = {}
+    for shape in document["shapes"]:
+        M, K, first = shape["M"], shape["K"], shape["first_bucket"]
+        for offset, (index, agreement, tang_agreement) in enumerate(shape["choices"]):
+            bucket = first + offset
+            out[(M, K, bucket)] = Choice(
+                CANDIDATES[index], SIGMA_GRID**bucket, agreement, tang_agreement
+            )
+    return out
 
 
 def _encoded(choice: Choice) -> dict[str, Any]:
@@ -299,18 +338,36 @@ def choose(M: int, K: int, bucket: int) -> Choice:
     :func:`_beats` on selection and validation together is chosen. Offering the final check
     at most three candidates, not the grid, keeps the winner's curse of a large grid out of it.
     """
-    sigma = SIGMA_GRID**bucket
+    return _choose(teacher_stages(M, K), M, SIGMA_GRID**bucket)
+
+
+def choose_many(M: int, K: int, buckets: Sequence[int]) -> dict[int, Choice]:
+    """:func:`choose` for many buckets of one (M, K), the synthetic teachers drawn once: they
+    depend on (M, K) only, and drawing them is most of a single choice's time (what the
+    shipped table of :mod:`app.synthesis.planner_table` is computed with)."""
+    stages = teacher_stages(M, K)
+    return {bucket: _choose(stages, M, SIGMA_GRID**bucket) for bucket in buckets}
+
+
+def teacher_stages(M: int, K: int) -> dict[str, list[np.ndarray]]:
+    """Each stage's synthetic teachers (fixed public seeds; independent of sigma)."""
+    return {
+        name: _teacher_sets(M, K, STEPS[name], FAMILY_STEPS[name], _SEEDS[name]) for name in STEPS
+    }
+
+
+def _choose(stages: Mapping[str, list[np.ndarray]], M: int, sigma: float) -> Choice:
     usable = [
         c for c in CANDIDATES[1:] if c.T == 0 or c.params(sigma).sigma2 <= MAX_CHECK_NOISE * M
     ]
-    shortlist = _Stage(M, K, sigma, "screen").ranked(usable, tolerance=math.inf)
+    shortlist = _Stage(stages, sigma, "screen").ranked(usable, tolerance=math.inf)
     finalists = [c for c, _ in shortlist[:SHORTLIST]]
     # every clip radius reaches the selection: the smaller radii gain most on average, so a
     # top-by-gain shortlist would hold only those, and they are the ones a regime vetoes
     finalists += [c for c in CLIP_ONLY if c not in finalists]
-    select = _Stage(M, K, sigma, "select")
+    select = _Stage(stages, sigma, "select")
     ranked = select.ranked(finalists, tolerance=1.0)
-    validate = _Stage(M, K, sigma, "validate")
+    validate = _Stage(stages, sigma, "validate")
     tang_mean = float(np.mean([s.mean() for s in validate.tang]))
     tang_both = [np.concatenate(p) for p in zip(select.tang, validate.tang, strict=True)]
     for best, selected in ranked[:FINAL_TRIES]:
@@ -327,9 +384,9 @@ def choose(M: int, K: int, bucket: int) -> Choice:
 class _Stage:
     """One stage's synthetic teachers (fixed public seed) and T = 0's agreement on them."""
 
-    def __init__(self, M: int, K: int, sigma: float, name: str) -> None:
+    def __init__(self, stages: Mapping[str, list[np.ndarray]], sigma: float, name: str) -> None:
         self.sigma, self.seed = sigma, _SEEDS[name]
-        self.sets = _teacher_sets(M, K, STEPS[name], FAMILY_STEPS[name], self.seed)
+        self.sets = stages[name]
         self.tang = self.scores(TANG)
 
     def scores(self, candidate: Candidate) -> list[np.ndarray]:

@@ -22,6 +22,8 @@ TASK_DEFAULTS: dict[str, dict[str, int]] = {
 # Any other task (a custom one): middle-of-the-road values, printed when a run starts.
 GENERIC_DEFAULTS = {"M": 10, "N": 2, "tmax": 30}
 DEFAULT_K = 100
+#: A demonstration needs this many words to be served (one word, "The", teaches nothing).
+DEFAULT_MIN_WORDS = 2
 DEFAULT_SHOTS = 4
 #: A task with at most this many labels gets one shot per label by default (at least
 #: DEFAULT_SHOTS), so that its prompt shows every label: 4 shots of TREC's 6 labels left two
@@ -69,6 +71,13 @@ class SynthesisConfig(BaseModel):
     N: int = Field(ge=1, le=50)
     tmax: int = Field(ge=1, le=512)
     K: int = Field(DEFAULT_K, ge=2, le=1000, description="Public vocabulary size per step.")
+    min_words: int = Field(
+        DEFAULT_MIN_WORDS,
+        ge=1,
+        le=50,
+        description="A demonstration of fewer words is left out of the prompt and noted, as "
+        "is one that only repeats a label's name (post-processing, no privacy cost).",
+    )
     variant: AdaDPSynVariant = Field(
         AdaDPSynVariant.POOLED,
         description="AdaDPSyn only: 'pooled' (default) or 'paper' (Algorithm 1 as published).",

@@ -18,6 +18,7 @@ import json
 import math
 import re
 import unicodedata
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -143,8 +144,12 @@ def schedule_rng(config: SynthesisConfig) -> np.random.Generator:
     """The generator of a job's label schedule: seeded by the job's public config (its seed
     too, in a seeded run), so that the same request always plans the same schedule and
     costs the same epsilon, in a quote and in the job it admits. The schedule is public
-    randomness over the public label set; no noise is ever drawn from this generator."""
-    body = json.dumps(config.model_dump(mode="json"), sort_keys=True).encode()
+    randomness over the public label set; no noise is ever drawn from this generator.
+    ``min_words`` (post-processing of the outputs) is left out: it changes nothing charged,
+    and a job's schedule stays what it was before the parameter existed."""
+    body = json.dumps(
+        config.model_dump(mode="json", exclude={"min_words"}), sort_keys=True
+    ).encode()
     return np.random.default_rng(int.from_bytes(hashlib.sha256(body).digest()[:16], "big"))
 
 
@@ -341,20 +346,52 @@ class _Shot:
 
 
 def _demonstrations(
-    shots: list[_Shot], backend: LLMBackend
+    shots: list[_Shot], backend: LLMBackend, task: TaskSpec, min_words: int
 ) -> tuple[list[Demonstration], dict[str, int]]:
-    """The demonstrations to serve, and the stat that counts those left out: one that is
-    only whitespace (once what is not text is taken out: :func:`only_text`) is never served
-    (post-processing of DP outputs)."""
+    """The demonstrations to serve, and the stats that count those left out (post-processing
+    of DP outputs, no cost): one that is only whitespace (once what is not text is taken out:
+    :func:`only_text`), one that only repeats a label's name or answer word, and one of fewer
+    than ``min_words`` words teach the model nothing about the task (issue 43: "The" and
+    "Mean of Transportation" were served on a 14-label task)."""
     written = [
         Demonstration(
             s.label, demonstration_text(only_text(backend.detokenize(s.generated)), s.done)
         )
         for s in shots
     ]
-    demos = [d for d in written if d.text.strip()]
-    dropped = len(written) - len(demos)
-    return demos, ({"empty_demonstrations": dropped} if dropped else {})
+    names = {_words_only(name) for label in task.labels for name in (label, task.verbalise(label))}
+    demos, dropped = [], Counter[str]()
+    for demo in written:
+        reason = _unusable(demo.text, names, min_words)
+        if reason is None:
+            demos.append(demo)
+        else:
+            dropped[reason] += 1
+    return demos, {LEFT_OUT_STATS[reason]: n for reason, n in sorted(dropped.items())}
+
+
+#: The job stat that counts the demonstrations left out for each reason (:func:`_unusable`).
+LEFT_OUT_STATS = {
+    "empty": "empty_demonstrations",
+    "echo": "echo_demonstrations",
+    "short": "short_demonstrations",
+}
+
+
+def _unusable(text: str, label_names: set[str], min_words: int) -> str | None:
+    """Why a demonstration is not served (a key of :data:`LEFT_OUT_STATS`), or None."""
+    if not text.strip():
+        return "empty"
+    if _words_only(text) in label_names:
+        return "echo"
+    if len(text.split()) < min_words:
+        return "short"
+    return None
+
+
+def _words_only(text: str) -> str:
+    """``text`` case-folded, its words joined by one space, punctuation dropped."""
+    return " ".join("".join(c if c.isalnum() else " " for c in text.casefold()).split())
 
 
 def _samplings(job: SynthesisPlan, keys: set[str]) -> dict[str, Sampling]:
@@ -447,7 +484,7 @@ def _synthesize(
             done = sum(config.tmax if s.done else step + 1 for s in shots)
             progress(min(done, planned), planned)
 
-    demos, empty = _demonstrations(shots, backend)
+    demos, left_out = _demonstrations(shots, backend, task, config.min_words)
     epsilon, delta = job.reported()
     return SynthesisResult(
         task=task.name,
@@ -461,7 +498,7 @@ def _synthesize(
         event=to_dict(job.event()),
         # Wall time and prompt-token counts are left out: they depend on the lengths of the
         # private records sampled into teacher prompts, with no noise.
-        stats={"backend_calls": calls, **empty, **job.planner},
+        stats={"backend_calls": calls, **left_out, **job.planner},
     )
 
 

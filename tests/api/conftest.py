@@ -40,7 +40,9 @@ TOY_TASK: dict[str, Any] = {
     "label_field": "Type",
     "labels": ["w5", "w7"],
 }
-FAST_PARAMS = {"M": 2, "N": 1, "tmax": 4, "K": 8}
+# min_words 1: the fake backend writes one-word demonstrations (a rule with tests of its own,
+# tests/synthesis/test_demonstration_rules.py), which these tests mean to serve.
+FAST_PARAMS = {"M": 2, "N": 1, "tmax": 4, "K": 8, "min_words": 1}
 PUBLIC = "PUBLICTEXT"  # in every public text: dataset responses must never show it
 # A PromptPATE job that runs in a fraction of a second with the fake backend.
 PATE_PARAMS = {"teachers": 4, "queries": 20, "candidates": 2, "group_size": 8}

@@ -53,14 +53,18 @@ _OWN = {
 }
 # DP outputs: the demonstrations and the prompt built from them, PromptPATE's answered-query
 # count and student choice (post-processing of noisy votes), the soft prompt's hash.
-_DP = {"demonstrations", "prompt", "text", "soft_prompt", "soft_prompt_sha256"}
+# The demonstrations left out (counted per reason) and the prompt's notes on them are
+# functions of the demonstrations, so DP outputs too.
+_DP = {"demonstrations", "prompt", "text", "soft_prompt", "soft_prompt_sha256", "notes"}
+_DP |= {"empty_demonstrations", "short_demonstrations", "echo_demonstrations"}
 RELEASED = 23  # what the patched release gives every count
 
 
 def _strip(value: Any) -> Any:
     """``value`` without the fields that may differ, at any depth."""
     if isinstance(value, dict):
-        return {k: _strip(v) for k, v in value.items() if k not in _OWN | _DP}
+        kept = {k: _strip(v) for k, v in value.items() if k not in _OWN | _DP}
+        return kept or None  # a stats object that held only DP counts reads as none
     if isinstance(value, list):
         return [_strip(v) for v in value]
     return value

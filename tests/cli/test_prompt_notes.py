@@ -16,7 +16,8 @@ from tests.cli.live_server import KEY, upload
 from tests.synthesis.fake_backend import BlankLabelBackend, FakeBackend
 from tests.ui.test_pages import sign_in
 
-SMALL = ["--M", "4", "--N", "2", "--tmax", "4", "--K", "10"]
+# --min-words 1: only the blank demonstration is left out (the fake writes one-word ones)
+SMALL = ["--M", "4", "--N", "2", "--tmax", "4", "--K", "10", "--min-words", "1"]
 LEFT_OUT = (
     "1 demonstration of label 'Location' came out empty (only whitespace after T_max tokens) "
     "and was left out; the prompt holds 5 of the 6 planned."

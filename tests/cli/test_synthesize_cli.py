@@ -364,6 +364,8 @@ WRITTEN = {
     "event": "public",
     "stats.backend_calls": "dp",
     "stats.empty_demonstrations": "dp",
+    "stats.short_demonstrations": "dp",
+    "stats.echo_demonstrations": "dp",
     # the run's own count release: its noise multiplier and cost (public functions of the
     # target), never its noisy counts
     "stats.count_release_sigma": "public",

@@ -127,7 +127,7 @@ class MemoryBackend(FakeBackend):
 
 def _config(synthetic_trials: int = 2, **overrides) -> AuditConfig:
     """AdaDPSyn's attack, M 3, N 1, T_max 4, K 8, besides the real-prompt one."""
-    params = {"M": 3, "N": 1, "tmax": 4, "K": 8}
+    params = {"M": 3, "N": 1, "tmax": 4, "K": 8, "min_words": 1}  # one-word texts served
     attack = MethodAttack("adadpsyn", synthetic_trials, params)
     base = {"trials": 12, "candidates": 6, "attacks": (attack,), "epsilon": 8.0, "seed": 7}
     return AuditConfig(**{**base, **overrides})

@@ -14,6 +14,7 @@ import torch
 
 from app.llm.fake import FakeBackend
 from app.synthesis.generator import _demonstrations, _Shot, only_text
+from app.synthesis.tasks import BUILTIN_TASKS
 
 START_OF_IMAGE = 255999
 
@@ -64,7 +65,7 @@ def test_text_is_taken_out_of_whatever_a_backend_returns() -> None:
     for shot in shots:
         shot.done = True
     try:
-        demos, stats = _demonstrations(shots, backend)
+        demos, stats = _demonstrations(shots, backend, BUILTIN_TASKS["trec"], min_words=2)
     finally:
         backend.detokenize = original  # type: ignore[method-assign]
     assert [(d.label, d.text) for d in demos] == [("w7", "what is it")]

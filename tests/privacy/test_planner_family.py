@@ -80,8 +80,10 @@ def _gains(job: PlannerShape) -> list[tuple[float, float]]:
 
 
 @pytest.fixture
-def fresh_plans():
-    """Plans made here are not served from, nor left in, the process-wide cache."""
+def fresh_plans(monkeypatch):
+    """Plans made here are simulated: not served from the shipped table or the process-wide
+    cache, nor left in the cache."""
+    monkeypatch.setattr(planner, "shipped_choices", dict)
     planner.choose.cache_clear()
     yield
     planner.choose.cache_clear()

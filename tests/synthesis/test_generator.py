@@ -131,7 +131,8 @@ def test_the_event_charged_is_what_ran(accounting):
     backend = FakeBackend(stop_after=3)
     records = trec_records()
     paper = accounting is Accounting.PAPER  # its fixed-size sampling needs public counts
-    cfg = config(accounting=accounting, shots=8, epsilon=8.0, public_counts=paper)
+    # every demonstration served (one cut short by the noise too): the schedule in full
+    cfg = config(accounting=accounting, shots=8, epsilon=8.0, public_counts=paper, min_words=1)
     result = synthesize(TREC, records, cfg, backend)
     event = from_dict(result.event)
     counts = Counter(d.label for d in result.demonstrations)
@@ -562,7 +563,9 @@ def test_a_stop_token_that_wins_the_first_step_does_not_end_the_demonstration(ep
     """The teachers (or, at epsilon 0, the public prompt) want a newline first: a blank
     demonstration takes the best other token instead, then stops when they say so."""
     backend = FakeBackend(stop_after=0)
-    result = synthesize(TREC, trec_records(), config(epsilon=epsilon, tmax=4), backend)
+    # one-word demonstrations (w0) are what this backend writes: served at min_words 1
+    cfg = config(epsilon=epsilon, tmax=4, min_words=1)
+    result = synthesize(TREC, trec_records(), cfg, backend)
     texts = [d.text for d in result.demonstrations]
     assert len(texts) == 4 and all(t.strip() for t in texts), texts
     assert "empty_demonstrations" not in result.stats
@@ -598,7 +601,7 @@ def test_a_label_whose_candidates_are_all_blank_is_left_out_and_the_notes_say_so
     """The stop token wins every first step; for one label every other candidate is
     whitespace, so its demonstration stays blank to T_max and is left out. The method's notes
     (what the prompt's API record shows) name the label, from the plan's schedule."""
-    cfg = config(epsilon=epsilon, tmax=4, shots=len(TREC.labels), seed=3)
+    cfg = config(epsilon=epsilon, tmax=4, shots=len(TREC.labels), seed=3, min_words=1)
     result = synthesize(TREC, trec_records(), cfg, BlankLabelBackend("location"))
     labels = [d.label for d in result.demonstrations]
     assert sorted(labels) == sorted(set(TREC.labels) - {"Location"})

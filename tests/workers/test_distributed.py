@@ -157,3 +157,41 @@ def test_a_job_submitted_through_the_api_runs_once_on_a_separate_worker(
     text = log.read_text()
     assert "already succeeded; nothing to do" in text
     assert "secret_" not in text
+
+
+def test_an_advice_run_is_queued_work_that_a_separate_worker_runs(postgres_url, redis_url, worker):
+    """Distributed, the API never runs advice (issue 42): the Celery worker's runner claims
+    the queued run from the database and finishes it; the row names that worker's process."""
+    from app.db.models import AdviceRun
+    from app.db.session import session_scope
+    from tests.api.conftest import TOY_TASK
+
+    queue_name, log = worker
+    settings = Settings(database_url=postgres_url, broker_url=redis_url, bootstrap_api_key=KEY)
+    assert not settings.api_runs_advice()
+    queue = CeleryQueue(make_celery(settings), queue=queue_name)
+    app = create_app(settings, queue=queue, backend_provider=StaticProvider(FakeBackend()))
+    headers = {"Authorization": f"Bearer {KEY}"}
+    rows = [{"text": f"ADVICE{i} two three", "label": ("w5", "w7")[i % 2]} for i in range(48)]
+    with TestClient(app) as client:
+        body = {"public": True, "labelled": True, "task": TOY_TASK, "records": rows}
+        created = client.post("/v1/datasets", json=body, headers=headers)
+        assert created.status_code == 201, created.text
+        payload = {"dataset_id": created.json()["id"], "methods": ["tang"], "epsilons": [2.0],
+                   "seeds": 2, "queries": 10, "shots": [2],
+                   "params": {"tmax": 3, "K": 8, "M": 2, "N": 1}}  # fmt: skip
+        started = client.post("/v1/advice", json=payload, headers=headers)
+        assert started.status_code == 202, started.text
+        advice_id = started.json()["id"]
+
+        def done() -> bool:
+            run = client.get(f"/v1/advice/{advice_id}", headers=headers).json()
+            return run["status"] in ("succeeded", "failed")
+
+        wait_for(done, 60, "the worker to run the advice", log)
+        run = client.get(f"/v1/advice/{advice_id}", headers=headers).json()
+        assert run["status"] == "succeeded", run
+    with session_scope(postgres_url) as session:
+        row = session.get(AdviceRun, advice_id)
+        assert row is not None and row.owner is not None
+        assert int(row.owner.split(":")[1]) != os.getpid()  # not this (the API's) process
