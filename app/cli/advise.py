@@ -16,12 +16,24 @@ import typer
 from app.cli.errors import err, fail, reported_errors
 from app.cli.eval import _floats, parse_params
 from app.cli.model_options import DtypeOpt, ModelOpt, quiet_progress_bars, training_dtype
+from app.cli.options import (
+    ANSWER_WORDS,
+    ICL_INSTRUCTION,
+    INSTRUCTION,
+    LABEL_COL,
+    LABEL_FIELD,
+    LABEL_MAP,
+    LABELS,
+    TEXT_COL,
+    TEXT_FIELD,
+)
+from app.cli.synthesize import SpecOpt, TaskOpt, TaskOptions, task_and_records
 from app.eval.advice import DEFAULT_METHODS, Advice, AdviceConfig, advise, check
 from app.eval.datasets import DATASETS, load_split, public_path
 from app.eval.methods import get
 from app.llm.factory import BackendKind, Dtype, make_backend
-from app.synthesis.data import Record, load_dataset, own_format
-from app.synthesis.tasks import BUILTIN_TASKS, TaskSpec, get_task
+from app.synthesis.data import Record
+from app.synthesis.tasks import BUILTIN_TASKS, TaskSpec
 
 DEFAULT_SELECTION = ",".join(DEFAULT_METHODS)
 DatasetOpt = Annotated[
@@ -34,13 +46,12 @@ DatasetOpt = Annotated[
 ]
 DataOpt = Annotated[
     Path | None,
-    typer.Option("--data", help="A public labelled file of your own (with --task)."),
+    typer.Option(
+        "--data",
+        help="A public labelled file of your own, read as dpsyn synthesize reads it (--task, "
+        "--spec, or --labels/--label-map, and columns).",
+    ),
 ]
-TaskOpt = Annotated[
-    str | None, typer.Option("--task", help="The task of --data: a built-in name or a spec file.")
-]
-TextCol = Annotated[str | None, typer.Option("--text-col", help="Text column of --data.")]
-LabelCol = Annotated[str | None, typer.Option("--label-col", help="Label column of --data.")]
 MethodsOpt = Annotated[
     str,
     typer.Option(
@@ -71,41 +82,21 @@ ParamOpt = Annotated[
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print the advice as JSON.")]
 
 
-def _task(dataset: str | None, data: Path | None, task_name: str | None) -> TaskSpec:
-    """The task of the set, known before its file is read."""
-    if (dataset is None) == (data is None):
-        raise fail("give one of --dataset (a built-in benchmark) or --data FILE --task TASK")
-    if dataset is not None:
-        if dataset not in DATASETS:
-            raise fail(f"--dataset must be one of {', '.join(DATASETS)}, got {dataset!r}")
-        return BUILTIN_TASKS[dataset]
-    if task_name is None:
-        raise fail("--data needs --task (a built-in task name or a task spec file)")
-    return get_task(task_name)
-
-
 def _records(
-    dataset: str | None,
-    data: Path | None,
-    task_name: str | None,
-    columns: tuple[str | None, str | None],
+    dataset: str | None, data: Path | None, options: TaskOptions
 ) -> tuple[TaskSpec, list[Record]]:
-    """The public labelled set and its task."""
+    """The public labelled set and its task: a built-in benchmark's training split, or
+    ``--data`` read exactly as ``dpsyn synthesize`` reads it (a task name, a spec file, or
+    ``--labels``/``--label-map`` and column names or numbers)."""
     if (dataset is None) == (data is None):
-        raise fail("give one of --dataset (a built-in benchmark) or --data FILE --task TASK")
+        raise fail("give one of --dataset (a built-in benchmark) or --data FILE with its task")
     if dataset is not None:
         if dataset not in DATASETS:
             raise fail(f"--dataset must be one of {', '.join(DATASETS)}, got {dataset!r}")
         train, _test = load_split(dataset)
         return BUILTIN_TASKS[dataset], train
-    if task_name is None:
-        raise fail("--data needs --task (a built-in task name or a task spec file)")
     assert data is not None
-    task = get_task(task_name)
-    text_col, label_col = columns[0] or "text", columns[1] or "label"
-    if own_format(task, data, text_col, label_col):  # e.g. TREC's own train.txt
-        return task, load_dataset(task, data)
-    return task, load_dataset(task, data, text_col, label_col)
+    return task_and_records(data, options)
 
 
 def _public(config: AdviceConfig, dataset: str | None, public: Path | None) -> list[str] | None:
@@ -143,8 +134,16 @@ def advise_command(
     dataset: DatasetOpt = None,
     data: DataOpt = None,
     task: TaskOpt = None,
-    text_col: TextCol = None,
-    label_col: LabelCol = None,
+    text_col: Annotated[str | None, TEXT_COL] = None,
+    label_col: Annotated[str | None, LABEL_COL] = None,
+    label_map: Annotated[str | None, LABEL_MAP] = None,
+    spec: SpecOpt = None,
+    labels: Annotated[str | None, LABELS] = None,
+    answer_words: Annotated[str | None, ANSWER_WORDS] = None,
+    instruction: Annotated[str | None, INSTRUCTION] = None,
+    icl_instruction: Annotated[str | None, ICL_INSTRUCTION] = None,
+    text_field: Annotated[str | None, TEXT_FIELD] = None,
+    label_field: Annotated[str | None, LABEL_FIELD] = None,
     methods: MethodsOpt = DEFAULT_SELECTION,
     shots: ShotsOpt = None,
     epsilons: EpsilonsOpt = "1,4",
@@ -156,7 +155,15 @@ def advise_command(
     dtype: DtypeOpt = Dtype.AUTO,
     as_json: JsonOpt = False,
 ) -> None:
-    """Measure methods, shots and epsilons on a public set before spending any budget."""
+    """Measure methods, shots and epsilons on a public set before spending any budget.
+
+    --data is read as ``dpsyn synthesize`` reads it (--task, --spec, --labels, --label-map,
+    column names or numbers); its records stand in for the private set.
+    """
+    options = TaskOptions(
+        task, spec, labels, answer_words, instruction, icl_instruction, text_field,
+        label_field, text_col, label_col, label_map, None,
+    )  # fmt: skip
     chosen = tuple(m.strip() for m in methods.split(",") if m.strip())
     try:
         counts = tuple(int(s) for s in shots.split(",")) if shots else ()
@@ -171,8 +178,8 @@ def advise_command(
             test_size=queries,
             params=parse_params(param, {}),
         )
-        check(_task(dataset, data, task), config)  # before the data and the model load
-        spec, records = _records(dataset, data, task, (text_col, label_col))
+        task_spec, records = _records(dataset, data, options)
+        check(task_spec, config)  # before the model loads
         texts = _public(config, dataset, public)
         quiet_progress_bars()
         trains = any(get(m).needs_gradients for m in config.methods)
@@ -180,7 +187,7 @@ def advise_command(
             BackendKind.TRANSFORMERS, model=model, url=None, dtype=training_dtype(trains, dtype)
         )
         result = advise(
-            spec,
+            task_spec,
             records,
             backend,
             config,

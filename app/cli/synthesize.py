@@ -59,7 +59,7 @@ from app.pate.public import read_public
 from app.privacy.accounting import Accounting
 from app.privacy.unit import DEFAULT_DELTA
 from app.results import Progress, SynthesisResult
-from app.synthesis.data import Record, load_dataset
+from app.synthesis.data import Record, load_dataset, own_format
 from app.synthesis.generator import partition_sizes
 from app.synthesis.tasks import TaskSpec, get_task
 
@@ -195,7 +195,7 @@ def _synthesize(
         _check_training(chosen, backend, out)
         _check_counts(accounting, public_counts)
         target = 0.0 if instruction_only else _parse_epsilon(epsilon)
-        spec_task, records = _task_and_records(data, options)
+        spec_task, records = task_and_records(data, options)
         shots, params = method_inputs(chosen, given)
         config = chosen.configure(
             spec_task,
@@ -271,19 +271,16 @@ def _task_spec(options: TaskOptions, label_map: dict[str, str] | None) -> TaskSp
     return custom_task(custom, label_map)
 
 
-def _task_and_records(data: Path, options: TaskOptions) -> tuple[TaskSpec, list[Record]]:
-    """The task and the private records read with it."""
+def task_and_records(data: Path, options: TaskOptions) -> tuple[TaskSpec, list[Record]]:
+    """The task and the records read with it (``dpsyn advise --data`` reads the same way)."""
     pairs = parse_pairs(options.label_map, "--label-map") if options.label_map else None
     task = _task_spec(options, pairs)
     if options.candidates:
         task = task.with_candidates([c.strip() for c in options.candidates.split(",")])
-    records = load_dataset(
-        task,
-        data,
-        text_col=parse_column(options.text_col),
-        label_col=parse_column(options.label_col),
-        label_map=pairs,
-    )
+    text_col, label_col = parse_column(options.text_col), parse_column(options.label_col)
+    if text_col is None and label_col is None and not own_format(task, data):
+        text_col, label_col = "text", "label"  # a table, read as an upload reads it
+    records = load_dataset(task, data, text_col=text_col, label_col=label_col, label_map=pairs)
     if pairs and (counts := label_counts_line(task, (record.label for record in records))):
         err.print(counts, markup=False, highlight=False, soft_wrap=True)
         # A mapped label without records is a map of another numbering, whatever labels

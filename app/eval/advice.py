@@ -41,6 +41,7 @@ from app.eval.experiment import (
 )
 from app.llm.base import LLMBackend
 from app.privacy.budget import is_epsilon
+from app.synthesis.config import DEFAULT_K, GENERIC_DEFAULTS, TASK_DEFAULTS
 from app.synthesis.data import Record
 from app.synthesis.tasks import TaskKind, TaskSpec
 
@@ -82,6 +83,31 @@ class AdviceConfig(BaseModel):
         labels = len(task.labels) if task.kind == TaskKind.CLASSIFICATION else 0
         return tuple(sorted({4, min(labels, 16)} - {0, 1, 2, 3} or {4}))
 
+    def shape(self, task: TaskSpec) -> dict[str, int]:
+        """The token loop's M, T_max and K that the advice runs measure: the quick profile's
+        (:data:`QUICK_PARAMS`, so that a grid runs in minutes, not an hour), the task's M,
+        and whatever ``params`` sets."""
+        measured = {**job_shape(task), **QUICK_PARAMS, **QUICK_TASK_OVERRIDES.get(task.name, {})}
+        measured.update(self.params)
+        return {name: int(measured[name]) for name in ("M", "tmax", "K")}
+
+    def shape_note(self, task: TaskSpec) -> str | None:
+        """What the advice measures that a job at its defaults would not, in words; None
+        when it measures the job's own shape (issue 43: advice ran T_max 8 / K 50 against a
+        job's 30 / 100 and did not say so)."""
+        measured, job = self.shape(task), job_shape(task)
+        changed = [name for name in measured if measured[name] != job[name]]
+        if not changed or not any(m in TOKEN_LOOP for m in self.methods):
+            return None
+        text = ", ".join(f"{_NAMES[n]} {measured[n]}" for n in changed)
+        theirs = ", ".join(f"{_NAMES[n]} {job[n]}" for n in changed)
+        flags = " ".join(f"--param {n}={job[n]}" for n in changed)
+        return (
+            f"Measured at {text} (the quick profile, so that the grid runs in minutes); a job on "
+            f"{task.name} runs at {theirs} by default and may score differently. {flags} "
+            "measures the job's own shape (several times longer)."
+        )
+
     def experiment(self, task: TaskSpec, shots: int) -> ExperimentConfig:
         """The evaluation grid of one shot count: every method at every epsilon, no
         synthesis baselines (zero-shot is part of every grid)."""
@@ -95,6 +121,42 @@ class AdviceConfig(BaseModel):
             calibrated=False,
             baselines=False,
         )
+
+
+#: The methods whose runs are the token loop (the shape note and the estimate read M, T_max).
+TOKEN_LOOP = ("adadpsyn", "tang")
+_NAMES = {"M": "M", "tmax": "T_max", "K": "K"}
+
+
+def job_shape(task: TaskSpec) -> dict[str, int]:
+    """A job's M, T_max and K on ``task`` when it names none (app.synthesis.config)."""
+    defaults = TASK_DEFAULTS.get(task.name, GENERIC_DEFAULTS)
+    return {"M": defaults["M"], "tmax": defaults["tmax"], "K": DEFAULT_K}
+
+
+#: A teacher prompt's forward pass against a query's scoring pass (one held-out query, scored
+#: in a batch): measured on the packaged Gemma on two cores, AG News quick runs (zero-shot
+#: 4 s for 100 queries; a run of 4 shots x T_max 8 x M 6 teacher passes 22-60 s).
+TEACHER_PASS_COST = 4.0
+
+
+def estimate_seconds(
+    task: TaskSpec, config: AdviceConfig, n_queries: int, zero_shot_s: float
+) -> float:
+    """The seconds the runs after zero-shot will take, from zero-shot's own time on this
+    machine and model (scoring ``n_queries``): each run scores the queries as zero-shot did
+    and, for the token loop, writes shots x T_max tokens with M teacher passes each. Rough
+    (a factor of two either way), and said so wherever it is shown."""
+    per_query = zero_shot_s / max(n_queries, 1)
+    shape = config.shape(task)
+    total = 0.0
+    for shots in config.shot_counts(task):
+        total += zero_shot_s  # each shot count's grid scores zero-shot again
+        for method in config.methods:
+            steps = shots * shape["tmax"] * shape["M"] if method in TOKEN_LOOP else n_queries
+            run = zero_shot_s + steps * per_query * TEACHER_PASS_COST
+            total += run * len(config.epsilons) * config.seeds
+    return total - zero_shot_s  # the first grid's zero-shot has run
 
 
 @dataclass(frozen=True)
@@ -142,9 +204,13 @@ class Advice:
     candidates: tuple[Candidate, ...]
     recommended: Candidate | None
     runs: list[Run] = field(default_factory=list, repr=False)
+    shape_note: str | None = None  # AdviceConfig.shape_note: what differs from a job
 
     def summary(self) -> str:
-        """One plain sentence a user can act on."""
+        """One plain sentence a user can act on, and what the measurement left out."""
+        return " ".join(part for part in (self._verdict(), self.shape_note) if part)
+
+    def _verdict(self) -> str:
         baselines = f"zero-shot {self.zero_shot:.1%}" + (
             f", the majority label {self.majority:.1%}" if self.majority is not None else ""
         )
@@ -179,6 +245,7 @@ class Advice:
             "majority": self.majority,
             "candidates": [_candidate_dict(c) for c in self.candidates],
             "recommended": None if self.recommended is None else _candidate_dict(self.recommended),
+            "shape_note": self.shape_note,
             "summary": self.summary(),
         }
 
@@ -247,14 +314,23 @@ def advise(
     runs: list[Run] = []
     counts = config.shot_counts(task)
     per_grid = 1 + len(config.methods) * len(config.epsilons) * config.seeds
+    if log is not None:
+        log(plan_line(task, config, len(counts) * per_grid))
+
+    def estimate(run: Run) -> None:
+        if log is not None and run.kind == ZERO_SHOT and not runs:
+            left = estimate_seconds(task, config, len(queries), run.seconds)
+            log(f"zero-shot took {run.seconds:.0f} s: the rest about {_duration(left)} (rough)")
+
     for index, shots in enumerate(counts):
 
         def report(done: int, _total: int, offset: int = index * per_grid) -> None:
             if progress is not None:
                 progress(offset + done, per_grid * len(counts))
 
+        grid = config.experiment(task, shots)
         ran = run_experiment(
-            task, standin, queries, backend, config.experiment(task, shots), log, public, report
+            task, standin, queries, backend, grid, log, public, report, on_run=estimate
         )
         for run in ran:
             if run.kind != ZERO_SHOT or not any(r.kind == ZERO_SHOT for r in runs):
@@ -271,7 +347,29 @@ def advise(
         candidates=candidates,
         recommended=recommend(candidates, zero, majority),
         runs=runs,
+        shape_note=config.shape_note(task),
     )
+
+
+def plan_line(task: TaskSpec, config: AdviceConfig, total: int) -> str:
+    """What the advice will run, before it runs: the grid and the shape it measures."""
+    shape = config.shape(task)
+    grid = (
+        f"{len(config.methods)} method(s) x {len(config.epsilons)} ε x {config.seeds} seed(s) "
+        f"x {len(config.shot_counts(task))} shot count(s)"
+    )
+    return (
+        f"advice: {total} runs ({grid}, and zero-shot), M {shape['M']}, T_max {shape['tmax']}, "
+        f"K {shape['K']}; an estimate of the time follows zero-shot"
+    )
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 5400:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
 
 
 def _with_shots(run: Run, shots: int) -> Run:

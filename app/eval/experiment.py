@@ -355,10 +355,12 @@ def run_experiment(
     log: Log | None = None,
     public: Sequence[str] | None = None,
     progress: Callable[[int, int], None] | None = None,
+    on_run: Callable[[Run], None] | None = None,
 ) -> list[Run]:
     """Every setting of the grid with every seed (progress lines go to ``log``).
 
-    ``progress(done, total)`` is called before the first run and after each, in runs.
+    ``progress(done, total)`` is called before the first run and after each, in runs;
+    ``on_run(run)`` after each run too.
 
     ``public``: unlabelled inputs for the methods that read some (PromptPATE). Its teachers'
     votes do not depend on epsilon, so the backend is wrapped in a memo and each seed's votes
@@ -376,6 +378,8 @@ def run_experiment(
         for seed in config.seeds[:1] if setting.kind == ZERO_SHOT else config.seeds:
             run = run_one(task, train, queries, setting, seed, backend, config, public)
             runs.append(run)
+            if on_run is not None:
+                on_run(run)
             if log is not None:
                 log(_log_line(run, len(runs), total))
             if progress is not None:

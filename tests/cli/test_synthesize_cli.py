@@ -294,6 +294,8 @@ def test_labels_answer_words_and_instruction_options(dbpedia, tmp_path):
             "3",
             "--K",
             "10",
+            "--min-words",  # the fake's one-word demonstrations served: every label shown
+            "1",
             "--out",
             str(out),
         ],

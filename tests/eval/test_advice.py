@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 
 import app.cli.advise as advise_cli
 from app.cli import app
-from app.eval.advice import AdviceConfig, Candidate, advise, recommend, split
+from app.eval.advice import AdviceConfig, Candidate, advise, estimate_seconds, recommend, split
 from app.synthesis.data import Record
 from app.synthesis.tasks import BUILTIN_TASKS
 from tests.eval.test_experiment import EvalFake
@@ -124,3 +124,56 @@ def test_bad_input_is_refused_before_any_model_loads(extra, message, monkeypatch
     result = CliRunner().invoke(app, ["advise", *extra])
     assert result.exit_code != 0
     assert message in result.output
+
+
+def test_advice_says_what_it_measured_that_a_job_would_not():
+    """Issue 43: advice ran T_max 8 / K 50 where a job runs the task's T_max and K 100, and
+    did not say so. The note names both and the flags that measure the job's own shape;
+    measuring that shape needs no note."""
+    quick = AdviceConfig(methods=("tang",))
+    assert quick.shape(TREC) == {"M": 20, "tmax": 8, "K": 50}
+    note = quick.shape_note(TREC)
+    assert note is not None
+    assert "Measured at T_max 8, K 50" in note and "runs at T_max 15, K 100 by default" in note
+    assert "--param tmax=15 --param K=100" in note
+    own = AdviceConfig(methods=("tang",), params={"tmax": 15, "K": 100})
+    assert own.shape_note(TREC) is None
+    config = AdviceConfig(shots=(2,), epsilons=(2.0,), seeds=2, params={"tmax": 3, "K": 8})
+    result = advise(TREC, _public_set(), EvalFake(), config)
+    assert result.summary().endswith(config.shape_note(TREC) or "no note")
+    assert result.to_dict()["shape_note"] == config.shape_note(TREC)
+
+
+def test_advice_states_its_runs_before_and_an_estimate_after_zero_shot():
+    lines: list[str] = []
+    config = AdviceConfig(shots=(2,), epsilons=(1.0, 4.0), seeds=2, params={"tmax": 3, "K": 8})
+    advise(TREC, _public_set(), EvalFake(), config, log=lines.append)
+    assert lines[0].startswith("advice: 9 runs (2 method(s) x 2 ε x 2 seed(s) x 1 shot count(s)")
+    assert "M 20, T_max 3, K 8" in lines[0]
+    assert any(line.startswith("zero-shot took") and "(rough)" in line for line in lines[1:3])
+    # the estimate grows with the work: twice the seeds, about twice the time
+    one = estimate_seconds(TREC, config, 15, zero_shot_s=2.0)
+    two = estimate_seconds(TREC, config.model_copy(update={"seeds": 4}), 15, zero_shot_s=2.0)
+    assert two == pytest.approx(2 * one)
+    longer = config.model_copy(update={"params": {"tmax": 30, "K": 8}})
+    assert estimate_seconds(TREC, longer, 15, zero_shot_s=2.0) > 5 * one
+
+
+def test_advise_reads_data_as_synthesize_does(tmp_path, monkeypatch):
+    """A headerless file with numbered labels: --labels, --label-map and column numbers, as
+    ``dpsyn synthesize`` takes them (issue 43: a spec file and a rewritten CSV were needed)."""
+    path = tmp_path / "tickets.csv"
+    rows = [f"{1 + i % 2},ticket {i} about {('billing', 'login')[i % 2]} issue" for i in range(48)]
+    path.write_text("\n".join(rows) + "\n")
+    monkeypatch.setattr(advise_cli, "make_backend", lambda *a, **k: EvalFake())
+    args = ["advise", "--data", str(path), "--label-map", "1=billing,2=login"]
+    args += ["--text-field", "Question", "--label-field", "Type"]  # what the fake model reads
+    args += ["--text-col", "2", "--label-col", "1", "--methods", "tang", "--shots", "2"]
+    args += ["--seeds", "2", "--epsilons", "2", "--param", "tmax=3", "--param", "K=8", "--json"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    body = json.loads(result.stdout)
+    assert body["n_standin"] + body["n_queries"] == 48
+    wrong = CliRunner().invoke(app, [*args[:4], "1=billing,3=login", *args[5:]])
+    # the map of another numbering: refused as synthesize refuses it, before any model loads
+    assert wrong.exit_code == 2 and "24 of 48 records" in wrong.output
