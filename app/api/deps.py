@@ -46,6 +46,7 @@ from app.db.models import ApiKey, KeyScope, now
 from app.llm.provider import BackendProvider
 from app.services import key_cache
 from app.services.advice import AdviceRunner
+from app.services.datasets import resolve_ref
 from app.services.errors import ForbiddenError, UnauthorizedError
 from app.services.key_cache import CachedKey, KeyCache
 from app.services.queue import JobQueue
@@ -346,3 +347,13 @@ AnyKey = Annotated[Principal, Depends(require_tenant_key)]
 AdminKey = Annotated[Principal, Depends(require_admin)]
 OrgKey = Annotated[Principal, Depends(require_org)]
 BudgetReader = Annotated[Principal, Depends(require_budget_reader)]
+
+
+def dataset_ref(dataset_id: str, principal: AdminKey, session: SessionDep) -> str:
+    """The ``{dataset_id}`` path parameter resolved to an ID: a dataset's ID or its unique
+    name within the tenant (``app.services.datasets.resolve_ref``)."""
+    return resolve_ref(session, principal.tenant_id, dataset_id)
+
+
+#: A route's ``{dataset_id}``: the ID, or the dataset's unique name (issue 43).
+DatasetRef = Annotated[str, Depends(dataset_ref)]

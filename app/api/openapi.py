@@ -23,7 +23,7 @@ from fastapi.dependencies.models import Dependant
 from fastapi.routing import APIRoute
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from app.api.deps import SCOPE_CHECKS, get_principal
+from app.api.deps import SCOPE_CHECKS, dataset_ref, get_principal
 from app.api.schemas import ErrorBody
 
 _DESCRIPTIONS = {
@@ -67,11 +67,18 @@ _SPECIFIC: dict[tuple[str, str], set[int]] = {
     ("POST", "/v1/prompts/{prompt_id}/complete"): {409, 502},
     ("GET", "/metrics"): {401},
     ("GET", "/v1/fleet/ledgers.csv"): {404},  # ?tenant= names no tenant
+    # ?dataset_id= by a name several of the tenant's datasets share
+    ("GET", "/v1/jobs"): {409},
+    ("GET", "/v1/prompts"): {409},
 }
 
 
 def _calls(dependant: Dependant, target: Any) -> bool:
     return any(dep.call is target or _calls(dep, target) for dep in dependant.dependencies)
+
+
+def _has_path_params(dependant: Dependant) -> bool:
+    return bool(dependant.path_params) or any(_has_path_params(d) for d in dependant.dependencies)
 
 
 def error_statuses(route: APIRoute, method: str) -> set[int]:
@@ -82,8 +89,10 @@ def error_statuses(route: APIRoute, method: str) -> set[int]:
         statuses |= {401, 429}
     if any(_calls(dependant, check) for check in SCOPE_CHECKS):
         statuses.add(403)
-    if dependant.path_params:
+    if _has_path_params(dependant):
         statuses.add(404)
+    if _calls(dependant, dataset_ref):
+        statuses.add(409)  # a dataset name that several of the tenant's datasets share
     has_body = dependant.body_params or (
         route.openapi_extra and "requestBody" in route.openapi_extra
     )

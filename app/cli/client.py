@@ -81,7 +81,7 @@ TABLE_SUFFIXES = {".csv", ".tsv", ".jsonl", ".ndjson"}
 
 
 # The positional IDs the show, get and delete commands take.
-DatasetIdArg = Annotated[str, typer.Argument(help="Dataset ID.")]
+DatasetIdArg = Annotated[str, typer.Argument(help="Dataset ID, or its unique name.")]
 JobIdArg = Annotated[str, typer.Argument(help="Job ID.")]
 LimitOpt = Annotated[
     int, typer.Option("--limit", min=1, max=500, help="At most this many rows (newest first).")
@@ -482,7 +482,7 @@ def _counts_cell(row: dict[str, Any]) -> str:
 
 @datasets_app.command("counts-public")
 def datasets_counts_public(
-    dataset_id: Annotated[str, typer.Argument(help="Private dataset ID.")],
+    dataset_id: Annotated[str, typer.Argument(help="Private dataset ID, or its unique name.")],
     withdraw: Annotated[
         bool,
         typer.Option("--withdraw", help="Make the counts private again (jobs release them)."),
@@ -1103,7 +1103,9 @@ VALIDATION_DATASET = typer.Option(
 
 
 # The options a job is described by, shared by ``jobs submit`` and ``jobs quote``.
-DatasetOpt = Annotated[str, typer.Option("--dataset", help="Private dataset ID.")]
+DatasetOpt = Annotated[
+    str, typer.Option("--dataset", help="Private dataset ID, or its unique name.")
+]
 EpsilonOpt = Annotated[float, typer.Option("--epsilon", help="This job's epsilon (> 0).")]
 MethodOpt = Annotated[
     str | None, typer.Option("--method", help="A method the server has (default: the server's).")
@@ -1385,7 +1387,7 @@ def _charged(job: dict[str, Any]) -> str:
 @jobs_app.command("list")
 def jobs_list(
     dataset: Annotated[
-        str | None, typer.Option("--dataset", help="Only jobs on this dataset (ID).")
+        str | None, typer.Option("--dataset", help="Only jobs on this dataset (ID or name).")
     ] = None,
     status: Annotated[
         JobStatus | None, typer.Option("--status", help="Only jobs in this state.")
@@ -1590,7 +1592,7 @@ class PromptSort(StrEnum):
 @prompts_app.command("list")
 def prompts_list(
     dataset: Annotated[
-        str | None, typer.Option("--dataset", help="Only prompts of this dataset (ID).")
+        str | None, typer.Option("--dataset", help="Only prompts of this dataset (ID or name).")
     ] = None,
     limit: LimitOpt = 100,
     offset: OffsetOpt = 0,

@@ -413,6 +413,33 @@ def _store(session: Session, dataset: Dataset, records: list[Record]) -> Dataset
     return dataset
 
 
+def resolve_ref(session: Session, tenant_id: str, ref: str) -> str:
+    """The ID of the tenant's dataset that ``ref`` names: its ID, or the name of exactly one
+    of its datasets whose records are not deleted (issue 43: a unique name got a bare 404).
+    A name that several datasets share is a 409 ``ambiguous_name`` listing their IDs; a ref
+    that names none is returned as it came, for the caller's own 404. Names are public
+    metadata (the admin's), never records."""
+    owned = select(Dataset.id).where(Dataset.tenant_id == tenant_id)
+    if session.scalar(owned.where(Dataset.id == ref)) is not None:
+        return ref
+    named = owned.where(Dataset.name == ref, Dataset.deleted_at.is_(None))
+    ids = list(session.scalars(named.order_by(Dataset.created_at).limit(6)))
+    if len(ids) > 1:
+        listed = ", ".join(ids[:5]) + (", ..." if len(ids) > 5 else "")
+        raise ConflictError(
+            f"{len(ids)} datasets are named {ref!r} ({listed}): give one's ID",
+            code="ambiguous_name",
+        )
+    return ids[0] if ids else ref
+
+
+def resolve_fields(
+    session: Session, tenant_id: str, values: Mapping[str, str | None]
+) -> dict[str, str]:
+    """:func:`resolve_ref` of each given value (a request's dataset fields), by field."""
+    return {name: resolve_ref(session, tenant_id, ref) for name, ref in values.items() if ref}
+
+
 def get_dataset(
     session: Session, tenant_id: str, dataset_id: str, *, lock: bool = False
 ) -> Dataset:

@@ -240,6 +240,8 @@ def test_fourteen_classes_from_a_headerless_csv_with_a_label_map(dbpedia, tmp_pa
             "2",
             "--tmax",
             "3",
+            "--min-words",  # the fake's one-word demonstrations served: every label shown
+            "1",
             "--out",
             str(out),
         ],

@@ -8,6 +8,7 @@ from fastapi import APIRouter
 from app.api.deps import AdminKey, AdviceDep, SessionDep, SettingsDep
 from app.api.schemas import AdviceCreate, AdvicePublic
 from app.services import advice as service
+from app.services.datasets import resolve_ref
 
 router = APIRouter(prefix="/v1/advice", tags=["advice"])
 
@@ -28,7 +29,7 @@ def create_advice(
     row = service.create(
         session,
         principal.tenant_id,
-        body.dataset_id,
+        resolve_ref(session, principal.tenant_id, body.dataset_id),
         body.to_config(),
         cap=settings.advice_per_tenant,
     )

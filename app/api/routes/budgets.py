@@ -14,7 +14,7 @@ from typing import Annotated
 from fastapi import APIRouter, Query, Response
 from sqlalchemy.orm import Session
 
-from app.api.deps import AdminKey, BudgetReader, OrgKey, Principal, SessionDep
+from app.api.deps import AdminKey, BudgetReader, DatasetRef, OrgKey, Principal, SessionDep
 from app.api.schemas import BudgetPublic, BudgetSummary, BudgetUpdate
 from app.db.models import KeyScope, Tenant
 from app.services import budgets as service
@@ -27,7 +27,7 @@ _ONE = "/v1/datasets/{dataset_id}/budget"
 
 @router.put(_ONE, response_model=BudgetPublic, summary="Set or change the dataset's budget")
 def put_budget(
-    dataset_id: str, body: BudgetUpdate, principal: AdminKey, session: SessionDep
+    dataset_id: DatasetRef, body: BudgetUpdate, principal: AdminKey, session: SessionDep
 ) -> BudgetPublic:
     service.set_budget(
         session,
@@ -43,7 +43,7 @@ def put_budget(
 
 
 @router.get(_ONE, response_model=BudgetPublic, summary="Budget, spend and ledger history")
-def get_budget(dataset_id: str, principal: AdminKey, session: SessionDep) -> BudgetPublic:
+def get_budget(dataset_id: DatasetRef, principal: AdminKey, session: SessionDep) -> BudgetPublic:
     view = service.budget_view(session, tenant_id=principal.tenant_id, dataset_id=dataset_id)
     return BudgetPublic.from_view(view)
 
@@ -54,7 +54,7 @@ def get_budget(dataset_id: str, principal: AdminKey, session: SessionDep) -> Bud
     responses={200: {"content": {"text/csv": {}}, "description": "The ledger as CSV."}},
     summary="The ledger as CSV, with the spend after each entry",
 )
-def get_ledger_csv(dataset_id: str, principal: AdminKey, session: SessionDep) -> Response:
+def get_ledger_csv(dataset_id: DatasetRef, principal: AdminKey, session: SessionDep) -> Response:
     return ledger_csv_response(session, principal.tenant_id, dataset_id)
 
 

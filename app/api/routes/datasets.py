@@ -14,7 +14,7 @@ from sqlalchemy.orm import Session
 from starlette.datastructures import UploadFile
 from starlette.formparsers import MultiPartException
 
-from app.api.deps import AdminKey, Principal, SessionDep, SettingsDep
+from app.api.deps import AdminKey, DatasetRef, Principal, SessionDep, SettingsDep
 from app.api.schemas import (
     UPLOAD_OPENAPI,
     CountsPublicUpdate,
@@ -153,7 +153,7 @@ def list_datasets(
 
 
 @router.get("/{dataset_id}", response_model=DatasetPublic)
-def get_dataset(dataset_id: str, principal: AdminKey, session: SessionDep) -> DatasetPublic:
+def get_dataset(dataset_id: DatasetRef, principal: AdminKey, session: SessionDep) -> DatasetPublic:
     return DatasetPublic.from_row(service.get_dataset(session, principal.tenant_id, dataset_id))
 
 
@@ -163,7 +163,7 @@ def get_dataset(dataset_id: str, principal: AdminKey, session: SessionDep) -> Da
     summary="Declare the private dataset's label counts public, or withdraw it (audited)",
 )
 def put_counts_public(
-    dataset_id: str, body: CountsPublicUpdate, principal: AdminKey, session: SessionDep
+    dataset_id: DatasetRef, body: CountsPublicUpdate, principal: AdminKey, session: SessionDep
 ) -> DatasetPublic:
     """Jobs admitted from now on plan with the exact counts and release none (public: true),
     or release the counts they plan with under DP again (false); jobs already admitted keep
@@ -179,5 +179,7 @@ def put_counts_public(
     response_model=DatasetPublic,
     summary="Delete the records (the dataset row and its ledger stay)",
 )
-def delete_dataset(dataset_id: str, principal: AdminKey, session: SessionDep) -> DatasetPublic:
+def delete_dataset(
+    dataset_id: DatasetRef, principal: AdminKey, session: SessionDep
+) -> DatasetPublic:
     return DatasetPublic.from_row(service.delete_dataset(session, principal.tenant_id, dataset_id))

@@ -16,6 +16,8 @@ from app.api.deps import AdminKey, ProviderDep, QueueDep, SessionDep
 from app.api.schemas import IdFilter, JobCreate, JobPublic, JobQuote, Limit, Offset
 from app.db.models import Job, JobStatus
 from app.services import jobs as service
+from app.services.datasets import resolve_fields, resolve_ref
+from app.services.job_request import JobRequest
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
 
@@ -50,7 +52,7 @@ def submit_job(
     job = service.submit_job(
         session,
         queue,
-        body.to_request(),
+        _by_id(session, principal.tenant_id, body.to_request()),
         tenant_id=principal.tenant_id,
         backend=provider.kind,
         submitted_by=principal.key_id,
@@ -68,12 +70,19 @@ def quote_job(
 ) -> JobQuote:
     """The same checks and plan as a submission (a job refused there is refused here with the
     same error), and the dataset's composed spend before and after, per label group."""
-    request = body.to_request()
+    request = _by_id(session, principal.tenant_id, body.to_request())
     quote = service.quote_job(
         session, request, tenant_id=principal.tenant_id, backend=provider.kind
     )
     groups = service.quote_groups(session, principal.tenant_id, quote, request.dataset_id)
     return JobQuote.from_quote(request.dataset_id, quote, groups)
+
+
+def _by_id(session: Session, tenant_id: str, request: JobRequest) -> JobRequest:
+    """The request with each dataset it names by a unique name named by its ID instead."""
+    fields = ("dataset_id", "public_dataset_id", "validation_dataset_id")
+    values = {name: getattr(request, name) for name in fields}
+    return request.model_copy(update=resolve_fields(session, tenant_id, values))
 
 
 @router.get("", response_model=list[JobPublic])
@@ -89,7 +98,7 @@ def list_jobs(
         session,
         principal.tenant_id,
         status=status,
-        dataset_id=dataset_id,
+        dataset_id=resolve_ref(session, principal.tenant_id, dataset_id) if dataset_id else None,
         limit=limit,
         offset=offset,
     )

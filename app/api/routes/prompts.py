@@ -42,6 +42,7 @@ from app.api.schemas import (
 )
 from app.chat import NoChatFormError, chat_messages
 from app.services import prompts as service
+from app.services.datasets import resolve_ref
 from app.services.errors import ConflictError
 from app.services.jobs import dataset_names
 from app.services.key_cache import LruCache
@@ -58,7 +59,11 @@ def list_prompts(
     offset: Offset = 0,
 ) -> list[PromptSummary]:
     rows = service.list_prompt_sets(
-        session, principal.tenant_id, dataset_id=dataset_id, limit=limit, offset=offset
+        session,
+        principal.tenant_id,
+        dataset_id=resolve_ref(session, principal.tenant_id, dataset_id) if dataset_id else None,
+        limit=limit,
+        offset=offset,
     )
     names = dataset_names(session, principal.tenant_id, [row.dataset_id for row in rows])
     return [PromptSummary.from_row(row, names.get(row.dataset_id)) for row in rows]
