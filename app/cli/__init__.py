@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 import typer
+import typer.main
 
 from app.cli.admin import admin_app
 from app.cli.advise import advise_command
@@ -73,11 +75,41 @@ def load_method_plugins(argv: Sequence[str]) -> None:
         raise SystemExit(2) from None
 
 
+#: Options that every client command takes, accepted before the command too (issue 43:
+#: ``dpsyn --url URL jobs list`` was refused; options went only after the subcommand).
+GLOBAL_OPTIONS = ("--url", "--key")
+
+
+def hoist_global_options(argv: Sequence[str]) -> list[str]:
+    """``argv`` with each :data:`GLOBAL_OPTIONS` given before or between the command's
+    words (``dpsyn --url U jobs list``, ``dpsyn jobs --key K list``) moved after them, where
+    the command reads it as its own; anything else is left as it is (a command without the
+    option then says so, as it would had it been written last)."""
+    command: Any = typer.main.get_command(app)  # a group: its sub-commands by name
+    words: list[str] = []
+    moved: list[str] = []
+    rest = list(argv)
+    while rest and getattr(command, "commands", None):
+        token = rest.pop(0)
+        if token.split("=", 1)[0] in GLOBAL_OPTIONS:
+            moved.append(token)
+            if "=" not in token and rest:
+                moved.append(rest.pop(0))
+            continue
+        words.append(token)
+        found = command.commands.get(token)
+        if found is None:
+            break
+        command = found
+    return words + rest + moved
+
+
 def main() -> None:
     """Console-script entry point. Every command's log redacts exceptions and leaves out the
     HTTP clients' request lines, which quote what a server answered (a vLLM server's reason
     phrase may hold a prompt): `dpsyn synthesize --backend vllm` as much as `dpsyn serve`.
     The plug-in methods load first (:func:`load_method_plugins`)."""
     install_log_redaction()
-    load_method_plugins(sys.argv[1:])
-    app()
+    argv = hoist_global_options(sys.argv[1:])
+    load_method_plugins(argv)
+    app(args=argv)
