@@ -241,12 +241,14 @@ class PromptClient:
         """The prompt's chat messages (``query`` last if given), from a revalidated copy."""
         return self.get_prompt(prompt_id).messages(query)
 
-    def complete(self, prompt_id: str, query: str) -> dict[str, Any]:
+    def complete(self, prompt_id: str, query: str, *, calibrated: bool = False) -> dict[str, Any]:
         """Answer ``query`` with the prompt on the server's model (``POST .../complete``):
-        classification ``{"label", "scores"}``, extraction ``{"value"}``, with ``prompt_id``
-        and ``kind``. Never cached: the query is the app's input."""
+        classification ``{"label", "scores", "calibration"}``, extraction ``{"value"}``, with
+        ``prompt_id`` and ``kind``. ``calibrated``: contextual calibration of the label scores
+        (classification). Never cached: the query is the app's input."""
+        body: dict[str, Any] = {"query": query, **({"calibrated": True} if calibrated else {})}
         response = self._send(
-            "POST", self._path(prompt_id, "/complete"), headers=self._headers, json={"query": query}
+            "POST", self._path(prompt_id, "/complete"), headers=self._headers, json=body
         )
         return _json(response)
 

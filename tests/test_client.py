@@ -141,9 +141,11 @@ def test_complete_answers_as_the_api_does(prompts: Prompts, wire) -> None:
     client = client_of(prompts.api, http)
     answer = client.complete(prompts.classification, "is it w5")  # the fake predicts w5
     assert answer["prompt_id"] == prompts.classification and answer["label"] == "w5"
-    assert set(answer["scores"]) == {"w5", "w7"}
+    assert set(answer["scores"]) == {"w5", "w7"} and answer["calibration"] == "none"
     assert client.complete(prompts.extraction, "a funny film")["kind"] == "extraction"
     assert [s[3] for s in seen] == [200, 200]
+    calibrated = client.complete(prompts.classification, "is it w5", calibrated=True)
+    assert calibrated["calibration"] == "contextual"
     with pytest.raises(ApiError) as raised:
         client.complete(prompts.classification, "")
     assert raised.value.status == 422 and raised.value.code == "invalid"

@@ -1019,6 +1019,15 @@ class ValidationBaselines(BaseModel):
         None, description="Accuracy of always answering the most frequent label (classification)."
     )
     majority_label: str | None = Field(None, description="That label.")
+    zero_shot_calibrated: float | None = Field(
+        None, description="Zero-shot with contextual calibration (classification)."
+    )
+
+    def calibrated(self) -> ValidationBaselines | None:
+        """The baselines a calibrated accuracy is held to (the majority label needs none)."""
+        if self.zero_shot_calibrated is None:
+            return None
+        return self.model_copy(update={"zero_shot": self.zero_shot_calibrated})
 
 
 def validation_verdict(
@@ -1065,6 +1074,11 @@ class ValidationPublic(BaseModel):
     accuracy: float | None = Field(
         None, description="Share of them answered right, by the scorer /complete answers with."
     )
+    calibrated_accuracy: float | None = Field(
+        None,
+        description="Classification: the same with contextual calibration, as /complete "
+        "answers with calibrated=true (null: scored before it was kept).",
+    )
     reason: str | None = Field(None, description="Why it was not scored (names no record).")
     baselines: ValidationBaselines | None = Field(
         None,
@@ -1076,11 +1090,21 @@ class ValidationPublic(BaseModel):
         description="The score against the baselines in plain words, e.g. that the prompt "
         "does not beat zero-shot (null when there are no baselines).",
     )
+    calibrated_verdict: str | None = Field(
+        None,
+        description="The calibrated accuracy against calibrated zero-shot and the majority "
+        "label, in the same words (null without both).",
+    )
 
     @model_validator(mode="after")
     def _say_it(self) -> ValidationPublic:
         if self.verdict is None and self.baselines is not None and self.accuracy is not None:
             self.verdict = validation_verdict(self.accuracy, self.baselines, self.n)
+        calibrated = self.baselines.calibrated() if self.baselines is not None else None
+        if self.calibrated_verdict is None and calibrated and self.calibrated_accuracy is not None:
+            self.calibrated_verdict = validation_verdict(
+                self.calibrated_accuracy, calibrated, self.n
+            )
         return self
 
 
@@ -1152,16 +1176,25 @@ class PromptMessagesPublic(BaseModel):
 class CompletionRequest(_Request):
     stored: ClassVar[bool] = False
     query: str = Field(min_length=1, max_length=20_000, description="Never stored or logged.")
+    calibrated: bool = Field(
+        False,
+        description="Classification: divide the label scores by the prompt's scores for "
+        "content-free inputs ('N/A', '', '[MASK]') and renormalise (contextual calibration, "
+        "no privacy cost). Often much better on a small model; a 422 for extraction.",
+    )
 
 
 class CompletionPublic(BaseModel):
-    """Classification: ``label`` and ``scores`` (a distribution over the labels).
-    Extraction: ``value``."""
+    """Classification: ``label`` and ``scores`` (a distribution over the labels), and
+    ``calibration`` saying whether they were calibrated. Extraction: ``value``."""
 
     prompt_id: str
     kind: str
     label: str | None = None
     scores: dict[str, float] | None = None
+    calibration: str | None = Field(
+        None, description="Classification: 'contextual' (calibrated) or 'none'."
+    )
     value: str | None = None
 
 

@@ -116,16 +116,24 @@ def print_advice(advice: Advice) -> None:
         f"{advice.task}: {advice.n_standin} public records as the private stand-in, "
         f"{advice.n_queries} held-out queries"
     )
+    calibrated = advice.zero_shot_calibrated
     typer.echo(
         f"zero-shot {advice.zero_shot:.1%}"
+        + (f" (calibrated {calibrated:.1%})" if calibrated is not None else "")
         + (f", majority label {advice.majority:.1%}" if advice.majority is not None else "")
     )
-    typer.echo("| method | shots | ε | accuracy (mean ± SE) | beats zero-shot |")
-    typer.echo("|---|---|---|---|---|")
+    typer.echo("| method | shots | ε | accuracy (mean ± SE) | beats zero-shot | calibrated |")
+    typer.echo("|---|---|---|---|---|---|")
     for c in sorted(advice.candidates, key=lambda c: (c.epsilon, -c.mean)):
+        cal = f"{sum(c.calibrated) / len(c.calibrated):.1%}" if c.calibrated else "-"
         typer.echo(
             f"| {c.method} | {c.shots} | {c.epsilon:g} | {c.mean:.1%} ± {c.se:.1%} "
-            f"| {'yes' if c.beats(advice.zero_shot) else 'no'} |"
+            f"| {'yes' if c.beats(advice.zero_shot) else 'no'} | {cal} |"
+        )
+    if calibrated is not None:
+        typer.echo(
+            "calibrated: contextual calibration of the same runs' answers, as 'dpsyn prompts "
+            "complete --calibrated' answers (no privacy cost)"
         )
     typer.echo(advice.summary())
 

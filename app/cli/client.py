@@ -1448,6 +1448,13 @@ def validation_line(validation: dict[str, Any]) -> str:
         line += f"\nbaselines: zero-shot {base['zero_shot']:.3f}{majority}"
         if validation.get("verdict"):
             line += f"\nthis prompt {validation['verdict']}"
+        if validation.get("calibrated_verdict"):
+            line += (
+                f"\ncalibrated (prompts complete --calibrated): accuracy "
+                f"{validation['calibrated_accuracy']:.3f}, zero-shot "
+                f"{base['zero_shot_calibrated']:.3f}; "
+                f"this prompt {validation['calibrated_verdict']}"
+            )
         return line
     if validation["status"] == "pending":
         return f"validation: pending, scored once the worker gets to it ({where})"
@@ -1563,18 +1570,26 @@ def prompts_download(
 def prompts_complete(
     prompt_id: Annotated[str, typer.Argument(help="Prompt ID.")],
     query: Annotated[str, typer.Option("--query", help="The input to classify or extract from.")],
+    calibrated: Annotated[
+        bool,
+        typer.Option(
+            "--calibrated",
+            help="Classification: contextual calibration of the label scores (no privacy cost).",
+        ),
+    ] = False,
     url: UrlOpt = None,
     key: KeyOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Answer a query with a synthesised prompt (in-context learning on the server's model)."""
     with prompt_client(url, key) as client:
-        answer = client.complete(prompt_id, query)
+        answer = client.complete(prompt_id, query, calibrated=calibrated)
     if as_json:
         print_json(answer)
         return
     if answer.get("label") is not None:
-        typer.echo(f"label: {answer['label']}")
+        how = " (calibrated)" if answer.get("calibration") == "contextual" else ""
+        typer.echo(f"label: {answer['label']}{how}")
         scores = answer.get("scores") or {}
         for label, score in sorted(scores.items(), key=lambda item: -item[1]):
             typer.echo(f"  {label}: {score:.3f}")

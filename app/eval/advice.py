@@ -118,7 +118,7 @@ class AdviceConfig(BaseModel):
             methods=self.methods,
             shots=shots,
             params={**QUICK_PARAMS, **QUICK_TASK_OVERRIDES.get(task.name, {}), **self.params},
-            calibrated=False,
+            calibrated=True,  # both numbers reported: /complete answers either way
             baselines=False,
         )
 
@@ -169,6 +169,9 @@ class Candidate:
     epsilon: float
     accuracies: tuple[float, ...]
     n_queries: int = 0
+    # the same runs' accuracies with contextual calibration (classification), as /complete
+    # answers with calibrated=true; empty where not measured
+    calibrated: tuple[float, ...] = ()
 
     @property
     def mean(self) -> float:
@@ -205,6 +208,7 @@ class Advice:
     recommended: Candidate | None
     runs: list[Run] = field(default_factory=list, repr=False)
     shape_note: str | None = None  # AdviceConfig.shape_note: what differs from a job
+    zero_shot_calibrated: float | None = None
 
     def summary(self) -> str:
         """One plain sentence a user can act on, and what the measurement left out."""
@@ -242,6 +246,7 @@ class Advice:
             "n_standin": self.n_standin,
             "n_queries": self.n_queries,
             "zero_shot": self.zero_shot,
+            "zero_shot_calibrated": self.zero_shot_calibrated,
             "majority": self.majority,
             "candidates": [_candidate_dict(c) for c in self.candidates],
             "recommended": None if self.recommended is None else _candidate_dict(self.recommended),
@@ -258,6 +263,8 @@ def _candidate_dict(c: Candidate) -> dict[str, object]:
         "mean": c.mean,
         "se": c.se,
         "accuracies": list(c.accuracies),
+        "calibrated_mean": float(np.mean(c.calibrated)) if c.calibrated else None,
+        "calibrated_accuracies": list(c.calibrated),
     }
 
 
@@ -335,7 +342,8 @@ def advise(
         for run in ran:
             if run.kind != ZERO_SHOT or not any(r.kind == ZERO_SHOT for r in runs):
                 runs.append(_with_shots(run, shots))
-    zero = next(r.accuracy for r in runs if r.kind == ZERO_SHOT)
+    zero_run = next(r for r in runs if r.kind == ZERO_SHOT)
+    zero = zero_run.accuracy
     candidates = _candidates(runs, len(queries))
     majority = _majority(task, queries)
     return Advice(
@@ -348,6 +356,7 @@ def advise(
         recommended=recommend(candidates, zero, majority),
         runs=runs,
         shape_note=config.shape_note(task),
+        zero_shot_calibrated=zero_run.calibrated_accuracy,
     )
 
 
@@ -380,13 +389,20 @@ def _with_shots(run: Run, shots: int) -> Run:
 
 
 def _candidates(runs: Sequence[Run], n_queries: int) -> tuple[Candidate, ...]:
-    grouped: dict[tuple[str, int, float], list[float]] = {}
+    grouped: dict[tuple[str, int, float], list[Run]] = {}
     for run in runs:
         if run.kind == ZERO_SHOT:
             continue
         shots = int(run.setting.rsplit("/", 1)[1])
-        grouped.setdefault((run.kind, shots, run.epsilon_target), []).append(run.accuracy)
+        grouped.setdefault((run.kind, shots, run.epsilon_target), []).append(run)
     return tuple(
-        Candidate(method, shots, epsilon, tuple(accs), n_queries)
-        for (method, shots, epsilon), accs in grouped.items()
+        Candidate(
+            method,
+            shots,
+            epsilon,
+            tuple(r.accuracy for r in group),
+            n_queries,
+            tuple(r.calibrated_accuracy for r in group if r.calibrated_accuracy is not None),
+        )
+        for (method, shots, epsilon), group in grouped.items()
     )

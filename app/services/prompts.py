@@ -30,10 +30,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 from sqlalchemy.orm import Session
 
 from app.db.models import Dataset, DatasetKind, Job, PromptSet
-from app.eval.icl import evaluate
+from app.eval.icl import CONTENT_FREE, contextual_calibration, evaluate
 from app.llm.base import LLMBackend
 from app.llm.factory import BackendKind
 from app.llm.provider import BackendProvider
@@ -42,11 +43,17 @@ from app.methods.registry import find_method
 from app.promptdpsgd.artifact import SoftPrompt
 from app.synthesis.data import Record
 from app.synthesis.prompts import demonstration_prompt
-from app.synthesis.scoring import ScoringError, extract_values, label_scores
+from app.synthesis.scoring import (
+    ScoringError,
+    extract_values,
+    label_probabilities,
+    label_scores,
+)
 from app.synthesis.tasks import TaskKind, TaskSpec
 
 from .datasets import load_records
 from .errors import ConflictError, InvalidError, NotFoundError
+from .key_cache import LruCache
 from .rows import stored_plan, tenant_page, tenant_row
 
 #: Transient backend failures (vLLM restarting, overloaded) are retried twice within a request,
@@ -128,6 +135,9 @@ class Completion:
     label: str | None = None
     scores: dict[str, float] | None = None
     value: str | None = None
+    # Classification: "contextual" when the scores were calibrated (:func:`complete`), else
+    # "none"; every answer states which.
+    calibration: str | None = None
 
 
 @dataclass(frozen=True)
@@ -199,22 +209,58 @@ def _soft_prompted(source: PromptSource, soft: SoftPrompt, provider: BackendProv
         ) from None
 
 
-def complete(source: PromptSource, query: str, provider: BackendProvider) -> Completion:
+def complete(
+    source: PromptSource, query: str, provider: BackendProvider, *, calibrated: bool = False
+) -> Completion:
     """Answer ``query`` with a prompt (no database access: call it holding no transaction).
 
     A soft prompt is put in front of the prompt text by :class:`SoftPromptedBackend` and
     the same scorer runs on top; its forward passes take the provider's lock like any other
-    (the retry layer holds it), as they use the same model."""
+    (the retry layer holds it), as they use the same model. ``calibrated`` (classification):
+    the label scores divided by the prompt's content-free scores and renormalised
+    (contextual calibration, Zhao et al. 2021; :func:`content_free_scores`)."""
     task = source.task
+    if calibrated and task.kind != TaskKind.CLASSIFICATION:
+        raise InvalidError("calibrated: contextual calibration applies to classification prompts")
     backend = scoring_backend(source, provider, COMPLETE_RETRY, context="/complete")
     if task.kind == TaskKind.CLASSIFICATION:
         try:
             scores = label_scores(backend, task, source.prompt, query)
+            if calibrated:
+                scores = _calibrated(scores, content_free_scores(source, backend))
         except ScoringError as err:
             raise InvalidError(str(err)) from None
-        return Completion(task.kind, label=max(scores, key=scores.__getitem__), scores=scores)
+        return Completion(
+            task.kind,
+            label=max(scores, key=scores.__getitem__),
+            scores=scores,
+            calibration="contextual" if calibrated else "none",
+        )
     [value] = extract_values(backend, task, source.prompt, [query])
     return Completion(task.kind, value=value)
+
+
+#: The content-free label distributions of prompts, by (prompt ID, model): a function of the
+#: prompt (a DP output) and fixed public inputs, so public; computed once per process.
+_CONTENT_FREE: LruCache[tuple[str, str], np.ndarray] = LruCache(max_entries=4096)
+
+
+def content_free_scores(source: PromptSource, backend: LLMBackend) -> np.ndarray:
+    """The prompt's label distributions for the content-free inputs ``"N/A"``, ``""`` and
+    ``"[MASK]"`` (:data:`app.eval.icl.CONTENT_FREE`), remembered: the first calibrated answer
+    of a prompt on this process costs one more forward pass of three inputs."""
+    key = (source.id, backend.name)
+    cached = _CONTENT_FREE.get(key)
+    if cached is None:
+        cached = label_probabilities(backend, source.task, source.prompt, list(CONTENT_FREE))
+        _CONTENT_FREE.put(key, cached)
+    return cached
+
+
+def _calibrated(scores: dict[str, float], content_free: np.ndarray) -> dict[str, float]:
+    labels = list(scores)
+    row = contextual_calibration(np.array([[scores[label] for label in labels]]), content_free)
+    return {label: float(p) for label, p in zip(labels, row[0], strict=True)}
 
 
 # --- validation: scoring a stored prompt on public labelled records -------------------------
@@ -292,14 +338,15 @@ def score_prompt(
     provider: BackendProvider,
     retry: RetryPolicy = COMPLETE_RETRY,
 ) -> dict[str, Any]:
-    """``n`` and ``accuracy`` of the prompt on ``records`` (public), by the one scorer."""
+    """``n`` and ``accuracy`` of the prompt on ``records`` (public), by the one scorer, and
+    for classification ``calibrated_accuracy`` (contextual calibration, as ``/complete``
+    answers with ``calibrated``: issue 43, so that a team chooses with both numbers)."""
     backend = scoring_backend(source, provider, retry, context="validation")
-    score = evaluate(backend, source.task, source.prompt, records, calibrated=False)
-    return {
-        "n": score.n,
-        "accuracy": score.accuracy,
-        "baselines": baselines(source.task, records, provider, retry),
-    }
+    score = evaluate(backend, source.task, source.prompt, records, calibrated=True)
+    out: dict[str, Any] = {"n": score.n, "accuracy": score.accuracy}
+    if score.calibrated_accuracy is not None:
+        out["calibrated_accuracy"] = score.calibrated_accuracy
+    return {**out, "baselines": baselines(source.task, records, provider, retry)}
 
 
 def baselines(
@@ -312,8 +359,10 @@ def baselines(
     plain = RetryingBackend(
         provider.get(), retry=retry, lock=provider.use_lock, context="validation"
     )
-    zero = evaluate(plain, task, demonstration_prompt(task, []), records, calibrated=False)
+    zero = evaluate(plain, task, demonstration_prompt(task, []), records, calibrated=True)
     out: dict[str, Any] = {"zero_shot": zero.accuracy}
+    if zero.calibrated_accuracy is not None:
+        out["zero_shot_calibrated"] = zero.calibrated_accuracy
     if task.kind == TaskKind.CLASSIFICATION and records:
         counts = Counter(r.label for r in records)
         label, hits = max(counts.items(), key=lambda item: (item[1], item[0]))

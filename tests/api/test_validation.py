@@ -124,28 +124,29 @@ def test_the_stored_accuracy_is_the_scorers_on_the_same_records(api: Api) -> Non
     prompt = _prompt_of(api, job["id"])
     task = TaskSpec.model_validate(prompt["task_spec"])
     records = [Record(r["text"], r["label"]) for r in validation_rows()]
-    direct = evaluate(
-        FakeBackend(stop_after=None), task, prompt["prompt"], records, calibrated=False
-    )
+    direct = evaluate(FakeBackend(stop_after=None), task, prompt["prompt"], records)
     assert direct.accuracy == 0.75  # the fixture's design: the check below is not 1 == 1
-    zero = evaluate(
-        FakeBackend(stop_after=None),
-        task,
-        demonstration_prompt(task, []),
-        records,
-        calibrated=False,
-    )
+    zero = evaluate(FakeBackend(stop_after=None), task, demonstration_prompt(task, []), records)
     assert prompt["validation"] == {
         "dataset_id": validation["id"],
         "status": "scored",
         "n": 4,
         "accuracy": direct.accuracy,
+        # and calibrated, as /complete answers with calibrated=true (issue 43)
+        "calibrated_accuracy": direct.calibrated_accuracy,
         "reason": None,
         # The baselines on the same records (issue 33): the fake model answers by length,
         # demonstrations or not, so zero-shot scores the same; the labels tie 2-2.
-        "baselines": {"zero_shot": zero.accuracy, "majority": 0.5, "majority_label": "w7"},
+        "baselines": {
+            "zero_shot": zero.accuracy,
+            "majority": 0.5,
+            "majority_label": "w7",
+            "zero_shot_calibrated": zero.calibrated_accuracy,
+        },
         "verdict": "does not beat zero-shot (0.750 against 0.750)",
+        "calibrated_verdict": "does not beat zero-shot (0.750 against 0.750)",
     }
+    assert direct.calibrated_accuracy is not None and zero.calibrated_accuracy is not None
     listed = api.client.get("/v1/prompts", headers=auth(api.reader)).json()
     (row,) = [p for p in listed if p["id"] == prompt["id"]]
     assert (row["validation_accuracy"], row["beats_zero_shot"]) == (0.75, False)

@@ -432,6 +432,14 @@ def test_upload_budget_cancel_and_query_through_the_forms(api: Api) -> None:
     assert answered.status_code == 200
     assert re.search(r'id="answer-label">w5<', answered.text)  # the fake backend's answer
     assert "one two three" not in answered.text  # the query is not echoed back
+    assert 'id="answer-calibration">(not calibrated)' in answered.text
+    calibrated = client.post(
+        f"/ui/prompts/{job['prompt_id']}/complete",
+        data={"csrf": csrf, "query": "one two three", "calibrated": "on"},
+    )
+    assert calibrated.status_code == 200
+    assert 'id="answer-calibration">(calibrated)' in calibrated.text
+    assert re.search(r'id="calibrated" checked', calibrated.text)  # kept for the next query
     assert MARKER not in client.get(f"/ui/prompts/{job['prompt_id']}").text
 
 

@@ -256,11 +256,12 @@ def complete(
         service.get_prompt_set(session, principal.tenant_id, prompt_id)
     )
     session.rollback()  # hold no transaction (SQLite: no write lock) while the model runs
-    result = service.complete(source, body.query, provider)
+    result = service.complete(source, body.query, provider, calibrated=body.calibrated)
     return CompletionPublic(
         prompt_id=source.id,
         kind=result.kind.value,
         label=result.label,
         scores=result.scores,
+        calibration=result.calibration,
         value=result.value,
     )

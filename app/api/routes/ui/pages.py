@@ -9,6 +9,7 @@ the API would: metadata and DP outputs, never a private record.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Coroutine
 from typing import Any
 from urllib.parse import urlencode
@@ -524,7 +525,8 @@ async def complete(
 ) -> Response:
     """Answer a query with the prompt, as ``POST /v1/prompts/{id}/complete``. The query is
     used for one backend call; it is not stored, logged or put back into the page."""
-    query = forms.completion_query(await checked_form(request, ui))
+    form = await checked_form(request, ui)
+    query, calibrated = forms.completion_query(form), form.get("calibrated") == "on"
     row = await run_in_threadpool(
         prompt_service.get_prompt_set, session, ui.principal.tenant_id, prompt_id
     )
@@ -533,11 +535,14 @@ async def complete(
     await run_in_threadpool(session.rollback)
     # A model call: a stricter limit than the key's pages.
     await limiter.charge(limiter.model_calls, ui.principal.key_id)
-    result = await run_in_threadpool(prompt_service.complete, source, query, provider)
+    result = await run_in_threadpool(
+        functools.partial(prompt_service.complete, calibrated=calibrated), source, query, provider
+    )
     answer = {
         "kind": result.kind.value,
         "label": result.label,
         "scores": result.scores,
+        "calibration": result.calibration,
         "value": result.value,
     }
     if wants_json(request):
