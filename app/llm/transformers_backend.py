@@ -28,8 +28,6 @@ from __future__ import annotations
 
 import inspect
 import logging
-import re
-import unicodedata
 from abc import ABC, abstractmethod
 from collections import OrderedDict
 from collections.abc import Iterator, Sequence
@@ -50,6 +48,7 @@ from transformers import (
 from app.llm.base import DEFAULT_KV_CACHE_MB, BackendError, SameTokenizer
 from app.llm.conversion import ensure_converted
 from app.llm.models import DEFAULT_MODEL, ModelSource, resolve
+from app.llm.text import is_text_piece
 
 log = logging.getLogger(__name__)
 
@@ -159,36 +158,18 @@ class LastLogitsAnswers(ABC):
 # A whole token that is an angle-bracketed or square-bracketed name (<start_of_image>,
 # <unused12>, <|im_start|>, [multimodal]): a control token of some chat or vision template,
 # whether or not the converted tokenizer marks it special. Byte tokens (<0x0A>) are text.
-_CONTROL_PIECE = re.compile(r"^(<(?!0x[0-9A-Fa-f]{2}>)[^<>\s]+>|\[[A-Za-z_@|]+\])$")
-# Unicode categories that are never text in a demonstration: private use, surrogates,
-# unassigned, and control characters other than tab, newline and carriage return.
-_NOT_TEXT_CATEGORIES = frozenset({"Co", "Cs", "Cn"})
-
-
-def _is_text_piece(piece: str | None) -> bool:
-    if not piece or _CONTROL_PIECE.match(piece):
-        return False
-    for char in piece:
-        category = unicodedata.category(char)
-        if category in _NOT_TEXT_CATEGORIES or (category == "Cc" and char not in "\t\n\r"):
-            return False
-    return True
-
-
 def non_text_token_ids(tokenizer: PreTrainedTokenizerBase, keep: frozenset[int]) -> list[int]:
     """The ids of a tokenizer's tokens that are not text: its special and added tokens,
-    control pieces (:data:`_CONTROL_PIECE`) and pieces with a private-use, unassigned or
-    control character, except ``keep`` (end-of-sequence and newlines, which end a
-    demonstration or an answer). Before issue 43 Gemma's ``<start_of_image>`` (255999, not
-    marked special in the converted tokenizer) and a private-use character reached a served
-    prompt. A public function of the tokenizer: leaving these out of the candidate
-    vocabulary is post-processing of public data, at no privacy cost."""
+    and pieces that are not text (:func:`app.llm.text.is_text_piece`), except ``keep``
+    (end-of-sequence and newlines, which end a demonstration or an answer). A public
+    function of the tokenizer: leaving these out of the candidate vocabulary is
+    post-processing of public data, at no privacy cost."""
     special = set(tokenizer.all_special_ids) | set(getattr(tokenizer, "added_tokens_decoder", {}))
     pieces = tokenizer.convert_ids_to_tokens(list(range(len(tokenizer))))
     return sorted(
         i
         for i, piece in enumerate(pieces)
-        if i not in keep and (i in special or not _is_text_piece(piece))
+        if i not in keep and (i in special or not is_text_piece(piece))
     )
 
 

@@ -58,6 +58,7 @@ import httpx
 import numpy as np
 
 from app.llm.base import BackendError, TransientBackendError
+from app.llm.text import is_text_piece
 
 Mode = Literal["auto", "token_ids", "top_logprobs"]
 
@@ -68,6 +69,8 @@ COMPLETIONS = "/v1/completions"
 TOKENIZE = "/tokenize"
 DETOKENIZE = "/detokenize"
 TOKENIZER_INFO = "/tokenizer_info"
+#: Candidates asked beyond K, so that the non-text ones can be left out (``top_k``).
+TEXT_MARGIN = 32
 MODELS = "/v1/models"
 
 _TOKEN_ID_PREFIX = "token_id:"
@@ -142,6 +145,7 @@ class VLLMHttpBackend:
         self._client = client or httpx.Client(timeout=httpx.Timeout(timeout))
         self._bos_prefix: tuple[int, ...] | None = None
         self._newline_ids: frozenset[int] | None = None
+        self._text: dict[int, bool] = {}  # is_text of each candidate id met, decoded once
 
     # -- protocol properties -------------------------------------------------------------
 
@@ -214,9 +218,14 @@ class VLLMHttpBackend:
         return _renormalise(logprobs)
 
     def top_k(self, prompts: Sequence[Sequence[int]], k: int) -> np.ndarray:
-        """The ``k`` most probable next-token ids per prompt, most probable first.
+        """The ``k`` most probable next-token ids per prompt that are text, most probable
+        first (end-of-sequence and newlines count as text: they end a demonstration).
 
-        Ties are broken by the smaller id so the answer is reproducible.
+        The server is asked for up to :data:`TEXT_MARGIN` more than ``k`` (within its
+        ``--max-logprobs``) and the candidates that are not text (control and template
+        tokens, private-use characters: :meth:`is_text`) are left out, as the local backend
+        leaves them out of its vocabulary; where the margin holds too few, the best of those
+        fill the row's end. Ties are broken by the smaller id so the answer is reproducible.
         """
         if k < 1:
             raise ValueError("k must be at least 1")
@@ -227,17 +236,28 @@ class VLLMHttpBackend:
             )
         if len(prompts) == 0:
             return np.zeros((0, k), dtype=np.int64)
-        tops = self._complete([self._with_bos(p) for p in prompts], logprobs=k)
+        asked = min(k + TEXT_MARGIN, self._max_logprobs)
+        tops = self._complete([self._with_bos(p) for p in prompts], logprobs=asked)
         out = np.empty((len(prompts), k), dtype=np.int64)
         for b, top in enumerate(tops):
-            ranked = sorted(top.items(), key=lambda item: (-item[1], item[0]))
+            ranked = [t for t, _ in sorted(top.items(), key=lambda item: (-item[1], item[0]))]
             if len(ranked) < k:
                 raise BackendError(
                     f"{self._where(COMPLETIONS)}: row {b} returned {len(ranked)} of the "
                     f"{k} requested top tokens"
                 )
-            out[b] = [token for token, _ in ranked[:k]]
+            text = [t for t in ranked if self.is_text(t)]
+            out[b] = (text + [t for t in ranked if t not in set(text)])[:k]
         return out
+
+    def is_text(self, token: int) -> bool:
+        """Whether ``token`` may be written in a demonstration: end-of-sequence and newlines,
+        or a token whose text (decoded by the server, once per id) is text
+        (:func:`app.llm.text.is_text_piece`)."""
+        if token not in self._text:
+            kept = token == self.eos_id or token in self.newline_ids
+            self._text[token] = kept or is_text_piece(self._decode([token]))
+        return self._text[token]
 
     # -- start-up check ------------------------------------------------------------------
 

@@ -16,6 +16,7 @@ import re
 import socket
 import threading
 import time
+import unicodedata
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -29,7 +30,7 @@ from app.llm.base import BackendError, LLMBackend, TransientBackendError
 from app.llm.factory import BackendKind, make_backend
 from app.llm.provider import BackendProvider
 from app.llm.retry import RetryingBackend, RetryPolicy
-from app.llm.vllm_http import VLLMHttpBackend, served_model
+from app.llm.vllm_http import TEXT_MARGIN, VLLMHttpBackend, served_model
 
 MODEL = "toy-model"
 VOCAB = 1000
@@ -468,13 +469,46 @@ def test_bad_token_sets_shape_is_rejected(server: FakeServer) -> None:
 # -- top_k -----------------------------------------------------------------------------------
 
 
-def test_top_k_returns_ids_by_descending_probability(server: FakeServer) -> None:
+def toy_is_text(tid: int) -> bool:
+    """The toy's text tokens, told apart here on their own: EOS and newlines, and pieces
+    that are neither a control token (``<bos>``) nor a control character (C0, C1)."""
+    if tid in (EOS, 10, 900):
+        return True
+    piece = toy_text(tid)
+    return not piece.startswith("<") and all(
+        unicodedata.category(c) != "Cc" or c in "\t\r" for c in piece
+    )
+
+
+def test_top_k_returns_the_most_probable_text_ids_in_order(server: FakeServer) -> None:
     ids = server.backend().top_k(PROMPTS, 7)
-    want = np.array([ranked(p)[:7] for p in PROMPTS])
+    want = np.array([[t for t in ranked(p) if toy_is_text(int(t))][:7] for p in PROMPTS])
     assert ids.shape == (3, 7)
     assert np.array_equal(ids, want)
     (request,) = server.state.calls("/v1/completions")
-    assert request["logprobs"] == 7 and request["return_tokens_as_token_ids"] is True
+    assert request["logprobs"] == 7 + TEXT_MARGIN and request["return_tokens_as_token_ids"]
+
+
+def test_top_k_leaves_out_control_tokens_and_decodes_each_id_once(
+    server: FakeServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 43: a control token among a vLLM server's likeliest candidates could be written
+    into a demonstration. Here the server's tokenizer spells two of the prompt's five
+    likeliest ids as Gemma's ``<start_of_image>`` and a private-use character: neither is
+    offered, the next text ids take their places, and a second call decodes nothing again."""
+    prompt = PROMPTS[0]
+    natural = ranked(prompt)[:20].tolist()
+    monkeypatch.setitem(MULTI, natural[1], "<start_of_image>")
+    monkeypatch.setitem(MULTI, natural[4], "\uf071")
+    backend = server.backend()
+    offered = backend.top_k([prompt], 20)[0].tolist()
+    assert natural[1] not in offered and natural[4] not in offered
+    rest = [t for t in natural if t not in (natural[1], natural[4])]
+    assert offered[:18] == rest and offered[18:] == ranked(prompt)[20:22].tolist()
+    decoded = len(server.state.calls("/detokenize"))
+    assert decoded >= 20  # each candidate decoded once (and the newline probes)
+    assert np.array_equal(backend.top_k([prompt], 20)[0], offered)
+    assert len(server.state.calls("/detokenize")) == decoded
 
 
 def test_top_k_beyond_max_logprobs_fails_before_asking(server: FakeServer) -> None:
