@@ -46,10 +46,12 @@ def make_backend(
     if kind is BackendKind.VLLM:
         if not url:
             raise ValueError("--url is required with --backend vllm")
-        from app.llm.vllm_http import VLLMHttpBackend, served_model
+        from app.llm.vllm_http import SERVED_MAX_LOGPROBS, VLLMHttpBackend, served_model
 
         # No model: the one the server serves (GET /v1/models), as scripts/vllm_serve.sh starts it.
-        client = VLLMHttpBackend(url=url, model=model or served_model(url))
+        client = VLLMHttpBackend(
+            url=url, model=model or served_model(url), max_logprobs=SERVED_MAX_LOGPROBS
+        )
         return client if retry is None else RetryingBackend(client, retry=retry, context="vLLM")
     from app.llm.transformers_backend import TransformersBackend
 

@@ -71,6 +71,10 @@ DETOKENIZE = "/detokenize"
 TOKENIZER_INFO = "/tokenizer_info"
 #: Candidates asked beyond K, so that the non-text ones can be left out (``top_k``).
 TEXT_MARGIN = 32
+#: The ``--max-logprobs`` that scripts/vllm_serve.sh starts a server with (K = 100 and the
+#: margin fit); the service's backend assumes it, and its start-up check names the flag
+#: when a server allows fewer.
+SERVED_MAX_LOGPROBS = 200
 MODELS = "/v1/models"
 
 _TOKEN_ID_PREFIX = "token_id:"
