@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 import numpy as np
+from dp_accounting.pld import common as dp_common
 from dp_accounting.pld import privacy_loss_distribution as pld_lib
 
 from app.privacy import rdp
@@ -57,6 +58,8 @@ from app.privacy.events import (
     Event,
     GaussianEvent,
     LaplaceEvent,
+    PureDpEvent,
+    RandomizedResponseEvent,
     SelfComposedEvent,
 )
 from app.privacy.mechanisms import Relation
@@ -168,6 +171,13 @@ class PaperRdpAccountant(Accountant):
             return event.count * rdp.gaussian_rdp(event.noise_multiplier, self.orders)
         if isinstance(event, LaplaceEvent):
             return event.count * rdp.laplace_rdp(event.noise_multiplier, self.orders)
+        if isinstance(event, PureDpEvent):
+            return event.count * rdp.pure_dp_rdp(event.epsilon, self.orders)
+        if isinstance(event, RandomizedResponseEvent):
+            curve = rdp.randomized_response_rdp(
+                event.noise_parameter, event.num_buckets, self.orders
+            )
+            return event.count * curve
         if isinstance(event, SelfComposedEvent):
             return event.count * self._rdp(self.resolve(event.event))
         if isinstance(event, ComposedEvent):
@@ -220,6 +230,11 @@ class TightPldAccountant(Accountant):
             return _sampled_gaussian_pld(event.noise_multiplier, 1.0, event.count, disc)
         if isinstance(event, LaplaceEvent):
             return _sampled_laplace_pld(event.noise_multiplier, 1.0, event.count, disc)
+        if isinstance(event, PureDpEvent):
+            return _pure_dp_pld(event.epsilon, event.count, disc)
+        if isinstance(event, RandomizedResponseEvent):
+            p, k = event.noise_parameter, event.num_buckets
+            return _randomized_response_pld(p, k, event.count, disc)
         if isinstance(event, SelfComposedEvent):
             return self._pld(self.resolve(event.event)).self_compose(event.count)
         if isinstance(event, ComposedEvent):
@@ -292,6 +307,32 @@ def _sampled_pld(
         use_connect_dots=True,
     )
     return one_step.self_compose(steps)
+
+
+@functools.lru_cache(maxsize=256)
+def _pure_dp_pld(
+    epsilon: float, count: int, discretization: float
+) -> pld_lib.PrivacyLossDistribution:
+    """``count`` epsilon-DP releases at their worst case: the loss is +epsilon with
+    probability e^eps / (1 + e^eps), else -epsilon (binary randomized response), rounded
+    pessimistically (``from_privacy_parameters`` at delta 0)."""
+    parameters = dp_common.DifferentialPrivacyParameters(epsilon, 0.0)
+    one = pld_lib.from_privacy_parameters(parameters, value_discretization_interval=discretization)
+    return one.self_compose(count)
+
+
+@functools.lru_cache(maxsize=256)
+def _randomized_response_pld(
+    noise_parameter: float, num_buckets: int, count: int, discretization: float
+) -> pld_lib.PrivacyLossDistribution:
+    """``count`` releases of k-ary randomized response between two distinct buckets."""
+    one = pld_lib.from_randomized_response(
+        noise_parameter,
+        num_buckets,
+        pessimistic_estimate=True,
+        value_discretization_interval=discretization,
+    )
+    return one.self_compose(count)
 
 
 @dataclass

@@ -17,6 +17,7 @@ events"):
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 
 from app.privacy.events import (
@@ -27,13 +28,23 @@ from app.privacy.events import (
     LaplaceEvent,
     NamedEvent,
     PartitionEvent,
+    PureDpEvent,
+    RandomizedResponseEvent,
     SampledEvent,
     SelfComposedEvent,
 )
 
 #: A primitive an accountant prices once relation is resolved: what one record is exposed to,
 #: one entry at a time. Gaussian and Laplace multipliers are relative to a sensitivity of 1.
-Priced = GaussianEvent | LaplaceEvent | SampledEvent | SelfComposedEvent | ComposedEvent
+Priced = (
+    GaussianEvent
+    | LaplaceEvent
+    | PureDpEvent
+    | RandomizedResponseEvent
+    | SampledEvent
+    | SelfComposedEvent
+    | ComposedEvent
+)
 
 
 class UnsupportedEventError(ValueError):
@@ -70,6 +81,8 @@ def resolve(event: Event, relation: str, accountant: str) -> Priced:
         return resolve(event.primitive(), relation, accountant)
     if isinstance(event, GaussianEvent | LaplaceEvent):
         return _resolve_noise(event, relation, accountant)
+    if isinstance(event, PureDpEvent | RandomizedResponseEvent):
+        return _resolve_pure(event, relation, accountant)
     if isinstance(event, SampledEvent):
         mechanisms = tuple(_resolve_noise(m, relation, accountant) for m in event.mechanisms)
         if mechanisms == event.mechanisms:
@@ -100,6 +113,29 @@ def _resolve_noise(
             f"whose sensitivity is stated for {stated} neighbours only"
         )
     return type(event)(event.noise_multiplier / sensitivity, event.count)
+
+
+def _resolve_pure(
+    event: PureDpEvent | RandomizedResponseEvent, relation: str, accountant: str
+) -> PureDpEvent | RandomizedResponseEvent:
+    """A pure-DP event's epsilon under ``relation`` (its sensitivity there times its own);
+    randomized response as it is, under a relation it was analysed for."""
+    if isinstance(event, RandomizedResponseEvent):
+        if relation not in event.relations:
+            raise UnsupportedEventError(
+                f"{accountant} ({relation} neighbours) cannot price randomized response "
+                f"analysed for {', '.join(event.relations)} neighbours only"
+            )
+        return event
+    if event.sensitivity == UNIT:
+        return event
+    sensitivity = event.sensitivity.under(relation)
+    if sensitivity is None:
+        raise UnsupportedEventError(
+            f"{accountant} ({relation} neighbours) cannot price a PureDpEvent whose epsilon "
+            f"is not stated for {relation} neighbours"
+        )
+    return PureDpEvent(event.epsilon * sensitivity, event.count)
 
 
 def sampled_in(event: Priced) -> Iterator[SampledEvent]:
@@ -134,6 +170,10 @@ def noiseless(event: Priced) -> bool:
     """Whether ``event`` runs a mechanism without noise (its epsilon is infinite)."""
     if isinstance(event, GaussianEvent | LaplaceEvent):
         return event.noise_multiplier == 0
+    if isinstance(event, RandomizedResponseEvent):
+        return math.isinf(event.epsilon)
+    if isinstance(event, PureDpEvent):
+        return False  # a finite epsilon, by construction
     if isinstance(event, SampledEvent):
         return any(m.noise_multiplier == 0 for m in event.mechanisms)
     if isinstance(event, SelfComposedEvent):

@@ -127,6 +127,77 @@ class LaplaceEvent(_NoisyReleases):
 Noise = GaussianEvent | LaplaceEvent
 
 
+@dataclass(frozen=True)
+class PureDpEvent:
+    """``count`` releases of a mechanism that is ``epsilon``-DP (pure: delta 0) on the same
+    data, whatever it is: the exponential mechanism, report-noisy-max, the sparse vector
+    technique (dp_accounting's ``EpsilonDeltaDpEvent`` with delta 0).
+
+    Neighbouring relation and sensitivity: ``epsilon`` holds between datasets one
+    ``sensitivity`` unit apart, so under a relation the event is ``epsilon *
+    sensitivity.under(relation)``-DP (group privacy where one record moves the query further);
+    None under a relation: not analysed there, refused. Priced exactly at its worst case:
+    every epsilon-DP mechanism is a post-processing of binary randomized response at epsilon
+    (Kairouz, Oh and Viswanath 2015), which both accountants price exactly. (Priced as a
+    Laplace release instead, 20 releases at epsilon 0.5 came to 9.671 at delta 1e-6 where
+    the worst case is 9.987: under-priced.)
+    """
+
+    epsilon: float
+    count: int = 1
+    sensitivity: Sensitivity = UNIT
+
+    def __post_init__(self) -> None:
+        if not (self.epsilon >= 0 and math.isfinite(self.epsilon)):
+            raise ValueError(f"epsilon must be finite and >= 0, got {self.epsilon}")
+        if self.count < 1:
+            raise ValueError(f"count must be >= 1, got {self.count}")
+
+
+@dataclass(frozen=True)
+class RandomizedResponseEvent:
+    """``count`` releases of k-ary randomized response applied to a categorical query of the
+    data: with probability 1 - ``noise_parameter`` the query's bucket, else one of the
+    ``num_buckets`` buckets uniformly (dp_accounting's ``RandomizedResponseDpEvent``).
+
+    Neighbouring relation: under either relation one record may change the query's bucket to
+    any other, so the privacy loss is that between two distinct buckets (dp_accounting's
+    replace-one analysis), epsilon = log(1 + k (1 - p) / p); a query that one record cannot
+    move by more than one bucket change is the only assumption, stated by ``relations``
+    (a relation left out is refused). Both accountants price it exactly: the PLD of the two
+    bucket distributions, and their Renyi divergence (:func:`app.privacy.rdp.
+    randomized_response_rdp`).
+    """
+
+    noise_parameter: float
+    num_buckets: int
+    count: int = 1
+    relations: tuple[str, ...] = RELATIONS
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.noise_parameter <= 1.0:
+            raise ValueError(f"noise_parameter must be in [0, 1], got {self.noise_parameter}")
+        if self.num_buckets < 1:
+            raise ValueError(f"num_buckets must be >= 1, got {self.num_buckets}")
+        if self.count < 1:
+            raise ValueError(f"count must be >= 1, got {self.count}")
+        if not self.relations:
+            raise ValueError("randomized response must be analysed under a relation")
+        for relation in self.relations:
+            _check_relation(relation)
+
+    @property
+    def epsilon(self) -> float:
+        """Its pure-DP epsilon, log(1 + k (1 - p) / p) (infinite at p = 0)."""
+        p, k = self.noise_parameter, self.num_buckets
+        if k == 1 or p == 1:
+            return 0.0
+        return math.inf if p == 0 else math.log1p(k * (1 - p) / p)
+
+
+Pure = PureDpEvent | RandomizedResponseEvent
+
+
 def effective_noise_multiplier(
     mechanisms: tuple[GaussianEvent, ...], relation: str | None = None
 ) -> float:
@@ -382,7 +453,14 @@ class DpsgdEvent(NamedEvent):
 
 
 Primitive = (
-    GaussianEvent | LaplaceEvent | SampledEvent | ComposedEvent | SelfComposedEvent | PartitionEvent
+    GaussianEvent
+    | LaplaceEvent
+    | PureDpEvent
+    | RandomizedResponseEvent
+    | SampledEvent
+    | ComposedEvent
+    | SelfComposedEvent
+    | PartitionEvent
 )
 Event = Primitive | SynthesisEvent | PateEvent | DpsgdEvent | LabelEvent
 # What one job charges to a dataset: any event (a named one, or a composition of primitives).
@@ -390,6 +468,8 @@ DatasetEvent = Event
 PRIMITIVE_EVENTS = (
     GaussianEvent,
     LaplaceEvent,
+    PureDpEvent,
+    RandomizedResponseEvent,
     SampledEvent,
     ComposedEvent,
     SelfComposedEvent,
@@ -444,6 +524,20 @@ def to_dict(event: Event) -> dict[str, Any]:
             return _noise_dict("gaussian", event)
         case LaplaceEvent():
             return _noise_dict("laplace", event)
+        case PureDpEvent():
+            out: dict[str, Any] = {"type": "pure_dp", "epsilon": event.epsilon}
+            out["count"] = event.count
+            if event.sensitivity != UNIT:
+                out["sensitivity"] = _sensitivity_dict(event.sensitivity)
+            return out
+        case RandomizedResponseEvent():
+            return {
+                "type": "randomized_response",
+                "noise_parameter": event.noise_parameter,
+                "num_buckets": event.num_buckets,
+                "count": event.count,
+                "relations": list(event.relations),
+            }
         case SampledEvent():
             return {
                 "type": "sampled",
@@ -522,6 +616,13 @@ def _dpsgd(data: dict[str, Any]) -> DpsgdEvent:
 _READERS: dict[str, Any] = {
     "gaussian": _gaussian,
     "laplace": _laplace,
+    "pure_dp": lambda d: PureDpEvent(float(d["epsilon"]), int(d["count"]), _sensitivity(d)),
+    "randomized_response": lambda d: RandomizedResponseEvent(
+        float(d["noise_parameter"]),
+        int(d["num_buckets"]),
+        int(d["count"]),
+        tuple(str(r) for r in d["relations"]),
+    ),
     "sampled": _sampled,
     "composed": lambda d: ComposedEvent(tuple(from_dict(e) for e in d["events"])),
     "self_composed": lambda d: SelfComposedEvent(from_dict(d["event"]), int(d["count"])),
@@ -577,6 +678,15 @@ def describe_event(event: Event) -> str:
             return describe_event(event.primitive())
         case GaussianEvent() | LaplaceEvent():
             return _noise_text(event)
+        case PureDpEvent():
+            extra = f", count={event.count}" if event.count != 1 else ""
+            return f"PureDpEvent({event.epsilon:.4g}{extra})"
+        case RandomizedResponseEvent():
+            extra = f", count={event.count}" if event.count != 1 else ""
+            return (
+                f"RandomizedResponseEvent({event.noise_parameter:.4g}, "
+                f"num_buckets={event.num_buckets}{extra})"
+            )
         case SampledEvent():
             inner = ", ".join(describe_event(m) for m in event.mechanisms)
             comma = "," if len(event.mechanisms) == 1 else ""  # a tuple, as Python writes it
@@ -609,6 +719,8 @@ def noise_multipliers(event: Event) -> tuple[float, ...]:
             return noise_multipliers(event.primitive())
         case GaussianEvent() | LaplaceEvent():
             return (event.noise_multiplier,)
+        case PureDpEvent() | RandomizedResponseEvent():
+            return ()  # no noise multiplier: its epsilon (or noise parameter) says it all
         case SampledEvent() | ComposedEvent():
             parts = event.mechanisms if isinstance(event, SampledEvent) else event.events
             found = [m for part in parts for m in noise_multipliers(part)]
@@ -648,6 +760,8 @@ __all__ = [
     "PateEvent",
     "PoissonSampling",
     "Primitive",
+    "PureDpEvent",
+    "RandomizedResponseEvent",
     "SampledEvent",
     "SelfComposedEvent",
     "Sensitivity",

@@ -27,6 +27,7 @@ around its single mode captures it to near machine precision.
 from __future__ import annotations
 
 import functools
+import math
 
 import numpy as np
 from scipy.special import gammaln, logsumexp
@@ -55,6 +56,37 @@ def laplace_rdp(scale: float, orders: np.ndarray = ORDERS) -> np.ndarray:
     first = np.log(a / (2 * a - 1)) + (a - 1) / scale
     second = np.log((a - 1) / (2 * a - 1)) - a / scale
     return np.logaddexp(first, second) / (a - 1)
+
+
+def randomized_response_rdp(
+    noise_parameter: float, num_buckets: int, orders: np.ndarray = ORDERS
+) -> np.ndarray:
+    """RDP of k-ary randomized response between two distinct input buckets, exact: with
+    a = 1 - p + p/k (the true bucket's probability) and b = p/k (any other's), for order
+    alpha > 1 the Renyi divergence of P = (a, b, b, ...) from Q = (b, a, b, ...) is
+
+        eps(alpha) = log( a^alpha b^(1-alpha) + b^alpha a^(1-alpha) + (k-2) b ) / (alpha-1),
+
+    summed in log space. 0 when the output ignores the input (k = 1 or p = 1), infinite
+    when it is the input (p = 0)."""
+    p, k = noise_parameter, num_buckets
+    alpha = np.asarray(orders, dtype=float)
+    if k == 1 or p == 1:
+        return np.zeros(alpha.shape)
+    if p == 0:
+        return np.full(alpha.shape, np.inf)
+    log_a, log_b = math.log(1 - p + p / k), math.log(p / k)
+    total = np.logaddexp(alpha * log_a + (1 - alpha) * log_b, alpha * log_b + (1 - alpha) * log_a)
+    if k > 2:
+        total = np.logaddexp(total, math.log((k - 2) * p / k))
+    return total / (alpha - 1)
+
+
+def pure_dp_rdp(epsilon: float, orders: np.ndarray = ORDERS) -> np.ndarray:
+    """RDP of any epsilon-DP mechanism at its worst case, exact: binary randomized response
+    at epsilon (every epsilon-DP mechanism is a post-processing of it: Kairouz, Oh and
+    Viswanath 2015), whose noise parameter p = 2 / (e^epsilon + 1)."""
+    return randomized_response_rdp(2.0 / (math.exp(epsilon) + 1.0), 2, orders)
 
 
 def _log_abs_expm1(x: np.ndarray) -> np.ndarray:
