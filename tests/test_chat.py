@@ -1,4 +1,4 @@
-"""app/chat.py: a prompt's chat messages say what its text prompt says, turn for turn.
+"""dpsyn_client.chat: a prompt's chat messages say what its text prompt says, turn for turn.
 
 The prompts here are built as the service stores them: a task spec dumped from
 :class:`TaskSpec` (verbalisers filled in) and the text prompt from
@@ -11,8 +11,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from dpsyn_client.chat import NoChatFormError, chat_messages
 
-from app.chat import NoChatFormError, chat_messages
 from app.synthesis.prompts import demonstration_prompt, query_suffix
 from app.synthesis.tasks import BUILTIN_TASKS, TaskKind, TaskSpec
 

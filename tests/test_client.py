@@ -1,5 +1,6 @@
-"""app/client.py, the downstream apps' client, against the real app (FastAPI's TestClient is
-an ``httpx.Client``, so the client's requests go through the real routes, keys and caches).
+"""dpsyn_client (clients/python), the downstream apps' client, against the real app
+(FastAPI's TestClient is an ``httpx.Client``, so the client's requests go through the real
+routes, keys and caches).
 
 Every exchange is recorded on the wire (an httpx response hook): the tests check what the
 client sent (``If-None-Match``) and what came back (304 or 200), not only what it returned.
@@ -14,10 +15,10 @@ from pathlib import Path
 
 import httpx
 import pytest
+from dpsyn_client.chat import chat_messages
+from dpsyn_client.client import ApiError, NoChatFormError, PromptClient, UnreachableError
 from fastapi.testclient import TestClient
 
-from app.chat import chat_messages
-from app.client import ApiError, NoChatFormError, PromptClient, UnreachableError
 from app.db.migrate import upgrade
 from app.db.models import PromptSet
 from app.db.session import session_scope
@@ -248,7 +249,7 @@ def test_an_unreachable_server_s_url_credentials_are_never_printed() -> None:
 
 def test_the_client_loads_neither_the_web_app_nor_the_database() -> None:
     code = (
-        "import sys, app.client\n"
+        "import sys, dpsyn_client\n"
         "layers = ('app.db', 'app.api', 'app.services', 'app.synthesis', 'workers', "
         "'sqlalchemy', 'fastapi', 'starlette', 'torch', 'numpy')\n"
         "print(sorted(m for m in sys.modules if m.startswith(layers)))"

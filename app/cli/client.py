@@ -10,7 +10,7 @@ local file problem). ``--json`` prints the server's JSON instead of text; ``-q``
 the ID of what was created. The HTTP client is :mod:`app.cli.http_client`; ``dpsyn keys`` is
 in :mod:`app.cli.keys`. Each group's commands (upload, list, show, delete ...) are all here,
 so that importing a group brings every one of its commands. ``prompts get`` and
-``prompts complete`` go through the downstream apps' client (:mod:`app.client`), so the CLI
+``prompts complete`` go through the downstream apps' client (:mod:`dpsyn_client.client`), so the CLI
 exercises what an app uses.
 """
 

@@ -16,17 +16,17 @@ from typing import Annotated, Any, NoReturn
 
 import httpx
 import typer
-from rich.console import Console
-
-from app.cli.config import ConfigError, base_url, resolve, user_config_path
-from app.cli.vocabulary import in_cli_words
-from app.client import (
+from dpsyn_client.client import (
     ApiError,
     NoChatFormError,
     PromptClient,
     UnreachableError,
     without_credentials,
 )
+from rich.console import Console
+
+from app.cli.config import ConfigError, base_url, resolve, user_config_path
+from app.cli.vocabulary import in_cli_words
 
 out = Console(highlight=False, soft_wrap=True)
 err = Console(stderr=True, highlight=False, soft_wrap=True)
@@ -148,7 +148,7 @@ def _tls_failed(error: BaseException) -> bool:
 
 @contextmanager
 def prompt_client(url: str | None, key: str | None) -> Iterator[PromptClient]:
-    """The downstream apps' client (:mod:`app.client`) on the CLI's connection, so that
+    """The downstream apps' client (:mod:`dpsyn_client.client`) on the CLI's connection, so that
     ``dpsyn prompts get|complete`` read prompts as an app does; its errors end the command
     as :class:`Api`'s do (one line in the CLI's words, exit status 1)."""
     try:

@@ -29,6 +29,7 @@ FIELD_OPTIONS: dict[str, str] = {
     "name": "--name",
     "public": "--public",
     "query": "--query",
+    "calibrated": "--calibrated",
     "scope": "--scope",
     "status": "--status",
     "limit": "--limit",

@@ -2,7 +2,7 @@
 
 One app and database for the module, with three prompts run by the real worker on the fake
 backend: a classification prompt, an extraction prompt (mitg) and a soft prompt. The
-messages must be :func:`app.chat.chat_messages` of the prompt's JSON (the rendering the
+messages must be :func:`dpsyn_client.chat.chat_messages` of the prompt's JSON (the rendering the
 downstream client does), revalidate with their own ETag, and be refused for a soft prompt.
 """
 
@@ -12,8 +12,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 import pytest
+from dpsyn_client.chat import chat_messages
 
-from app.chat import chat_messages
 from app.db.migrate import upgrade
 from tests.api.conftest import MARKER, TOY_TASK, Api, auth, error_of, make_api
 from tests.api.test_soft_prompts import run_with_soft_prompt, soft_prompt

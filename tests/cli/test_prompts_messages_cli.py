@@ -1,4 +1,4 @@
-"""``dpsyn prompts get|complete`` through the downstream client (app/client.py), and
+"""``dpsyn prompts get|complete`` through the downstream client (dpsyn_client, clients/python), and
 ``prompts get --format messages``; against the live test server of ``conftest.py``."""
 
 from __future__ import annotations
@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 
 import numpy as np
+from dpsyn_client.chat import chat_messages
 
-from app.chat import chat_messages
 from app.cli import app as cli
 from app.db.models import PromptSet
 from app.db.session import session_scope

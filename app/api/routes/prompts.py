@@ -11,8 +11,8 @@ One part of a prompt set is written after it: the score on its job's validation 
 whose validation is still ``pending`` is served but never cached, so the read after the
 worker writes the score has it (and a new ETag: the old one then gets the new body, not 304).
 The soft-prompt download answers 304 the same way (its ETag, the file's SHA-256, is kept too).
-``?format=messages`` answers the prompt as chat messages (:mod:`app.chat`, the rendering the
-downstream client :mod:`app.client` does locally), cached and tagged as a body of its own.
+``?format=messages`` answers the prompt as chat messages (:mod:`dpsyn_client.chat`, the
+rendering the downstream client does locally), cached and tagged as a body of its own.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from dpsyn_client.chat import NoChatFormError, chat_messages
 from fastapi import APIRouter, FastAPI, Request, Response
 from fastapi.concurrency import run_in_threadpool
 from sqlalchemy.orm import Session, sessionmaker
@@ -40,7 +41,6 @@ from app.api.schemas import (
     PromptPublic,
     PromptSummary,
 )
-from app.chat import NoChatFormError, chat_messages
 from app.services import prompts as service
 from app.services.datasets import resolve_ref
 from app.services.errors import ConflictError
@@ -134,9 +134,10 @@ async def _prompt_body(request: Request, tenant_id: str, prompt_id: str) -> Cach
 
 
 def _messages_body(body: CachedBody) -> CachedBody:
-    """The prompt as chat messages, rendered by :func:`app.chat.chat_messages` from its JSON
-    (the rendering the downstream client does locally), with an ETag of its own; a 409 for a
-    soft prompt. Final even if the prompt's score is pending: the messages do not hold it."""
+    """The prompt as chat messages, rendered by :func:`dpsyn_client.chat.chat_messages` from
+    its JSON (the rendering the downstream client does locally), with an ETag of its own; a
+    409 for a soft prompt. Final even if the prompt's score is pending: the messages do not
+    hold it."""
     prompt = json.loads(body.data)
     try:
         messages = chat_messages(prompt)

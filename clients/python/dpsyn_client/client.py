@@ -9,13 +9,14 @@ caches the body and its ETag) and because asking is what makes a revoked key or 
 tenant stop the app at once (401) instead of after some expiry; the one thing of a prompt
 that changes after it is stored, its validation score, then arrives with a new ETag.
 
-A prompt is rendered for chat models by :func:`app.chat.chat_messages`, the function the API's
-``?format=messages`` uses, so local rendering and the API agree. This module imports only that
-and httpx: an app that installs dpsyn to talk to a server loads no web app and no database.
+A prompt is rendered for chat models by :func:`dpsyn_client.chat.chat_messages`, the function
+the API's ``?format=messages`` uses, so local rendering and the API agree. This package
+imports only httpx: it is the `dpsyn-client` distribution (clients/python), which an app
+installs alone.
 
 Errors are raised, never swallowed: :class:`ApiError` for an error answer (its HTTP status,
 the API's error code and message), :class:`UnreachableError` when no answer came (its cause
-is the httpx error), :class:`app.chat.NoChatFormError` for the messages of a soft prompt.
+is the httpx error), :class:`dpsyn_client.chat.NoChatFormError` for the messages of a soft prompt.
 Pass ``http=`` an ``httpx.Client`` of your own (connection pool, proxies, or FastAPI's
 ``TestClient`` in tests); the client then never closes it.
 """
@@ -30,7 +31,7 @@ from urllib.parse import quote, urlsplit, urlunsplit
 
 import httpx
 
-from app.chat import ChatMessage, NoChatFormError, chat_messages
+from dpsyn_client.chat import ChatMessage, NoChatFormError, chat_messages
 
 __all__ = [
     "ApiError",
@@ -145,7 +146,7 @@ class Prompt:
 
     def messages(self, query: str | None = None) -> list[ChatMessage]:
         """The prompt as chat messages, ``query`` as the last user turn if given
-        (:func:`app.chat.chat_messages`; a soft prompt raises :class:`NoChatFormError`)."""
+        (:func:`dpsyn_client.chat.chat_messages`; a soft prompt raises :class:`NoChatFormError`)."""
         return chat_messages(self.data, query)
 
 

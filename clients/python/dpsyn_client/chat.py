@@ -1,13 +1,13 @@
 """A synthesised prompt as chat messages, the form OpenAI-compatible chat APIs take.
 
 The one rendering of a prompt for chat models: ``GET /v1/prompts/{id}?format=messages`` and
-the downstream client (:mod:`app.client`) both call :func:`chat_messages`, so an app that
+the downstream client (:mod:`dpsyn_client.client`) both call :func:`chat_messages`, so an app that
 renders locally from a cached prompt sends exactly what the API would have answered. It works
 on the prompt's public JSON (``GET /v1/prompts/{id}``'s body, a DP output), and imports nothing
 of the project, so the client loads neither the web app nor the database.
 
-The messages follow the text prompt (``app.synthesis.prompts``) turn for turn: the task's ICL
-instruction is the system message; each demonstration is a user turn (``{text_field}:
+The messages follow the text prompt (the server's ``app.synthesis.prompts``) turn for turn:
+the task's ICL instruction is the system message; each demonstration is a user turn (``{text_field}:
 {text}``, the text on one line) answered by an assistant turn (the label's verbaliser word,
 the answer ``/complete`` scores; an extraction's slot value as is). A query, when given, is
 the last user turn, in the demonstrations' form, so the model's reply is the answer.
