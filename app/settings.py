@@ -7,6 +7,7 @@ settings (a PostgreSQL URL, a Redis broker URL, a vLLM backend), never code path
 
 from __future__ import annotations
 
+import importlib.metadata
 import ipaddress
 from functools import lru_cache
 from typing import Literal
@@ -17,6 +18,9 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from app.llm.base import DEFAULT_KV_CACHE_MB
 from app.llm.factory import BackendKind
 from app.privacy.unit import COUNT_RELEASE_SHARE
+
+#: The entry-point group a package declares its method modules in (docs/service.md).
+METHOD_ENTRY_POINTS = "dpsyn.methods"
 
 
 class Settings(BaseSettings):
@@ -270,8 +274,16 @@ class Settings(BaseSettings):
     )
 
     def method_module_names(self) -> list[str]:
-        """The modules of ``method_modules``, in order, without blanks."""
-        return [name.strip() for name in self.method_modules.split(",") if name.strip()]
+        """The modules of ``method_modules``, in order, without blanks, then those that
+        installed packages declare as entry points of the group ``dpsyn.methods`` (a plug-in
+        package's ``[project.entry-points."dpsyn.methods"] name = "package.module"``), each
+        once."""
+        named = [name.strip() for name in self.method_modules.split(",") if name.strip()]
+        declared = [
+            entry.value.split(":", 1)[0].strip()
+            for entry in importlib.metadata.entry_points(group=METHOD_ENTRY_POINTS)
+        ]
+        return list(dict.fromkeys(named + declared))
 
     @field_validator("forwarded_allow_ips")
     @classmethod

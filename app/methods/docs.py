@@ -66,7 +66,12 @@ def with_table(text: str) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Print the table, or with ``--write FILE`` update FILE's generated block."""
+    """Print the table, or with ``--write FILE`` update FILE's generated block; the plug-in
+    methods (``DPSYN_METHOD_MODULES`` and the ``dpsyn.methods`` entry points) are in it."""
+    from app.methods.registry import import_method_modules
+    from app.settings import Settings
+
+    import_method_modules(Settings().method_module_names())
     args = list(sys.argv[1:] if argv is None else argv)
     if args[:1] == ["--write"] and len(args) == 2:
         path = Path(args[1])
