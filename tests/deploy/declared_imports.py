@@ -3,8 +3,8 @@ wheel (standard library only, so it needs nothing the venv may lack).
 
 Prints one JSON object:
 
-* ``undeclared``: each top-level package that a file of the installed ``app`` or ``workers``
-  imports, anywhere in the file (a function's lazy import too), whose distribution is not
+* ``undeclared``: each top-level package that a file of the installed ``app``, ``workers`` or
+  ``dpsyn_client`` imports, anywhere in the file (a function's lazy import too), whose distribution is not
   one of dpsyn's own requirements (pyproject's ``dependencies``; an extra's do not count,
   and neither does a package that only arrives as another package's dependency), with the
   files that import it;
@@ -23,7 +23,7 @@ import sys
 from importlib import metadata
 from pathlib import Path
 
-PACKAGES = ("app", "workers")
+PACKAGES = ("app", "workers", "dpsyn_client")  # the wheel's own packages
 
 
 def canonical(name: str) -> str:

@@ -43,7 +43,7 @@ from app.db.migrate import head_revision
 from tests.workers.processes import free_port, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
-SOURCES = ("pyproject.toml", "README.md", "NOTICE", "app", "workers")
+SOURCES = ("pyproject.toml", "README.md", "NOTICE", "app", "workers", "clients")
 
 
 def _clean_env(**extra: str) -> dict[str, str]:
