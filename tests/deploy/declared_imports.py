@@ -4,10 +4,10 @@ wheel (standard library only, so it needs nothing the venv may lack).
 Prints one JSON object:
 
 * ``undeclared``: each top-level package that a file of the installed ``app``, ``workers`` or
-  ``dpsyn_client`` imports, anywhere in the file (a function's lazy import too), whose distribution is not
-  one of dpsyn's own requirements (pyproject's ``dependencies``; an extra's do not count,
-  and neither does a package that only arrives as another package's dependency), with the
-  files that import it;
+  ``dpsyn_client`` imports, anywhere in the file (a function's lazy import too), whose
+  distribution is not one of dpsyn's own requirements (pyproject's ``dependencies``; an
+  extra's do not count, and neither does a package that only arrives as another package's
+  dependency), with the files that import it;
 * ``failed``: each module of ``app`` and ``workers`` that does not import, with the error's
   type and message (import errors name modules, never data).
 """
