@@ -19,7 +19,8 @@ the first time it is drawn, so "warm" takes longer there. Then:
 4. ``--burst`` submissions at once, each on its own connection, until all are answered.
 
 Targets (issue 23): quote and submit p50 < 200 ms on the warm shape; the burst answered
-(admitted or refused) within 5 s in all. Exit status 1 when one is missed. It also prints the
+(admitted, refused for its budget, or 429 for the tenant's own share of planning or
+submissions: issue 42) within 5 s in all. Exit status 1 when one is missed. It also prints the
 server process's CPU seconds during the burst (Linux): on a shared machine the wall time moves
 with the load, the CPU far less.
 """
@@ -151,7 +152,10 @@ def verdict(figures: dict) -> list[str]:
             misses.append(f"{name} {figures[name]:.3f} s >= {P50_TARGET_S} s")
     if figures["burst_wall_s"] >= BURST_TARGET_S:
         misses.append(f"burst {figures['burst_wall_s']:.2f} s >= {BURST_TARGET_S} s")
-    if figures["submit_statuses"] != [201] or set(figures["burst_statuses"]) - {"201", "409"}:
+    # 429: the tenant's own share of planning, or its submission rate, is full (issue 42's
+    # fair admission: one tenant's burst waits on itself); never a 5xx
+    designed = {"201", "409", "429"}
+    if figures["submit_statuses"] != [201] or set(figures["burst_statuses"]) - designed:
         misses.append(
             f"unexpected statuses {figures['submit_statuses']} {figures['burst_statuses']}"
         )
