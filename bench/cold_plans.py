@@ -16,7 +16,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from app.privacy.planner import PlannerShape, plan_adadpsyn, tang_multiplier  # noqa: E402
+from app.privacy.planner import PlannerShape, plan_adadpsyn, tang_multiplier
 
 TREC = {"ABBR": 86, "DESC": 1162, "ENTY": 1250, "HUM": 1223, "LOC": 835, "NUM": 896}
 CASES = [(20, 100, 1.2345), (20, 100, 3.3333), (10, 100, 0.777), (10, 50, 2.2222), (7, 100, 1.2345)]
