@@ -192,7 +192,8 @@ def _numbers(value: Any) -> list[float]:
 
 
 # What a job releases (DP outputs) or names only itself: the rest must be identical.
-_OWN = {"id", "job_id", "dataset_id", "created_at", "demonstrations", "prompt", "epsilon"}
+# the job's own outputs; the notes are a function of its demonstrations (a DP output)
+_OWN = {"id", "job_id", "dataset_id", "created_at", "demonstrations", "prompt", "epsilon", "notes"}
 
 
 def test_a_prompt_readers_body_holds_no_dataset_size(api: Api) -> None:
