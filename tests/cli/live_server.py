@@ -25,7 +25,9 @@ from workers.inprocess import InProcessQueue
 KEY = "test-admin-key-for-the-client-cli-0123456789"
 SECRET = "SECRETWORD"
 CODES = {"ABBR", "ENTY", "DESC", "HUM", "LOC", "NUM"}
-FAST = ["--M", "4", "--N", "2", "--tmax", "4", "--K", "10", "--shots", "2"]
+# --min-words 1: the fake model writes one-word demonstrations, which these tests mean to serve
+# (the rule has tests of its own: tests/synthesis/test_demonstration_rules.py)
+FAST = ["--M", "4", "--N", "2", "--tmax", "4", "--K", "10", "--min-words", "1", "--shots", "2"]
 
 runner = CliRunner()
 
