@@ -78,7 +78,10 @@ def test_messages_are_the_shared_rendering_of_the_prompt(prompts: Prompts, kind:
         assert assistant["content"] == demo["label"]  # the toy's and mitg's words are the labels
     if kind == "classification":
         assert messages[0]["content"] == TOY_TASK["icl_instruction"]
-        assert {m["content"] for m in messages[2::2]} == {"w5", "w7"}
+        # both labels, unless the noise made a demonstration only a label's name (the toy's
+        # labels are words of the fake model): it is then left out, and said in the notes
+        answers = {m["content"] for m in messages[2::2]}
+        assert answers == {"w5", "w7"} or (answers < {"w5", "w7"} and prompt["notes"])
 
 
 def test_format_text_and_no_format_are_the_same_body(prompts: Prompts) -> None:
