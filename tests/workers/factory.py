@@ -69,7 +69,15 @@ def noisy_counts(budget: float = 100.0) -> CountRelease:
 @lru_cache
 def _planned(epsilon: float, accounting: Accounting) -> SynthesisPlan:
     config = SynthesisConfig.for_task(
-        "trec", epsilon=epsilon, accounting=accounting, shots=2, M=4, N=2, tmax=4, K=10
+        "trec",
+        epsilon=epsilon,
+        accounting=accounting,
+        shots=2,
+        M=4,
+        N=2,
+        tmax=4,
+        K=10,
+        min_words=1,  # the fake model's one-word demonstrations are served (and compared)
     )
     return plan_synthesis(TREC, noisy_counts().estimates(), config)
 
