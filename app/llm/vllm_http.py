@@ -250,8 +250,11 @@ class VLLMHttpBackend:
                     f"{self._where(COMPLETIONS)}: row {b} returned {len(ranked)} of the "
                     f"{k} requested top tokens"
                 )
-            text = [t for t in ranked if self.is_text(t)]
-            out[b] = (text + [t for t in ranked if t not in set(text)])[:k]
+            text: list[int] = []
+            other: list[int] = []
+            for token in ranked:
+                (text if self.is_text(token) else other).append(token)
+            out[b] = (text + other)[:k]
         return out
 
     def is_text(self, token: int) -> bool:
