@@ -23,7 +23,7 @@ from app.api.openapi import declare_errors, install_openapi
 from app.api.overload import install_overload_protection
 from app.api.planning_lane import install_planning_lane
 from app.api.request_checks import install_request_checks
-from app.api.routes import advice, budgets, datasets, health, jobs, keys, prompts, ui
+from app.api.routes import advice, budgets, datasets, health, jobs, keys, openai, prompts, ui
 from app.api.routes.ui.session import session_tenant
 from app.db.migrate import upgrade
 from app.db.session import PoolLimits, get_engine
@@ -125,7 +125,7 @@ def create_app(
     install_planning_lane(app, settings, _planning_tenant)  # in front of the gate
     install_limits(app, settings)
     install_request_checks(app, settings)
-    for module in (datasets, budgets, jobs, prompts, keys, advice, health):
+    for module in (datasets, budgets, jobs, prompts, keys, advice, openai, health):
         declare_errors(module.router)
         app.include_router(module.router)
     app.include_router(ui.router)  # the web dashboard (docs/dashboard.md), not in the schema

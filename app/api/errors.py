@@ -38,12 +38,33 @@ DATABASE_UNAVAILABLE: tuple[type[Exception], ...] = (
 DATABASE_RETRY_AFTER_S = 5
 
 
+# OpenAI's error types by status: every error body also has OpenAI's shape (``type`` and
+# ``param`` beside ``code`` and ``message``), so that an OpenAI SDK reading the compatible
+# endpoint (app.api.routes.openai) reports our errors as it reports OpenAI's.
+_OPENAI_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    409: "invalid_request_error",
+    413: "invalid_request_error",
+    415: "invalid_request_error",
+    422: "invalid_request_error",
+    429: "rate_limit_error",
+}
+
+
 def error_response(
     status: int, code: str, message: str, headers: Mapping[str, str] | None = None, **extra: Any
 ) -> JSONResponse:
-    return FiniteJSONResponse(
-        {"error": {"code": code, "message": message, **extra}}, status_code=status, headers=headers
-    )
+    body = {
+        "code": code,
+        "message": message,
+        "type": _OPENAI_TYPES.get(status, "server_error" if status >= 500 else "api_error"),
+        "param": None,
+        **extra,
+    }
+    return FiniteJSONResponse({"error": body}, status_code=status, headers=headers)
 
 
 def _status_code_name(status: int) -> str:

@@ -98,6 +98,8 @@ class _Request(BaseModel):
 class ErrorDetail(BaseModel):
     code: str
     message: str
+    type: str = Field(description="OpenAI's error type for the status (not_found_error, ...).")
+    param: str | None = Field(None, description="The request field at fault, where one is.")
 
 
 class ErrorBody(BaseModel):
@@ -1238,6 +1240,11 @@ class KeyPublic(BaseModel):
         description="When the key last opened the API or the dashboard, to within a minute "
         "(written at most once a minute per key); null: not used since names were added.",
     )
+    usage_requests: int = Field(
+        0, description="Answers the key asked for through the OpenAI-compatible endpoint."
+    )
+    usage_prompt_tokens: int = Field(0, description="Their prompt tokens (the DP prompt's too).")
+    usage_completion_tokens: int = Field(0, description="Their answers' tokens.")
 
     @classmethod
     def from_row(cls, row: ApiKey) -> KeyPublic:

@@ -22,6 +22,7 @@ from typing import Any, ClassVar
 
 from sqlalchemy import (
     JSON,
+    BigInteger,
     Boolean,
     DateTime,
     Float,
@@ -84,6 +85,11 @@ class ApiKey(Base):
     # minute per key (app.services.key_cache.LastUsedThrottle): never a write per request.
     name: Mapped[str | None] = mapped_column(String(100), nullable=True)
     last_used_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    # Migration 0018 (issue 44): what the key asked of the engine through the OpenAI-compatible
+    # endpoint (app.services.openai_compat.record_usage), one write per answer.
+    usage_requests: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
+    usage_prompt_tokens: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
+    usage_completion_tokens: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
 
 
 class DashboardSession(Base):

@@ -108,3 +108,67 @@ def test_an_app_with_its_own_app_package_uses_the_installed_client(
     assert out["missing"] == [404, "not_found"]
     assert out["loaded"] == []  # nothing heavy came with it
     assert KEY not in run.stdout
+
+
+# The ten-line app of docs/client.md: the official openai package reads a DP prompt through the
+# service's OpenAI-compatible endpoint (the prompt ID as the model, a read key as the API key).
+OPENAI_APP = """
+import json, sys
+from openai import OpenAI, NotFoundError, AuthenticationError
+
+url, key, prompt_id = sys.argv[1:4]
+client = OpenAI(base_url=url + "/v1", api_key=key)
+question = [{"role": "user", "content": "Question: Where is Paris ?"}]
+answer = client.chat.completions.create(model=prompt_id, messages=question, max_tokens=3)
+streamed = client.chat.completions.create(
+    model=prompt_id, messages=question, max_tokens=3, stream=True)
+pieces = [c.choices[0].delta.content or "" for c in streamed if c.choices]
+errors = []
+for model, api_key in (("0" * 32, key), (prompt_id, "not-a-key")):
+    try:
+        OpenAI(base_url=url + "/v1", api_key=api_key, max_retries=0).chat.completions.create(
+            model=model, messages=question, max_tokens=1)
+    except (NotFoundError, AuthenticationError) as error:
+        errors.append([type(error).__name__, error.status_code, error.code])
+models = [m.id for m in client.models.list()]
+loaded = sorted({m.split(".")[0] for m in sys.modules} & set(%r))
+print(json.dumps({"answer": answer.choices[0].message.content, "usage": answer.usage.total_tokens,
+                  "streamed": "".join(pieces), "errors": errors, "models": models,
+                  "loaded": loaded}))
+"""
+
+
+def test_the_openai_package_reads_a_dp_prompt_through_the_service(
+    client_wheel: Path, dpsyn, server, trec_file, tmp_path: Path
+) -> None:
+    if not any(WHEELS.glob("openai-*.whl")):
+        skip_or_fail(f"no openai wheel in {WHEELS}: scripts/setup.sh downloads it")
+    dataset = upload(dpsyn, trec_file)
+    assert dpsyn("budget", "set", dataset, "--epsilon", "10").exit_code == 0
+    submitted = dpsyn("jobs", "submit", "--dataset", dataset, "--epsilon", "2", *FAST,
+                      "--wait", "--poll", "0.1", "-q")  # fmt: skip
+    assert submitted.exit_code == 0, submitted.output
+    prompt_id = submitted.stdout.strip().splitlines()[-1]
+    created = dpsyn("keys", "create", "--scope", "prompts:read", "--json")
+    reader = json.loads(created.stdout)["key"]
+
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
+    pip = [str(venv / "bin" / "python"), "-m", "pip", "install", "--quiet", "--no-index"]
+    subprocess.run([*pip, "--find-links", str(WHEELS), str(client_wheel), "openai"], check=True,
+                   capture_output=True, text=True, timeout=300)  # fmt: skip
+    (tmp_path / "main.py").write_text(OPENAI_APP % (HEAVY,))
+    run = subprocess.run(
+        [str(venv / "bin" / "python"), "main.py", server, reader, prompt_id],
+        cwd=tmp_path, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    out = json.loads(run.stdout)
+    assert out["answer"] and out["streamed"] == out["answer"]  # greedy: the same answer
+    assert out["usage"] > 3
+    assert out["errors"] == [
+        ["NotFoundError", 404, "not_found"],
+        ["AuthenticationError", 401, "unauthorized"],
+    ]
+    assert out["models"] == [prompt_id]
+    assert out["loaded"] == []

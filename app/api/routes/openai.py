@@ -1,0 +1,223 @@
+"""An OpenAI-compatible endpoint: any OpenAI SDK or framework reads a DP prompt through it.
+
+``model`` is a prompt ID and the bearer token a key of the prompt's tenant (a
+``prompts:read`` key is enough): ``POST /v1/chat/completions`` answers the app's messages
+after the prompt's chat messages, ``POST /v1/completions`` continues the prompt's text
+followed by the app's, both streamed as server-sent events on ``"stream": true``;
+``GET /v1/models`` lists the prompts the key may read. The engine is the service's own
+(:mod:`app.services.openai_compat`); the limits, the usage count and what is read are
+described there. Errors have OpenAI's shape (``app.api.errors``): an unknown prompt is a
+404 ``not_found_error``, a revoked key a 401, a soft prompt on vLLM a 409.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import secrets
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from fastapi import APIRouter, Request, Response
+from fastapi.responses import StreamingResponse
+
+from app.api.deps import AnyKey, ProviderDep, SessionDep
+from app.api.openai_schemas import (
+    ChatCompletion,
+    ChatCompletionRequest,
+    CompletionRequest,
+    ModelCard,
+    ModelList,
+    Usage,
+)
+from app.llm.base import BackendError
+from app.llm.generation import Finished
+from app.services import openai_compat as service
+from app.services import prompts
+from app.services.openai_compat import Answer, Limits
+
+log = logging.getLogger(__name__)
+router = APIRouter(prefix="/v1", tags=["openai"])
+
+#: The most prompt sets ``GET /v1/models`` lists (newest first; OpenAI's list has no pages).
+MODELS_LISTED = 1000
+_STREAM: dict[int | str, dict[str, Any]] = {
+    200: {"content": {"text/event-stream": {}}, "description": "With stream: events."}
+}
+
+
+@router.get("/models", response_model=ModelList, summary="The prompts this key may read")
+def list_models(principal: AnyKey, session: SessionDep) -> ModelList:
+    rows = prompts.list_prompt_sets(session, principal.tenant_id, limit=MODELS_LISTED, offset=0)
+    return ModelList(data=[_card(row) for row in rows])
+
+
+@router.get("/models/{model_id}", response_model=ModelCard, summary="One prompt as a model")
+def get_model(model_id: str, principal: AnyKey, session: SessionDep) -> ModelCard:
+    return _card(prompts.get_prompt_set(session, principal.tenant_id, model_id))
+
+
+def _card(row: Any) -> ModelCard:
+    return ModelCard(id=row.id, created=int(row.created_at.timestamp()), owned_by="dpsyn")
+
+
+@router.post(
+    "/chat/completions",
+    response_model=ChatCompletion,
+    responses=_STREAM,
+    summary="Answer chat messages after a DP prompt's (model: the prompt ID)",
+)
+def chat_completions(
+    body: ChatCompletionRequest,
+    principal: AnyKey,
+    session: SessionDep,
+    provider: ProviderDep,
+    request: Request,
+) -> Response:
+    limits = _limits(request)
+    messages = [message.message() for message in body.messages]
+    service.check_input(limits, [m["content"] for m in messages], "messages")
+    params = service.decoding(
+        limits,
+        max_tokens=body.max_completion_tokens or body.max_tokens,
+        temperature=body.temperature,
+        top_p=body.top_p,
+        stop=body.stops(),
+        seed=body.seed,
+    )
+    row = prompts.get_prompt_set(session, principal.tenant_id, body.model)
+    answer = service.chat(row, messages, params, provider)
+    session.rollback()  # hold no transaction while the model runs
+    return _respond(request, principal.key_id, answer, body.stream, body.usage_in_stream(), "chat")
+
+
+@router.post(
+    "/completions",
+    response_model=ChatCompletion,
+    responses=_STREAM,
+    summary="Continue a DP prompt's text followed by the app's (model: the prompt ID)",
+)
+def completions(
+    body: CompletionRequest,
+    principal: AnyKey,
+    session: SessionDep,
+    provider: ProviderDep,
+    request: Request,
+) -> Response:
+    limits = _limits(request)
+    service.check_input(limits, [body.prompt], "prompt")
+    params = service.decoding(
+        limits,
+        max_tokens=body.max_tokens,
+        temperature=body.temperature,
+        top_p=body.top_p,
+        stop=body.stops(),
+        seed=body.seed,
+    )
+    row = prompts.get_prompt_set(session, principal.tenant_id, body.model)
+    answer = service.complete(row, body.prompt, params, provider)
+    session.rollback()
+    return _respond(request, principal.key_id, answer, body.stream, body.usage_in_stream(), "text")
+
+
+def _limits(request: Request) -> Limits:
+    settings = request.app.state.settings
+    return Limits(settings.openai_max_tokens, settings.openai_max_input_chars)
+
+
+class _Reply:
+    """One answer in OpenAI's words: a chat completion or a text completion."""
+
+    def __init__(self, answer: Answer, kind: str) -> None:
+        self.answer, self.kind = answer, kind
+        prefix = "chatcmpl" if kind == "chat" else "cmpl"
+        self.id, self.created = f"{prefix}-{secrets.token_hex(12)}", int(time.time())
+
+    def _base(self, object_: str) -> dict[str, Any]:
+        return {"id": self.id, "object": object_, "created": self.created,
+                "model": self.answer.prompt_id}  # fmt: skip
+
+    def whole(self, text: str, finished: Finished) -> dict[str, Any]:
+        if self.kind == "chat":
+            choice = {"index": 0, "message": {"role": "assistant", "content": text},
+                      "finish_reason": finished.reason}  # fmt: skip
+            return {**self._base("chat.completion"), "choices": [choice], "usage": _usage(finished)}
+        choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": finished.reason}
+        return {**self._base("text_completion"), "choices": [choice], "usage": _usage(finished)}
+
+    def chunk(self, text: str | None, reason: str | None) -> dict[str, Any]:
+        if self.kind == "chat":
+            delta = {"role": "assistant", "content": text} if text is not None else {}
+            choice = {"index": 0, "delta": delta, "finish_reason": reason}
+            return {**self._base("chat.completion.chunk"), "choices": [choice]}
+        choice = {"index": 0, "text": text or "", "logprobs": None, "finish_reason": reason}
+        return {**self._base("text_completion"), "choices": [choice]}
+
+    def usage_chunk(self, finished: Finished) -> dict[str, Any]:
+        object_ = "chat.completion.chunk" if self.kind == "chat" else "text_completion"
+        return {**self._base(object_), "choices": [], "usage": _usage(finished)}
+
+
+def _usage(finished: Finished) -> dict[str, int]:
+    total = finished.prompt_tokens + finished.completion_tokens
+    usage = Usage(
+        prompt_tokens=finished.prompt_tokens,
+        completion_tokens=finished.completion_tokens,
+        total_tokens=total,
+    )
+    return usage.model_dump()
+
+
+def _respond(
+    request: Request, key_id: str, answer: Answer, stream: bool, usage: bool, kind: str
+) -> Response:
+    reply = _Reply(answer, kind)
+    pieces = iter(answer.pieces)
+    first = next(pieces)  # the engine's first answer: an early error is still an HTTP status
+    sessions = request.app.state.sessions
+    if not stream:
+        texts: list[str] = []
+        item: str | Finished = first
+        while not isinstance(item, Finished):
+            texts.append(item)
+            item = next(pieces)
+        service.record_usage(sessions, key_id, item)
+        body = json.dumps(reply.whole("".join(texts), item))
+        return Response(body, media_type="application/json")
+
+    def record(done: Finished) -> None:
+        service.record_usage(sessions, key_id, done)
+
+    events = _events(reply, first, pieces, usage, record)
+    headers = {"Cache-Control": "no-store"}
+    return StreamingResponse(events, media_type="text/event-stream", headers=headers)
+
+
+def _events(
+    reply: _Reply,
+    first: str | Finished,
+    rest: Iterator[str | Finished],
+    usage: bool,
+    record: Callable[[Finished], None],
+) -> Iterator[str]:
+    """The answer as server-sent events, then ``[DONE]``; an engine failure mid-answer is an
+    ``error`` event (the status was sent with the first piece)."""
+    item = first
+    try:
+        while not isinstance(item, Finished):
+            yield _event(reply.chunk(item, None))
+            item = next(rest)
+    except BackendError as err:
+        error = {"message": str(err), "type": "server_error", "param": None}
+        yield _event({"error": {**error, "code": "model_backend_error"}})
+        return
+    record(item)
+    yield _event(reply.chunk(None, item.reason))
+    if usage:
+        yield _event(reply.usage_chunk(item))
+    yield "data: [DONE]\n\n"
+
+
+def _event(payload: dict[str, Any]) -> str:
+    return f"data: {json.dumps(payload)}\n\n"

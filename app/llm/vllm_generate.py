@@ -1,0 +1,134 @@
+"""Text answers from a vLLM OpenAI-compatible server, streamed (``app.llm.generation``'s
+other engine; the packaged model's is :func:`app.llm.generation.local_generate`).
+
+Chat messages go to the server's ``/v1/chat/completions``, which applies the served model's
+chat template. A model without one (a base model such as the packaged Gemma-3-270M) makes
+vLLM answer 400; from then on this server's chat requests are sent as a plain transcript
+(:func:`app.llm.generation.transcript`) to ``/v1/completions``, as the local engine does.
+Errors name the server and the status in our words, never the server's text (which may quote
+the request), as :mod:`app.llm.vllm_http` does.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import httpx
+
+from app.llm.base import BackendError, TransientBackendError
+from app.llm.generation import (
+    TRANSCRIPT_STOPS,
+    ChatMessage,
+    Finished,
+    Generated,
+    GenerationParams,
+    transcript,
+)
+
+CHAT = "/v1/chat/completions"
+COMPLETIONS = "/v1/completions"
+
+
+class VLLMGenerator:
+    """One vLLM server's text answers (thread-safe: httpx's client is)."""
+
+    def __init__(self, url: str, model: str, *, timeout: float = 120.0) -> None:
+        self.url, self.model = url.rstrip("/"), model
+        self._client = httpx.Client(timeout=httpx.Timeout(timeout))
+        self._has_template: bool | None = None  # unknown until the first chat request
+
+    def close(self) -> None:
+        self._client.close()
+
+    def chat(self, messages: Sequence[ChatMessage], params: GenerationParams) -> Generated:
+        """The answer to ``messages``: through the served model's chat template, or as a
+        transcript when it has none."""
+        if self._has_template is not False:
+            try:
+                body = {"messages": list(messages)}
+                yield from self._stream(CHAT, body, params)
+                self._has_template = True
+                return
+            except _NoChatTemplateError:
+                self._has_template = False
+        stops = (*params.stop, *TRANSCRIPT_STOPS)
+        yield from self.complete(transcript(messages), params.model_copy(update={"stop": stops}))
+
+    def complete(self, prompt: str, params: GenerationParams) -> Generated:
+        """The continuation of ``prompt``."""
+        yield from self._stream(COMPLETIONS, {"prompt": prompt}, params)
+
+    def _stream(self, endpoint: str, body: dict[str, Any], params: GenerationParams) -> Generated:
+        request = {
+            **body,
+            "model": self.model,
+            "max_tokens": params.max_tokens,
+            "temperature": params.temperature,
+            "top_p": params.top_p,
+            "stop": list(params.stop) or None,
+            "seed": params.seed,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        }
+        where = f"vLLM server {self.url} {endpoint}"
+        try:
+            with self._client.stream("POST", self.url + endpoint, json=request) as response:
+                if response.status_code != 200:
+                    _refused(response, where, endpoint)
+                yield from _events(response.iter_lines(), where)
+        except httpx.TimeoutException as err:
+            raise TransientBackendError(f"{where}: timed out ({type(err).__name__})") from None
+        except httpx.TransportError as err:
+            raise TransientBackendError(
+                f"{where}: connection failed ({type(err).__name__})"
+            ) from None
+
+
+class _NoChatTemplateError(Exception):
+    """The served model has no chat template (vLLM's 400 says so)."""
+
+
+def _refused(response: httpx.Response, where: str, endpoint: str) -> None:
+    """Raise for a non-200 answer: transient for 429 and 5xx, else final with its status."""
+    status = response.status_code
+    text = response.read().decode(errors="replace").lower()
+    if endpoint == CHAT and status == 400 and "chat template" in text:
+        raise _NoChatTemplateError
+    message = f"{where}: HTTP {status}"
+    if "maximum context length" in text or "context length" in text:
+        message += " (the prompt and max_tokens exceed the model's context length)"
+    if status == 429 or status >= 500:
+        raise TransientBackendError(message, status=status)
+    raise BackendError(message, status=status)
+
+
+def _events(lines: Iterator[str], where: str) -> Generated:
+    """The pieces of text of a server-sent event stream, then :class:`Finished`."""
+    reason, usage = "length", {"prompt_tokens": 0, "completion_tokens": 0}
+    for line in lines:
+        if not line.startswith("data:"):
+            continue
+        data = line[len("data:") :].strip()
+        if data == "[DONE]":
+            break
+        try:
+            chunk = json.loads(data)
+        except ValueError:
+            raise BackendError(f"{where}: a streamed event is not JSON") from None
+        if chunk.get("usage"):
+            usage = chunk["usage"]
+        for choice in chunk.get("choices") or []:
+            text = choice.get("text")
+            if text is None:
+                text = (choice.get("delta") or {}).get("content")
+            if text:
+                yield text
+            if choice.get("finish_reason"):
+                reason = "stop" if choice["finish_reason"] == "stop" else "length"
+    yield Finished(
+        "stop" if reason == "stop" else "length",
+        int(usage.get("prompt_tokens") or 0),
+        int(usage.get("completion_tokens") or 0),
+    )

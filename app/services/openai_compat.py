@@ -1,0 +1,207 @@
+"""A DP prompt in front of an app's own messages: the OpenAI-compatible endpoint's service.
+
+``model`` in an OpenAI request names a prompt set; the answer is the engine's continuation of
+the prompt's chat messages (:func:`dpsyn_client.chat.chat_messages`, the rendering the client
+and ``?format=messages`` use) followed by the app's messages, or, for ``/v1/completions``, of
+the prompt's text followed by the app's text. The engine is the one the service runs
+(:mod:`app.llm.generation`): the packaged model when embedded, vLLM's server in production.
+
+A read key must not turn the engine into a free general-purpose model, so every request is
+bounded here: ``max_tokens`` at most :attr:`Limits.max_tokens`, the app's text at most
+:attr:`Limits.max_input_chars`, one choice; and each answer's tokens are counted for its key
+(:func:`record_usage`, shown to the tenant's admins in ``GET /v1/keys``). The per-key request
+rate is the API's (``app.api.limits``), as for ``/complete``.
+
+What is read here is public: the prompt set is a DP output, the app's messages its own (they
+are never stored or logged; errors name fields and limits, not content).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from dpsyn_client.chat import NoChatFormError, chat_messages
+from sqlalchemy import update
+from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.orm import Session, sessionmaker
+
+from app.db.models import ApiKey, PromptSet
+from app.llm.base import LLMBackend
+from app.llm.factory import BackendKind
+from app.llm.generation import (
+    TRANSCRIPT_STOPS,
+    ChatMessage,
+    Finished,
+    Generated,
+    GenerationParams,
+    local_generate,
+    transcript,
+)
+from app.llm.provider import BackendProvider
+from app.llm.vllm_generate import VLLMGenerator
+from app.services.errors import ConflictError, InvalidError
+from app.services.prompts import COMPLETE_RETRY, PromptSource, scoring_backend
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What one request may ask of the engine (settings ``DPSYN_OPENAI_*``)."""
+
+    max_tokens: int
+    max_input_chars: int
+
+
+@dataclass(frozen=True)
+class Answer:
+    """A prompt's answer to one request: its pieces of text, then :class:`Finished`."""
+
+    prompt_id: str
+    pieces: Generated
+
+
+def prompt_json(row: PromptSet) -> dict[str, Any]:
+    """What :func:`chat_messages` reads of a prompt set (its public JSON's fields)."""
+    return {
+        "id": row.id,
+        "task_spec": dict(row.task),
+        "demonstrations": list(row.demonstrations),
+        "soft_prompt": row.soft_prompt_sha256 is not None,
+    }
+
+
+def decoding(
+    limits: Limits,
+    *,
+    max_tokens: int | None,
+    temperature: float | None,
+    top_p: float | None,
+    stop: Sequence[str],
+    seed: int | None,
+) -> GenerationParams:
+    """The request's decoding, within the limits. A prompt answers a label or a value, so
+    unset settings mean greedy decoding (what ``/complete`` does) and the cap's length."""
+    if max_tokens is not None and max_tokens > limits.max_tokens:
+        raise InvalidError(
+            f"max_tokens: at most {limits.max_tokens} on this server (DPSYN_OPENAI_MAX_TOKENS)",
+            code="max_tokens_too_large",
+            param="max_tokens",
+        )
+    return GenerationParams(
+        max_tokens=max_tokens or limits.max_tokens,
+        temperature=0.0 if temperature is None else temperature,
+        top_p=1.0 if top_p is None else top_p,
+        stop=tuple(stop),
+        seed=seed,
+    )
+
+
+def check_input(limits: Limits, texts: Sequence[str], param: str) -> None:
+    """The app's text within :attr:`Limits.max_input_chars` (a 400 naming the limit)."""
+    size = sum(len(text) for text in texts)
+    if size > limits.max_input_chars:
+        raise InvalidError(
+            f"{param}: {size:,} characters, more than the {limits.max_input_chars:,} this "
+            "server takes (DPSYN_OPENAI_MAX_INPUT_CHARS)",
+            code="input_too_long",
+            param=param,
+        )
+
+
+def chat(
+    row: PromptSet,
+    messages: Sequence[ChatMessage],
+    params: GenerationParams,
+    provider: BackendProvider,
+) -> Answer:
+    """The prompt's chat messages, then the app's ``messages``, answered by the engine."""
+    source = PromptSource.from_row(row)
+    if source.soft_prompt is not None:
+        _check_soft_engine(source, provider)
+        # A soft prompt has no text demonstrations: its embeddings go in front, then the
+        # task's instruction and the app's messages.
+        instruction = {"role": "system", "content": source.task.icl_instruction}
+        conversation = [instruction, *messages]
+    else:
+        try:
+            conversation = [*chat_messages(prompt_json(row)), *messages]
+        except NoChatFormError as err:  # a task spec without the fields a chat form needs
+            raise ConflictError(str(err), code="no_chat_form") from None
+    if provider.kind is BackendKind.VLLM:
+        return Answer(source.id, _vllm(provider).chat(conversation, params))
+    backend = scoring_backend(source, provider, COMPLETE_RETRY, context="/v1/chat/completions")
+    text, stops = _local_chat_text(provider.get(), conversation)
+    params = params.model_copy(update={"stop": (*params.stop, *stops)})
+    return Answer(source.id, local_generate(backend, text, params))
+
+
+def complete(
+    row: PromptSet, prompt: str, params: GenerationParams, provider: BackendProvider
+) -> Answer:
+    """The prompt's text, then the app's ``prompt``, continued by the engine."""
+    source = PromptSource.from_row(row)
+    if source.soft_prompt is not None:
+        _check_soft_engine(source, provider)
+    if provider.kind is BackendKind.VLLM:
+        return Answer(source.id, _vllm(provider).complete(source.prompt + prompt, params))
+    backend = scoring_backend(source, provider, COMPLETE_RETRY, context="/v1/completions")
+    return Answer(source.id, local_generate(backend, source.prompt + prompt, params))
+
+
+def _check_soft_engine(source: PromptSource, provider: BackendProvider) -> None:
+    if provider.kind is BackendKind.VLLM:
+        raise ConflictError(
+            f"prompt {source.id!r} is a soft prompt (promptdpsgd): its embeddings go in "
+            "front of the input, which this server's engine (vLLM) is not given here; "
+            "serve it from a server with the local transformers backend",
+            code="backend_unsupported",
+        )
+
+
+def _local_chat_text(
+    model: LLMBackend, messages: Sequence[ChatMessage]
+) -> tuple[str, tuple[str, ...]]:
+    """The conversation as the local model's text: its chat template where its tokenizer
+    has one, else a transcript (which stops at the next turn)."""
+    tokenizer = getattr(model, "tokenizer", None)
+    if tokenizer is not None and getattr(tokenizer, "chat_template", None):
+        text = tokenizer.apply_chat_template(
+            list(messages), tokenize=False, add_generation_prompt=True
+        )
+        return str(text), ()
+    return transcript(messages), TRANSCRIPT_STOPS
+
+
+_GENERATORS: dict[tuple[str, str], VLLMGenerator] = {}
+
+
+def _vllm(provider: BackendProvider) -> VLLMGenerator:
+    """This process's generator for the provider's vLLM server (one HTTP client each)."""
+    model = provider.get().name
+    key = (provider.url or "", model)
+    if key not in _GENERATORS:
+        _GENERATORS[key] = VLLMGenerator(provider.url or "", model)
+    return _GENERATORS[key]
+
+
+def record_usage(sessions: sessionmaker[Session], key_id: str, finished: Finished) -> None:
+    """Add one answer's request and tokens to its key's usage. A database that cannot take
+    the write loses this count (logged), never the app's answer."""
+    try:
+        with sessions.begin() as session:
+            session.execute(
+                update(ApiKey)
+                .where(ApiKey.id == key_id)
+                .values(
+                    usage_requests=ApiKey.usage_requests + 1,
+                    usage_prompt_tokens=ApiKey.usage_prompt_tokens + finished.prompt_tokens,
+                    usage_completion_tokens=ApiKey.usage_completion_tokens
+                    + finished.completion_tokens,
+                )
+            )
+    except SQLAlchemyError as err:
+        log.warning("usage of key %s not counted: %s", key_id, type(err).__name__)

@@ -1,0 +1,193 @@
+"""The OpenAI-compatible endpoint (issue 44): ``GET /v1/models``, ``POST /v1/chat/completions``
+and ``POST /v1/completions`` with a prompt ID as ``model``, on the embedded engine.
+
+One app and database for the module, with the prompts of ``test_prompt_messages`` (a
+classification prompt, an extraction prompt and a soft prompt) made by the real worker on the
+fake backend, which also answers here: its greedy answer is a function of the context's
+length, so an answer's token counts show what the engine was given.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+
+import pytest
+from dpsyn_client.chat import chat_messages
+
+from app.db.migrate import upgrade
+from app.llm.generation import transcript
+from tests.api.conftest import Api, auth, error_of, make_api
+from tests.api.test_prompt_messages import Prompts, make_prompts
+
+QUESTION = {"role": "user", "content": "Question: where is the river ?"}
+
+
+@pytest.fixture(scope="module")
+def prompts(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Prompts]:
+    url = f"sqlite:///{tmp_path_factory.mktemp('openai') / 'dpsyn.db'}"
+    upgrade(url)
+    for api in make_api(url, openai_max_tokens=12, openai_max_input_chars=200):
+        yield make_prompts(api)
+
+
+def chat(api: Api, key: str | None = None, **body):
+    body = {"messages": [QUESTION], "max_tokens": 4, **body}
+    return api.client.post("/v1/chat/completions", json=body, headers=auth(key or api.reader))
+
+
+def usage_of(api: Api, key_scope: str = "prompts:read") -> dict[str, int]:
+    keys = api.client.get("/v1/keys", headers=auth(api.admin)).json()
+    (key,) = [k for k in keys if k["scope"] == key_scope]
+    return {name: key[name] for name in key if name.startswith("usage_")}
+
+
+def events(text: str) -> list[dict | str]:
+    out: list[dict | str] = []
+    for block in text.split("\n\n"):
+        if block.startswith("data: "):
+            data = block[len("data: ") :]
+            out.append(data if data == "[DONE]" else json.loads(data))
+    return out
+
+
+def test_models_are_the_prompts_the_key_may_read(prompts: Prompts) -> None:
+    api = prompts.api
+    listed = api.client.get("/v1/models", headers=auth(api.reader)).json()
+    assert listed["object"] == "list"
+    ids = {model["id"] for model in listed["data"]}
+    assert ids == {prompts.classification, prompts.extraction, prompts.soft}
+    assert all(m["object"] == "model" and m["owned_by"] == "dpsyn" for m in listed["data"])
+    one = api.client.get(f"/v1/models/{prompts.classification}", headers=auth(api.reader))
+    assert one.json()["id"] == prompts.classification
+    # another tenant sees none of them, and cannot read one by its ID
+    assert api.client.get("/v1/models", headers=auth(api.other)).json()["data"] == []
+    response = chat(api, api.other, model=prompts.classification)
+    assert response.status_code == 404 and error_of(response)["type"] == "not_found_error"
+
+
+def test_a_chat_answer_follows_the_prompts_messages(prompts: Prompts) -> None:
+    api = prompts.api
+    response = chat(api, model=prompts.classification)
+    assert response.status_code == 200, response.text
+    body = response.json()
+    assert body["object"] == "chat.completion" and body["model"] == prompts.classification
+    assert body["id"].startswith("chatcmpl-")
+    [choice] = body["choices"]
+    assert choice["message"]["role"] == "assistant" and choice["message"]["content"]
+    assert choice["finish_reason"] == "length"
+    prompt = api.client.get(f"/v1/prompts/{prompts.classification}", headers=auth(api.reader))
+    conversation = [*chat_messages(prompt.json()), QUESTION]
+    # the engine read the prompt's demonstrations, then the app's message, as a transcript
+    # (the fake model has no chat template)
+    expected = len(api.backend.tokenize(transcript(conversation)))
+    assert body["usage"]["prompt_tokens"] == expected
+    assert body["usage"]["completion_tokens"] == 4
+    assert body["usage"]["total_tokens"] == expected + 4
+
+
+def test_a_text_completion_continues_the_prompts_text(prompts: Prompts) -> None:
+    api = prompts.api
+    prompt = api.client.get(f"/v1/prompts/{prompts.classification}", headers=auth(api.reader))
+    text = "Question: where is the river ?\nType:"
+    response = api.client.post(
+        "/v1/completions",
+        json={"model": prompts.classification, "prompt": text, "max_tokens": 3},
+        headers=auth(api.reader),
+    )
+    assert response.status_code == 200, response.text
+    body = response.json()
+    assert body["object"] == "text_completion" and body["choices"][0]["text"]
+    expected = len(api.backend.tokenize(prompt.json()["prompt"] + text))
+    assert body["usage"]["prompt_tokens"] == expected
+
+
+def test_a_stream_sends_the_same_answer_in_pieces(prompts: Prompts) -> None:
+    api = prompts.api
+    whole = chat(api, model=prompts.classification).json()
+    response = chat(
+        api, model=prompts.classification, stream=True, stream_options={"include_usage": True}
+    )
+    assert response.status_code == 200
+    assert response.headers["content-type"].startswith("text/event-stream")
+    sent = events(response.text)
+    assert sent[-1] == "[DONE]"
+    chunks = [e for e in sent[:-1] if isinstance(e, dict)]
+    assert all(c["object"] == "chat.completion.chunk" for c in chunks)
+    assert len({c["id"] for c in chunks}) == 1
+    pieces = [c["choices"][0]["delta"].get("content") for c in chunks if c["choices"]]
+    assert "".join(p for p in pieces if p) == whole["choices"][0]["message"]["content"]
+    assert len([p for p in pieces if p]) > 1  # in pieces, not at once
+    finish = [c["choices"][0]["finish_reason"] for c in chunks if c["choices"]]
+    assert finish[-1] == "length" and set(finish[:-1]) == {None}
+    assert chunks[-1]["choices"] == [] and chunks[-1]["usage"] == whole["usage"]
+
+
+def test_a_stop_string_ends_the_answer_and_is_left_out(prompts: Prompts) -> None:
+    api = prompts.api
+    full = chat(api, model=prompts.classification).json()["choices"][0]["message"]["content"]
+    words = full.split(" ")
+    assert len(words) >= 2
+    cut = chat(api, model=prompts.classification, stop=[" " + words[1]]).json()
+    assert cut["choices"][0]["message"]["content"] == words[0]
+    assert cut["choices"][0]["finish_reason"] == "stop"
+
+
+def test_each_answer_is_counted_for_its_key(prompts: Prompts) -> None:
+    api = prompts.api
+    before = usage_of(api)
+    body = chat(api, model=prompts.classification, max_tokens=2).json()
+    streamed = chat(api, model=prompts.classification, max_tokens=3, stream=True)
+    assert streamed.status_code == 200
+    after = usage_of(api)
+    assert after["usage_requests"] == before["usage_requests"] + 2
+    assert after["usage_completion_tokens"] == before["usage_completion_tokens"] + 5
+    prompt_tokens = body["usage"]["prompt_tokens"]
+    assert after["usage_prompt_tokens"] == before["usage_prompt_tokens"] + 2 * prompt_tokens
+    assert usage_of(api, "admin")["usage_requests"] == 0  # the other key's is its own
+    # a reader cannot see the counts (admins only)
+    assert api.client.get("/v1/keys", headers=auth(api.reader)).status_code == 403
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "code", "param"),
+    [
+        ({"max_tokens": 13}, 422, "max_tokens_too_large", "max_tokens"),
+        ({"max_completion_tokens": 100}, 422, "max_tokens_too_large", "max_tokens"),
+        ({"messages": [{"role": "user", "content": "x" * 201}]}, 422, "input_too_long", "messages"),
+        ({"n": 2}, 422, "invalid", None),
+        ({"tools": []}, 422, "invalid", None),
+        ({"model": "0" * 32}, 404, "not_found", None),
+    ],
+)
+def test_refusals_name_the_limit_in_openais_shape(
+    prompts: Prompts, body: dict, status: int, code: str, param: str | None
+) -> None:
+    api = prompts.api
+    before = usage_of(api)
+    response = chat(api, **{"model": prompts.classification, **body})
+    assert response.status_code == status, response.text
+    error = error_of(response)
+    assert error["code"] == code and error["param"] == param
+    assert error["type"] == ("not_found_error" if status == 404 else "invalid_request_error")
+    assert "x" * 20 not in error["message"]  # the app's text is never echoed
+    assert usage_of(api) == before  # a refusal asks nothing of the engine
+
+
+def test_a_soft_prompt_on_an_engine_without_embeddings_is_a_409(prompts: Prompts) -> None:
+    api = prompts.api
+    response = chat(api, model=prompts.soft)
+    assert response.status_code == 409, response.text
+    assert error_of(response)["code"] == "backend_unsupported"
+
+
+def test_a_revoked_key_is_refused(prompts: Prompts) -> None:
+    api = prompts.api
+    created = api.client.post(
+        "/v1/keys", json={"scope": "prompts:read"}, headers=auth(api.admin)
+    ).json()
+    assert chat(api, created["key"], model=prompts.classification).status_code == 200
+    api.client.delete(f"/v1/keys/{created['id']}", headers=auth(api.admin))
+    response = chat(api, created["key"], model=prompts.classification)
+    assert response.status_code == 401
+    assert error_of(response)["type"] == "authentication_error"
