@@ -103,6 +103,13 @@ class Settings(BaseSettings):
         description="Dashboard model calls (/ui/prompts/{id}/complete) per key per "
         "minute, on top of the key's own limit. 0: no limit.",
     )
+    embeddings_dir: str | None = Field(
+        None,
+        description="vLLM backend: a folder with the served model's config.json and "
+        "safetensors files, whose input embeddings put a soft prompt (promptdpsgd) in front "
+        "of a query as vLLM prompt embeddings. Default: the packaged model's folder when the "
+        "served model is one.",
+    )
     openai_max_tokens: int = Field(
         256,
         ge=1,

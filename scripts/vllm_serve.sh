@@ -108,6 +108,7 @@ fi
 #   --max-logprobs 200    top_k asks for K = 100 tokens; room for the top_logprobs fallback
 #   --enable-tokenizer-info-endpoint   the backend reads the EOS token from /tokenizer_info
 #   --enable-prefix-caching   every token step re-sends the last step's prompts plus a token
+#   --enable-prompt-embeds    soft prompts (promptdpsgd) are sent as prompt embeddings
 COMMAND=(
     "$PYTHON" -m vllm.entrypoints.openai.api_server --model "$MODEL"
     --host "$HOST" --port "$PORT"
@@ -115,6 +116,7 @@ COMMAND=(
     --max-logprobs 200
     --enable-tokenizer-info-endpoint
     --enable-prefix-caching
+    --enable-prompt-embeds
     "${BLOCK[@]}"
     --dtype "$DTYPE"
     --max-model-len "$MAX_MODEL_LEN"

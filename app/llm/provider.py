@@ -21,9 +21,13 @@ class BackendProvider:
         url: str | None,
         dtype: str = "auto",
         kv_cache_mb: float = DEFAULT_KV_CACHE_MB,
+        embeddings_dir: str | None = None,
     ) -> None:
         self.kind, self.model, self.url, self.dtype = kind, model, url, dtype
         self.kv_cache_mb = kv_cache_mb
+        # vLLM: the served model's folder, for soft prompts sent as embeddings
+        # (app.promptdpsgd.vllm; None: the packaged model's, where it is one)
+        self.embeddings_dir = embeddings_dir
         self._backend: LLMBackend | None = None
         self._lock = threading.Lock()
         # Forward passes of one local model are not re-entrant across threads; serialise them.
@@ -64,6 +68,9 @@ class BackendSettings(Protocol):
     @property
     def kv_cache_mb(self) -> float: ...
 
+    @property
+    def embeddings_dir(self) -> str | None: ...
+
 
 def provider_for(settings: BackendSettings) -> BackendProvider:
     """The provider of the configured backend: the one place the API, the in-process worker
@@ -74,6 +81,7 @@ def provider_for(settings: BackendSettings) -> BackendProvider:
         url=settings.vllm_url,
         dtype=settings.dtype,
         kv_cache_mb=settings.kv_cache_mb,
+        embeddings_dir=settings.embeddings_dir,
     )
 
 

@@ -56,9 +56,11 @@ class VLLMGenerator:
         stops = (*params.stop, *TRANSCRIPT_STOPS)
         yield from self.complete(transcript(messages), params.model_copy(update={"stop": stops}))
 
-    def complete(self, prompt: str, params: GenerationParams) -> Generated:
-        """The continuation of ``prompt``."""
-        yield from self._stream(COMPLETIONS, {"prompt": prompt}, params)
+    def complete(self, prompt: str | dict[str, Any], params: GenerationParams) -> Generated:
+        """The continuation of ``prompt``: a text, or the request field that carries it
+        (``VLLMHttpBackend.text_prompt``: a soft prompt's embeddings in front)."""
+        field = {"prompt": prompt} if isinstance(prompt, str) else prompt
+        yield from self._stream(COMPLETIONS, field, params)
 
     def _stream(self, endpoint: str, body: dict[str, Any], params: GenerationParams) -> Generated:
         request = {

@@ -50,8 +50,11 @@ server's text contains one of a few known vLLM phrases, a fixed hint in our word
 
 from __future__ import annotations
 
+import base64
+import copy
+import io
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
 import httpx
@@ -78,6 +81,8 @@ SERVED_MAX_LOGPROBS = 200
 MODELS = "/v1/models"
 
 _TOKEN_ID_PREFIX = "token_id:"
+#: A prompt's embeddings from its token ids (BOS first): n x hidden, float32.
+PromptEmbedder = Callable[[Sequence[int]], np.ndarray]
 # What an HTTP status means, in our words: the only description of a refused request.
 _STATUS_WORDS = {
     400: "the server refused the request as invalid",
@@ -95,6 +100,11 @@ _HINTS: tuple[tuple[tuple[str, ...], str], ...] = (
     (("logprobs", "max allowed"), "more log-probabilities asked than the server's --max-logprobs"),
     (("context length",), "a prompt is longer than the model's context (--max-model-len)"),
     (("model", "does not exist"), "the server does not serve this model name"),
+    (
+        ("enable-prompt-embeds",),
+        "the server takes no prompt embeddings: start it with "
+        "--enable-prompt-embeds (scripts/vllm_serve.sh does)",
+    ),
 )
 
 
@@ -150,6 +160,33 @@ class VLLMHttpBackend:
         self._bos_prefix: tuple[int, ...] | None = None
         self._newline_ids: frozenset[int] | None = None
         self._text: dict[int, bool] = {}  # is_text of each candidate id met, decoded once
+        self._embed: PromptEmbedder | None = None  # with_prompt_embeds
+
+    def with_prompt_embeds(self, embed: PromptEmbedder) -> VLLMHttpBackend:
+        """This backend with every prompt sent as ``embed(ids)``'s embeddings (vLLM's
+        ``prompt_embeds``; the server needs ``--enable-prompt-embeds``) rather than as token
+        ids: how a soft prompt is put in front of a prompt (``app.promptdpsgd.vllm``). The
+        copy shares this one's HTTP client, tokenizer answers and settings."""
+        twin = copy.copy(self)
+        twin._owns_client, twin._embed = False, embed
+        return twin
+
+    @property
+    def bos_ids(self) -> tuple[int, ...]:
+        """The ids the tokenizer puts before any text (what every prompt starts with)."""
+        return self._bos()
+
+    def text_prompt(self, text: str) -> dict[str, Any]:
+        """The request field that sends ``text`` as this backend sends prompts: the text
+        itself, or (:meth:`with_prompt_embeds`) its embeddings, BOS first."""
+        if self._embed is None:
+            return {"prompt": text}
+        return self._prompt_field([self._with_bos(self.tokenize(text))])
+
+    def _prompt_field(self, prompts: list[list[int]]) -> dict[str, Any]:
+        if self._embed is None:
+            return {"prompt": prompts}
+        return {"prompt_embeds": [encode_embeddings(self._embed(p)) for p in prompts]}
 
     # -- protocol properties -------------------------------------------------------------
 
@@ -376,7 +413,7 @@ class VLLMHttpBackend:
         """One ``/v1/completions`` call; per prompt, in prompt order, ``{id: logprob}``."""
         body: dict[str, Any] = {
             "model": self._model,
-            "prompt": prompts,
+            **self._prompt_field(prompts),
             "max_tokens": 1,
             "temperature": 0,
             "logprobs": logprobs,
@@ -609,3 +646,13 @@ def _hint(response: httpx.Response) -> str | None:
         if all(phrase in text for phrase in phrases):
             return hint
     return None
+
+
+def encode_embeddings(rows: np.ndarray) -> str:
+    """Embeddings as vLLM's ``prompt_embeds`` takes them: a tensor file (``torch.save``),
+    base64. torch is imported here only: a server without soft prompts never needs it."""
+    import torch
+
+    buffer = io.BytesIO()
+    torch.save(torch.from_numpy(np.ascontiguousarray(rows, dtype=np.float32)), buffer)
+    return base64.b64encode(buffer.getvalue()).decode("ascii")

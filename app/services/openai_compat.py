@@ -42,8 +42,9 @@ from app.llm.generation import (
 )
 from app.llm.provider import BackendProvider
 from app.llm.vllm_generate import VLLMGenerator
+from app.llm.vllm_http import VLLMHttpBackend
 from app.services.errors import ConflictError, InvalidError
-from app.services.prompts import COMPLETE_RETRY, PromptSource, scoring_backend
+from app.services.prompts import COMPLETE_RETRY, PromptSource, scoring_backend, soft_prompted
 
 log = logging.getLogger(__name__)
 
@@ -121,7 +122,6 @@ def chat(
     """The prompt's chat messages, then the app's ``messages``, answered by the engine."""
     source = PromptSource.from_row(row)
     if source.soft_prompt is not None:
-        _check_soft_engine(source, provider)
         # A soft prompt has no text demonstrations: its embeddings go in front, then the
         # task's instruction and the app's messages.
         instruction = {"role": "system", "content": source.task.icl_instruction}
@@ -132,6 +132,10 @@ def chat(
         except NoChatFormError as err:  # a task spec without the fields a chat form needs
             raise ConflictError(str(err), code="no_chat_form") from None
     if provider.kind is BackendKind.VLLM:
+        if source.soft_prompt is not None:  # embeddings: the transcript, as a base model's
+            stops = (*params.stop, *TRANSCRIPT_STOPS)
+            params = params.model_copy(update={"stop": stops})
+            return _vllm_soft(source, transcript(conversation), params, provider)
         return Answer(source.id, _vllm(provider).chat(conversation, params))
     backend = scoring_backend(source, provider, COMPLETE_RETRY, context="/v1/chat/completions")
     text, stops = _local_chat_text(provider.get(), conversation)
@@ -144,22 +148,22 @@ def complete(
 ) -> Answer:
     """The prompt's text, then the app's ``prompt``, continued by the engine."""
     source = PromptSource.from_row(row)
-    if source.soft_prompt is not None:
-        _check_soft_engine(source, provider)
     if provider.kind is BackendKind.VLLM:
+        if source.soft_prompt is not None:
+            return _vllm_soft(source, source.prompt + prompt, params, provider)
         return Answer(source.id, _vllm(provider).complete(source.prompt + prompt, params))
     backend = scoring_backend(source, provider, COMPLETE_RETRY, context="/v1/completions")
     return Answer(source.id, local_generate(backend, source.prompt + prompt, params))
 
 
-def _check_soft_engine(source: PromptSource, provider: BackendProvider) -> None:
-    if provider.kind is BackendKind.VLLM:
-        raise ConflictError(
-            f"prompt {source.id!r} is a soft prompt (promptdpsgd): its embeddings go in "
-            "front of the input, which this server's engine (vLLM) is not given here; "
-            "serve it from a server with the local transformers backend",
-            code="backend_unsupported",
-        )
+def _vllm_soft(
+    source: PromptSource, text: str, params: GenerationParams, provider: BackendProvider
+) -> Answer:
+    """``text`` after the soft prompt, answered by vLLM from prompt embeddings; the refusals
+    (another model, no embedding table) before anything is sent."""
+    model = soft_prompted(source, source.soft_prompt, provider)  # type: ignore[arg-type]
+    assert isinstance(model, VLLMHttpBackend)
+    return Answer(source.id, _vllm(provider).complete(model.text_prompt(text), params))
 
 
 def _local_chat_text(

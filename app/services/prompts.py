@@ -36,9 +36,9 @@ from sqlalchemy.orm import Session
 from app.db.models import Dataset, DatasetKind, Job, PromptSet
 from app.eval.icl import CONTENT_FREE, contextual_calibration, evaluate
 from app.llm.base import LLMBackend
-from app.llm.factory import BackendKind
 from app.llm.provider import BackendProvider
 from app.llm.retry import RetryingBackend, RetryPolicy
+from app.llm.vllm_http import VLLMHttpBackend
 from app.methods.registry import find_method
 from app.promptdpsgd.artifact import SoftPrompt
 from app.synthesis.data import Record
@@ -164,17 +164,11 @@ class PromptSource:
         return cls(row.id, TaskSpec.model_validate(row.task), row.prompt, soft)
 
 
-def _soft_prompted(source: PromptSource, soft: SoftPrompt, provider: BackendProvider) -> LLMBackend:
-    """The provider's model with ``soft`` in front of every prompt, or a 409 naming why it
-    cannot be: the server runs the vLLM HTTP backend (no input embeddings there), or another
-    model than the one the soft prompt was trained for (its embeddings mean nothing there)."""
-    if provider.kind is not BackendKind.TRANSFORMERS:
-        raise ConflictError(
-            f"prompt {source.id!r} is a soft prompt (promptdpsgd): it is answered by putting "
-            "its embeddings in front of the query, which needs the local transformers "
-            "backend; this server runs the vLLM HTTP backend (DPSYN_BACKEND=vllm)",
-            code="backend_unsupported",
-        )
+def soft_prompted(source: PromptSource, soft: SoftPrompt, provider: BackendProvider) -> LLMBackend:
+    """The provider's model with ``soft`` in front of every prompt (the local model's forward
+    pass, or vLLM's prompt embeddings: ``app.promptdpsgd.vllm``), or a 409 naming why it
+    cannot be: another model than the one the soft prompt was trained for (its embeddings
+    mean nothing there), or an engine that cannot take embeddings."""
     inner = provider.get()
     if soft.model != inner.name:
         raise ConflictError(
@@ -190,8 +184,11 @@ def _soft_prompted(source: PromptSource, soft: SoftPrompt, provider: BackendProv
         SoftPromptedBackend,
         SoftPromptMismatchError,
     )
+    from app.promptdpsgd.vllm import NoEmbeddingTableError, vllm_soft_prompted
 
     try:
+        if isinstance(inner, VLLMHttpBackend):
+            return vllm_soft_prompted(inner, soft, provider.embeddings_dir)
         return SoftPromptedBackend(inner, soft)
     except SoftPromptMismatchError as err:  # same name, another hidden size
         raise ConflictError(
@@ -200,11 +197,17 @@ def _soft_prompted(source: PromptSource, soft: SoftPrompt, provider: BackendProv
             prompt_model=soft.model,
             server_model=inner.name,
         ) from None
+    except NoEmbeddingTableError as err:
+        raise ConflictError(
+            f"prompt {source.id!r} is a soft prompt (promptdpsgd), sent to vLLM as prompt "
+            f"embeddings, which needs the served model's input embeddings: {err}",
+            code="backend_unsupported",
+        ) from None
     except GradientAccessError:
         raise ConflictError(
             f"prompt {source.id!r} is a soft prompt (promptdpsgd), which needs the local "
-            f"transformers backend; this server's backend ({type(inner).__name__}) cannot "
-            "take input embeddings",
+            f"transformers backend or vLLM; this server's backend ({type(inner).__name__}) "
+            "cannot take input embeddings",
             code="backend_unsupported",
         ) from None
 
@@ -327,7 +330,7 @@ def scoring_backend(
     model = (
         provider.get()
         if source.soft_prompt is None
-        else _soft_prompted(source, source.soft_prompt, provider)
+        else soft_prompted(source, source.soft_prompt, provider)
     )
     return RetryingBackend(model, retry=retry, lock=provider.use_lock, context=context)
 

@@ -9,26 +9,58 @@ and the service then sends the conversation as a transcript to vLLM's completion
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import dataclass, replace
 
 import openai
 import pytest
 
 from app.db.migrate import upgrade
+from app.llm.embedding_table import EmbeddingTable
 from app.llm.factory import BackendKind
 from app.llm.provider import BackendProvider
+from app.llm.transformers_backend import model_folder
+from app.llm.vllm_http import VLLMHttpBackend
+from app.promptdpsgd.artifact import SoftPrompt
 from tests.api.conftest import Api, auth, make_api
 from tests.api.test_prompt_messages import Prompts, make_prompts
 
 QUESTION = [{"role": "user", "content": "Question: What city is the capital of France ?"}]
 
 
+@dataclass
+class Served:
+    prompts: Prompts
+    soft: str  # a soft prompt for the served model: its own embeddings of a few-shot prompt
+
+
 @pytest.fixture(scope="module")
-def prompts(vllm_server, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Prompts]:
+def served(vllm_server, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     url = f"sqlite:///{tmp_path_factory.mktemp('openai-vllm') / 'dpsyn.db'}"
     upgrade(url)
     provider = BackendProvider(BackendKind.VLLM, model=vllm_server.served_name, url=vllm_server.url)
+    soft = served_soft_prompt(vllm_server)
     for api in make_api(url, provider=provider):
-        yield make_prompts(api)  # the jobs run on the fake backend; vLLM answers below
+        prompts = make_prompts(api)  # the jobs run on the fake backend; vLLM answers below
+        dataset = api.upload()
+        assert api.budget(dataset["id"], 5.0).status_code == 200
+        job = api.submit(dataset["id"]).json()["id"]
+        api.run_job(job, edit=lambda result: replace(result, model=soft.model, soft_prompt=soft))
+        jobs = {j["id"]: j for j in api.client.get("/v1/jobs", headers=auth(api.admin)).json()}
+        yield Served(prompts, jobs[job]["prompt_id"])
+
+
+def served_soft_prompt(vllm_server) -> SoftPrompt:
+    """The served model's own input embeddings of a TREC-like few-shot prompt."""
+    text = "Question: Where is Rome ?\nType: w5\nQuestion: Who is he ?\nType: w7\n"
+    with VLLMHttpBackend(url=vllm_server.url, model=vllm_server.served_name) as remote:
+        ids = remote.tokenize(text)
+    table = EmbeddingTable(model_folder(vllm_server.served_name))
+    return SoftPrompt(vllm_server.served_name, table.embed(ids))
+
+
+@pytest.fixture(scope="module")
+def prompts(served: Served) -> Prompts:
+    return served.prompts
 
 
 def sdk(api: Api, key: str | None = None) -> openai.OpenAI:
@@ -69,12 +101,27 @@ def test_a_text_completion_through_vllm(prompts: Prompts) -> None:
     assert reader["usage_requests"] >= 1 and reader["usage_completion_tokens"] >= 1
 
 
-def test_a_soft_prompt_is_a_409_on_vllm(prompts: Prompts) -> None:
+def test_a_soft_prompt_answers_through_vllm_prompt_embeddings(served: Served) -> None:
+    api = served.prompts.api
+    answer = sdk(api).chat.completions.create(model=served.soft, messages=QUESTION, max_tokens=4)
+    assert answer.choices[0].message.content
+    assert answer.usage is not None and answer.usage.prompt_tokens > 0
+    complete = api.client.post(
+        f"/v1/prompts/{served.soft}/complete",
+        json={"query": "Where is Paris ?"},
+        headers=auth(api.reader),
+    )
+    assert complete.status_code == 200, complete.text
+    assert complete.json()["label"] in ("w5", "w7")
+    assert sum(complete.json()["scores"].values()) == pytest.approx(1.0)
+
+
+def test_a_soft_prompt_of_another_model_is_a_409(prompts: Prompts) -> None:
     with pytest.raises(openai.ConflictError) as raised:
         sdk(prompts.api).chat.completions.create(
             model=prompts.soft, messages=QUESTION, max_tokens=2
         )
-    assert raised.value.code == "backend_unsupported"
+    assert raised.value.code == "model_mismatch"
 
 
 def test_an_unknown_prompt_is_openais_404(prompts: Prompts) -> None:

@@ -39,6 +39,7 @@ def test_every_flag_the_backend_needs_is_on_the_command_line():
     assert "--enable-tokenizer-info-endpoint" in words  # EOS from /tokenizer_info
     assert int(value(words, "--max-logprobs")) >= 100  # top_k asks for K = 100
     assert "--enable-prefix-caching" in words
+    assert "--enable-prompt-embeds" in words  # soft prompts sent as embeddings
     assert value(words, "--served-model-name") == "/models/m"  # as given, when no DPSYN_MODEL
     assert value(words, "--host") == "127.0.0.1"
 
