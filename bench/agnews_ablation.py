@@ -158,7 +158,10 @@ def main() -> int:
     parser.add_argument("--epsilon", type=float, default=4.0)
     parser.add_argument("--worker", choices=VARIANTS)
     parser.add_argument("--table", action="store_true")
+    parser.add_argument("--out", type=Path, help="where the rows go (default: OUT)")
     args = parser.parse_args()
+    global OUT
+    OUT = args.out or OUT
     if args.worker:
         worker(args.worker)
         return 0

@@ -38,6 +38,7 @@ import argparse
 import asyncio
 import json
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -46,6 +47,7 @@ import tempfile
 import time
 import uuid
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -76,11 +78,14 @@ class Connection:
         self.reader: asyncio.StreamReader | None = None
         self.writer: asyncio.StreamWriter | None = None
 
-    async def get(self, path: str) -> tuple[int, dict[str, str], bytes]:
+    async def get(
+        self, path: str, headers: dict[str, str] | None = None
+    ) -> tuple[int, dict[str, str], bytes]:
         if self.writer is None:
             self.reader, self.writer = await asyncio.open_connection(HOST, self.port)
         assert self.reader is not None
-        request = f"GET {path} HTTP/1.1\r\nHost: {HOST}:{self.port}\r\n{self.extra}\r\n"
+        extra = self.extra + "".join(f"{k}: {v}\r\n" for k, v in (headers or {}).items())
+        request = f"GET {path} HTTP/1.1\r\nHost: {HOST}:{self.port}\r\n{extra}\r\n"
         self.writer.write(request.encode())
         await self.writer.drain()
         head = await self.reader.readuntil(b"\r\n\r\n")
@@ -179,22 +184,32 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-async def run_level(port: int, path: str, key: str, args, clients: int, pid: int) -> Level:
+#: What a client asks next: (path, headers). One prompt and key, or the read mix (--mix).
+Pick = Callable[[], tuple[str, dict[str, str]]]
+
+
+def fixed(path: str, key: str) -> Pick:
+    headers = {"Authorization": f"Bearer {key}"}
+    return lambda: (path, headers)
+
+
+async def run_level(port: int, pick: Pick, args, clients: int, pid: int) -> Level:
     level = Level(clients)
     cpu_before = cpu_seconds(pid)
-    headers = {"Authorization": f"Bearer {key}"}
+    path, headers = pick()  # the recovery probe's request
     budget = {"left": args.max_requests}
     stop = asyncio.Event()
 
     async def client() -> None:
-        connection = Connection(port, headers)
+        connection = Connection(port, {})
         try:
             while not stop.is_set() and budget["left"] > 0:
                 budget["left"] -= 1
                 start = time.perf_counter()
+                asked, sent = pick()
                 try:
                     status, answer_headers, _ = await asyncio.wait_for(
-                        connection.get(path), args.request_timeout
+                        connection.get(asked, sent), args.request_timeout
                     )
                 except (OSError, ValueError, asyncio.IncompleteReadError, TimeoutError) as error:
                     level.errors[type(error).__name__] += 1
@@ -306,8 +321,8 @@ def start_ceiling(body: bytes, data_dir: Path, port: int, log) -> subprocess.Pop
     return wait_healthy(server, port, log)
 
 
-async def fetch_body(port: int, path: str, key: str) -> bytes:
-    connection = Connection(port, {"Authorization": f"Bearer {key}"})
+async def fetch_body(port: int, path: str, headers: dict[str, str]) -> bytes:
+    connection = Connection(port, headers)
     try:
         status, _, body = await connection.get(path)
     finally:
@@ -386,6 +401,56 @@ def verdict(levels: list[Level], min_throughput: float) -> list[str]:
     return misses
 
 
+def _one(url: str) -> tuple[str, str]:
+    prompt_id, key = seed(url)
+    return f"/v1/prompts/{prompt_id}", key
+
+
+def seed_mix(url: str, tenants: int, keys: int, prompts: int) -> Pick:
+    """``prompts`` prompt sets spread over ``tenants`` tenants with ``keys`` read keys each,
+    written straight to the database; the pick of a random key and a prompt of its tenant."""
+    from app.db.models import Dataset, Job, KeyScope, PromptSet
+    from app.db.session import session_scope
+    from app.services.tenants import create_api_key, create_tenant
+
+    owned: list[tuple[list[str], list[str]]] = []
+    with session_scope(url) as session:
+        for t in range(tenants):
+            tenant, _ = create_tenant(session, f"mix-{t}-{time.time_ns()}")
+            raw = [
+                create_api_key(session, tenant.id, KeyScope.PROMPTS_READ)[1] for _ in range(keys)
+            ]
+            dataset = Dataset(tenant_id=tenant.id, name="mix", task={}, label_counts={"a": 1},
+                              record_count=1)  # fmt: skip
+            session.add(dataset)
+            session.flush()
+            job = Job(
+                tenant_id=tenant.id, dataset_id=dataset.id, method="adadpsyn", config={},
+                schedule=[], event={}, epsilon=8.0, delta=1e-6, status="succeeded",
+            )  # fmt: skip
+            session.add(job)
+            session.flush()
+            ids = []
+            for i in range(t, prompts, tenants):
+                row = PromptSet(
+                    tenant_id=tenant.id, job_id=job.id, dataset_id=dataset.id,
+                    task={"name": "trec"}, method="adadpsyn", model="bench", epsilon=8.0,
+                    delta=1e-6, prompt=f"Classify the questions ({i}).\n\n" * 4,
+                    demonstrations=[{"label": "number", "text": f"How many moons {i} ?"}] * 4,
+                )  # fmt: skip
+                session.add(row)
+                session.flush()
+                ids.append(row.id)
+            owned.append(([f"Bearer {k}" for k in raw], ids))
+    draw = random.Random(0)
+
+    def pick() -> tuple[str, dict[str, str]]:
+        keys_of, ids = owned[draw.randrange(len(owned))]
+        return f"/v1/prompts/{draw.choice(ids)}", {"Authorization": draw.choice(keys_of)}
+
+    return pick
+
+
 def make_database(admin_url: str) -> tuple[str, str]:
     name = f"dpsyn_bench_{uuid.uuid4().hex[:10]}"
     admin = create_engine(admin_url, isolation_level="AUTOCOMMIT")
@@ -420,6 +485,13 @@ def main() -> int:
     )
     parser.add_argument("--json", type=Path, help="also write the figures here")
     parser.add_argument(
+        "--mix",
+        type=lambda text: tuple(int(x) for x in text.split(":")),
+        metavar="TENANTS:KEYS:PROMPTS",
+        help="the read mix: PROMPTS prompt sets over TENANTS tenants with KEYS read keys "
+        "each, every request a random key and a random prompt of its tenant (e.g. 100:10:3000)",
+    )
+    parser.add_argument(
         "--server-env",
         action="append",
         default=[],
@@ -434,14 +506,15 @@ def main() -> int:
         url = created[0] if created else f"sqlite:///{data_dir / 'dpsyn.db'}"
         try:
             upgrade(url)
-            prompt_id, key = seed(url)
+            pick = seed_mix(url, *args.mix) if args.mix else fixed(*_one(url))
             get_engine(url).dispose()
-            levels, ceilings, tracebacks = measure(args, data_dir, url if created else None,
-                                                   f"/v1/prompts/{prompt_id}", key)  # fmt: skip
+            levels, ceilings, tracebacks = measure(args, data_dir, url if created else None, pick)
         finally:
             if created:
                 drop_database(args.database_url, *created)
     store = "postgresql" if created else "sqlite"
+    if args.mix:
+        store += " mix {}x{} keys, {} prompts".format(*args.mix)
     report(levels, store + "".join(f" {item}" for item in args.server_env))
     if ceilings:
         report_ceiling(levels, ceilings)
@@ -458,7 +531,7 @@ def main() -> int:
 
 
 def measure(
-    args, data_dir: Path, database_url: str | None, path: str, key: str
+    args, data_dir: Path, database_url: str | None, pick: Pick
 ) -> tuple[list[Level], list[Level], int]:
     """Each level against the prompt route, then (unless ``--no-ceiling``) against the
     ceiling with the same client; also the prompt server's tracebacks."""
@@ -472,18 +545,19 @@ def measure(
         ceiling = None
         try:
             warm = argparse.Namespace(**{**vars(args), "duration": 2.0})
-            asyncio.run(run_level(port, path, key, warm, 4, server.pid))
+            if not args.mix:  # the mix starts cold: its first read of a prompt misses
+                asyncio.run(run_level(port, pick, warm, 4, server.pid))
             if not args.no_ceiling:
-                body = asyncio.run(fetch_body(port, path, key))
+                body = asyncio.run(fetch_body(port, *pick()))
                 ceiling = start_ceiling(body, data_dir, ceiling_port, ceiling_log)
-                asyncio.run(run_level(ceiling_port, path, key, warm, 4, ceiling.pid))
+                asyncio.run(run_level(ceiling_port, pick, warm, 4, ceiling.pid))
             for clients in (int(x) for x in args.levels.split(",")):
                 print(f"... {clients} clients", file=sys.stderr, flush=True)
-                levels.append(asyncio.run(run_level(port, path, key, args, clients, server.pid)))
+                levels.append(asyncio.run(run_level(port, pick, args, clients, server.pid)))
                 if ceiling is not None:
                     print(f"... {clients} clients (ceiling)", file=sys.stderr, flush=True)
                     ceilings.append(
-                        asyncio.run(run_level(ceiling_port, path, key, args, clients, ceiling.pid))
+                        asyncio.run(run_level(ceiling_port, pick, args, clients, ceiling.pid))
                     )
         finally:
             stop_server(server)
