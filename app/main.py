@@ -9,6 +9,7 @@ At start-up the database is migrated (Alembic is the only way the schema changes
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -16,14 +17,16 @@ from fastapi import FastAPI, Request, Response
 from fastapi.concurrency import run_in_threadpool
 from sqlalchemy.orm import sessionmaker
 
-from app.api.deps import bearer_tenant
+from app.api.deps import bearer_tenant, renew_keys_forever
 from app.api.errors import install_error_handlers
 from app.api.limits import install_limits
 from app.api.openapi import declare_errors, install_openapi
 from app.api.overload import install_overload_protection
 from app.api.planning_lane import install_planning_lane
+from app.api.prompt_reads import install_prompt_fast_path
 from app.api.request_checks import install_request_checks
 from app.api.routes import advice, budgets, datasets, health, jobs, keys, openai, prompts, ui
+from app.api.routes.prompts import preload_prompts
 from app.api.routes.ui.session import session_tenant
 from app.db.migrate import upgrade
 from app.db.session import PoolLimits, get_engine
@@ -101,11 +104,18 @@ def create_app(
     advice_runner = AdviceRunner(sessions, provider)
 
     @asynccontextmanager
-    async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         await run_in_threadpool(_startup, settings, sessions)
         if settings.api_runs_advice():
             advice_runner.start()
+        background = [
+            asyncio.create_task(renew_keys_forever(app)),
+            asyncio.create_task(preload_prompts(app, settings.prompt_preload)),
+        ]
         yield
+        for task in background:
+            task.cancel()
+        await asyncio.gather(*background, return_exceptions=True)
         await run_in_threadpool(advice_runner.stop)
 
     app = FastAPI(title="dpsyn", version="0.1.0", description=DESCRIPTION, lifespan=lifespan)
@@ -119,6 +129,7 @@ def create_app(
     app.state.advice = advice_runner
     app.state.metrics = make_registry(sessions, per_dataset=settings.metrics_token is not None)
     install_error_handlers(app)
+    install_prompt_fast_path(app)  # the first middleware added: it runs last, before routing
     # The last middleware added runs first: a request is checked (path, rate, body size)
     # before it may take one of the admission slots.
     install_overload_protection(app, settings)

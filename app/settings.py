@@ -110,6 +110,13 @@ class Settings(BaseSettings):
         "of a query as vLLM prompt embeddings. Default: the packaged model's folder when the "
         "served model is one.",
     )
+    prompt_preload: int = Field(
+        10_000,
+        ge=0,
+        description="Prompt sets an API process reads into its prompt cache when it starts "
+        "(newest first, in the background, within the cache's 64 MiB): downstream reads of "
+        "them then cost no query. 0: none.",
+    )
     openai_max_tokens: int = Field(
         256,
         ge=1,

@@ -271,8 +271,10 @@ def start_server(
     env.update(extra_env)
     if database_url:
         env["DPSYN_DATABASE_URL"] = database_url
-    command = [sys.executable, "-c", "from app.cli import main; main()", "serve",
-               "--data-dir", str(data_dir)]  # fmt: skip
+    entry = data_dir / "serve.py"
+    entry.write_text("from app.cli import main\nmain()\n")
+    profile = ["-m", "cProfile", "-o", extra_env.pop("PROFILE")] if "PROFILE" in extra_env else []
+    command = [sys.executable, *profile, str(entry), "serve", "--data-dir", str(data_dir)]
     server = subprocess.Popen(
         command, env=env, cwd=data_dir, stdout=log, stderr=log, start_new_session=True
     )
@@ -424,14 +426,14 @@ def seed_mix(url: str, tenants: int, keys: int, prompts: int) -> Pick:
                               record_count=1)  # fmt: skip
             session.add(dataset)
             session.flush()
-            job = Job(
-                tenant_id=tenant.id, dataset_id=dataset.id, method="adadpsyn", config={},
-                schedule=[], event={}, epsilon=8.0, delta=1e-6, status="succeeded",
-            )  # fmt: skip
-            session.add(job)
-            session.flush()
             ids = []
             for i in range(t, prompts, tenants):
+                job = Job(
+                    tenant_id=tenant.id, dataset_id=dataset.id, method="adadpsyn", config={},
+                    schedule=[], event={}, epsilon=8.0, delta=1e-6, status="succeeded",
+                )  # fmt: skip
+                session.add(job)
+                session.flush()
                 row = PromptSet(
                     tenant_id=tenant.id, job_id=job.id, dataset_id=dataset.id,
                     task={"name": "trec"}, method="adadpsyn", model="bench", epsilon=8.0,
@@ -496,7 +498,8 @@ def main() -> int:
         action="append",
         default=[],
         metavar="DPSYN_X=V",
-        help="a setting for the server (e.g. DPSYN_REQUEST_THREADS=16); repeatable",
+        help="a setting for the server (e.g. DPSYN_REQUEST_THREADS=16; PROFILE=FILE runs it "
+        "under cProfile, its statistics written to FILE when it stops); repeatable",
     )
     args = parser.parse_args()
 

@@ -50,7 +50,13 @@ from app.services.datasets import resolve_ref
 from app.services.errors import ForbiddenError, UnauthorizedError
 from app.services.key_cache import CachedKey, KeyCache
 from app.services.queue import JobQueue
-from app.services.tenants import authenticate, hash_key, touch_last_used
+from app.services.tenants import (
+    authenticate,
+    hash_key,
+    live_keys_by_hash,
+    recently_used_keys,
+    touch_last_used,
+)
 from app.settings import Settings
 
 logger = logging.getLogger(__name__)
@@ -255,32 +261,90 @@ async def get_principal(
     return principal
 
 
+# --- the remembered keys, renewed together (issue 44) ----------------------------------------
+
+#: How often a process looks every key it remembers up again, in one query per 500 keys:
+#: well within ``KEY_TTL_S``, so that a remembered key never expires under its traffic and
+#: no request waits for (or starts) a lookup of a known key. A read mix over 1,000 keys
+#: (bench/load.py --mix) renewed each key on its own before, a query on a request thread
+#: for most requests.
+KEY_RENEW_S = 2.0
+
+
+async def renew_keys_forever(app: FastAPI) -> None:
+    """The process's key renewal (started by the app's lifespan, cancelled when it ends);
+    its first round also loads the most recently used live keys, so that a starting process
+    answers them without a lookup each. A failed round (the database down) is logged by
+    kind; the keys then expire after ``KEY_TTL_S`` as they did before."""
+    preload = True
+    while True:
+        try:
+            await run_in_threadpool(_renew_keys, app, preload)
+            preload = False
+        except SQLAlchemyError as error:
+            logger.warning("could not renew the remembered keys (%s)", type(error).__name__)
+        await asyncio.sleep(KEY_RENEW_S)
+
+
+def _renew_keys(app: FastAPI, preload: bool) -> None:
+    cache = key_lookups(app)
+    generation = key_cache.generation()  # read before the lookup: see KeyCache.renew
+    asked = cache.hashes()
+    with app.state.read_sessions() as session:
+        rows = list(live_keys_by_hash(session, asked).values())
+        if preload:
+            rows += recently_used_keys(session, max(0, key_cache.KEY_CACHE_SIZE - len(asked)))
+        live = {row.key_hash: CachedKey(row.tenant_id, row.id, KeyScope(row.scope)) for row in rows}
+    cache.renew(live, asked, generation)
+
+
 # --- last use (issue 34) ---------------------------------------------------------------------
+
+
+#: Uses of keys due to be written are gathered for this long and written in one statement:
+#: a read mix over many keys (bench/load.py --mix) wrote a row per key before, each a SQLite
+#: write transaction on the request path's threads.
+LAST_USED_BATCH_S = 1.0
 
 
 def note_key_used(app: FastAPI, key_id: str) -> None:
     """Record that ``key_id`` was used, if this process has not written its time within the
     last minute (:class:`app.services.key_cache.LastUsedThrottle`, kept on the app's key cache
     so that it outlives the cached lookups). The write runs in the background: no request waits
-    for it, and on SQLite none queues behind a job's write lock for it (event loop only)."""
+    for it, and on SQLite none queues behind a job's write lock for it (event loop only). The
+    keys due within :data:`LAST_USED_BATCH_S` are written together, by one UPDATE (a batch
+    still pending when the process stops is lost: at most that long of last-use times)."""
     if not key_lookups(app).last_used.due(key_id):
         return
+    batch: set[str] | None = getattr(app.state, "last_used_batch", None)
+    if batch is None:
+        batch = app.state.last_used_batch = set()
+    batch.add(key_id)
+    if len(batch) > 1:
+        return  # the batch's write is already on its way
     pending: set[asyncio.Future[None]] | None = getattr(app.state, "last_used_writes", None)
     if pending is None:
         pending = app.state.last_used_writes = set()
-    write = asyncio.ensure_future(run_in_threadpool(_write_last_used, app, key_id))
+    write = asyncio.ensure_future(_write_batch_later(app, batch))
     pending.add(write)  # held until done: a task nobody references may be collected
     write.add_done_callback(pending.discard)
 
 
-def _write_last_used(app: FastAPI, key_id: str) -> None:
+async def _write_batch_later(app: FastAPI, batch: set[str]) -> None:
+    await asyncio.sleep(LAST_USED_BATCH_S)
+    key_ids = sorted(batch)
+    batch.clear()  # the next use due starts a new batch
+    await run_in_threadpool(_write_last_used, app, key_ids)
+
+
+def _write_last_used(app: FastAPI, key_ids: list[str]) -> None:
     """The throttled write; a failure (database down) is logged by kind and dropped: the next
     use after the interval writes again. Never raises into the event loop."""
     try:
         with app.state.sessions() as session:
-            touch_last_used(session, key_id, now())
+            touch_last_used(session, key_ids, now())
     except SQLAlchemyError as error:
-        logger.warning("could not record the last use of key %s (%s)", key_id,
+        logger.warning("could not record the last use of %d keys (%s)", len(key_ids),
                        type(error).__name__)  # fmt: skip
 
 

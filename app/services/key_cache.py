@@ -54,13 +54,25 @@ V = TypeVar("V")
 
 
 class LruCache(Generic[K, V]):
-    """A bounded, thread-safe LRU map; entries may expire after ``ttl_s`` (None: never)."""
+    """A bounded, thread-safe LRU map; entries may expire after ``ttl_s`` (None: never).
 
-    def __init__(self, max_entries: int, ttl_s: float | None = None) -> None:
+    Bounded by ``max_entries`` and, where ``weigh`` is given, by ``max_weight`` in all (the
+    prompt bodies: bytes): the least recently used entries go first."""
+
+    def __init__(
+        self,
+        max_entries: int,
+        ttl_s: float | None = None,
+        *,
+        weigh: Callable[[V], int] | None = None,
+        max_weight: int | None = None,
+    ) -> None:
         self.max_entries = max_entries
         self.ttl_s = ttl_s
         self._entries: OrderedDict[K, tuple[V, float]] = OrderedDict()
         self._lock = threading.Lock()
+        self._weigh, self.max_weight = weigh, max_weight
+        self.weight = 0
 
     def get(self, key: K) -> V | None:
         found = self.get_with_expiry(key)
@@ -74,31 +86,49 @@ class LruCache(Generic[K, V]):
                 return None
             value, expires = entry
             if self.ttl_s is not None and clock() >= expires:
-                del self._entries[key]
+                self._drop(key)
                 return None
             self._entries.move_to_end(key)
             return value, (expires if self.ttl_s is not None else float("inf"))
 
     def discard(self, key: K) -> None:
         with self._lock:
-            self._entries.pop(key, None)
+            if key in self._entries:
+                self._drop(key)
 
     def put(self, key: K, value: V) -> None:
         expires = clock() + (self.ttl_s or 0.0)
         with self._lock:
+            if key in self._entries:
+                self._drop(key)
             self._entries[key] = (value, expires)
-            self._entries.move_to_end(key)
-            while len(self._entries) > self.max_entries:
-                self._entries.popitem(last=False)
+            self.weight += self._weight_of(value)
+            while len(self._entries) > self.max_entries or (
+                self.max_weight is not None and self.weight > self.max_weight
+            ):
+                self._drop(next(iter(self._entries)))
+
+    def _weight_of(self, value: V) -> int:
+        return self._weigh(value) if self._weigh is not None else 0
+
+    def _drop(self, key: K) -> None:
+        """Remove ``key`` (present) and its weight; the caller holds the lock."""
+        value, _ = self._entries.pop(key)
+        self.weight -= self._weight_of(value)
 
     def discard_where(self, predicate: Callable[[V], bool]) -> None:
         """Drop every entry whose value satisfies ``predicate``."""
         with self._lock:
             for key in [k for k, (v, _) in self._entries.items() if predicate(v)]:
-                del self._entries[key]
+                self._drop(key)
 
     def __len__(self) -> int:
         return len(self._entries)
+
+    def keys(self) -> list[K]:
+        """The keys held now, least recently used first."""
+        with self._lock:
+            return list(self._entries)
 
 
 @dataclass(frozen=True)
@@ -183,6 +213,25 @@ class KeyCache:
 
     def forget(self, predicate: Callable[[CachedKey], bool]) -> None:
         self._entries.discard_where(predicate)
+
+    def hashes(self) -> list[str]:
+        """The hashes remembered now (live or not yet dropped), most recently used last."""
+        return self._entries.keys()
+
+    def renew(self, live: dict[str, CachedKey], asked: list[str], generation: int) -> None:
+        """Apply a bulk lookup of ``asked`` (:func:`app.services.tenants.live_keys_by_hash`,
+        made after ``generation`` was read): each key still live is remembered afresh, each
+        other one dropped; a key in ``live`` that was not asked for (the start-up load) is
+        remembered too. Nothing is renewed if a revocation happened since ``generation``:
+        the lookup may predate it (the keys then expire or are renewed next time)."""
+        with _GENERATION_LOCK:
+            if generation != _generation[0]:
+                return
+            for key_hash in asked:
+                if key_hash not in live:
+                    self._entries.discard(key_hash)
+            for key_hash, key in live.items():
+                self._entries.put(key_hash, key)
 
     def __len__(self) -> int:
         return len(self._entries)

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from app.db.models import Dataset, DatasetKind, Job, PromptSet
@@ -63,6 +64,18 @@ COMPLETE_RETRY = RetryPolicy(retries=2, base_delay_s=0.5)
 
 def get_prompt_set(session: Session, tenant_id: str, prompt_id: str) -> PromptSet:
     return tenant_row(session, PromptSet, tenant_id, prompt_id, "prompt")
+
+
+def newest_prompt_sets(session: Session, *, offset: int, limit: int) -> list[PromptSet]:
+    """Every tenant's prompt sets, newest first (the API's start-up cache load only: what it
+    reads is served to each prompt's own tenant, as a read would be)."""
+    query = (
+        select(PromptSet)
+        .order_by(PromptSet.created_at.desc(), PromptSet.id)
+        .offset(offset)
+        .limit(limit)
+    )
+    return list(session.scalars(query))
 
 
 def prompt_notes(session: Session, row: PromptSet) -> list[str]:

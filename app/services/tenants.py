@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import secrets
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 
 from sqlalchemy import event, func, or_, select, update
@@ -102,16 +102,18 @@ def create_tenant_key(
     return create_api_key(session, tenant_id, scope, name)
 
 
-def touch_last_used(session: Session, key_id: str, at: datetime) -> bool:
-    """Record that ``key_id`` was used at ``at``, unless a time less than a minute older is
-    already stored (another process wrote it): one conditional UPDATE, committed. Whether a
-    row changed. Called by authentication only when this process's throttle says so
-    (:class:`app.services.key_cache.LastUsedThrottle`)."""
+def touch_last_used(session: Session, key_ids: str | Sequence[str], at: datetime) -> bool:
+    """Record that ``key_ids`` (one key or several) were used at ``at``, each unless a time
+    less than a minute older is already stored (another process wrote it): one conditional
+    UPDATE, committed. Whether a row changed. Called by authentication only when this
+    process's throttle says so (:class:`app.services.key_cache.LastUsedThrottle`), its uses
+    gathered for a second (``app.api.deps.note_key_used``)."""
+    ids = [key_ids] if isinstance(key_ids, str) else list(key_ids)
     since = at - timedelta(seconds=LAST_USED_INTERVAL_S)
     result = session.execute(
         update(ApiKey)
         .where(
-            ApiKey.id == key_id,
+            ApiKey.id.in_(ids),
             or_(ApiKey.last_used_at.is_(None), ApiKey.last_used_at < since),
         )
         .values(last_used_at=at)
@@ -158,6 +160,44 @@ def authenticate(session: Session, raw_key: str) -> ApiKey | None:
             Tenant.disabled_at.is_(None),
         )
     ).first()
+
+
+#: Hashes asked per query by :func:`live_keys_by_hash` (well under every database's limit
+#: of bound parameters).
+HASHES_PER_QUERY = 500
+
+
+def live_keys_by_hash(session: Session, hashes: Sequence[str]) -> dict[str, ApiKey]:
+    """The live keys (not revoked, tenant enabled) among ``hashes``, by hash: the bulk form
+    of :func:`authenticate`, with which one query renews every key a process remembers."""
+    found: dict[str, ApiKey] = {}
+    for start in range(0, len(hashes), HASHES_PER_QUERY):
+        chunk = list(hashes[start : start + HASHES_PER_QUERY])
+        rows = session.scalars(
+            select(ApiKey)
+            .join(Tenant, Tenant.id == ApiKey.tenant_id)
+            .where(
+                ApiKey.key_hash.in_(chunk),
+                ApiKey.revoked.is_(False),
+                Tenant.disabled_at.is_(None),
+            )
+        )
+        found.update((row.key_hash, row) for row in rows)
+    return found
+
+
+def recently_used_keys(session: Session, limit: int) -> list[ApiKey]:
+    """The live keys used most recently (those never used last), at most ``limit``: what a
+    starting API process remembers before its first request."""
+    return list(
+        session.scalars(
+            select(ApiKey)
+            .join(Tenant, Tenant.id == ApiKey.tenant_id)
+            .where(ApiKey.revoked.is_(False), Tenant.disabled_at.is_(None))
+            .order_by(ApiKey.last_used_at.desc().nulls_last(), ApiKey.id)
+            .limit(limit)
+        )
+    )
 
 
 def live_key(session: Session, key_id: str) -> ApiKey | None:

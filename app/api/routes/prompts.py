@@ -19,12 +19,14 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 from dataclasses import dataclass
 from typing import Any
 
 from dpsyn_client.chat import NoChatFormError, chat_messages
 from fastapi import APIRouter, FastAPI, Request, Response
 from fastapi.concurrency import run_in_threadpool
+from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
 from app.api.deps import AnyKey, ProviderDep, SessionDep
@@ -41,12 +43,14 @@ from app.api.schemas import (
     PromptPublic,
     PromptSummary,
 )
+from app.db.models import PromptSet
 from app.services import prompts as service
 from app.services.datasets import resolve_ref
 from app.services.errors import ConflictError
 from app.services.jobs import dataset_names
 from app.services.key_cache import LruCache
 
+log = logging.getLogger(__name__)
 router = APIRouter(prefix="/v1/prompts", tags=["prompts"])
 
 
@@ -69,8 +73,11 @@ def list_prompts(
     return [PromptSummary.from_row(row, names.get(row.dataset_id)) for row in rows]
 
 
-#: Most prompt bodies (and soft-prompt ETags) kept per process, and the largest body kept.
-PROMPT_CACHE_SIZE = 1024
+#: The prompt bodies (and soft-prompt ETags) kept per process: at most this many bytes in
+#: all (a read mix over 3,000 prompts thrashed a cache of 1,024 entries: bench/load.py --mix),
+#: at most this many entries, and no body over the last bound.
+PROMPT_CACHE_BYTES = 64 << 20
+PROMPT_CACHE_SIZE = 100_000
 PROMPT_CACHE_MAX_BYTES = 1 << 20
 
 _NOT_MODIFIED: dict[int | str, dict[str, Any]] = {
@@ -92,13 +99,25 @@ def prompt_cache(app: FastAPI) -> LruCache[tuple[str, str, str], Any]:
     """The app's cache, keyed by (what, tenant, prompt ID); one per app, never shared."""
     cache: LruCache[tuple[str, str, str], Any] | None = getattr(app.state, "prompt_cache", None)
     if cache is None:
-        cache = app.state.prompt_cache = LruCache(PROMPT_CACHE_SIZE)
+        cache = app.state.prompt_cache = LruCache(
+            PROMPT_CACHE_SIZE, weigh=_weight, max_weight=PROMPT_CACHE_BYTES
+        )
     return cache
+
+
+def _weight(value: Any) -> int:
+    """Bytes a cached value holds (a body, or a soft prompt's ETag), with its key's share."""
+    return 200 + (len(value.data) if isinstance(value, CachedBody) else len(str(value)))
 
 
 def etag_matches(request: Request, etag: str) -> bool:
     """Whether ``If-None-Match`` names ``etag`` (weak comparison, as RFC 9110 asks, or ``*``)."""
-    header = request.headers.get("if-none-match")
+    return tags_match(request.headers.get("if-none-match", ""), etag)
+
+
+def tags_match(header: str, etag: str) -> bool:
+    """Whether an ``If-None-Match`` value names ``etag`` (also read by the fast path,
+    ``app.api.prompt_reads``)."""
     if not header:
         return False
     tags = {tag.strip().removeprefix("W/") for tag in header.split(",")}
@@ -112,12 +131,51 @@ def _not_modified(etag: str) -> Response:
 def _load_body(sessions: sessionmaker[Session], tenant_id: str, prompt_id: str) -> CachedBody:
     """Read and serialise the prompt (a 404 for another tenant's), on a session of its own."""
     with sessions() as session:
-        row = service.get_prompt_set(session, tenant_id, prompt_id)
-        model = PromptPublic.from_row(row, notes=service.prompt_notes(session, row))
-        final = service.validation_is_final(row.validation)
+        return _body_of(session, service.get_prompt_set(session, tenant_id, prompt_id))
+
+
+def _body_of(session: Session, row: PromptSet) -> CachedBody:
+    model = PromptPublic.from_row(row, notes=service.prompt_notes(session, row))
+    final = service.validation_is_final(row.validation)
     # The bytes JSONResponse would render for this model (a non-finite number as null).
     data = json_bytes(model.model_dump(mode="json"))
     return CachedBody(data, f'"{hashlib.sha256(data).hexdigest()}"', final)
+
+
+#: Prompt sets read per query by :func:`preload_prompts` (each batch on a thread of its own,
+#: so that requests interleave with the loading).
+PRELOAD_BATCH = 200
+
+
+async def preload_prompts(app: FastAPI, limit: int) -> None:
+    """Fill the prompt cache with the newest ``limit`` prompt sets when the process starts
+    (``DPSYN_PROMPT_PRELOAD``), stopping early when the cache is full: a prompt set never
+    changes once final, so its body is the one a read would cache, and downstream reads of
+    prompts made before the start cost no query. A failure (the database down) stops the
+    loading, logged by kind; reads then fill the cache as before."""
+    cache, offset = prompt_cache(app), 0
+    while offset < limit and cache.weight < 0.9 * (cache.max_weight or 0):
+        try:
+            loaded = await run_in_threadpool(
+                _load_batch, app.state.read_sessions, offset, min(PRELOAD_BATCH, limit - offset)
+            )
+        except SQLAlchemyError as error:
+            log.warning("prompt preload stopped (%s)", type(error).__name__)
+            return
+        for (tenant_id, prompt_id), body in loaded:
+            if body.final and len(body.data) <= PROMPT_CACHE_MAX_BYTES:
+                cache.put(("body", tenant_id, prompt_id), body)
+        if len(loaded) < PRELOAD_BATCH:
+            return
+        offset += len(loaded)
+
+
+def _load_batch(
+    sessions: sessionmaker[Session], offset: int, limit: int
+) -> list[tuple[tuple[str, str], CachedBody]]:
+    with sessions() as session:
+        rows = service.newest_prompt_sets(session, offset=offset, limit=limit)
+        return [((row.tenant_id, row.id), _body_of(session, row)) for row in rows]
 
 
 async def _prompt_body(request: Request, tenant_id: str, prompt_id: str) -> CachedBody:
