@@ -145,6 +145,8 @@ def test_error_bodies_are_json_whatever_the_numbers() -> None:
         "error": {
             "code": "conflict",
             "message": "m",
+            "type": "invalid_request_error",
+            "param": None,
             "spent": None,
             "low": None,
             "nested": {"a": [None, 1.5], "b": [None]},

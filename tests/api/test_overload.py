@@ -187,6 +187,8 @@ def test_gate_admits_its_limit_queues_a_few_and_sheds_the_rest() -> None:
                 "message": "the server is at capacity (too many requests in progress); "
                 "retry after 3 s",
                 "retry_after_s": 3,
+                "type": "server_error",  # OpenAI's shape too (app.api.errors)
+                "param": None,
             }
             assert (await client.get("/healthz")).status_code == 200  # never gated
 
