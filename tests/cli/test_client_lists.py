@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import re
 import socket
+import time
 from typing import Any
 
 import httpx
@@ -145,10 +146,12 @@ def test_keys_create_list_and_revoke_for_the_own_tenant(dpsyn, server, trec_file
     refused = dpsyn("prompts", "list", "--key", raw)
     assert refused.exit_code == 1 and "invalid or revoked API key" in refused.stderr
     assert re.search(rf"{key_id}\s+-\s+prompts:read\s+revoked", dpsyn("keys", "list").stdout)
-    # Used since: its last use is listed (written in the background, within the request's
-    # wake; at most once a minute).
-    used = _api(server, "/v1/keys")
-    assert next(row for row in used if row["id"] == key_id)["last_used_at"] is not None
+    # Used since: its last use is listed (written in the background, the uses of a second
+    # together; at most once a minute).
+    deadline = time.monotonic() + 5
+    while next(r for r in _api(server, "/v1/keys") if r["id"] == key_id)["last_used_at"] is None:
+        assert time.monotonic() < deadline, "the key's last use was never written"
+        time.sleep(0.05)
 
     admin = _json(dpsyn("keys", "create", "--scope", "admin", "--json"))
     assert admin["scope"] == "admin" and admin["key"]
