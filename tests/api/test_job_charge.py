@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from app.api.schemas import JobPublic
-from app.cli.client import _describe_job
+from app.cli.client.jobs import _describe_job
 from app.db.models import Job
 from app.db.session import session_scope
 from app.llm.base import BackendError

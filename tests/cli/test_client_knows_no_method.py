@@ -9,13 +9,18 @@ from pathlib import Path
 
 import pytest
 
-from app.cli.client import _describe_job, _flag_params
+from app.cli.client.jobs import _describe_job, _flag_params
 from app.methods.kinds import MethodKind
 
 CLI = Path(__file__).resolve().parents[2] / "app" / "cli"
-CLIENT = CLI / "client.py"
 # Every module of the thin client: its commands, its HTTP client, its error wording.
-CLIENT_MODULES = ("client.py", "keys.py", "http_client.py", "vocabulary.py", "config.py")
+CLIENT_MODULES = (
+    *(f"client/{name}.py" for name in ("common", "datasets", "budget", "jobs", "prompts")),
+    "keys.py",
+    "http_client.py",
+    "vocabulary.py",
+    "config.py",
+)
 FORBIDDEN = ("app.methods", "app.cli.method_options", "app.cli.synthesize", "torch", "transformers")
 
 
@@ -29,7 +34,7 @@ def test_the_client_imports_no_method_code_and_names_no_method(module: str) -> N
         elif isinstance(node, ast.Import):
             imported |= {alias.name for alias in node.names}
     assert not [m for m in imported if m.startswith(FORBIDDEN)], imported
-    if module == "client.py":
+    if module == "client/datasets.py":
         assert "app.cli.options" in imported  # the check does see imports
     named = [kind.value for kind in MethodKind if f'"{kind.value}"' in source]
     assert named == []

@@ -119,7 +119,7 @@ class _PendingApi:
 
 def test_wait_gives_up_on_the_score_at_the_deadline_without_failing():
     """Past ``--timeout`` the score is left pending (the job succeeded; its prompt is stored)."""
-    from app.cli.client import _wait
+    from app.cli.client.jobs import _wait
 
     api = _PendingApi()
     job = {"id": "j1", "status": "succeeded", "progress": {"done": 1, "total": 1},
@@ -130,7 +130,7 @@ def test_wait_gives_up_on_the_score_at_the_deadline_without_failing():
 
 
 def test_wait_skips_the_score_of_a_job_without_a_validation_set():
-    from app.cli.client import _wait
+    from app.cli.client.jobs import _wait
 
     api = _PendingApi()
     job = {"id": "j1", "status": "succeeded", "progress": {"done": 1, "total": 1},

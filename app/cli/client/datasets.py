@@ -1,0 +1,515 @@
+"""``dpsyn datasets ...``: upload, list, show, delete, counts-public."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from app.cli.client.common import TABLE_SUFFIXES, DatasetIdArg
+from app.cli.custom_task import (
+    custom_task,
+    given_flags,
+    label_counts_line,
+    parse_column,
+    parse_pairs,
+)
+from app.cli.http_client import (
+    Api,
+    ClientError,
+    JsonOpt,
+    KeyOpt,
+    QuietOpt,
+    UrlOpt,
+    YesOpt,
+    confirm,
+    err,
+    exit_with,
+    out,
+    print_json,
+    print_rows,
+    request,
+)
+from app.cli.options import (
+    ANSWER_WORDS,
+    ICL_INSTRUCTION,
+    INSTRUCTION,
+    LABEL_COL,
+    LABEL_FIELD,
+    LABEL_MAP,
+    LABELS,
+    TEXT_COL,
+    TEXT_FIELD,
+)
+from app.privacy.budget import (
+    budget_percent,
+    spend_text,
+)
+from app.synthesis.data import Column
+
+# --- datasets -------------------------------------------------------------------------------
+
+datasets_app = typer.Typer(
+    help="Datasets on the server: private (labelled) or public (texts for PromptPATE).",
+    no_args_is_help=True,
+)
+
+
+def _task_field(task: str) -> tuple[str, Any]:
+    """What the server gets for ``--task``: a built-in name, or a spec file as JSON."""
+    from app.synthesis.tasks import BUILTIN_TASKS, TaskError, get_task
+
+    if task.lower() in BUILTIN_TASKS:
+        return task.lower(), BUILTIN_TASKS[task.lower()]
+    try:
+        spec = get_task(Path(task))
+    except TaskError as error:
+        raise ClientError(str(error), code=2) from None
+    return spec.model_dump_json(), spec
+
+
+def _private_task(
+    task: str | None, custom: dict[str, str | None], label_map: dict[str, str] | None
+) -> tuple[str, Any]:
+    """The ``task`` form field and spec: ``--task`` (built-in or spec file) or, as in
+    ``dpsyn synthesize``, a custom task from ``--labels``/``--label-map`` and friends."""
+    from app.synthesis.tasks import TaskError
+
+    given = given_flags(custom)
+    if task not in (None, "custom"):
+        if given:
+            raise ClientError(
+                f"{', '.join(given)}: only for a custom task, not --task {task}", code=2
+            )
+        return _task_field(task)
+    if not (given or label_map):
+        raise ClientError(
+            "--task is required for a private dataset: trec|trec14|agnews|sst2|mitg|mitd, a spec "
+            "file, or a custom task with --labels a,b,... (or upload texts with --public)",
+            code=2,
+        )
+    try:
+        spec = custom_task(custom, label_map)
+    except TaskError as error:
+        raise ClientError(str(error), code=2) from None
+    return spec.model_dump_json(), spec
+
+
+def _upload_parts(
+    path: Path,
+    task: tuple[str, Any],
+    text_col: Column | None,
+    label_col: Column | None,
+    label_map: dict[str, str] | None,
+    name: str | None,
+) -> tuple[dict[str, str], tuple[str, bytes, str]]:
+    """Form fields and the file part. A table (CSV/TSV/JSONL) with named columns goes as it
+    is; a dataset in its own format (TREC or SST-2 lines, AG News CSV without header, MIT
+    BIO), a CSV without a header (column numbers) or one whose labels need ``--label-map`` is
+    read here by the same readers as ``dpsyn synthesize`` and sent as JSON lines."""
+    from app.synthesis.data import DataError, load_dataset
+
+    if not path.is_file():
+        raise ClientError(f"{path}: no such file", code=2)
+    task_value, spec = task
+    # Without --name the server names a dataset after its task ("trec", not "train").
+    fields = {"task": task_value, **({"name": name} if name else {})}
+    numbered = isinstance(text_col, tuple) or isinstance(label_col, tuple)
+    native = (
+        path.suffix.lower() not in TABLE_SUFFIXES
+        or (spec.name == "agnews" and text_col is None and label_col is None)
+        or numbered
+        or bool(label_map)
+    )
+    if not native:
+        if isinstance(text_col, str):
+            fields["text_column"] = text_col
+        if isinstance(label_col, str):
+            fields["label_column"] = label_col
+        return fields, (path.name, path.read_bytes(), "application/octet-stream")
+    try:
+        records = load_dataset(
+            spec, path, text_col=text_col, label_col=label_col, label_map=label_map
+        )
+    except DataError as error:
+        raise ClientError(str(error), code=2) from None
+    if label_map and (counts := label_counts_line(spec, (r.label for r in records))):
+        err.print(counts, markup=False)
+    lines = (json.dumps({"text": r.text, "label": r.label}, ensure_ascii=False) for r in records)
+    body = ("\n".join(lines) + "\n").encode("utf-8")
+    return fields, (f"{path.stem}.jsonl", body, "application/x-ndjson")
+
+
+def _public_upload_parts(
+    path: Path, task: str | None, text_col: str | None, name: str | None
+) -> tuple[dict[str, str], tuple[str, bytes, str]]:
+    """Form fields and the file part of a public upload (unlabelled texts for PromptPATE).
+
+    A table (CSV/TSV/JSONL) goes as it is and the server reads its text column (any label
+    column is ignored); a built-in task's own format (``--task sst2`` on SST-2 lines) or a
+    plain text file (one text per line) is read here and sent as JSON lines of texts.
+    """
+    from app.pate.public import read_public
+    from app.synthesis.data import DataError, load_dataset
+
+    if not path.is_file():
+        raise ClientError(f"{path}: no such file", code=2)
+    fields = {"public": "true", "name": name or path.stem}
+    spec = None
+    if task is not None:
+        fields["task"], spec = _task_field(task)
+    table = path.suffix.lower() in TABLE_SUFFIXES and not (
+        spec is not None and spec.name == "agnews" and text_col is None
+    )
+    if table:
+        if text_col:
+            fields["text_column"] = text_col
+        return fields, (path.name, path.read_bytes(), "application/octet-stream")
+    try:
+        if spec is not None:
+            texts = [record.text for record in load_dataset(spec, path)]
+        else:
+            texts = read_public(path)
+    except DataError as error:
+        raise ClientError(str(error), code=2) from None
+    lines = (json.dumps({"text": text}, ensure_ascii=False) for text in texts)
+    body = ("\n".join(lines) + "\n").encode("utf-8")
+    return fields, (f"{path.stem}.jsonl", body, "application/x-ndjson")
+
+
+def describe_dataset(dataset: dict[str, Any]) -> str:
+    task = dataset["task"].get("name")
+    if dataset.get("kind") == "public" and dataset.get("label_counts"):
+        counts = ", ".join(f"{label} {n}" for label, n in dataset["label_counts"].items())
+        return (
+            f"dataset {dataset['id']} '{dataset['name']}' (public, labelled: a validation "
+            f"set, never charged): {dataset['record_count']} records, task {task} ({counts})"
+        )
+    if dataset.get("kind") == "public":
+        about = f", task {task}" if task else ""
+        return (
+            f"dataset {dataset['id']} '{dataset['name']}' (public, never charged): "
+            f"{dataset['record_count']} texts{about}"
+        )
+    counts = ", ".join(f"{label} {n}" for label, n in dataset["label_counts"].items())
+    declared = "; counts declared public" if dataset.get("counts_public") else ""
+    return (
+        f"dataset {dataset['id']} '{dataset['name']}': {dataset['record_count']} records, "
+        f"task {task or '?'} ({counts}){declared}"
+    )
+
+
+def counts_line(dataset: dict[str, Any]) -> str | None:
+    """What a private dataset's label counts are to its jobs, with when and by which key
+    that was chosen (None: a public dataset, or a server that does not say)."""
+    if dataset.get("kind") == "public" or "counts_public" not in dataset:
+        return None
+    at, by = dataset.get("counts_public_at"), dataset.get("counts_public_by")
+    who = f" by key {by}" if by else ""
+    if dataset["counts_public"]:
+        when = f" ({at[:19]}{who})" if at else ""
+        return (
+            f"label counts: declared public{when}: jobs plan with the exact counts and release "
+            "none; paper accounting is allowed"
+        )
+    withdrawn = f" (declaration withdrawn {at[:19]}{who})" if at else ""
+    return (
+        f"label counts: private{withdrawn}: each job releases the counts it plans with under "
+        "DP, charged in its epsilon; paper accounting needs them declared public "
+        f"(dpsyn datasets counts-public {dataset['id']})"
+    )
+
+
+def _check_public_options(
+    custom: dict[str, str | None],
+    text_col: str | None,
+    label_col: str | None,
+    label_map: str | None,
+) -> None:
+    """Refuse the options of a labelled dataset on a public upload, naming the option."""
+    if label_col is not None:
+        raise ClientError("--label-col: a public dataset has no labels", code=2)
+    if given := given_flags(custom):
+        raise ClientError(f"{given[0]}: a public dataset has no task labels", code=2)
+    if label_map is not None:
+        raise ClientError("--label-map: a public dataset has no labels", code=2)
+    if isinstance(parse_column(text_col), tuple):
+        raise ClientError(
+            "--text-col: a public table needs a header and a column name "
+            "(column numbers are for private datasets)",
+            code=2,
+        )
+
+
+def print_dataset(dataset: dict[str, Any]) -> None:
+    """The dataset's line, and its counts line when it has one (``datasets show`` and
+    ``datasets counts-public``)."""
+    out.print(describe_dataset(dataset), markup=False)
+    if (line := counts_line(dataset)) is not None:
+        out.print(line, markup=False)
+
+
+def _dataset_parts(
+    file: Path,
+    task: str | None,
+    public: bool,
+    labelled: bool,
+    custom: dict[str, str | None],
+    columns: tuple[str | None, str | None, str | None],
+    name: str | None,
+    counts_public: bool = False,
+) -> tuple[dict[str, str], tuple[str, bytes, str]]:
+    """Form fields and file part of ``datasets upload``: public texts, or labelled records
+    (private, or with ``--labelled`` a public validation set, read the same way), private
+    ones with the owner's declaration that their label counts are public if given."""
+    text_col, label_col, label_map = columns
+    if counts_public and public:
+        raise ClientError(
+            "--public-counts: only for a private dataset (a public one is public whole)", code=2
+        )
+    if labelled and not public:
+        raise ClientError("--labelled: only with --public (a private dataset always is)", code=2)
+    if public and not labelled:
+        _check_public_options(custom, text_col, label_col, label_map)
+        fields, part = _public_upload_parts(file, task, text_col, name)
+    else:
+        if labelled and task is None:
+            raise ClientError(
+                "--task: required with --labelled (the labels must be the task's)", code=2
+            )
+        try:
+            pairs = parse_pairs(label_map, "--label-map") if label_map else None
+        except ValueError as error:
+            raise ClientError(str(error), code=2) from None
+        fields, part = _upload_parts(
+            file,
+            _private_task(task, custom, pairs),
+            parse_column(text_col),
+            parse_column(label_col),
+            pairs,
+            name,
+        )
+        if labelled:  # a public validation set, named after its file as --public is
+            fields.update(public="true", labelled="true", name=name or file.stem)
+        if counts_public:
+            fields["counts_public"] = "true"
+    return fields, part
+
+
+LABELLED = typer.Option(
+    "--labelled",
+    help="With --public: keep the labels (read as for a private dataset, --task required): "
+    "a validation set for 'jobs submit --validation-dataset'.",
+)
+PUBLIC_COUNTS = typer.Option(
+    "--public-counts",
+    help="Private: declare the records per label public (jobs then plan with the exact counts "
+    "and release none; paper accounting needs it). Default: private, each job releases them "
+    "under DP. Change later with 'dpsyn datasets counts-public'.",
+)
+
+
+@datasets_app.command("upload")
+def datasets_upload(
+    file: Annotated[Path, typer.Argument(help="CSV/TSV/JSONL, or a built-in task's format.")],
+    task: Annotated[
+        str | None,
+        typer.Option(
+            "--task", help="trec|trec14|agnews|sst2|mitg|mitd or a spec (required unless --public)."
+        ),
+    ] = None,
+    public: Annotated[
+        bool,
+        typer.Option(
+            "--public",
+            help="Public unlabelled texts for PromptPATE jobs (text column only; never charged).",
+        ),
+    ] = False,
+    labelled: Annotated[bool, LABELLED] = False,
+    public_counts: Annotated[bool, PUBLIC_COUNTS] = False,
+    text_col: Annotated[str | None, TEXT_COL] = None,
+    label_col: Annotated[str | None, LABEL_COL] = None,
+    label_map: Annotated[str | None, LABEL_MAP] = None,
+    labels: Annotated[str | None, LABELS] = None,
+    answer_words: Annotated[str | None, ANSWER_WORDS] = None,
+    instruction: Annotated[str | None, INSTRUCTION] = None,
+    icl_instruction: Annotated[str | None, ICL_INSTRUCTION] = None,
+    text_field: Annotated[str | None, TEXT_FIELD] = None,
+    label_field: Annotated[str | None, LABEL_FIELD] = None,
+    name: Annotated[
+        str | None,
+        typer.Option("--name", help="Default: the task's name (the file name for --public)."),
+    ] = None,
+    url: UrlOpt = None,
+    key: KeyOpt = None,
+    as_json: JsonOpt = False,
+    quiet: QuietOpt = False,
+) -> None:
+    """Upload a private labelled dataset, or with --public unlabelled texts, or with --public
+    --labelled a public validation set (its records never come back)."""
+    custom = {
+        "labels": labels,
+        "answer_words": answer_words,
+        "instruction": instruction,
+        "icl_instruction": icl_instruction,
+        "text_field": text_field,
+        "label_field": label_field,
+    }
+    try:
+        fields, part = _dataset_parts(
+            file,
+            task,
+            public,
+            labelled,
+            custom,
+            (text_col, label_col, label_map),
+            name,
+            public_counts,
+        )
+        with Api(url, key) as api:
+            dataset = api.call("POST", "/v1/datasets", data=fields, files={"file": part})
+    except ClientError as error:
+        exit_with(error)
+    if as_json:
+        print_json(dataset)
+    elif quiet:
+        typer.echo(dataset["id"])
+    else:
+        out.print(describe_dataset(dataset), markup=False)
+
+
+@datasets_app.command("list")
+def datasets_list(
+    include_deleted: Annotated[
+        bool, typer.Option("--include-deleted", help="Also datasets whose records were deleted.")
+    ] = False,
+    url: UrlOpt = None,
+    key: KeyOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """List your datasets, with each private one's spend against its budget."""
+    params = {"include_deleted": "true"} if include_deleted else {}
+    with_budgets = not as_json
+    try:
+        with Api(url, key) as api:
+            rows = api.call("GET", "/v1/datasets", params=params)
+            budgets = api.call("GET", "/v1/budgets") if with_budgets else []
+    except ClientError as error:
+        exit_with(error)
+    if as_json:
+        print_json(rows)
+        return
+    spend = {budget["dataset_id"]: _spend_cell(budget) for budget in budgets}
+    print_rows(
+        ["id", "name", "kind", "task", "records", "counts", "spent", "created"],
+        [
+            [
+                row["id"],
+                row["name"],
+                row.get("kind", "private"),
+                row["task"].get("name", "-"),
+                str(row["record_count"]),
+                _counts_cell(row),
+                spend.get(row["id"], "no budget" if row.get("kind") == "private" else "-"),
+                row["created_at"][:19],
+            ]
+            for row in rows
+        ],
+    )
+
+
+def _spend_cell(budget: dict[str, Any]) -> str:
+    """``1.25/10 (12%, ok)``: composed spend of the budget, its share, its level."""
+    share = budget_percent(budget["spent_fraction"])
+    return f"{spend_text(budget['spent'])}/{budget['epsilon']:g} ({share}, {budget['level']})"
+
+
+def _counts_cell(row: dict[str, Any]) -> str:
+    """The list's counts column: declared public or private (a public dataset: -)."""
+    if row.get("kind") == "public" or "counts_public" not in row:
+        return "-"
+    return "public" if row["counts_public"] else "private"
+
+
+@datasets_app.command("counts-public")
+def datasets_counts_public(
+    dataset_id: Annotated[str, typer.Argument(help="Private dataset ID, or its unique name.")],
+    withdraw: Annotated[
+        bool,
+        typer.Option("--withdraw", help="Make the counts private again (jobs release them)."),
+    ] = False,
+    yes: YesOpt = False,
+    url: UrlOpt = None,
+    key: KeyOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Declare a private dataset's records per label public, or with --withdraw make them
+    private again. Applies to jobs submitted afterwards; recorded with the time and your key.
+
+    Declared public, jobs plan with the exact counts and release none, and paper accounting
+    is allowed: declare them only if anyone who reads a prompt may know them. Private (the
+    default), each job releases the counts it plans with under DP, charged in its epsilon."""
+    if not withdraw:
+        confirm(
+            f"Declare the label counts of dataset {dataset_id} public? Jobs submitted from now "
+            "on plan with the exact counts and release none, so a prompt's readers may learn "
+            "them.",
+            yes,
+        )
+    path = f"/v1/datasets/{dataset_id}/counts-public"
+    dataset = request(url, key, "PUT", path, json={"public": not withdraw})
+    if as_json:
+        print_json(dataset)
+        return
+    print_dataset(dataset)
+
+
+@datasets_app.command("show")
+def datasets_show(
+    dataset_id: DatasetIdArg,
+    url: UrlOpt = None,
+    key: KeyOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """A dataset's metadata: name, kind, task, records per label (never a record)."""
+    dataset = request(url, key, "GET", f"/v1/datasets/{dataset_id}")
+    if as_json:
+        print_json(dataset)
+        return
+    print_dataset(dataset)
+    typer.echo(f"created {dataset['created_at'][:19]}")
+    if dataset.get("deleted_at"):
+        typer.echo(f"records deleted {dataset['deleted_at'][:19]} (its ledger stays)")
+
+
+@datasets_app.command("delete")
+def datasets_delete(
+    dataset_id: DatasetIdArg,
+    yes: YesOpt = False,
+    url: UrlOpt = None,
+    key: KeyOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Delete a dataset's records for good. Its queued jobs are cancelled (a running one must
+    be cancelled first); the dataset's row, budget ledger and prompts stay."""
+    try:
+        with Api(url, key) as api:
+            dataset = api.call("GET", f"/v1/datasets/{dataset_id}")
+            deleted = None
+            if not dataset.get("deleted_at"):
+                confirm(
+                    f"Delete the {dataset['record_count']} records of dataset {dataset_id} "
+                    f"'{dataset['name']}'? Its ledger and prompts stay; this cannot be undone.",
+                    yes,
+                )
+                deleted = api.call("DELETE", f"/v1/datasets/{dataset_id}")
+    except ClientError as error:
+        exit_with(error)
+    if as_json:
+        print_json(deleted or dataset)
+    elif deleted is None:
+        typer.echo(f"dataset {dataset_id}'s records were already deleted; nothing changed")
+    else:
+        typer.echo(f"deleted the records of dataset {dataset_id} '{deleted['name']}'")
