@@ -11,7 +11,7 @@ a lease on its job row (owner and expiry, set when the job is claimed):
   attempt to stop writing.
 * :class:`Reaper` runs in every worker process and in the embedded server: every
   ``reaper_interval_s`` it ends the running jobs whose lease expired, through
-  :func:`app.services.jobs.reap_job` (failed, charged if they read the data, else released).
+  :func:`app.services.job_leases.reap_job` (failed, charged if they read the data, else released).
   It leaves alone the attempts its own process runs: they renew as soon as the database lets
   them.
 
@@ -42,7 +42,7 @@ from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 
 from app.db.models import now
 from app.db.session import session_scope
-from app.services.jobs import expired_job_ids, reap_job, redispatch_due, renew_lease
+from app.services.job_leases import expired_job_ids, reap_job, redispatch_due, renew_lease
 
 if TYPE_CHECKING:
     from app.settings import Settings

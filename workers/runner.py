@@ -85,7 +85,8 @@ from app.privacy.events import to_dict
 from app.results import Progress, SynthesisError, SynthesisResult
 from app.services.datasets import load_public_texts, load_records
 from app.services.errors import ServiceError
-from app.services.jobs import close_job, lease_live, store_result
+from app.services.job_leases import lease_live
+from app.services.jobs import close_job, store_result
 from app.services.prompts import (
     PromptSource,
     ValidationUnavailableError,

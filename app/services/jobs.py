@@ -3,9 +3,8 @@
 Submission plans the job before it can read a record (label schedule from a secure
 generator, noise calibrated to the requested epsilon), then inserts the job row and its
 ledger reservation in one transaction and commits; only then is the job id handed to the
-queue. The row carries an outbox mark (``dispatched_at``, committed with it): a job whose
-task was lost on its way (the API killed before sending it, Redis emptied) is sent again by
-a dispatcher once the mark is older than a bound (:func:`redispatch_due`). Planning needs
+queue. The row carries an outbox mark (``dispatched_at``, committed with it), which
+:mod:`app.services.job_leases` reads to send a lost job's task again. Planning needs
 only the dataset's label counts, which never change, so it runs outside the write
 transaction (it can take seconds; the budget stays unlocked meanwhile); the dataset and
 budget are checked again under lock before the reservation, and so is the owner's
@@ -22,11 +21,8 @@ released student prompt. Its plan needs only the two record counts.
 The outcome functions (:func:`store_result`, :func:`close_job`) are shared with the
 workers. Like the ledger they add rows and flush; the caller commits.
 
-A running job's attempt holds a *lease* (owner and expiry) that its worker's heartbeat renews.
-A lease that expired means no live worker is running the job (it was killed, or lost the
-database for longer than the lease): :func:`reap_job` (called by every worker's reaper) and
-:func:`cancel_job` end such a job at once instead of waiting for a worker that is gone. The
-charge follows the one rule of :func:`close_job`: charged if it read the data, else released.
+A running job's attempt holds a *lease* (:mod:`app.services.job_leases`): :func:`cancel_job`
+ends a job whose lease expired at once, as the workers' reaper does.
 """
 
 from __future__ import annotations
@@ -35,11 +31,10 @@ import dataclasses
 import hashlib
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
-from datetime import datetime, timedelta
 from typing import Any
 
 from pydantic import ValidationError
-from sqlalchemy import or_, select, update
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from app.db.models import (
@@ -85,6 +80,7 @@ from .job_end import (
     lease_expired,
     released_reason,
 )
+from .job_leases import lease_error
 from .job_plan import JobInputs, check_epsilon, job_config, plan_job
 from .job_request import JobRequest
 from .prompts import pending_validation
@@ -730,126 +726,3 @@ def attach_soft_prompt(prompt_set: PromptSet, soft_prompt: SoftPromptRelease) ->
     prompt_set.soft_prompt_sha256 = hashlib.sha256(data).hexdigest()
     prompt_set.soft_prompt_length = soft_prompt.length
     prompt_set.soft_prompt_hidden = soft_prompt.hidden
-
-
-# --- leases, shared with the workers -------------------------------------------------------
-
-
-def lease_error(job: Job) -> str:
-    """The client-facing error of a job ended because its lease expired (no record text)."""
-    charge = (
-        "it had read the private data, so it stays charged"
-        if job.touched_data
-        else "it had not read any private record, so its reservation was released"
-    )
-    return (
-        "lease expired: the worker running this job stopped renewing it (the worker died or "
-        f"lost the database); {charge}"
-    )
-
-
-def renew_lease(session: Session, job_id: str, owner: str, until: datetime) -> bool:
-    """Extend ``owner``'s lease on a running job to ``until``; False if the job is no longer
-    running under that lease (finished, reaped, or taken over by another attempt). One
-    UPDATE by primary key: the heartbeat is cheap."""
-    result = session.execute(
-        update(Job)
-        .where(
-            Job.id == job_id,
-            Job.lease_owner == owner,
-            Job.status == JobStatus.RUNNING.value,
-        )
-        .values(lease_expires_at=until)
-        .execution_options(synchronize_session=False)
-    )
-    # SQLAlchemy types execute() as Result; an UPDATE's is a CursorResult, with rowcount.
-    return result.rowcount == 1  # type: ignore[attr-defined]
-
-
-def expired_job_ids(
-    session: Session, at: datetime, *, exclude_owners: Collection[str] = (), limit: int = 100
-) -> list[str]:
-    """Running jobs whose lease expired by ``at``, oldest first; ``exclude_owners`` are the
-    leases of attempts the caller is running itself (they renew as soon as they can)."""
-    query = select(Job.id).where(
-        Job.status == JobStatus.RUNNING.value,
-        Job.lease_expires_at.is_not(None),
-        Job.lease_expires_at <= at,
-    )
-    if exclude_owners:
-        query = query.where(
-            or_(Job.lease_owner.is_(None), Job.lease_owner.not_in(list(exclude_owners)))
-        )
-    return list(session.scalars(query.order_by(Job.lease_expires_at).limit(limit)))
-
-
-def reap_job(session: Session, job_id: str, at: datetime) -> Job | None:
-    """End a running job whose lease expired by ``at``: failed (cancelled if a cancellation
-    was requested), charged if it read the data, else released. Returns None if it is no
-    longer due: renewed, finished or taken over since it was listed, or locked by another
-    reaper (skipped, it will be done there). Flushes; the caller commits."""
-    job = session.scalars(
-        select(Job)
-        .where(Job.id == job_id)
-        .with_for_update(skip_locked=True)
-        .execution_options(populate_existing=True)
-    ).one_or_none()
-    if job is None or not lease_expired(job, at):
-        return None
-    status = JobStatus.CANCELLED if job.cancel_requested else JobStatus.FAILED
-    close_job(session, job, status=status, error=lease_error(job))
-    return job
-
-
-def lease_live(job: Job, at: datetime) -> bool:
-    """Whether ``job`` is running under a lease still valid at ``at``: a live attempt runs
-    it (its heartbeat renews the lease), so another delivery of its task must leave it be."""
-    return (
-        job.status == JobStatus.RUNNING
-        and job.lease_expires_at is not None
-        and not lease_expired(job, at)
-    )
-
-
-# --- the outbox: sending queued jobs again, shared with the workers -------------------------
-
-
-def redispatch_due(
-    session: Session,
-    at: datetime,
-    *,
-    after_s: float,
-    exclude: Collection[str] = (),
-    limit: int = 100,
-) -> list[str]:
-    """Queued jobs whose task was last sent more than ``after_s`` before ``at`` (or never),
-    oldest first, with their mark moved to ``at``; the caller commits, then sends them.
-
-    The rows are locked with ``SKIP LOCKED`` (PostgreSQL): a row another dispatcher is
-    marking, or a worker is claiming, is left to it, so dispatchers never wait on each other
-    and each stale job is sent once per bound. (SQLite serialises writers at BEGIN instead.)
-    ``exclude`` are jobs the caller holds in its own queue already (the embedded worker).
-    Committing the mark before sending means a dispatcher that dies in between costs one
-    more bound, never a job."""
-    cutoff = at - timedelta(seconds=after_s)
-    query = (
-        select(Job.id)
-        .where(
-            Job.status == JobStatus.QUEUED.value,
-            or_(Job.dispatched_at.is_(None), Job.dispatched_at <= cutoff),
-        )
-        .order_by(Job.dispatched_at.nulls_first(), Job.created_at)
-        .limit(limit)
-        .with_for_update(skip_locked=True)
-    )
-    if exclude:
-        query = query.where(Job.id.not_in(list(exclude)))
-    due = list(session.scalars(query))
-    if due:
-        session.execute(
-            update(Job)
-            .where(Job.id.in_(due))
-            .values(dispatched_at=at)
-            .execution_options(synchronize_session=False)
-        )
-    return due

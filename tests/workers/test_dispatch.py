@@ -22,8 +22,9 @@ from app.db.migrate import alembic_config, upgrade
 from app.db.models import Base, Dataset, Job, JobStatus, now
 from app.db.session import get_engine, session_scope
 from app.llm.provider import StaticProvider
+from app.services.job_leases import redispatch_due
 from app.services.job_request import JobRequest
-from app.services.jobs import redispatch_due, submit_job
+from app.services.jobs import submit_job
 from tests.api.test_migration_0002 import empty_url  # noqa: F401 (the fixture)
 from tests.synthesis.fake_backend import FakeBackend
 from tests.workers.factory import get_job, ledger_kinds, make_dataset, make_job, update_job

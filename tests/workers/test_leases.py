@@ -19,7 +19,8 @@ import workers.runner as runner
 from app.db.models import Job, JobStatus, now
 from app.db.session import session_scope
 from app.llm.provider import StaticProvider
-from app.services.jobs import cancel_job, reap_job
+from app.services.job_leases import reap_job
+from app.services.jobs import cancel_job
 from tests.synthesis.fake_backend import FakeBackend
 from tests.workers.factory import (
     get_job,

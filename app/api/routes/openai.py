@@ -32,7 +32,7 @@ from app.api.openai_schemas import (
     Usage,
 )
 from app.llm.base import BackendError
-from app.llm.generation import Finished
+from app.llm.generation import Finished, GenerationParams
 from app.services import openai_compat as service
 from app.services import prompts
 from app.services.openai_compat import Answer, Limits
@@ -75,17 +75,8 @@ def chat_completions(
     provider: ProviderDep,
     request: Request,
 ) -> Response:
-    limits = _limits(request)
     messages = [message.message() for message in body.messages]
-    service.check_input(limits, [m["content"] for m in messages], "messages")
-    params = service.decoding(
-        limits,
-        max_tokens=body.max_completion_tokens or body.max_tokens,
-        temperature=body.temperature,
-        top_p=body.top_p,
-        stop=body.stops(),
-        seed=body.seed,
-    )
+    params = _decoding(request, body, [m["content"] for m in messages], "messages")
     row = prompts.get_prompt_set(session, principal.tenant_id, body.model)
     answer = service.chat(row, messages, params, provider)
     session.rollback()  # hold no transaction while the model runs
@@ -105,25 +96,30 @@ def completions(
     provider: ProviderDep,
     request: Request,
 ) -> Response:
-    limits = _limits(request)
-    service.check_input(limits, [body.prompt], "prompt")
-    params = service.decoding(
-        limits,
-        max_tokens=body.max_tokens,
-        temperature=body.temperature,
-        top_p=body.top_p,
-        stop=body.stops(),
-        seed=body.seed,
-    )
+    params = _decoding(request, body, [body.prompt], "prompt")
     row = prompts.get_prompt_set(session, principal.tenant_id, body.model)
     answer = service.complete(row, body.prompt, params, provider)
     session.rollback()
     return _respond(request, principal.key_id, answer, body.stream, body.usage_in_stream(), "text")
 
 
-def _limits(request: Request) -> Limits:
+def _decoding(
+    request: Request, body: ChatCompletionRequest | CompletionRequest, texts: list[str], field: str
+) -> GenerationParams:
+    """The request's decoding, after its text (``texts``, the ``field``) and ``max_tokens``
+    were checked against this server's limits."""
     settings = request.app.state.settings
-    return Limits(settings.openai_max_tokens, settings.openai_max_input_chars)
+    limits = Limits(settings.openai_max_tokens, settings.openai_max_input_chars)
+    service.check_input(limits, texts, field)
+    asked = getattr(body, "max_completion_tokens", None) or body.max_tokens
+    return service.decoding(
+        limits,
+        max_tokens=asked,
+        temperature=body.temperature,
+        top_p=body.top_p,
+        stop=body.stops(),
+        seed=body.seed,
+    )
 
 
 class _Reply:

@@ -1,0 +1,271 @@
+"""Budget bodies: setting one, the spend view with its ledger and label groups, fleets."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import (
+    BaseModel,
+    Field,
+)
+
+from app.api.schemas.common import Delta, Timestamp, _Request
+from app.db.models import (
+    LedgerEntry,
+    LedgerKind,
+)
+from app.ledger.ledger import REASON_KEY
+from app.privacy.accounting import Accounting
+from app.privacy.budget import Epsilon
+from app.privacy.unit import DEFAULT_DELTA
+from app.services.budgets import (
+    BudgetView,
+    CountReleaseView,
+    DatasetSpend,
+    DeltaSource,
+    GroupSpend,
+    SpendLevel,
+    display_groups,
+)
+
+# --- budgets --------------------------------------------------------------------------------
+
+
+class BudgetUpdate(_Request):
+    epsilon: Epsilon
+    delta: Delta | None = Field(
+        None,
+        description=f"Default: unchanged; a new budget {DEFAULT_DELTA:g}, public and the same "
+        "for every dataset (never derived from its size: every prompt carries its job's "
+        "delta). A delta above 1/|D| of the dataset is accepted with a warning (delta_note).",
+    )
+    accounting: Accounting = Field(
+        Accounting.TIGHT,
+        description="tight: add/remove neighbours, Poisson sampling. paper: replace-one "
+        "neighbours, fixed-size samples, which needs the dataset's counts declared public.",
+    )
+    warn_threshold: float | None = Field(
+        None,
+        gt=0,
+        le=1,
+        allow_inf_nan=False,
+        strict=True,
+        description="Share of the budget at which it is flagged (warn), in (0, 1]. Default: "
+        "unchanged (0.8 for a new budget).",
+    )
+
+
+class LedgerEventPublic(BaseModel):
+    kind: str = Field(
+        description="reserve, commit or release (a job's charge), or counts (the dataset's "
+        "count release, charged once: see BudgetPublic.count_releases)."
+    )
+    job_id: str = Field(
+        description="The job the entry charges; for kind counts, the count release's ID "
+        "(also in count_release_id), which names no job."
+    )
+    count_release_id: str | None = Field(
+        None, description="For kind counts, the count release it charges; null otherwise."
+    )
+    epsilon: float
+    delta: float
+    created_at: Timestamp
+    event: dict[str, Any]
+    reason: str | None = Field(
+        None,
+        description="A commit's or release's reason in plain words (why the job was charged "
+        "or its reservation given back); null for a reserve and a count release.",
+    )
+
+    @classmethod
+    def from_row(cls, row: LedgerEntry) -> LedgerEventPublic:
+        event = dict(row.event)
+        reason = event.pop(REASON_KEY, None)
+        return cls(
+            kind=row.kind,
+            job_id=row.job_id,
+            count_release_id=row.job_id if row.kind == LedgerKind.COUNTS else None,
+            epsilon=row.epsilon,
+            delta=row.delta,
+            created_at=row.created_at,
+            event=event,
+            reason=str(reason) if reason is not None else None,
+        )
+
+
+class CountReleasePublic(BaseModel):
+    """One release of the dataset's per-label record counts: drawn once for one version of
+    its records, when a plan first needed them, and charged once to the budget as its own
+    ledger entry (kind counts); every quote, refusal and job of those records reads it.
+    Its released values are not shown: its noise and cost are."""
+
+    id: str
+    epsilon: float = Field(description="What it costs under the budget's accounting.")
+    delta: float = Field(description="The share of the budget's delta it took.")
+    sigma: float = Field(description="Its noise multiplier (per label count, sensitivity 1).")
+    share: float = Field(description="epsilon / the budget's epsilon.")
+    labels: list[str] = Field(description="The labels whose counts it released.")
+    current: bool = Field(
+        description="It is the release of the dataset's records as they are now (false: of "
+        "records since changed; a new release was, or will be, charged for them)."
+    )
+    created_at: Timestamp
+
+    @classmethod
+    def from_view(cls, release: CountReleaseView, budget_epsilon: float) -> CountReleasePublic:
+        return cls(
+            id=release.id,
+            epsilon=release.epsilon,
+            delta=release.delta,
+            sigma=release.sigma,
+            share=release.epsilon / budget_epsilon if budget_epsilon > 0 else 0.0,
+            labels=list(release.labels),
+            current=release.current,
+            created_at=release.created_at,
+        )
+
+
+class LabelGroupPublic(BaseModel):
+    """One label group's composed spend (see ``BudgetPublic.label_groups``)."""
+
+    labels: list[str] = Field(
+        description="The label partition (two labels: a pair, under replace-one neighbours; "
+        "none: every record, when the dataset lists no labels)."
+    )
+    spent: float = Field(description="Composition of the live jobs that read this group.")
+    remaining: float
+    jobs: int = Field(description="Live jobs that charged this group.")
+    binding: bool = Field(description="This group sets the dataset's spend (the largest).")
+
+    @classmethod
+    def from_group(cls, group: GroupSpend, budget_epsilon: float) -> LabelGroupPublic:
+        return cls(
+            labels=list(group.labels),
+            spent=group.epsilon,
+            remaining=max(0.0, budget_epsilon - group.epsilon),
+            jobs=group.jobs,
+            binding=group.binding,
+        )
+
+
+class BudgetPublic(BaseModel):
+    dataset_id: str
+    epsilon: float = Field(description="Total budget.")
+    delta: float = Field(
+        description="The delta every job of this budget is charged at (a job may ask for a "
+        "smaller one); public: every prompt carries its job's delta."
+    )
+    delta_source: DeltaSource = Field(
+        description="Where the delta comes from: default (the public default, the same for "
+        "every dataset), owner (set by the data owner), or former_default (1/|D| of this "
+        "dataset, the default of budgets set before issue 32; prompts at it tell their "
+        "readers the dataset's size)."
+    )
+    delta_note: str | None = Field(
+        None,
+        description="A warning for the owner about the delta, in plain words (above 1/|D| of "
+        "this dataset, or equal to it); null when there is none.",
+    )
+    accounting: Accounting
+    accounting_note: str | None = Field(
+        None,
+        description="A warning about the accounting (paper accounting on a dataset whose "
+        "counts are not declared public: its jobs are refused); null when there is none.",
+    )
+    spent: float = Field(
+        description="The dataset's spend: its count releases' epsilon plus the composition "
+        "of its live jobs by the accountant, at delta less the releases'."
+    )
+    plain_sum: float = Field(
+        description="Sum of the live jobs' own epsilons and the count releases'."
+    )
+    counts_epsilon: float = Field(
+        0.0,
+        description="The count releases' part of spent (and of plain_sum): charged once for "
+        "the dataset, not by any job; 0 when none was drawn (counts declared public, or no "
+        "job planned yet).",
+    )
+    count_releases: list[CountReleasePublic] = Field(
+        default_factory=list,
+        description="The dataset's count releases, oldest first: one per version of its "
+        "records that a plan needed (empty for counts declared public, and for ledgers "
+        "written before releases were charged once).",
+    )
+    remaining: float
+    live_jobs: int
+    warn_threshold: float = Field(description="Share of the budget at which it is flagged.")
+    spent_fraction: float = Field(description="spent / epsilon.")
+    level: SpendLevel = Field(
+        description="ok (below the threshold), warn (at or past it), over (the budget is used up)."
+    )
+    label_groups: list[LabelGroupPublic] = Field(
+        description="Each label's records are priced apart: the spend of each label group "
+        "(and, under replace-one, of the binding pair); the dataset's spend is the largest."
+    )
+    updated_at: Timestamp
+    history: list[LedgerEventPublic]
+
+    @classmethod
+    def from_view(cls, view: BudgetView) -> BudgetPublic:
+        total = view.budget.epsilon
+        return cls(
+            dataset_id=view.budget.dataset_id,
+            epsilon=total,
+            delta=view.budget.delta,
+            delta_source=view.delta_source,
+            delta_note=view.delta_note,
+            accounting=Accounting(view.budget.accounting),
+            accounting_note=view.accounting_note,
+            spent=view.spend.epsilon,
+            plain_sum=view.spend.plain_sum,
+            counts_epsilon=view.spend.counts_epsilon,
+            count_releases=[CountReleasePublic.from_view(r, total) for r in view.releases],
+            remaining=view.remaining,
+            live_jobs=view.spend.jobs,
+            warn_threshold=view.budget.warn_threshold,
+            spent_fraction=view.fraction,
+            level=view.level,
+            label_groups=[
+                LabelGroupPublic.from_group(g, total) for g in display_groups(view.groups)
+            ],
+            updated_at=view.budget.updated_at,
+            history=[LedgerEventPublic.from_row(e) for e in view.history],
+        )
+
+
+class BudgetSummary(BaseModel):
+    """A budgeted dataset's spend against its threshold (``GET /v1/budgets``)."""
+
+    dataset_id: str
+    name: str
+    epsilon: float
+    spent: float
+    counts_epsilon: float = Field(
+        0.0, description="The count releases' part of spent (charged once for the dataset)."
+    )
+    remaining: float
+    spent_fraction: float
+    warn_threshold: float
+    level: SpendLevel
+    live_jobs: int
+    # Issue 34: whose dataset (every row has them; an org:read key's rows span tenants).
+    tenant_id: str | None = Field(None, description="The dataset's tenant.")
+    tenant_name: str | None = Field(None, description="The dataset's tenant's name.")
+
+    @classmethod
+    def from_row(cls, row: DatasetSpend, tenant_name: str | None = None) -> BudgetSummary:
+        assert row.budget is not None and row.spend is not None  # budgeted rows only
+        return cls(
+            dataset_id=row.dataset.id,
+            name=row.dataset.name,
+            epsilon=row.budget.epsilon,
+            spent=row.spend.epsilon,
+            counts_epsilon=row.spend.counts_epsilon,
+            remaining=row.remaining or 0.0,
+            spent_fraction=row.fraction or 0.0,
+            warn_threshold=row.budget.warn_threshold,
+            level=row.level or SpendLevel.OK,
+            live_jobs=row.spend.jobs,
+            tenant_id=row.dataset.tenant_id,
+            tenant_name=tenant_name,
+        )
