@@ -1,9 +1,10 @@
 """``dpsyn eval``: the ICL evaluation grid on one shared data set (table, JSON, plot).
 
-The command knows no method: ``--methods`` takes any registered method, and a method's
-parameters are ``--param NAME=VALUE`` (each method takes the names it declares and validates
-them, as it does a job's params). A few parameters keep the shorthand options that
-docs/results.md and docs/synthesis.md use (``--M``, ``--variant``, ``--dpsgd-steps``, ...).
+The command knows no method: ``--methods`` takes any registered method, and each method's
+parameters are options generated from the registry, as for ``synthesize``, ``jobs submit``
+and ``privacy quote`` (``--M``, ``--teachers``, ``--steps``, a plug-in's own), or
+``--param NAME=VALUE``; every method asked for that takes a parameter gets it, and each
+validates it as it does a job's params.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from typing import Annotated, Any
 import typer
 
 from app.cli.errors import err, fail, reported_errors
-from app.cli.method_options import RegistryCommand
+from app.cli.method_options import RegistryCommand, given_options, params_by_name
 from app.cli.model_options import DtypeOpt, ModelOpt, quiet_progress_bars, training_dtype
 from app.cli.progress import progress_reporter
 from app.eval.datasets import DATASETS, load_split, public_path
@@ -43,17 +44,10 @@ from app.synthesis.data import Record
 from app.synthesis.tasks import BUILTIN_TASKS
 
 DEFAULT_SELECTION = ",".join(DEFAULT_METHODS)
-# Shorthand options kept for documented command lines: option (its parameter name in the
-# command's signature) -> the method parameter it sets. Prefer --param NAME=VALUE.
-SHORTHANDS = {
-    "M": "M",
-    "N": "N",
-    "tmax": "tmax",
-    "K": "K",
-    "variant": "variant",
-    "dpsgd_steps": "steps",
-    "dpsgd_batch_size": "batch_size",
-}
+# The options of earlier command lines (docs/results.md's), hidden: option (its argument) ->
+# the method parameter it sets. Each method parameter has its own flag, generated from the
+# registry like every command's (``--M``, ``--steps``, a plug-in's ``--words``).
+ALIASES = {"dpsgd_steps": "steps", "dpsgd_batch_size": "batch_size"}
 
 Dataset = Annotated[str, typer.Option("--dataset", help="trec|trec14|sst2|agnews|mitg|mitd")]
 Quick = Annotated[
@@ -128,20 +122,13 @@ PublicCounts = Annotated[
         "within its epsilon (what the utility tables measure).",
     ),
 ]
-MOption = Annotated[int | None, typer.Option("--M", help="Shorthand for --param M=VALUE.")]
-NOption = Annotated[int | None, typer.Option("--N", help="Shorthand for --param N=VALUE.")]
-TmaxOption = Annotated[int | None, typer.Option("--tmax", help="Shorthand for --param tmax=VALUE.")]
-KOption = Annotated[int | None, typer.Option("--K", help="Shorthand for --param K=VALUE.")]
-VariantOption = Annotated[
-    str | None, typer.Option("--variant", help="Shorthand for --param variant=VALUE.")
-]
 DpsgdSteps = Annotated[
     int | None,
-    typer.Option("--dpsgd-steps", min=1, help="Shorthand for --param steps=VALUE."),
+    typer.Option("--dpsgd-steps", min=1, hidden=True, help="Former name of --steps."),
 ]
 DpsgdBatch = Annotated[
     int | None,
-    typer.Option("--dpsgd-batch-size", min=1, help="Shorthand for --param batch_size=VALUE."),
+    typer.Option("--dpsgd-batch-size", min=1, hidden=True, help="Former --batch-size."),
 ]
 
 
@@ -163,18 +150,16 @@ def _value(text: str) -> Any:
         return text
 
 
-def parse_params(items: list[str] | None, shorthands: dict[str, Any]) -> dict[str, Any]:
-    """The parameters given on the command line: ``--param`` items, then the shorthands
-    that are set (a shorthand wins over a ``--param`` of the same name)."""
+def parse_params(items: list[str] | None, flags: dict[str, Any]) -> dict[str, Any]:
+    """The parameters given on the command line: ``--param`` items, then the parameters of
+    the flags that are set, by name (a flag wins over a ``--param`` of the same name)."""
     params: dict[str, Any] = {}
     for item in items or []:
         name, sep, text = item.partition("=")
         if not sep or not name.strip():
             raise fail(f"--param takes NAME=VALUE, got {item!r}")
         params[name.strip()] = _value(text.strip())
-    for option, value in shorthands.items():
-        if value is not None:
-            params[SHORTHANDS[option]] = value
+    params.update({name: value for name, value in flags.items() if value is not None})
     return params
 
 
@@ -312,23 +297,20 @@ def _eval(
     data_dir: DataDir = None,
     shots: Shots = DEFAULT_SHOTS,
     param: Params = None,
-    M: MOption = None,
-    N: NOption = None,
-    tmax: TmaxOption = None,
-    K: KOption = None,
     calibrate: Calibrate = True,
     public_counts: PublicCounts = False,
-    variant: VariantOption = None,
     dpsgd_steps: DpsgdSteps = None,
     dpsgd_batch_size: DpsgdBatch = None,
+    **method_options: Any,
 ) -> None:
     """Evaluate ICL accuracy of DP synthetic prompts against the papers' baselines."""
     profile_name, base = _base(dataset, quick, profile)
-    shorthands = {"M": M, "N": N, "tmax": tmax, "K": K, "variant": variant}
-    shorthands |= {"dpsgd_steps": dpsgd_steps, "dpsgd_batch_size": dpsgd_batch_size}
+    flags = params_by_name(given_options(method_options))
+    aliases = {"dpsgd_steps": dpsgd_steps, "dpsgd_batch_size": dpsgd_batch_size}
+    flags |= {ALIASES[name]: value for name, value in aliases.items() if value is not None}
     config = build_config(
         base,
-        parse_params(param, shorthands),
+        parse_params(param, flags),
         seeds=seeds,
         test_size=test_size,
         epsilons=epsilons,
@@ -356,5 +338,6 @@ def _eval(
     _write(runs, config, out_dir if out_dir is not None else Path("out") / "eval" / dataset, meta)
 
 
-# The registered methods are named in --methods' help when the command is built (plug-ins too).
-eval_command = RegistryCommand(_eval, options=False)
+# The registered methods' parameters are options, and their names are in --methods' help, as
+# the command is built (plug-ins too); the job's shots are eval's own --shots.
+eval_command = RegistryCommand(_eval, shots=False)

@@ -98,6 +98,18 @@ def given_options(values: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
+def params_by_name(given: Mapping[str, Any]) -> dict[str, Any]:
+    """The method options ``given`` (by flag) as parameters by name, for a command that runs
+    several methods at once (``dpsyn eval``): each method that takes a name gets its value."""
+    options = {option.flag: option for option in method_options()}
+    return {
+        param.name: value
+        for flag, value in given.items()
+        for param in options[flag].params.values()
+        if not options[flag].shots
+    }
+
+
 def refuse_other_options(method: Method, given: Mapping[str, Any]) -> None:
     """A ValueError for the method options ``given`` (by flag) that ``method`` does not
     take, naming the methods that do: a command that runs or prices one method would
@@ -163,9 +175,12 @@ class RegistryCommand:
     that is offered with its parameters. ``base`` receives the method options in
     ``**method_options``, by argument name."""
 
-    def __init__(self, base: Callable[..., None], *, options: bool = True) -> None:
+    def __init__(
+        self, base: Callable[..., None], *, options: bool = True, shots: bool = True
+    ) -> None:
         self.base = base
         self.options = options
+        self.shots = shots  # False: no method's shots flag (the command has its own --shots)
         self.__name__ = base.__name__
         self.__doc__ = base.__doc__
         self.__annotations__: dict[str, Any] = {}  # typer asks for type hints too
@@ -179,7 +194,7 @@ class RegistryCommand:
         if not self.options:
             return own.replace(parameters=fixed)
         taken = {flag for p in fixed for flag in _flags_of(p)} | {p.name for p in fixed}
-        options = method_options()
+        options = [o for o in method_options() if self.shots or not o.shots]
         clashes = [o.flag for o in options if o.flag in taken or o.argument in taken]
         if clashes:
             raise ValueError(

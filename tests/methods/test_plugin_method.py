@@ -225,7 +225,7 @@ def test_dpsyn_eval_runs_it_with_its_parameter(echo, tmp_path, monkeypatch) -> N
     args = ["eval", "--dataset", "trec", "--seeds", "1", "--epsilons", "8", "--no-baselines"]
     result = runner.invoke(
         cli,
-        [*args, "--out-dir", str(tmp_path), "--methods", "echo", "--param", "repeat=3"],
+        [*args, "--out-dir", str(tmp_path), "--methods", "echo", "--echo-repeat", "3"],
     )
     assert result.exit_code == 0, result.output
     assert "| Echo (tests), ε = 8 |" in (tmp_path / "results.md").read_text()
