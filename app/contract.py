@@ -1,0 +1,309 @@
+"""The method contract: the tests a synthesis method must pass, for a plug-in's author to run.
+
+A method (docs/service.md, "Adding a method") promises the service a few things no type can
+say: its plan prices exactly what the ledger reserves and is rebuilt the same in the worker;
+it reads the private counts only as the dataset's release gives them; nothing but its DP
+outputs depends on the private records; no record reaches an error; every parameter it
+declares can be set from every entry point; a seeded run repeats. :class:`MethodContract`
+checks each on the method's own code, with the fake backend (no model), as
+dp_accounting's ``PrivacyAccountantTest`` does for accountants. In a test module::
+
+    from app.contract import MethodContract
+    from my_package.noisy_majority import NOISY_MAJORITY
+
+    class TestNoisyMajority(MethodContract):
+        method = NOISY_MAJORITY
+        params = {"words": 6}          # cheap settings for the runs
+        dp_stats = ("answered",)       # stats that follow from DP outputs
+
+and ``pytest`` runs every ``test_*`` below for it (the built-in methods and the example
+method run them in tests/methods/test_contract.py). What each test fails is in its
+docstring. This module imports the CLI and the API to look at their options: it is a test
+suite, not part of any request path, which is why it sits beside ``app.main`` and not in
+``app.methods`` (the algorithms import no web code).
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from typing import Any, ClassVar
+
+import pytest
+
+from app.llm.base import BackendError, LLMBackend
+from app.llm.fake import FakeBackend
+from app.methods import registry
+from app.methods.base import Counts, Method, MethodPlan, ParamsError
+from app.privacy.accounting import Accounting, accountant_for
+from app.privacy.events import from_dict, to_dict
+from app.privacy.rng import make_rng
+from app.privacy.unit import DEFAULT_DELTA, release_counts
+from app.results import SynthesisResult
+from app.synthesis.data import Record
+from app.synthesis.tasks import TaskKind, TaskSpec
+
+#: In every record's text: it must never be found in an error or a non-DP output.
+CANARY = "CANARYRECORD"
+
+#: The contract's task: two labels the fake backend writes (it answers ``w{n}``).
+CONTRACT_TASK = TaskSpec(
+    name="contract",
+    kind=TaskKind.CLASSIFICATION,
+    instruction="Given a type, write a question of that type.",
+    icl_instruction="Classify the questions by type.",
+    text_field="Question",
+    label_field="Type",
+    labels=("w5", "w7"),
+)
+
+#: The commands (as ``dpsyn`` spells them) whose options are generated from the registry.
+#: (``jobs submit`` forwards any ``--flag VALUE`` to the server, which checks it: the thin
+#: client knows no method.)
+CLI_COMMANDS = (("synthesize",), ("privacy", "quote"), ("eval",))
+
+
+class MethodContract:
+    """Subclass with :attr:`method` set; every ``test_*`` method is one clause."""
+
+    method: ClassVar[Method]
+    task: ClassVar[TaskSpec] = CONTRACT_TASK
+    params: ClassVar[Mapping[str, Any]] = {}  # the method's parameters for the runs
+    epsilon: ClassVar[float] = 4.0
+    shots: ClassVar[int | None] = 2
+    per_label: ClassVar[int] = 16  # private records per label
+    # The run's stats that are functions of its DP outputs (they may differ between
+    # neighbouring datasets); every other stat must not.
+    dp_stats: ClassVar[Sequence[str]] = ()
+
+    # --- what the runs are made of (override where the method needs otherwise) ----------
+
+    def backend(self) -> LLMBackend:
+        """A fresh backend for one run (default: the fake, which needs no model)."""
+        return FakeBackend(stop_after=3, marker=f"{self.task.text_field}:")
+
+    def records(self) -> list[Record]:
+        """The private dataset D: :attr:`per_label` records per label, each with the canary."""
+        return [
+            Record(f"{CANARY}{label}{i} what is it here", label)
+            for label in self.task.labels
+            for i in range(self.per_label)
+        ]
+
+    def public(self) -> list[str]:
+        """Public texts, for a method that reads some (``reads_public``)."""
+        return [f"public text number {i} here" for i in range(40)]
+
+    def config(self, seed: int | None = 11) -> Any:
+        return self.method.configure(
+            self.task,
+            epsilon=self.epsilon,
+            delta=None,
+            shots=self.shots,
+            accounting=Accounting.TIGHT,
+            params=dict(self.params),
+            seed=seed,
+        )
+
+    def counts(self) -> Counts:
+        """The dataset's one count release, drawn from D (seeded), as the service gives it."""
+        public = len(self.public()) if self.method.reads_public else 0
+        if not self.method.reads_counts:
+            return Counts(None, public)
+        sizes = {label: self.per_label for label in self.task.labels}
+        release = release_counts(sizes, 0.5, DEFAULT_DELTA, make_rng(5), release_id="contract")
+        return Counts.released(release, public)
+
+    def plan(self) -> MethodPlan:
+        return self.method.plan(self.task, self.config(), self.counts())
+
+    def run(self, records: list[Record], seed: int = 11) -> SynthesisResult:
+        plan = self.method.plan(self.task, self.config(seed), self.counts())
+        public = self.public() if self.method.reads_public else []
+        return plan.run(records, self.backend(), None, public)
+
+    # --- the clauses ------------------------------------------------------------------------
+
+    def test_the_plan_prices_what_the_ledger_reserves(self) -> None:
+        """Fails a plan whose event does not survive the ledger's JSON, or is priced other
+        than its ``epsilon()``, over the target, or at another delta than the config's."""
+        plan = self.plan()
+        stored = to_dict(plan.event())
+        again = from_dict(copy.deepcopy(stored))
+        assert to_dict(again) == stored, "the event does not round-trip through its JSON"
+        priced = accountant_for(self.config().accounting).dataset_epsilon(again, plan.delta)
+        assert abs(priced - plan.epsilon()) <= 1e-9 * max(1.0, priced), (priced, plan.epsilon())
+        assert plan.epsilon() <= self.epsilon * (1 + 1e-6), plan.epsilon()
+        assert plan.delta == DEFAULT_DELTA, "a job without a delta is at the public default"
+
+    def test_the_worker_rebuilds_the_plan_admission_made(self) -> None:
+        """Fails a method whose ``rebuild`` from the stored job prices, schedules or
+        counts otherwise than its plan, or does not rebuild itself (the stored config may
+        spell a default out: a built-in config stores delta None, its rebuild 1e-6)."""
+        plan = self.plan()
+        rebuilt = self.method.rebuild(self.task, plan.stored())
+        first, again = _row(plan), _row(rebuilt)
+        assert {**first, "config": None} == {**again, "config": None}
+        assert _row(self.method.rebuild(self.task, rebuilt.stored())) == again
+
+    def test_a_seeded_run_repeats(self) -> None:
+        """Fails a run that draws from an unseeded source (the CLI's ``--seed``, the tests)."""
+        records = self.records()
+        assert self.run(records).to_dict() == self.run(records).to_dict()
+
+    def test_only_dp_outputs_differ_between_neighbours(self) -> None:
+        """Fails a method that writes anything but its DP outputs differently for D, D with
+        one record removed and D with one record relabelled (same release, same seed): an
+        exact count, a record's trace, a sampling rate from the data in its plan, its event,
+        its cost or a stat not in :attr:`dp_stats`."""
+        records = self.records()
+        other = self.task.labels[1] if records[0].label == self.task.labels[0] else records[0].label
+        neighbours = {
+            "D": records,
+            "removed": records[1:],
+            "relabelled": [Record(records[0].text, other), *records[1:]],
+        }
+        public = {
+            name: _public_part(self.run(rows), self.dp_stats) for name, rows in neighbours.items()
+        }
+        assert public["removed"] == public["D"], "a non-DP field differs for D minus one record"
+        assert public["relabelled"] == public["D"], "a non-DP field differs for D relabelled"
+
+    def test_no_record_reaches_an_error(self) -> None:
+        """Fails a method whose error, when the model fails mid-run, carries record text."""
+        backend = FailingBackend(self.backend())
+        plan = self.method.plan(self.task, self.config(), self.counts())
+        public = self.public() if self.method.reads_public else []
+        try:
+            plan.run(self.records(), backend, None, public)
+        except Exception as error:  # whatever it raises, its words are checked
+            assert CANARY not in _words(error), "record text in the error"
+            return
+        if backend.calls >= 2:
+            raise AssertionError("the run went on past a failing model")
+        pytest.skip("the method asks the model less than twice: nothing to fail")
+
+    def test_a_wrong_parameter_is_refused_by_name(self) -> None:
+        """Fails a method that accepts a parameter it does not declare, or refuses it
+        without naming it."""
+        try:
+            self.method.configure(
+                self.task,
+                epsilon=self.epsilon,
+                delta=None,
+                shots=self.shots,
+                accounting=Accounting.TIGHT,
+                params={**self.params, "no_such_parameter": 1},
+            )
+        except ParamsError as error:
+            assert "no_such_parameter" in str(error)
+        else:
+            raise AssertionError("an unknown parameter was accepted")
+
+    def test_every_parameter_reaches_every_entry_point(self) -> None:
+        """Fails a parameter that the API's schema, the dashboard's form or a command's
+        options (``synthesize``, ``privacy quote``, ``eval``) cannot set."""
+        with _registered(self.method):
+            schema = _job_params_schema()
+            fields = _form_fields()
+            options = _cli_options()
+        for param in self.method.parameters:
+            assert param.name in schema, f"{param.name}: not in the API's JobParams"
+            assert param.name in fields, f"{param.name}: not in the dashboard's job form"
+            for command, flags in options.items():  # jobs submit: any flag (forwarded)
+                assert param.flag in flags, f"{param.flag}: not an option of dpsyn {command}"
+
+
+def _row(plan: MethodPlan) -> dict[str, Any]:
+    stored = plan.stored()
+    return {
+        "config": copy.deepcopy(dict(stored.config)),
+        "schedule": list(stored.schedule),
+        "delta": stored.delta,
+        "event": to_dict(plan.event()),
+        "epsilon": plan.epsilon(),
+        "progress_total": plan.progress_total,
+    }
+
+
+def _public_part(result: SynthesisResult, dp_stats: Sequence[str]) -> dict[str, Any]:
+    """What of a result is not a DP output: everything but the demonstrations, the prompt,
+    the soft prompt and :attr:`MethodContract.dp_stats`."""
+    data = result.to_dict()
+    for name in ("demonstrations", "prompt", "soft_prompt"):
+        data.pop(name, None)
+    data["stats"] = {k: v for k, v in result.stats.items() if k not in dp_stats}
+    return data
+
+
+def _words(error: BaseException) -> str:
+    """Everything an error says: its message, notes, and those of its causes."""
+    said, seen = [], set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        said += [str(current), *map(str, getattr(current, "__notes__", []))]
+        current = current.__cause__ or current.__context__
+    return "\n".join(said)
+
+
+class FailingBackend:
+    """A backend whose model fails on its second call (after tokenizing works)."""
+
+    def __init__(self, inner: LLMBackend) -> None:
+        self._inner, self.calls = inner, 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    def _maybe_fail(self) -> None:
+        self.calls += 1
+        if self.calls >= 2:
+            raise BackendError("the model failed (the contract's test)")
+
+    def next_token_probs(self, prompts: Any, token_sets: Any) -> Any:
+        self._maybe_fail()
+        return self._inner.next_token_probs(prompts, token_sets)
+
+    def top_k(self, prompts: Any, k: int) -> Any:
+        self._maybe_fail()
+        return self._inner.top_k(prompts, k)
+
+
+@contextmanager
+def _registered(method: Method) -> Iterator[None]:
+    if registry.find_method(method.name) is method:
+        yield
+        return
+    with registry.registered(method):
+        yield
+
+
+def _job_params_schema() -> set[str]:
+    """The parameters the API's document offers (``JobParams``), built as the app builds it."""
+    from app.api.schemas import JobParams
+
+    return set(JobParams.model_json_schema().get("properties", {}))
+
+
+def _form_fields() -> set[str]:
+    from app.api.routes.ui.forms import job_form_options
+
+    return {field["name"] for field in job_form_options()["fields"]}
+
+
+def _cli_options() -> dict[str, set[str]]:
+    """Each command's option flags, from the ``dpsyn`` command as typer builds it now."""
+    import typer
+
+    from app.cli import app
+
+    root = typer.main.get_command(app)
+    out = {}
+    for path in CLI_COMMANDS:
+        command: Any = root
+        for name in path:
+            command = command.commands[name]
+        out[" ".join(path)] = {opt for param in command.params for opt in param.opts}
+    return out

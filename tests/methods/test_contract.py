@@ -1,0 +1,135 @@
+"""The method contract (app/contract.py) on the built-in methods and on the example plug-in
+(tests/methods/echo.py, written as docs/service.md's walkthrough says), and on broken
+methods: each clause fails the method that breaks it."""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+from typing import ClassVar
+
+import numpy as np
+import pytest
+
+from app.contract import FailingBackend, MethodContract
+from app.methods import declare
+from app.methods.registry import get_method
+from tests.methods.echo import ECHO, Echo, EchoConfig, EchoPlan
+
+TOKEN_LOOP = {"M": 2, "N": 2, "tmax": 4, "K": 8, "min_words": 1}
+DP_TOKEN_STATS = ("backend_calls", "empty_demonstrations", "short_demonstrations",
+                  "echo_demonstrations")  # fmt: skip
+
+
+class TestTang(MethodContract):
+    method = get_method("tang")
+    params = TOKEN_LOOP
+    dp_stats = DP_TOKEN_STATS
+
+
+class TestAdaDPSyn(MethodContract):
+    method = get_method("adadpsyn")
+    params = TOKEN_LOOP
+    dp_stats = DP_TOKEN_STATS
+
+
+class TestPromptPATE(MethodContract):
+    method = get_method("promptpate")
+    params: ClassVar = {"teachers": 4, "queries": 20, "candidates": 2, "group_size": 8}
+
+
+class TestEcho(MethodContract):
+    method = ECHO
+
+    def test_no_record_reaches_an_error(self) -> None:
+        """Echo asks no model: a failing one changes nothing (the contract's clause skips)."""
+        plan = self.plan()
+        failing = FailingBackend(self.backend())
+        assert plan.run(self.records(), failing, None) == plan.run(
+            self.records(), self.backend(), None
+        )
+
+
+class TestPromptDPSGD(MethodContract):
+    """On the tiny model of tests/promptdpsgd (DP-SGD needs a local model's gradients)."""
+
+    method = get_method("promptdpsgd")
+    params: ClassVar = {"steps": 2, "batch_size": 4, "prompt_length": 2}
+
+    def backend(self):
+        from tests.promptdpsgd.tiny import tiny_backend
+
+        return tiny_backend()
+
+
+# --- negative controls: a method that breaks one clause fails that clause ----------------------
+
+
+class _Broken(Echo):
+    """Echo with one clause broken by a subclass (registered under its own name)."""
+
+    flaw = ""
+
+    def plan(self, task, config, counts):
+        return _BrokenPlan(**vars(super().plan(task, config, counts)), flaw=self.flaw)
+
+    def rebuild(self, task, stored):
+        return _BrokenPlan(**vars(super().rebuild(task, stored)), flaw=self.flaw)
+
+
+@dataclass(frozen=True)
+class _BrokenPlan(EchoPlan):
+    flaw: str = ""
+
+    def epsilon(self) -> float:
+        honest = super().epsilon()
+        return honest / 2 if self.flaw == "underpriced" else honest
+
+    def run(self, records, backend, progress, public=()):
+        result = super().run(records, backend, progress, public)
+        if self.flaw == "counts":  # an exact count written where no DP output is
+            result.stats["records"] = len(records)
+        if self.flaw == "unseeded":
+            result.stats["draw"] = float(np.random.default_rng().random())
+        if self.flaw == "error":
+            try:
+                for record in records:  # asks the model about each record
+                    backend.top_k([backend.tokenize(record.text)], 1)
+            except Exception as error:
+                raise ValueError(f"failed on {records[0].text!r}") from error
+        return result
+
+
+def _broken(flaw: str, flags: dict[str, str] | None = None) -> Echo:
+    class Flawed(_Broken):
+        name = f"echo-{flaw}"
+        stored_key = "echo"
+        parameters = declare(EchoConfig, ("repeat",), flags=flags or {"repeat": f"--{flaw}-rep"})
+
+    Flawed.flaw = flaw
+    return Flawed()
+
+
+@pytest.mark.parametrize(
+    ("flaw", "clause"),
+    [
+        ("underpriced", "test_the_plan_prices_what_the_ledger_reserves"),
+        ("counts", "test_only_dp_outputs_differ_between_neighbours"),
+        ("unseeded", "test_a_seeded_run_repeats"),
+        ("error", "test_no_record_reaches_an_error"),
+    ],
+)
+def test_each_clause_fails_the_method_that_breaks_it(flaw: str, clause: str) -> None:
+    contract = type("Contract", (MethodContract,), {"method": _broken(flaw)})()
+    with pytest.raises(AssertionError):
+        getattr(contract, clause)()
+    with contextlib.suppress(pytest.skip.Exception):  # echo asks no model: that clause skips
+        getattr(TestEcho(), clause)()  # the honest method passes the same clause
+
+
+def test_a_parameter_no_command_can_take_fails_the_entry_point_clause() -> None:
+    """A flag that is one of ``dpsyn eval``'s own options (``--seeds``): eval cannot offer it."""
+    contract = type("Contract", (MethodContract,), {"method": _broken("", {"repeat": "--seeds"})})()
+    with pytest.raises((AssertionError, ValueError)):
+        contract.test_every_parameter_reaches_every_entry_point()
+    TestEcho().test_every_parameter_reaches_every_entry_point()  # the honest one passes
