@@ -55,6 +55,9 @@ _EXPORTS = {
     "LLMBackend": "app.llm.base",
     "Accounting": "app.privacy.accounting",
     "accountant_for": "app.privacy.accounting",
+    # the one noise search: the least noise whose event meets a target epsilon
+    "smallest_noise": "app.privacy.noise_search",
+    "CalibrationError": "app.privacy.noise_search",
     "DatasetEvent": "app.privacy.events",
     "DpsgdEvent": "app.privacy.events",
     "GaussianEvent": "app.privacy.events",
@@ -76,6 +79,7 @@ __all__ = [
     "COUNT_RELEASE_SHARE",
     "DEFAULT_DELTA",
     "Accounting",
+    "CalibrationError",
     "ComposedEvent",
     "CountRelease",
     "Counts",
@@ -114,6 +118,7 @@ __all__ = [
     "register",
     "registered",
     "release_counts",
+    "smallest_noise",
     "to_dict",
     "unregister",
 ]
@@ -135,6 +140,7 @@ if TYPE_CHECKING:  # the same names, for type checkers (at run time: __getattr__
         SynthesisEvent,
         to_dict,
     )
+    from app.privacy.noise_search import CalibrationError, smallest_noise
     from app.privacy.unit import (
         COUNT_RELEASE_SHARE,
         DEFAULT_DELTA,

@@ -14,21 +14,17 @@ The answer is a function of public inputs only, so it is remembered by them
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from app.privacy import calibration_cache
 from app.privacy.budget import is_epsilon
+from app.privacy.noise_search import CalibrationError, smallest_noise
 from app.privacy.synthesis import SynthesisPrivacy
 
 MIN_MULTIPLIER = 1e-2
 MAX_MULTIPLIER = 1e4
-
-
-class CalibrationError(ValueError):
-    """No multiplier in range meets the target."""
 
 
 @dataclass(frozen=True)
@@ -107,58 +103,25 @@ def calibration_inputs(privacy: SynthesisPrivacy, target: NoiseTarget) -> dict[s
 
 
 def search_noise(privacy: SynthesisPrivacy, target: NoiseTarget) -> Calibration:
-    """The search itself, never cached (what :func:`calibrate_noise` remembers)."""
+    """The search itself (:func:`app.privacy.noise_search.smallest_noise`), never cached
+    (what :func:`calibrate_noise` remembers)."""
     target_epsilon, delta = target.target_epsilon, target.delta
 
-    def eps(multiplier: float) -> float:
-        return target.epsilon(privacy, multiplier)
+    def refusal(multiplier: float, epsilon: float) -> str:
+        return (
+            f"target epsilon {target_epsilon:g} at delta {delta:g} cannot be met: even with "
+            f"the free noise multiplier at {multiplier:g} the job costs {epsilon:.4g} (the "
+            "fixed mechanisms or the number of tokens already exceed the budget; raise "
+            "sigma0/sigma2, lower T, tmax, shots or M*N, or ask for a larger epsilon)"
+        )
 
-    # Bracket the answer by doubling/halving from 1. Evaluations stay near the target
-    # epsilon, where privacy loss distributions are cheap to compute.
-    lo, hi = 1.0, 1.0
-    eps_lo = eps_hi = eps(1.0)
-    while eps_hi > target_epsilon:
-        if hi >= MAX_MULTIPLIER:
-            raise CalibrationError(
-                f"target epsilon {target_epsilon:g} at delta {delta:g} cannot be met: even with "
-                f"the free noise multiplier at {hi:g} the job costs {eps_hi:.4g} (the fixed "
-                f"mechanisms or the number of tokens already exceed the budget; raise "
-                f"sigma0/sigma2, lower T, tmax, shots or M*N, or ask for a larger epsilon)"
-            )
-        lo, eps_lo = hi, eps_hi
-        hi = min(2 * hi, MAX_MULTIPLIER)
-        eps_hi = eps(hi)
-    while eps_lo <= target_epsilon:
-        if lo <= MIN_MULTIPLIER:
-            return Calibration(privacy.with_free_multiplier(lo), lo, eps_lo)
-        hi, eps_hi = lo, eps_lo
-        lo = max(lo / 2, MIN_MULTIPLIER)
-        eps_lo = eps(lo)
-
-    # Invariant: eps(lo) > target >= eps(hi). Illinois false position on
-    # (log sigma, log eps - log target), which is nearly linear; bisection if it misbehaves.
-    def gap(value: float) -> float:
-        return math.log(max(value, 1e-300)) - math.log(target_epsilon)
-
-    a, b = math.log(lo), math.log(hi)
-    fa, fb = gap(eps_lo), gap(eps_hi)
-    side = 0
-    for _ in range(target.max_iter):
-        if eps_hi >= target_epsilon * (1 - target.rel_tol) or b - a < 1e-9:
-            break
-        guess = b - fb * (b - a) / (fb - fa) if math.isfinite(fa) else (a + b) / 2
-        if not a < guess < b:
-            guess = (a + b) / 2
-        mid = math.exp(guess)
-        eps_mid = eps(mid)
-        if eps_mid > target_epsilon:
-            a, fa, lo, eps_lo = guess, gap(eps_mid), mid, eps_mid
-            if side == -1:
-                fb /= 2
-            side = -1
-        else:
-            b, fb, hi, eps_hi = guess, gap(eps_mid), mid, eps_mid
-            if side == 1:
-                fa /= 2
-            side = 1
-    return Calibration(privacy.with_free_multiplier(hi), hi, eps_hi)
+    found = smallest_noise(
+        lambda multiplier: target.epsilon(privacy, multiplier),
+        target_epsilon,
+        low=MIN_MULTIPLIER,
+        high=MAX_MULTIPLIER,
+        rel_tol=target.rel_tol,
+        max_iter=target.max_iter,
+        refusal=refusal,
+    )
+    return Calibration(privacy.with_free_multiplier(found.noise), found.noise, found.epsilon)

@@ -30,14 +30,13 @@ for add/remove neighbours, whatever the true ``n``.
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
 from app.privacy.accounting import Accounting, accountant_for, sampling_for
 from app.privacy.budget import is_epsilon
 from app.privacy.calibration import MAX_MULTIPLIER, MIN_MULTIPLIER, CalibrationError
 from app.privacy.events import DpsgdEvent, GaussianEvent
+from app.privacy.noise_search import smallest_noise
 from app.privacy.sampling import Sampling
 
 
@@ -85,9 +84,8 @@ def calibrate_dpsgd(
 ) -> tuple[float, float]:
     """Smallest ``sigma`` (noise std over ``C``) whose job epsilon, the count release of
     multiplier ``count_sigma`` included, is <= the target, within ``rel_tol`` below it, and
-    that epsilon. Bisection on log sigma (epsilon decreases in sigma); the returned point is
-    always on the safe side. The refusal names ``n`` only when it is public
-    (``count_sigma`` None)."""
+    that epsilon (epsilon decreases in sigma: :func:`app.privacy.noise_search.smallest_noise`,
+    the safe side). The refusal names ``n`` only when it is public (``count_sigma`` None)."""
     if not is_epsilon(target_epsilon):
         raise CalibrationError(f"target epsilon must be a positive number, got {target_epsilon}")
 
@@ -97,39 +95,24 @@ def calibrate_dpsgd(
         )
         return dpsgd_epsilon(event, accounting, delta)
 
-    lo, hi = 1.0, 1.0
-    eps_hi = eps(hi)
-    while eps_hi > target_epsilon:
-        if hi >= MAX_MULTIPLIER:
-            records = f" of {n} records" if count_sigma is None else ""
-            raise CalibrationError(
-                f"target epsilon {target_epsilon:g} at delta {delta:g} cannot be met with "
-                f"{steps} steps at batch size {batch_size}{records} (lower steps or "
-                "batch_size, or ask for a larger epsilon)"
-            )
-        lo, hi = hi, min(2 * hi, MAX_MULTIPLIER)
-        eps_hi = eps(hi)
-    if lo == hi:  # sigma = 1 already meets the target: search downwards
-        while True:
-            if lo <= MIN_MULTIPLIER:
-                return lo, eps(lo)
-            candidate = max(lo / 2, MIN_MULTIPLIER)
-            value = eps(candidate)
-            if value > target_epsilon:
-                lo = candidate
-                break
-            hi, eps_hi, lo = candidate, value, candidate
-    # Invariant: eps(lo) > target >= eps(hi).
-    for _ in range(max_iter):
-        if eps_hi >= target_epsilon * (1 - rel_tol) or hi / lo < 1 + 1e-9:
-            break
-        mid = math.sqrt(lo * hi)
-        value = eps(mid)
-        if value > target_epsilon:
-            lo = mid
-        else:
-            hi, eps_hi = mid, value
-    return hi, eps_hi
+    def refusal(_sigma: float, _epsilon: float) -> str:
+        records = f" of {n} records" if count_sigma is None else ""
+        return (
+            f"target epsilon {target_epsilon:g} at delta {delta:g} cannot be met with "
+            f"{steps} steps at batch size {batch_size}{records} (lower steps or "
+            "batch_size, or ask for a larger epsilon)"
+        )
+
+    found = smallest_noise(
+        eps,
+        target_epsilon,
+        low=MIN_MULTIPLIER,
+        high=MAX_MULTIPLIER,
+        rel_tol=rel_tol,
+        max_iter=max_iter,
+        refusal=refusal,
+    )
+    return found.noise, found.epsilon
 
 
 def check_any_count_meets(

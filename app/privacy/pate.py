@@ -42,6 +42,7 @@ from app.privacy.budget import is_epsilon
 from app.privacy.calibration import CalibrationError
 from app.privacy.events import PateEvent
 from app.privacy.mechanisms import GaussianMechanism, Relation
+from app.privacy.noise_search import smallest_noise
 
 # max count and histogram (L2) sensitivity of the vote of a keyed-hash teacher ensemble
 _SENSITIVITY = {
@@ -155,33 +156,24 @@ class PatePrivacy:
 
 def mu_for_epsilon(epsilon: float, delta: float, accounting: Accounting) -> float:
     """The largest GDP parameter ``mu`` whose event costs at most ``epsilon`` at ``delta``
-    under the accountant of ``accounting`` (bisection on log mu; the safe end is returned)."""
+    under the accountant of ``accounting``: the least noise 1/mu
+    (:func:`app.privacy.noise_search.smallest_noise`, within 1e-6 of the target; the safe
+    end). A noise of 1e-3 (mu 1000) is the least offered."""
     if not is_epsilon(epsilon):
         raise CalibrationError(f"target epsilon must be a positive number, got {epsilon}")
     accountant = accountant_for(accounting)
     relation = accountant.relation.value
 
-    def cost(mu: float) -> float:
-        return accountant.epsilon(PateEvent(1.0 / mu, relation), delta)
+    def cost(noise: float) -> float:
+        return accountant.epsilon(PateEvent(noise, relation), delta)
 
-    lo, hi = 1e-4, 1.0
-    if cost(lo) > epsilon:
-        raise CalibrationError(
-            f"target epsilon {epsilon:g} at delta {delta:g} is too small for any PromptPATE job"
-        )
-    while cost(hi) <= epsilon:
-        lo, hi = hi, hi * 2.0
-        if hi > 1e3:
-            return lo
-    for _ in range(60):
-        mid = math.sqrt(lo * hi)
-        if cost(mid) <= epsilon:
-            lo = mid
-        else:
-            hi = mid
-        if hi / lo < 1 + 1e-6:
-            break
-    return lo
+    def refusal(_noise: float, _epsilon: float) -> str:
+        return f"target epsilon {epsilon:g} at delta {delta:g} is too small for any PromptPATE job"
+
+    found = smallest_noise(
+        cost, epsilon, low=1e-3, high=1e4, rel_tol=1e-6, max_iter=200, refusal=refusal
+    )
+    return 1.0 / found.noise
 
 
 def plan_pate_privacy(
