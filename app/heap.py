@@ -1,4 +1,4 @@
-"""Keep the cycle collector off the objects a server holds for its whole life (issue 23).
+"""Keep the cycle collector off the objects a server holds for its whole life.
 
 CPython's oldest-generation collection walks every tracked object: in ``dpsyn serve`` about
 200,000 after the imports and the app are built, many more once the model is loaded. Each

@@ -218,7 +218,7 @@ class Settings(BaseSettings):
     def _capacity(self) -> Settings:
         # Sized from the thread pool unless set: every thread can hold a connection, so
         # none blocks on the pool while a finished request waits for a thread to release
-        # its own (the deadlock of issue 10).
+        # its own (else every thread can wait for a connection only a thread can give back).
         if self.max_concurrent_requests is None:
             self.max_concurrent_requests = self.request_threads
         if self.db_pool_size is None:

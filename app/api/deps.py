@@ -4,15 +4,15 @@
 committed is rolled back when the request ends. ``AdminKey`` admits only ``admin`` keys;
 ``AnyKey`` also ``prompts:read`` keys (for the prompt routes). Both carry the tenant, which
 every service call is scoped to, and both apply the rate limits of :mod:`app.api.limits`
-(the key's own, and its client address's failed checks). Neither admits an ``org:read`` key
-(issue 34): it reads every tenant's budgets through the routes that ask for ``OrgKey`` or
+(the key's own, and its client address's failed checks). Neither admits an ``org:read`` key:
+it reads every tenant's budgets through the routes that ask for ``OrgKey`` or
 ``BudgetReader`` and nothing else, so every other route answers it 403.
 
 Authentication records the key's last use (``api_keys.last_used_at``) at most once a minute
 per key (:class:`app.services.key_cache.LastUsedThrottle`), in the background: a request
 never waits for that write, and a key served from the cache writes no more often.
 
-Connections are held as briefly as the handlers allow (issue 10: under load every request
+Connections are held as briefly as the handlers allow (under load every request
 thread waited for a connection that finished requests could not give back, because giving it
 back needed a thread too). The session is made on the event loop (that takes no connection;
 the first query does) and closed there unless it holds one; authentication runs on a session
@@ -261,7 +261,7 @@ async def get_principal(
     return principal
 
 
-# --- the remembered keys, renewed together (issue 44) ----------------------------------------
+# --- the remembered keys, renewed together ----------------------------------------
 
 #: How often a process looks every key it remembers up again, in one query per 500 keys:
 #: well within ``KEY_TTL_S``, so that a remembered key never expires under its traffic and
@@ -298,7 +298,7 @@ def _renew_keys(app: FastAPI, preload: bool) -> None:
     cache.renew(live, asked, generation)
 
 
-# --- last use (issue 34) ---------------------------------------------------------------------
+# --- last use ---------------------------------------------------------------------
 
 
 #: Uses of keys due to be written are gathered for this long and written in one statement:
@@ -419,5 +419,5 @@ def dataset_ref(dataset_id: str, principal: AdminKey, session: SessionDep) -> st
     return resolve_ref(session, principal.tenant_id, dataset_id)
 
 
-#: A route's ``{dataset_id}``: the ID, or the dataset's unique name (issue 43).
+#: A route's ``{dataset_id}``: the ID, or the dataset's unique name.
 DatasetRef = Annotated[str, Depends(dataset_ref)]

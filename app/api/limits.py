@@ -5,7 +5,7 @@ The checks of a request's path, query and body size, which come before any rate,
 
 Rates are token buckets (``per_minute`` a minute, ``burst`` at once; past them 429
 ``rate_limited`` with ``Retry-After`` and the limit's name), counted by :class:`Limiter` where
-the caller is known, never for what a request merely presents (issue 21: a bucket per
+the caller is known, never for what a request merely presents (a bucket per
 presented token let 10,001 fake keys, each a database lookup, evict a real key's bucket):
 
 * ``key``: each authenticated API key, by key ID, on the API and the dashboard alike

@@ -1,6 +1,6 @@
 """Capacity: a bounded number of requests at once, and 503 + Retry-After past it.
 
-Before this (issue 10), every request was let in: with more clients than request threads,
+Before this, every request was let in: with more clients than request threads,
 all threads waited for a database connection while the requests holding the connections
 waited for a thread to finish, until the pool's 30 s timeout answered 500 for half of them
 and ``/healthz`` stopped answering. Now:

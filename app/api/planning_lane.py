@@ -3,7 +3,7 @@
 A job's plan (its noise calibration, AdaDPSyn's planner) takes from milliseconds (a shape
 seen before) to seconds (a new one). Quotes and submissions plan before they answer, so a
 burst of them once held every request slot: 16 quotes from one tenant made another tenant's
-``GET /v1/datasets`` answer 503 for 68 of 95 requests (issue 42). The lane sits in front of
+``GET /v1/datasets`` answer 503 for 68 of 95 requests. The lane sits in front of
 the main gate (``app.api.overload``), so a request waiting here holds no slot and no thread:
 
 * at most ``limit`` plans run at once in the process (below the main gate's limit), and at

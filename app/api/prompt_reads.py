@@ -1,5 +1,5 @@
 """The prompt read's hot path: ``GET /v1/prompts/{id}`` answered from the caches in front of
-the router (issue 44).
+the router.
 
 A downstream app reads its prompt without limit, and a read whose key and body are both in
 this process's caches needs nothing of FastAPI: no route matching over the API's routes, no

@@ -75,7 +75,7 @@ def load_method_plugins(argv: Sequence[str]) -> None:
         raise SystemExit(2) from None
 
 
-#: Options that every client command takes, accepted before the command too (issue 43:
+#: Options that every client command takes, accepted before the command too (
 #: ``dpsyn --url URL jobs list`` was refused; options went only after the subcommand).
 GLOBAL_OPTIONS = ("--url", "--key")
 

@@ -4,7 +4,7 @@ An operator's tool, not a client of the API: it needs database access (``DPSYN_D
 else the embedded ``./.dpsyn/dpsyn.db``), which is the privilege it stands for. There is
 deliberately no HTTP route that creates tenants: every API key belongs to one tenant, and a
 key that could act across tenants would be the one credential whose leak exposes all of them.
-The one cross-tenant key, ``org:read`` (issue 34: every tenant's budgets, read-only, nothing
+The one cross-tenant key, ``org:read`` (every tenant's budgets, read-only, nothing
 else), is therefore created here only (``dpsyn admin keys create TENANT --scope org:read``).
 
 A new key is printed once, alone on stdout (so that ``KEY=$(dpsyn admin ...)`` works), and only

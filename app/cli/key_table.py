@@ -10,7 +10,7 @@ KEY_COLUMNS = ["ID", "NAME", "SCOPE", "STATUS", "CREATED", "LAST USED"]
 
 def key_cells(row: dict[str, Any]) -> list[str]:
     """One key's cells under :data:`KEY_COLUMNS` (also ``dpsyn admin keys list``'s). A server
-    before issue 34 sends no name or last use: shown as "-" and "never"."""
+    before migration 0014 sends no name or last use: shown as "-" and "never"."""
     last = row.get("last_used_at")
     return [
         row["id"],

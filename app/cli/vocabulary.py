@@ -53,7 +53,7 @@ _ID = r"(\{id\}|\{[a-z_]+_id\}|[A-Za-z0-9_.-]+)"
 #: A route named in a message -> the command that does the same (``{0}``: the route's ID,
 #: ``ID`` when the message names a placeholder).
 ROUTE_COMMANDS: list[tuple[re.Pattern[str], str]] = [
-    # before the field rules, which would leave "GET /v1/budgets?--all-tenants" (issue 43)
+    # before the field rules, which would leave "GET /v1/budgets?--all-tenants"
     (re.compile(r"GET /v1/budgets\?all_tenants=true"), "'dpsyn budget list --all-tenants'"),
     (re.compile(rf"PUT /v1/datasets/{_ID}/budget\b"), "'dpsyn budget set {0} --epsilon TOTAL'"),
     (re.compile(rf"GET /v1/datasets/{_ID}/budget\b"), "'dpsyn budget show {0}'"),

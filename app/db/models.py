@@ -80,12 +80,12 @@ class ApiKey(Base):
     scope: Mapped[str] = mapped_column(String(32), default=KeyScope.ADMIN.value)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=now)
     revoked: Mapped[bool] = mapped_column(Boolean, default=False)
-    # Migration 0014 (issue 34). A name the creator chose (NULL: none; keys made before had
+    # Migration 0014. A name the creator chose (NULL: none; keys made before had
     # none), and when the key last opened the API or the dashboard, written at most once a
     # minute per key (app.services.key_cache.LastUsedThrottle): never a write per request.
     name: Mapped[str | None] = mapped_column(String(100), nullable=True)
     last_used_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
-    # Migration 0018 (issue 44): what the key asked of the engine through the OpenAI-compatible
+    # Migration 0018: what the key asked of the engine through the OpenAI-compatible
     # endpoint (app.services.openai_compat.record_usage), one write per answer.
     usage_requests: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
     usage_prompt_tokens: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
@@ -121,7 +121,7 @@ class Dataset(Base):
     record_count: Mapped[int] = mapped_column(Integer)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=now)
     deleted_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
-    # Migration 0012 (issue 32). The owner's opt-in that the per-label record counts of this
+    # Migration 0012. The owner's opt-in that the per-label record counts of this
     # private dataset are public: jobs then plan with the exact counts and release none;
     # otherwise every job releases the counts it plans with under DP (charged). Audited:
     # when and by which API key (an ID, never the key) the current setting was chosen (at
@@ -263,7 +263,7 @@ class AdviceStatus(StrEnum):
 
 
 class AdviceRun(Base):
-    """Migration 0013 (issue 33): one ``advise`` run on a public labelled dataset
+    """Migration 0013: one ``advise`` run on a public labelled dataset
     (:mod:`app.eval.advice`). Public inputs and outputs only: never charged, no ledger."""
 
     __tablename__ = "advice_runs"
@@ -274,7 +274,7 @@ class AdviceRun(Base):
     status: Mapped[str] = mapped_column(String(16), default=AdviceStatus.QUEUED.value, index=True)
     progress_done: Mapped[int] = mapped_column(Integer, default=0)
     progress_total: Mapped[int] = mapped_column(Integer, default=0)
-    # Migration 0016 (issue 42): the runner that claimed it and until when (renewed while it
+    # Migration 0016: the runner that claimed it and until when (renewed while it
     # runs), a cancellation asked of a running run, and the tenant's place in its own queue
     # when the run was created (runners take every tenant's first run before any second).
     owner: Mapped[str | None] = mapped_column(String(64), nullable=True)
@@ -313,7 +313,7 @@ class LedgerEntry(Base):
 
 
 class CountReleaseRow(Base):
-    """Migration 0015 (issue 41): the one release of a dataset's per-label counts for one
+    """Migration 0015: the one release of a dataset's per-label counts for one
     version of its records (``digest``: the SHA-256 of the exact counts, never shown), as
     drawn (``noisy``: a DP output), with its noise multiplier and cost. Charged by the
     ledger row of kind ``counts`` whose ``job_id`` is this ``id``; never updated."""
@@ -331,7 +331,7 @@ class CountReleaseRow(Base):
 
 
 class PlannerChoiceRecord(Base):
-    """Migration 0017 (issue 42): an AdaDPSyn planner choice remembered by the SHA-256 of its
+    """Migration 0017: an AdaDPSyn planner choice remembered by the SHA-256 of its
     public shape (:mod:`app.privacy.planner_cache`), shared by every process. Public values
     only; a row is never updated."""
 

@@ -1,5 +1,5 @@
 """Advice before spending: run the candidate methods on a *public* labelled set as if it were
-the private data, and recommend a method, a shot count and an epsilon (issue 33).
+the private data, and recommend a method, a shot count and an epsilon.
 
 Why. A team has one privacy budget per dataset and no way to see, before spending it,
 whether a DP prompt will beat asking the model with no demonstrations at all: on small
@@ -93,7 +93,7 @@ class AdviceConfig(BaseModel):
 
     def shape_note(self, task: TaskSpec) -> str | None:
         """What the advice measures that a job at its defaults would not, in words; None
-        when it measures the job's own shape (issue 43: advice ran T_max 8 / K 50 against a
+        when it measures the job's own shape (advice ran T_max 8 / K 50 against a
         job's 30 / 100 and did not say so)."""
         measured, job = self.shape(task), job_shape(task)
         changed = [name for name in measured if measured[name] != job[name]]
@@ -190,7 +190,7 @@ class Candidate:
 
     def beats(self, accuracy: float) -> bool:
         """Ahead of ``accuracy`` by more than two standard errors, over two seeds at least:
-        a verdict the measurement can carry (issue 43: one seed once "beat" the majority
+        a verdict the measurement can carry (one seed once "beat" the majority
         label it only tied, with "± 0.0 %")."""
         return len(self.accuracies) >= 2 and self.mean - 2.0 * self.se > accuracy
 

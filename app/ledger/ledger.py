@@ -5,7 +5,7 @@ Every job's cost is described by its event: a composition of primitive events
 named forms (a :class:`~app.privacy.events.SynthesisEvent`, a
 :class:`~app.privacy.events.PateEvent` for PromptPATE, a
 :class:`~app.privacy.events.DpsgdEvent` for PromptDPSGD), so rows written before the
-primitives (issue 35) read and price as they did; any other kind is stored as its
+primitives read and price as they did; any other kind is stored as its
 primitives. A dataset's spend is the
 *composition* of the events of its live jobs (reserved or committed, not released), computed
 by the budget's accountant, which is tighter than adding epsilons; the plain sum is reported

@@ -11,7 +11,7 @@ runs only its suffixes on top of that prefix's KV cache. The suffixes are left-p
 the prefix and the suffix (the padding is masked out and the position ids skip it), so the
 next token is still predicted at the last position.
 
-Incremental decoding (issue 23): inside a job's :meth:`TransformersBackend.kv_scope`, the
+Incremental decoding: inside a job's :meth:`TransformersBackend.kv_scope`, the
 backend also keeps the KV cache of every prompt it answered, in a least-recently-used store
 bounded in bytes (``kv_cache_mb``, default ``DEFAULT_KV_CACHE_MB``) and keyed by token ids.
 A later prompt that starts with a stored prompt (the same prompt one token longer, the shared

@@ -130,7 +130,7 @@ class PromptPate(Method):
     def counts_mode(self, stored: Stored) -> CountsMode | None:
         """Declared public (the config's ``public_counts``: the plan read the count, to
         refuse a dataset that cannot fill a teacher); None otherwise, as the plan reads no
-        private count (and for jobs planned before issue 32)."""
+        private count (and for jobs planned before migration 0012)."""
         if (stored.config.get("pate") or {}).get("public_counts"):
             return CountsMode.DECLARED_PUBLIC
         return None

@@ -104,7 +104,7 @@ class PromptDpsgd(Method):
         # the plan admission reserved if the row is unchanged.
         config = self.stored_config(stored)
         sizes = stored.config["sizes"]
-        # Jobs planned before issue 32 sampled from the exact count ("private").
+        # Jobs planned before migration 0012 sampled from the exact count ("private").
         n_planned = int(sizes.get("planned", sizes.get("private", 0)))
         count_sigma = stored.config.get("count_sigma")
         plan = calibrated_plan(
@@ -118,7 +118,7 @@ class PromptDpsgd(Method):
 
     def counts_mode(self, stored: Stored) -> CountsMode | None:
         """Declared public (the config's ``public_counts``), or released (the stored count
-        release's noise); None for jobs planned before issue 32."""
+        release's noise); None for jobs planned before migration 0012."""
         if (stored.config.get("promptdpsgd") or {}).get("public_counts"):
             return CountsMode.DECLARED_PUBLIC
         if stored.config.get("count_release") or stored.config.get("count_sigma") is not None:

@@ -142,7 +142,7 @@ class TokenLoop(Method):
         config = self.stored_config(stored)
         privacy = SynthesisPrivacy.model_validate(stored.config["plan"])
         planner = dict(stored.config.get("planner") or {})  # absent for older jobs
-        # Jobs planned before issue 32 priced and sampled with the exact counts ("sizes").
+        # Jobs planned before migration 0012 priced and sampled with the exact counts ("sizes").
         planned = stored.config.get("planned_sizes") or stored.config.get("sizes") or {}
         planned_sizes = {str(k): int(v) for k, v in planned.items()}
         schedule = tuple(stored.schedule)
@@ -191,7 +191,7 @@ class TokenLoop(Method):
     def counts_mode(self, stored: Stored) -> CountsMode | None:
         """Declared public (the config's ``public_counts``), or released (the plan has a
         count release's noise); None for a run without noise (epsilon 0 or inf) and for
-        jobs planned before issue 32."""
+        jobs planned before migration 0012."""
         if (stored.config.get("synthesis") or {}).get("public_counts"):
             return CountsMode.DECLARED_PUBLIC
         if stored.config.get("count_release"):

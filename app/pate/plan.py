@@ -4,7 +4,7 @@ The service plans a job at admission (to reserve its privacy charge) and again i
 (to run it), and compares the two events: so planning reads no record, draws no randomness
 and gives the same plan for the same sizes and config.
 
-Nothing planned depends on the number of private records (issue 32, ``app.privacy.unit``):
+Nothing planned depends on the number of private records (``app.privacy.unit``):
 the teachers are ``config.teachers`` (a setting, not a share of the records), the noise and
 the filter budget follow from epsilon, delta (a public default, never 1/|D|) and the public
 dataset's size. That count is read only to refuse a job that cannot fill one teacher prompt,

@@ -1,4 +1,4 @@
-"""How an accountant reads any composition of primitive events (issue 35).
+"""How an accountant reads any composition of primitive events.
 
 Three steps, none of which knows a method or a job kind (``docs/privacy.md``, "Privacy
 events"):

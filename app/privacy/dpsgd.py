@@ -23,7 +23,7 @@ group of the ledger. No I/O, no torch: per-example gradients arrive as a numpy m
 The records ``n`` that the sampling rate ``batch_size / n`` divides by are a public count
 (declared so by the data owner) or the Gaussian release of the dataset's count
 (``app.privacy.unit``), whose multiplier ``count_sigma`` the event carries and the
-calibration prices with the steps (issue 32): the rate is then a post-processing of a DP
+calibration prices with the steps: the rate is then a post-processing of a DP
 output, and Poisson sampling at any rate fixed before the step is amplified as analysed
 for add/remove neighbours, whatever the true ``n``.
 """

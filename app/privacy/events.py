@@ -1,7 +1,7 @@
 """Descriptions of what ran, as plain data, for the accountants to price.
 
 Following ``dp_accounting``, nothing here computes a privacy loss, and any mechanism is
-described by composing a few **primitive events** (issue 35; ``docs/privacy.md``,
+described by composing a few **primitive events** (``docs/privacy.md``,
 "Privacy events"). The accountants (:mod:`app.privacy.accounting`) price any composition of
 primitives, so a new kind of mechanism needs no edit here or there: its method builds its
 event from these.
@@ -320,7 +320,7 @@ class LabelEvent(NamedEvent):
     ``count_release``: the partition's record count was released once, before the rounds,
     with this Gaussian mechanism (L2 sensitivity 1: adding or removing one of its records
     moves the count by 1; ``app.privacy.unit.release_counts``). None: the count is public
-    (declared so by the data owner) or the job predates the release (issue 32).
+    (declared so by the data owner) or the job predates the release.
     """
 
     label: str
@@ -409,7 +409,7 @@ class DpsgdEvent(NamedEvent):
     mechanism (L2 sensitivity 1: adding or removing a record moves the count by 1;
     ``app.privacy.unit.release_counts``). It reads every record, so it joins every exposure
     group with the steps. None: the count is public (declared so by the data owner) or the
-    job predates the release (issue 32).
+    job predates the release.
     """
 
     noise_multiplier: float

@@ -1,4 +1,4 @@
-"""AdaDPSyn planner choices remembered by every process (issue 42).
+"""AdaDPSyn planner choices remembered by every process.
 
 Why. The planner (:func:`app.privacy.planner.choose`) simulates synthetic teachers for each
 public shape (M, K, the grid bucket of Tang's multiplier): 2.8 s at M 10 / K 50 and 8.7 s at

@@ -1,10 +1,10 @@
-"""Advice runs of the service: ``dpsyn advise`` against a public labelled dataset (issue 33).
+"""Advice runs of the service: ``dpsyn advise`` against a public labelled dataset.
 
 An advice run reads only a **public** labelled dataset (uploaded with ``public=true`` and
 labels), so it is never charged and writes no ledger entry: the data are public and the
 outputs are accuracies on them.
 
-Runs are a queue in the database, shared by every process (issue 42: each lived in the memory
+Runs are a queue in the database, shared by every process (each lived in the memory
 of the API process that accepted it, without a cap, and a second replica starting failed them
 all). An :class:`AdviceRunner` (one thread, in each process that serves the model: the API's
 when embedded, each worker's when distributed) claims the next queued run with a conditional

@@ -53,12 +53,13 @@ from .ledger_csv import entry_labels, ledger_csv
 def default_delta() -> float:
     """A new budget's delta when the owner sets none: :data:`DEFAULT_DELTA`, public and the
     same for every dataset. Never 1/|D| (the papers' convention, and this service's default
-    before issue 32): every prompt carries its job's delta, and 1/|D| is the dataset's size."""
+    before migration 0012): every prompt carries its job's delta, and 1/|D| is the dataset's
+    size."""
     return DEFAULT_DELTA
 
 
 def former_default_delta(record_count: int) -> float:
-    """The default of budgets set before issue 32, 1/|D| (kept below 1); such budgets keep
+    """The default of budgets set before migration 0012, 1/|D| (kept below 1); such budgets keep
     it (and their ledger), and are told so (:func:`delta_source`, :func:`delta_note`)."""
     return 1.0 / max(2, record_count)
 
@@ -69,7 +70,7 @@ class DeltaSource(StrEnum):
 
     DEFAULT = "default"  # DEFAULT_DELTA: public, independent of the dataset
     OWNER = "owner"  # set by the data owner
-    FORMER_DEFAULT = "former_default"  # 1/|D| of this dataset: a budget set before issue 32
+    FORMER_DEFAULT = "former_default"  # 1/|D| of this dataset: a budget set before migration 0012
 
 
 def delta_source(delta: float, record_count: int) -> DeltaSource:
@@ -88,7 +89,7 @@ def delta_note(delta: float, record_count: int) -> str | None:
 
     Above 1/|D|: a mechanism may then fail to protect a whole record outright with that
     probability, about one record of the dataset. Equal to 1/|D|, as budgets set before
-    issue 32 by default: every prompt of a job at it tells its readers the dataset's size."""
+    migration 0012 by default: every prompt of a job at it tells its readers the dataset's size."""
     inverse = former_default_delta(record_count)
     if delta_source(delta, record_count) is DeltaSource.FORMER_DEFAULT:
         return (
@@ -258,7 +259,7 @@ def count_release_views(
     session: Session, budget: Budget, current_id: str | None
 ) -> list[CountReleaseView]:
     """The dataset's count releases from its ledger (entries of kind ``counts``), oldest
-    first; [] for a ledger written before releases were charged (issue 41)."""
+    first; [] for a ledger written before releases were charged."""
     accounting = Accounting(budget.accounting)
     return [
         CountReleaseView(
@@ -322,7 +323,7 @@ def set_budget(
 ) -> Budget:
     """Create or change the dataset's budget; commits. ``delta`` and ``warn_threshold`` None
     keep the budget's (a new budget: :func:`default_delta`, :data:`DEFAULT_WARN_THRESHOLD`):
-    a budget set before issue 32 keeps its delta, and its ledger's epsilons, until the owner
+    a budget set before migration 0012 keeps its delta, and its ledger's epsilons, until the owner
     sets another."""
     if not is_epsilon(epsilon):
         raise InvalidError(f"epsilon: {EPSILON_RULE}, got {epsilon}")

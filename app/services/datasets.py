@@ -415,7 +415,7 @@ def _store(session: Session, dataset: Dataset, records: list[Record]) -> Dataset
 
 def resolve_ref(session: Session, tenant_id: str, ref: str) -> str:
     """The ID of the tenant's dataset that ``ref`` names: its ID, or the name of exactly one
-    of its datasets whose records are not deleted (issue 43: a unique name got a bare 404).
+    of its datasets whose records are not deleted (a unique name got a bare 404).
     A name that several datasets share is a 409 ``ambiguous_name`` listing their IDs; a ref
     that names none is returned as it came, for the caller's own 404. Names are public
     metadata (the admin's), never records."""

@@ -1,4 +1,4 @@
-"""The organisation view (issue 34): every tenant's budgets, ledgers and job counts, read-only.
+"""The organisation view: every tenant's budgets, ledgers and job counts, read-only.
 
 Only an ``org:read`` key reaches these functions (``GET /v1/budgets?all_tenants=true``, ``GET
 /v1/fleet/ledgers.csv``, the dashboard's ``/ui/fleet``). What they return is what each tenant's
@@ -6,7 +6,7 @@ own budget views return -- budgets, composed spends, ledger entries (job IDs, ep
 names), job counts and times -- plus the tenants' names; never a record, a prompt or a job's
 parameters, so that an organisation can watch spending without reading any tenant's data.
 
-A dataset's spend includes its count release (issue 41: charged once for the dataset, a ledger
+A dataset's spend includes its count release (charged once for the dataset, a ledger
 entry of kind ``counts``), whose part each row's spend states (``Spend.counts_epsilon``) and
 whose entry is a row of its own in the ledgers' CSV. Its released values are never shown.
 """

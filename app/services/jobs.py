@@ -387,7 +387,7 @@ class Quote:
 def label_noise(method: Method | None, config: Mapping[str, Any] | None) -> dict[str, float]:
     """Each label's noise multiplier as a job's stored plan holds it (a token-loop job:
     ``SynthesisPrivacy.noise_by_label``, every label calibrated to its own released size);
-    {} for other methods and for jobs planned before labels had their own noise (issue 41).
+    {} for other methods and for jobs planned before labels had their own noise.
     Read from the stored plan, so that a quote and the job it admits say the same."""
     if not isinstance(method, TokenLoop) or not config or not isinstance(config.get("plan"), dict):
         return {}

@@ -1,4 +1,4 @@
-"""In-process caches for the prompt-read hot path (issue 23): API-key lookups and prompt bodies.
+"""In-process caches for the prompt-read hot path: API-key lookups and prompt bodies.
 
 **Key lookups.** Every API request authenticated against the database: a thread hop and a
 query, most of a prompt read's cost. :class:`KeyCache` remembers a *successful* lookup (the
@@ -43,7 +43,7 @@ from app.db.models import KeyScope
 KEY_TTL_S = 5.0
 #: Most keys remembered per process.
 KEY_CACHE_SIZE = 10_000
-#: Least time between two writes of one key's ``last_used_at`` (issue 34).
+#: Least time between two writes of one key's ``last_used_at``.
 LAST_USED_INTERVAL_S = 60.0
 
 #: The clock entries expire by (a module attribute, so that tests can move it on).
@@ -142,7 +142,7 @@ class CachedKey:
 
 class LastUsedThrottle:
     """When each key's ``last_used_at`` was last written by this process, so that it is
-    written at most once per ``interval_s`` per key (issue 34).
+    written at most once per ``interval_s`` per key.
 
     Authentication records that a key was used, but a write per request would turn every
     prompt read -- served from the cache without any query -- into a database write, and on

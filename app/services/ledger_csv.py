@@ -123,7 +123,7 @@ class LedgerSection:
 
 
 def ledgers_csv(sections: Sequence[LedgerSection]) -> str:
-    """Several datasets' ledgers as one CSV (the organisation's export, issue 34): the columns
+    """Several datasets' ledgers as one CSV (the organisation's export): the columns
     of :func:`ledger_csv` after the tenant's and the dataset's ID and name, each row's
     ``entry`` numbered within its dataset. The names are typed by users, so they pass the same
     formula rule as every other text cell; a dataset with an empty ledger has no row."""

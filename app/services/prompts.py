@@ -356,7 +356,7 @@ def score_prompt(
 ) -> dict[str, Any]:
     """``n`` and ``accuracy`` of the prompt on ``records`` (public), by the one scorer, and
     for classification ``calibrated_accuracy`` (contextual calibration, as ``/complete``
-    answers with ``calibrated``: issue 43, so that a team chooses with both numbers)."""
+    answers with ``calibrated``, so that a team chooses with both numbers)."""
     backend = scoring_backend(source, provider, retry, context="validation")
     score = evaluate(backend, source.task, source.prompt, records, calibrated=True)
     out: dict[str, Any] = {"n": score.n, "accuracy": score.accuracy}
@@ -368,7 +368,7 @@ def score_prompt(
 def baselines(
     task: TaskSpec, records: Sequence[Record], provider: BackendProvider, retry: RetryPolicy
 ) -> dict[str, Any]:
-    """What a prompt must beat, on the same public records (issue 33): zero-shot (the
+    """What a prompt must beat, on the same public records: zero-shot (the
     instruction and the query, no demonstrations, on the plain model: no soft prompt) and,
     for classification, always answering the records' most frequent label. Public inputs
     only, so no privacy cost."""

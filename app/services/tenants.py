@@ -3,7 +3,7 @@
 A raw key is shown once, when it is created; only its SHA-256 (hex) is stored. A key has one
 scope: ``admin`` (everything of its tenant), ``prompts:read`` (read prompts and complete
 with them: differentially private outputs only) or ``org:read`` (every tenant's budgets,
-ledgers and job counts, read-only; only the operator creates one, issue 34). A key may have
+ledgers and job counts, read-only; only the operator creates one). A key may have
 a name (:func:`check_key_name`), and records when it was last used (:func:`touch_last_used`).
 
 Functions here add rows and flush; the caller commits (``session_scope`` does). Revoking a

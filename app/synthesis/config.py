@@ -27,7 +27,7 @@ DEFAULT_MIN_WORDS = 2
 DEFAULT_SHOTS = 4
 #: A task with at most this many labels gets one shot per label by default (at least
 #: DEFAULT_SHOTS), so that its prompt shows every label: 4 shots of TREC's 6 labels left two
-#: unseen, and the model answered those with the labels it had seen (issue 34). Above it, a
+#: unseen, and the model answered those with the labels it had seen. Above it, a
 #: prompt of one shot per label grows long for a small model's context, and the CLI says how
 #: many labels the shots cover.
 COVER_EVERY_LABEL_UP_TO = 8

@@ -221,7 +221,7 @@ def _read_csv(path: Path, lines: list[str], text_col: str, label_col: str) -> li
 
 
 def _separator_hint(path: Path, header: Sequence[str]) -> str:
-    """Why a header may read as one column (issue 43: a ';'-separated file read as "1
+    """Why a header may read as one column (a ';'-separated file read as "1
     columns" with no reason given). Said whatever the row holds, so the message tells
     nothing of a first row that may be a record."""
     if len(header) > 1:

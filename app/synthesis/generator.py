@@ -351,7 +351,7 @@ def _demonstrations(
     """The demonstrations to serve, and the stats that count those left out (post-processing
     of DP outputs, no cost): one that is only whitespace (once what is not text is taken out:
     :func:`only_text`), one that only repeats a label's name or answer word, and one of fewer
-    than ``min_words`` words teach the model nothing about the task (issue 43: "The" and
+    than ``min_words`` words teach the model nothing about the task ("The" and
     "Mean of Transportation" were served on a 14-label task)."""
     written = [
         Demonstration(

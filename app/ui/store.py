@@ -2,7 +2,7 @@
 
 The signed cookie (:mod:`app.ui.session`) proves that this server issued it; the row says that
 it has not been signed out since. Signing out deletes the row, so a copy of the cookie
-replayed afterwards is refused (issue 21, item 7b), on every replica alike, since the rows
+replayed afterwards is refused, on every replica alike, since the rows
 live in the shared database. A row is named by the SHA-256 of the cookie's nonce, not the
 nonce itself: the nonce also keys the session's CSRF tokens, and a database reader should get
 nothing a browser would need.

@@ -66,6 +66,6 @@ def install_dashboard(app: FastAPI, settings: Settings) -> None:
 
 async def to_dashboard() -> RedirectResponse:
     """``/`` is the dashboard: someone who types the service's address lands on a page, not
-    on a 404 (issue 34). 307, so the browser goes on to ``/ui``; the API's own paths
+    on a 404. 307, so the browser goes on to ``/ui``; the API's own paths
     (``/v1/...``, ``/healthz``, ``/docs``) are untouched."""
     return RedirectResponse("/ui", status_code=307)

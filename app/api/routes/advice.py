@@ -1,4 +1,4 @@
-"""Advice before spending (issue 33): measure methods, shots and epsilons on a public
+"""Advice before spending: measure methods, shots and epsilons on a public
 labelled dataset, at no privacy cost (``app.eval.advice``, ``app.services.advice``)."""
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """A dataset's privacy budget and its ledger, and the budgets past their warn threshold.
 
 ``GET /v1/budgets`` answers an admin key with its own tenant's budgets; with
-``all_tenants=true`` it answers an ``org:read`` key with every tenant's (issue 34), and
+``all_tenants=true`` it answers an ``org:read`` key with every tenant's, and
 ``GET /v1/fleet/ledgers.csv`` gives that key every ledger. Each scope asking the other's
 view is a 403 naming why: an admin key never sees another tenant, and an org:read key sees
 budgets only across tenants, never one tenant's datasets, records or jobs.

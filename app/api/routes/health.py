@@ -1,13 +1,13 @@
 """Liveness with a database check, and Prometheus metrics (no API key; a metrics token
 when per-dataset series are wanted).
 
-``/healthz`` must answer while the API is at capacity (issue 10: it queued behind the
+``/healthz`` must answer while the API is at capacity (it queued behind the
 requests it was meant to report on). It is not gated (``app.api.overload``), and its check
 runs on a connection of its own, in a thread of its own, so neither the request threads nor
 the request pools being busy can delay it; it fails 503 after ``HEALTH_TIMEOUT_S``.
 
 Probes that come together share one check, and a check that succeeded less than
-``HEALTH_FRESH_S`` ago answers the next probes at once (issue 42: at 500 clients each probe
+``HEALTH_FRESH_S`` ago answers the next probes at once (at 500 clients each probe
 waited 1.2-1.8 s for a thread and the one connection). A failed check is never reused: the
 next probe checks again.
 """

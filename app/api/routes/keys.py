@@ -1,6 +1,6 @@
 """API keys of the caller's tenant (admin keys only).
 
-A key may be named, and lists show when each was last used (issue 34). A tenant's admin key
+A key may be named, and lists show when each was last used. A tenant's admin key
 creates admin and prompts:read keys only: an org:read key reads every tenant's budgets, so
 only the operator creates one (``dpsyn admin keys create``), and asking for one here is a 403.
 """

@@ -1,6 +1,6 @@
 """Synthesised prompts (DP outputs, readable with a prompts:read key) and Stage 2.
 
-``GET /v1/prompts/{id}`` is what downstream apps call without limit (issue 23). A prompt set
+``GET /v1/prompts/{id}`` is what downstream apps call without limit. A prompt set
 never changes once stored, so its serialised body is built once and kept, per (tenant,
 prompt ID), in a bounded in-process LRU (:data:`PROMPT_CACHE_SIZE` bodies, none over
 :data:`PROMPT_CACHE_MAX_BYTES`), with a strong ETag (the body's SHA-256): a cached read costs

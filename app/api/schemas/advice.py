@@ -16,7 +16,7 @@ from app.db.models import (
 )
 from app.eval.advice import AdviceConfig
 
-# --- advice (issue 33) ----------------------------------------------------------------------
+# --- advice ----------------------------------------------------------------------
 
 
 class AdviceCreate(BaseModel):

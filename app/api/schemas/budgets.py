@@ -158,7 +158,7 @@ class BudgetPublic(BaseModel):
     delta_source: DeltaSource = Field(
         description="Where the delta comes from: default (the public default, the same for "
         "every dataset), owner (set by the data owner), or former_default (1/|D| of this "
-        "dataset, the default of budgets set before issue 32; prompts at it tell their "
+        "dataset, the default of budgets set before migration 0012; prompts at it tell their "
         "readers the dataset's size)."
     )
     delta_note: str | None = Field(

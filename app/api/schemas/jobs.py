@@ -253,22 +253,22 @@ class JobPublic(BaseModel):
         None,
         description="How the job knew the dataset's per-label record counts: released (from "
         "the dataset's count release, charged once to its budget: count_release_id; jobs "
-        "planned before issue 41 released and charged their own, inside their event) or "
+        "planned before migration 0015 released and charged their own, inside their event) or "
         "declared_public (the owner's opt-in on the dataset when the job was admitted); null: "
         "the method reads no counts, or the job was planned before counts were private "
-        "(issue 32).",
+        "(the count release).",
     )
     count_release_id: str | None = Field(
         None,
         description="The dataset's count release the job was planned from (its ledger entry "
         "is of kind counts); null: none (declared public, a method that reads no counts, or "
-        "a job planned before issue 41).",
+        "a job planned before migration 0015).",
     )
     noise: dict[str, float] = Field(
         default_factory=dict,
         description="Each label's noise multiplier (sigma), as the job's plan calibrated it "
         "to the label's own released size (token-loop methods); empty for other methods and "
-        "for jobs planned before labels had their own noise (issue 41).",
+        "for jobs planned before labels had their own noise.",
     )
     shots: int
     progress_note: str | None = Field(

@@ -129,7 +129,7 @@ def validation_verdict(
     """The prompt's score against its baselines, in plain words (the API, the CLI and the
     dashboard say the same). With ``n``, the records scored, a lead within two standard
     errors of the accuracy (binomial over the records) is "cannot tell", with the number of
-    records that would tell a lead of that size (issue 43: "beats ... (+0.021)" was said of
+    records that would tell a lead of that size ("beats ... (+0.021)" was said of
     one record's difference out of 48)."""
     best = max(baselines.zero_shot, baselines.majority or 0.0)
     name = "zero-shot" if best == baselines.zero_shot else "the majority label"

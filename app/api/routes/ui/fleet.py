@@ -1,4 +1,4 @@
-"""The organisation's pages (issue 34) and the keys page.
+"""The organisation's pages and the keys page.
 
 ``/ui/fleet``: for an ``org:read`` sign-in, every tenant's budgeted datasets -- spend against
 budget, threshold state, newest job, jobs running and queued -- filtered by tenant and state

@@ -550,7 +550,7 @@ async def complete(
     return page(request, "prompt.html", ui, prompt=prompt, answer=answer)
 
 
-# --- advice before spending (issue 33) -------------------------------------------------------
+# --- advice before spending -------------------------------------------------------
 
 
 @router.get("/advice", response_class=HTMLResponse)

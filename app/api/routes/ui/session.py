@@ -61,7 +61,7 @@ class Ui:
 
     @property
     def is_org(self) -> bool:
-        """An org:read sign-in: the fleet page only (issue 34)."""
+        """An org:read sign-in: the fleet page only."""
         return self.principal.scope is KeyScope.ORG_READ
 
     def accepts(self, token: str | None) -> bool:

@@ -1,4 +1,4 @@
-"""datasets carry the owner's opt-in that their label counts are public (issue 32)
+"""datasets carry the owner's opt-in that their label counts are public
 
 A private dataset's per-label record counts are private by default: a job releases the
 counts it plans with under DP, charged to the budget (``app.privacy.unit``). The data owner

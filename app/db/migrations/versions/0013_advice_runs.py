@@ -1,4 +1,4 @@
-"""advice runs: candidates measured on a public labelled dataset before spending (issue 33)
+"""advice runs: candidates measured on a public labelled dataset before spending
 
 ``POST /v1/advice`` runs the methods on a public labelled dataset as if it were private and
 stores what it measured (``app.eval.advice``). Public inputs and outputs only: no budget, no

@@ -1,4 +1,4 @@
-"""api keys have a name and a last-used time (issue 34)
+"""api keys have a name and a last-used time
 
 A key's creator may name it (``POST /v1/keys {"name": ...}``, ``dpsyn keys create --name``,
 ``dpsyn admin keys create --name``); authentication records when a key was last used, at most

@@ -1,4 +1,4 @@
-"""a dataset's label counts are released once and charged once (issue 41)
+"""a dataset's label counts are released once and charged once
 
 ``count_releases`` holds each release: the noisy counts as drawn, their noise multiplier, and
 what the release cost (epsilon, delta). ``digest`` names the version of the dataset's records

@@ -1,4 +1,4 @@
-"""advice runs are a queue shared by every process, with leases (issue 42)
+"""advice runs are a queue shared by every process, with leases
 
 Before, an advice run lived in the memory of the API process that accepted it: a second
 replica starting marked every tenant's queued and running runs failed, and the replica still

@@ -1,4 +1,4 @@
-"""AdaDPSyn planner choices shared by every process (issue 42)
+"""AdaDPSyn planner choices shared by every process
 
 The planner simulates synthetic teachers for each public shape (seconds; the largest part of
 a cold quote) and its answer depends on public values only, so it is remembered in

@@ -1,4 +1,4 @@
-"""api keys count what they asked of the engine (issue 44)
+"""api keys count what they asked of the engine
 
 The OpenAI-compatible endpoint (``POST /v1/chat/completions``, ``POST /v1/completions``)
 lets a read key ask the service's model for text, so each key's use is counted: requests,
