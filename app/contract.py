@@ -143,9 +143,9 @@ class MethodContract:
         spell a default out: a built-in config stores delta None, its rebuild 1e-6)."""
         plan = self.plan()
         rebuilt = self.method.rebuild(self.task, plan.stored())
-        first, again = _row(plan), _row(rebuilt)
+        first, again = stored_row(plan), stored_row(rebuilt)
         assert {**first, "config": None} == {**again, "config": None}
-        assert _row(self.method.rebuild(self.task, rebuilt.stored())) == again
+        assert stored_row(self.method.rebuild(self.task, rebuilt.stored())) == again
 
     def test_a_seeded_run_repeats(self) -> None:
         """Fails a run that draws from an unseeded source (the CLI's ``--seed``, the tests)."""
@@ -215,7 +215,9 @@ class MethodContract:
                 assert param.flag in flags, f"{param.flag}: not an option of dpsyn {command}"
 
 
-def _row(plan: MethodPlan) -> dict[str, Any]:
+def stored_row(plan: MethodPlan) -> dict[str, Any]:
+    """The job row a plan writes, whole (it keeps no exact record count: the worker checks
+    the dataset against its own row), with the price and progress it was planned at."""
     stored = plan.stored()
     return {
         "config": copy.deepcopy(dict(stored.config)),

@@ -47,6 +47,28 @@ def test_the_wheel_is_pure_python_and_needs_httpx_alone(client_wheel: Path) -> N
     assert "Requires-Python: >=3.9" in metadata and "Name: dpsyn-client" in metadata
 
 
+def prompt_and_reader(dpsyn, trec_file: Path) -> tuple[str, str]:
+    """A finished job's prompt on the live server, and a new prompts:read key."""
+    dataset = upload(dpsyn, trec_file)
+    assert dpsyn("budget", "set", dataset, "--epsilon", "10").exit_code == 0
+    submitted = dpsyn("jobs", "submit", "--dataset", dataset, "--epsilon", "2", *FAST,
+                      "--wait", "--poll", "0.1", "-q")  # fmt: skip
+    assert submitted.exit_code == 0, submitted.output
+    created = dpsyn("keys", "create", "--scope", "prompts:read", "--json")
+    assert created.exit_code == 0, created.output
+    return submitted.stdout.strip().splitlines()[-1], json.loads(created.stdout)["key"]
+
+
+def clean_venv(tmp_path: Path, client_wheel: Path, *also: str) -> Path:
+    """A new virtualenv holding the client wheel (and ``also``), from local wheels only."""
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
+    pip = [str(venv / "bin" / "python"), "-m", "pip", "install", "--quiet", "--no-index"]
+    subprocess.run([*pip, "--find-links", str(WHEELS), str(client_wheel), *also], check=True,
+                   capture_output=True, text=True, timeout=300)  # fmt: skip
+    return venv
+
+
 APP = """
 import json, sys
 import app  # the app's own package of that name
@@ -74,21 +96,8 @@ def test_an_app_with_its_own_app_package_uses_the_installed_client(
 ) -> None:
     if not any(WHEELS.glob("httpx-*.whl")):
         skip_or_fail(f"no httpx wheel in {WHEELS}: scripts/setup.sh downloads it")
-    dataset = upload(dpsyn, trec_file)
-    assert dpsyn("budget", "set", dataset, "--epsilon", "10").exit_code == 0
-    submitted = dpsyn("jobs", "submit", "--dataset", dataset, "--epsilon", "2", *FAST,
-                      "--wait", "--poll", "0.1", "-q")  # fmt: skip
-    assert submitted.exit_code == 0, submitted.output
-    prompt_id = submitted.stdout.strip().splitlines()[-1]
-    created = dpsyn("keys", "create", "--scope", "prompts:read", "--json")
-    assert created.exit_code == 0, created.output
-    reader = json.loads(created.stdout)["key"]
-
-    venv = tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
-    pip = [str(venv / "bin" / "python"), "-m", "pip", "install", "--quiet", "--no-index"]
-    subprocess.run([*pip, "--find-links", str(WHEELS), str(client_wheel)], check=True,
-                   capture_output=True, text=True, timeout=300)  # fmt: skip
+    prompt_id, reader = prompt_and_reader(dpsyn, trec_file)
+    venv = clean_venv(tmp_path, client_wheel)
     project = tmp_path / "the_app"
     (project / "app").mkdir(parents=True)
     (project / "app" / "__init__.py").write_text("MARK = 'the app of its own'\n")
@@ -143,20 +152,8 @@ def test_the_openai_package_reads_a_dp_prompt_through_the_service(
 ) -> None:
     if not any(WHEELS.glob("openai-*.whl")):
         skip_or_fail(f"no openai wheel in {WHEELS}: scripts/setup.sh downloads it")
-    dataset = upload(dpsyn, trec_file)
-    assert dpsyn("budget", "set", dataset, "--epsilon", "10").exit_code == 0
-    submitted = dpsyn("jobs", "submit", "--dataset", dataset, "--epsilon", "2", *FAST,
-                      "--wait", "--poll", "0.1", "-q")  # fmt: skip
-    assert submitted.exit_code == 0, submitted.output
-    prompt_id = submitted.stdout.strip().splitlines()[-1]
-    created = dpsyn("keys", "create", "--scope", "prompts:read", "--json")
-    reader = json.loads(created.stdout)["key"]
-
-    venv = tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
-    pip = [str(venv / "bin" / "python"), "-m", "pip", "install", "--quiet", "--no-index"]
-    subprocess.run([*pip, "--find-links", str(WHEELS), str(client_wheel), "openai"], check=True,
-                   capture_output=True, text=True, timeout=300)  # fmt: skip
+    prompt_id, reader = prompt_and_reader(dpsyn, trec_file)
+    venv = clean_venv(tmp_path, client_wheel, "openai")
     (tmp_path / "main.py").write_text(OPENAI_APP % (HEAVY,))
     run = subprocess.run(
         [str(venv / "bin" / "python"), "main.py", server, reader, prompt_id],
