@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 from dataclasses import dataclass
 from typing import ClassVar
+from unittest import SkipTest
 
 import numpy as np
 import pytest
@@ -123,7 +124,7 @@ def test_each_clause_fails_the_method_that_breaks_it(flaw: str, clause: str) -> 
     contract = type("Contract", (MethodContract,), {"method": _broken(flaw)})()
     with pytest.raises(AssertionError):
         getattr(contract, clause)()
-    with contextlib.suppress(pytest.skip.Exception):  # echo asks no model: that clause skips
+    with contextlib.suppress(SkipTest):  # echo asks no model: that clause skips
         getattr(TestEcho(), clause)()  # the honest method passes the same clause
 
 
