@@ -70,9 +70,9 @@ def test_a_transcript_answer_stops_at_the_next_turn(backend) -> None:
 
 
 def test_sampling_is_repeatable_under_a_seed_and_varies_without(backend) -> None:
-    params = {"max_tokens": 8, "temperature": 1.5, "seed": 7}
+    params = {"max_tokens": 4, "temperature": 1.5, "seed": 7}
     first, _, _ = run(backend, "Once upon a time", **params)
     again, _, _ = run(backend, "Once upon a time", **params)
     assert first == again
-    others = {run(backend, "Once upon a time", **{**params, "seed": s})[0] for s in range(5)}
+    others = {run(backend, "Once upon a time", **{**params, "seed": s})[0] for s in range(3)}
     assert len(others) > 1

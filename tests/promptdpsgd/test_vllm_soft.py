@@ -30,7 +30,7 @@ DEMOS = [
     ("one of the most moving films of the year.", "positive"),
     ("a waste of two good actors.", "negative"),
 ]
-QUERIES = 40
+QUERIES = 24
 
 
 @pytest.fixture(scope="module")
@@ -65,7 +65,7 @@ def test_vllm_scores_a_soft_prompt_as_the_local_model_does(
 
     assert np.abs(local - served).max() < 0.06
     assert np.mean(local.argmax(1) == served.argmax(1)) >= 0.9
-    assert abs(accuracy(local) - accuracy(served)) <= 2  # of 40: near ties in bfloat16
+    assert abs(accuracy(local) - accuracy(served)) <= 2  # of 24: near ties in bfloat16
     assert accuracy(served) > accuracy(without)  # the demonstrations in it work
     assert np.abs(served - without).max() > 0.1  # and the soft prompt is really there
 
