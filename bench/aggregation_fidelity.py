@@ -13,7 +13,9 @@ not the data it chose on):
 * ``diffuse`` -- teachers around one flat distribution (no clear next token);
 * ``close`` -- every teacher near one distribution whose top two tokens are close.
 
-and the disagreeing-mixture family (issue 33), on a finer grid than the planner checks
+the mixed-confidence family (a share S of the teachers very sure, 0.85-0.99, of one token,
+the others fairly sure, L to L + 0.25, of another; 12 members between the planner's), and
+the disagreeing-mixture family (issue 33), on a finer grid than the planner checks
 (confident shares 10% to 60% in steps of 5 or 10 points, unsure leans 0.05 to 0.5) with
 seeds of its own: ``mixture_S_L`` has a share S of the teachers confident (0.7-0.95) in one
 token and the rest unsure, giving L to another token over a flat spread; clipping towards
@@ -51,7 +53,8 @@ import numpy as np
 
 from app.privacy.adadpsyn import pooled_aggregate_steps
 from app.privacy.params import AdaDPSynParams
-from app.privacy.planner import PlannerShape, calibrated_pair, mixture
+from app.privacy.planner import PlannerShape, calibrated_pair
+from app.privacy.planner_populations import mixed_confidence, mixture
 from app.privacy.unit import DEFAULT_DELTA
 
 N, TMAX = 2, 30
@@ -63,6 +66,13 @@ FAMILY = {
     f"mixture_{share:g}_{lean:g}": (share, lean)
     for share in (0.1, 0.2, 0.3, 0.35, 0.4, 0.5, 0.6)
     for lean in (0.05, 0.1, 0.2, 0.35, 0.5)
+}
+# The mixed-confidence family: a share S of the teachers very sure (0.85-0.99) of one token,
+# the others fairly sure (L to L + 0.25) of another; between the planner's members.
+MIXED = {
+    f"mixed_{share:g}_{low:g}": (share, low)
+    for share in (0.25, 0.35, 0.45, 0.55)
+    for low in (0.45, 0.6, 0.7)
 }
 RERUN = 4  # a cell below the bar is run again on fresh data with this many times the steps
 
@@ -86,6 +96,8 @@ def teachers(regime: str, M: int, K: int, steps: int, rng: np.random.Generator) 
     """``steps`` x M x K next-token distributions of one regime."""
     if regime in FAMILY:
         return mixture(*FAMILY[regime])(M, K, steps, rng)
+    if regime in MIXED:
+        return mixed_confidence(*MIXED[regime])(M, K, steps, rng)
 
     def around(base: np.ndarray, concentration: float) -> np.ndarray:
         draws = rng.gamma(concentration * base + 1e-3)
@@ -171,7 +183,7 @@ def run_cell(
     """One cell: the paired difference on ``steps`` steps, rerun on fresh teachers and
     noise with RERUN x the steps if it falls below Tang - 1 paired SE."""
     tang, pooled = methods(labels, M, K, epsilon)
-    index = [*REGIMES, *FAMILY].index(regime)
+    index = [*REGIMES, *FAMILY, *MIXED].index(regime)
     for attempt, count in enumerate((steps, RERUN * steps)):
         sets = teachers(regime, M, K, count, np.random.default_rng([seed, K, M, index, attempt]))
         a, b = agreements(tang, pooled, sets, seed + 1 + 1000 * attempt)
@@ -254,6 +266,8 @@ def print_row(row: Row, pooled: AdaDPSynParams) -> None:
 def _population(regime: str) -> str:
     if regime.startswith("trace"):
         return "real traces"
+    if regime in MIXED:
+        return "mixed confidence"
     return "family" if regime in FAMILY else "base"
 
 
@@ -284,6 +298,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=1000, help="token steps per cell")
     parser.add_argument("--quick", action="store_true", help="M 10, K 50, eps 1 and 4")
     parser.add_argument("--no-family", action="store_true", help="the base regimes only")
+    parser.add_argument("--only", choices=("base", "family", "mixed"), help="this population only")
     parser.add_argument("--M", type=int, help="this M only")
     parser.add_argument("--K", type=int, help="this K only")
     parser.add_argument("--traces", action="store_true", help="also the real teacher traces")
@@ -296,7 +311,10 @@ def main(argv: list[str] | None = None) -> int:
     epsilons = (1.0, 4.0) if args.quick else (0.5, 1.0, 2.0, 4.0, 8.0)
     populations = [] if args.traces_only else [(r, tuple(SHAPES)) for r in REGIMES]
     if not (args.no_family or args.traces_only):
-        populations += [(r, FAMILY_LABELS) for r in FAMILY]
+        populations += [(r, FAMILY_LABELS) for r in (*FAMILY, *MIXED)]
+    if args.only:
+        kinds = {"base": "base", "family": "family", "mixed": "mixed confidence"}
+        populations = [p for p in populations if _population(p[0]) == kinds[args.only]]
 
     start = time.perf_counter()
     rows: list[Row] = []
