@@ -196,6 +196,30 @@ def test_a_validation_set_given_as_the_private_dataset_is_named_as_one(dpsyn, tm
     assert "unlabelled" not in refused.output
 
 
+def test_jobs_quote_takes_a_validation_set_as_submit_does(dpsyn, trec_file, tmp_path):
+    """A submission turned into a quote by its verb alone: ``--validation-dataset`` used to be
+    read as a method parameter and refused as the method's. A validation set costs nothing,
+    so the quote is the same with it; a private dataset named as one is refused as submit
+    refuses it."""
+    dataset = upload(dpsyn, trec_file)
+    assert dpsyn("budget", "set", dataset, "--epsilon", "5").exit_code == 0
+    path = tmp_path / "dev.txt"
+    codes = ["NUM", "LOC", "HUM", "DESC", "ENTY", "ABBR"] * 3
+    path.write_text(
+        "".join(f"{code}:x Question {i} about things ?\n" for i, code in enumerate(codes))
+    )
+    made = dpsyn("datasets", "upload", str(path), "--task", "trec", "--public", "--labelled", "-q")
+    assert made.exit_code == 0, made.output
+    job = ("--dataset", dataset, "--method", "tang", "--epsilon", "2", *FAST, "--json")
+    plain = dpsyn("jobs", "quote", *job)
+    validated = dpsyn("jobs", "quote", *job, "--validation-dataset", made.stdout.strip())
+    assert validated.exit_code == 0, validated.output
+    assert json.loads(validated.stdout)["spent_after"] == json.loads(plain.stdout)["spent_after"]
+    private = dpsyn("jobs", "quote", *job, "--validation-dataset", dataset)
+    assert private.exit_code == 1, private.output
+    assert f"--validation-dataset: dataset '{dataset}' is private" in private.output
+
+
 def test_submit_says_why_jobs_past_the_plain_sum_are_admitted(dpsyn, trec_file):
     """Issue 34: jobs of epsilon 3.5 + 2 + 5 were all admitted on a budget of 6 and the CLI
     did not say why; each submission now prints the composed spend beside the plain sum."""

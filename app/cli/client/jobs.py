@@ -380,6 +380,7 @@ def jobs_quote(
     epsilon: EpsilonOpt,
     method: MethodOpt = None,
     public_dataset: PublicDatasetOpt = None,
+    validation_dataset: Annotated[str | None, VALIDATION_DATASET] = None,
     shots: ShotsOpt = None,
     delta: DeltaOpt = None,
     accounting: AccountingOpt = None,
@@ -391,7 +392,8 @@ def jobs_quote(
     """What a job would cost, before it is submitted (the dashboard's "Check the cost"):
     planned and checked as 'jobs submit' plans it, nothing reserved, with each label's noise
     multiplier. The dataset's spend is composed, so a job may add less than its own epsilon
-    to it, or nothing.
+    to it, or nothing. It takes every option 'jobs submit' takes: a validation set is checked
+    as a submission checks it and costs nothing (scoring on public records is post-processing).
 
     The same request plans the same job (the same epsilon, noise and labels) in every quote
     and in its submission; another job admitted meanwhile changes the spend. The first plan
@@ -400,6 +402,7 @@ def jobs_quote(
     try:
         fields = _job_fields(dataset, epsilon, method, shots, delta, accounting)
         fields["public_dataset_id"] = public_dataset
+        fields["validation_dataset_id"] = validation_dataset
         body = _job_body(fields, param, list(ctx.args))
         quote = request(url, key, "POST", "/v1/jobs/quote", json=body)
     except ClientError as error:
