@@ -11,6 +11,7 @@ line-based: a newline inside a text would end the demonstration early.
 from __future__ import annotations
 
 import csv
+import difflib
 import html
 import io
 import json
@@ -448,27 +449,63 @@ def _label_mapper(task: TaskSpec) -> Callable[[str], str | None]:
 
 def _check_labels(path: Path, task: TaskSpec, records: list[Record]) -> list[Record]:
     mapped = _label_mapper(task)
-    result, unknown, distinct, first = [], 0, set(), 0
+    result, first = [], 0
+    unknown: dict[str, int] = {}  # raw value -> records, in order of first appearance
     for number, record in enumerate(records, start=1):
         label = mapped(record.label)
         if label is None:
-            unknown += 1
-            distinct.add(record.label)
+            unknown[record.label] = unknown.get(record.label, 0) + 1
             first = first or number
         else:
             result.append(Record(record.text, label))
     if unknown:
+        count = sum(unknown.values())
         raise DataError(
-            f"{path}: {unknown} of {len(records)} records (first: record {first}) have "
-            f"{len(distinct)} distinct label value(s) that are not labels of task "
+            f"{path}: {count} of {len(records)} records (first: record {first}) have "
+            f"{len(unknown)} distinct label value(s) that are not labels of task "
             f"{task.name!r} ({', '.join(task.labels)})"
+            + _unknown_labels_shown(unknown, task)
             + (
                 "; numeric label ids need a map to label names, e.g. --label-map 1=NAME,2=NAME"
-                if all(value.isdigit() for value in distinct)
+                if all(value.isdigit() for value in unknown)
                 else ""
             )
         )
     return result
+
+
+#: A bad label value is shown only when it is empty or a near miss of one of the task's
+#: (public) label names, and at most this long: then it is that label, misspelt. Any other
+#: value is counted, not shown: far from every label, it may be a record's text read from
+#: the wrong column, and no record's text is echoed in an error.
+SHOWN_LABEL_MAX_CHARS = 40
+NEAR_MISS = 0.75  # difflib's similarity ratio, casefolded
+
+
+def _unknown_labels_shown(unknown: Mapping[str, int], task: TaskSpec) -> str:
+    """': 'Biling' (2 records; did you mean 'Billing'?), (empty) (1 record); 1 other value
+    not shown ...', or '' when no value can be shown."""
+    names = {label.casefold(): label for label in task.labels}
+    shown, hidden = [], 0
+    for value, records in sorted(unknown.items(), key=lambda item: -item[1]):
+        times = f"{records} record{'s' if records != 1 else ''}"
+        if not value.strip():
+            shown.append(f"(empty) ({times})")
+            continue
+        close = difflib.get_close_matches(value.strip().casefold(), names, n=1, cutoff=NEAR_MISS)
+        if close and len(value) <= SHOWN_LABEL_MAX_CHARS:
+            shown.append(f"{value!r} ({times}; did you mean {names[close[0]]!r}?)")
+        else:
+            hidden += 1
+    if not shown:
+        return ""
+    rest = (
+        f"; {hidden} other value(s) not shown (far from every label: a text column read as "
+        "labels?)"
+        if hidden
+        else ""
+    )
+    return ": " + ", ".join(shown[:8]) + rest
 
 
 def _check_label_lengths(path: Path, records: list[Record], limit: int) -> None:

@@ -334,6 +334,22 @@ def test_unknown_labels_are_counted_not_shown(tmp_path):
     )
 
 
+def test_empty_and_misspelt_labels_are_shown_with_the_label_meant(tmp_path):
+    """A team's CSV with a typo and an empty cell used to be refused with counts alone; the
+    near misses of the task's (public) label names and the empty values are now shown, with
+    the label meant, and a value far from every label is still only counted."""
+    path = tmp_path / "t.csv"
+    path.write_text(
+        f"text,label\nok,Billing\nx,Biling\nxx,biling\ny,\nz,{SECRET}\nw,network \n"
+    )
+    message = data_error(load_dataset, TICKETS, path)
+    assert message.startswith(f"{path}: 4 of 6 records (first: record 2) have 4 distinct")
+    assert "'Biling' (1 record; did you mean 'Billing'?)" in message
+    assert "'biling' (1 record; did you mean 'Billing'?)" in message
+    assert "(empty) (1 record)" in message
+    assert "1 other value(s) not shown" in message and SECRET not in message
+
+
 def test_builtin_file_with_unknown_codes(tmp_path):
     path = tmp_path / "sst2"
     path.write_text(f"1 {SECRET}\n2 {SECRET}\n")
