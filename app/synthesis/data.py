@@ -500,8 +500,7 @@ def _unknown_labels_shown(unknown: Mapping[str, int], task: TaskSpec) -> str:
     if not shown:
         return ""
     rest = (
-        f"; {hidden} other value(s) not shown (far from every label: a text column read as "
-        "labels?)"
+        f"; {hidden} other value(s) not shown (far from every label: a text column read as labels?)"
         if hidden
         else ""
     )

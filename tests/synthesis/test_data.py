@@ -339,9 +339,7 @@ def test_empty_and_misspelt_labels_are_shown_with_the_label_meant(tmp_path):
     near misses of the task's (public) label names and the empty values are now shown, with
     the label meant, and a value far from every label is still only counted."""
     path = tmp_path / "t.csv"
-    path.write_text(
-        f"text,label\nok,Billing\nx,Biling\nxx,biling\ny,\nz,{SECRET}\nw,network \n"
-    )
+    path.write_text(f"text,label\nok,Billing\nx,Biling\nxx,biling\ny,\nz,{SECRET}\nw,network \n")
     message = data_error(load_dataset, TICKETS, path)
     assert message.startswith(f"{path}: 4 of 6 records (first: record 2) have 4 distinct")
     assert "'Biling' (1 record; did you mean 'Billing'?)" in message
