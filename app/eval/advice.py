@@ -194,6 +194,18 @@ class Candidate:
         label it only tied, with "± 0.0 %")."""
         return len(self.accuracies) >= 2 and self.mean - 2.0 * self.se > accuracy
 
+    def to_tell(self, accuracy: float) -> tuple[int, int] | None:
+        """(queries, seeds) at which this candidate's lead over ``accuracy``, if it held,
+        would be two standard errors: both scaled by the factor (2 SE / lead)^2 that shrinks
+        the SE enough (each part of the variance falls as its count grows). None when it is
+        not ahead (more data would not make it a win) or nothing was measured."""
+        lead = self.mean - accuracy
+        if lead <= 0 or not self.n_queries or self.se == 0:
+            return None
+        factor = max(1.0, (2.0 * self.se / lead) ** 2)
+        seeds = max(2, len(self.accuracies))
+        return math.ceil(self.n_queries * factor), math.ceil(seeds * factor)
+
 
 @dataclass(frozen=True)
 class Advice:
@@ -214,23 +226,36 @@ class Advice:
         """One plain sentence a user can act on, and what the measurement left out."""
         return " ".join(part for part in (self._verdict(), self.shape_note) if part)
 
+    def _why_not(self, best: Candidate) -> str:
+        """Why the best candidate is no recommendation, and what measurement would tell."""
+        seeds = len(best.accuracies)
+        if seeds < 2:
+            return "one seed cannot tell a prompt from noise; ask for more seeds"
+        bar = max(self.zero_shot, self.majority or 0.0)
+        needed = best.to_tell(bar)
+        if needed is None:
+            return (
+                f"it is not ahead of the better baseline ({bar:.1%}): more data would not "
+                "change that"
+            )
+        queries, more_seeds = needed
+        return (
+            f"{self.n_queries} queries and {seeds} seeds cannot tell it apart from them; a lead "
+            f"of {best.mean - bar:+.1%} would take about {queries} queries and {more_seeds} "
+            "seeds to tell (--seeds, and a larger public set)"
+        )
+
     def _verdict(self) -> str:
         baselines = f"zero-shot {self.zero_shot:.1%}" + (
             f", the majority label {self.majority:.1%}" if self.majority is not None else ""
         )
         if self.recommended is None:
             best = max(self.candidates, key=lambda c: c.mean)
-            seeds = len(best.accuracies)
-            why = (
-                "one seed cannot tell a prompt from noise; ask for more seeds"
-                if seeds < 2
-                else f"{self.n_queries} queries and {seeds} seeds cannot tell it apart from them"
-            )
             return (
                 f"No candidate clearly beats the baselines ({baselines}) on this public set: "
                 f"the best, {best.method} with {best.shots} shots at ε {best.epsilon:g}, scored "
-                f"{best.mean:.1%} ± {best.se:.1%}, and {why}. Spending budget here is not "
-                "advised; zero-shot costs nothing."
+                f"{best.mean:.1%} ± {best.se:.1%}, and {self._why_not(best)}. Spending budget "
+                "here is not advised; zero-shot costs nothing."
             )
         r = self.recommended
         return (

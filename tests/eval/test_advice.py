@@ -10,7 +10,15 @@ from typer.testing import CliRunner
 
 import app.cli.advise as advise_cli
 from app.cli import app
-from app.eval.advice import AdviceConfig, Candidate, advise, estimate_seconds, recommend, split
+from app.eval.advice import (
+    Advice,
+    AdviceConfig,
+    Candidate,
+    advise,
+    estimate_seconds,
+    recommend,
+    split,
+)
 from app.synthesis.data import Record
 from app.synthesis.tasks import BUILTIN_TASKS
 from tests.eval.test_experiment import EvalFake
@@ -65,6 +73,28 @@ def test_a_verdict_needs_two_seeds_both_baselines_and_the_query_sample():
     assert few.se > 0.06 and not few.beats(0.50)
     many = Candidate("tang", 4, 1.0, (0.60, 0.61, 0.60), n_queries=5000)
     assert many.beats(0.50)
+
+
+def test_a_verdict_that_cannot_tell_says_what_measurement_would():
+    """Item 1 of the verdicts issue: "cannot tell" states the queries and seeds at which the
+    lead, if it held, would be two standard errors; a candidate behind the better baseline is
+    told that more data would not make it a win."""
+    close = Candidate("tang", 4, 1.0, (0.58, 0.62, 0.60), n_queries=100)
+    assert not close.beats(0.55)
+    queries, seeds = close.to_tell(0.55) or (0, 0)
+    scaled = Candidate("tang", 4, 1.0, (0.58, 0.62, 0.60) * (seeds // 3 + 1), n_queries=queries)
+    assert scaled.mean - 2 * scaled.se > 0.55 - 1e-9  # the advice's own bar, at that size
+    assert queries > 100 and seeds >= 3
+    advice = Advice(
+        "trec", 60, 100, zero_shot=0.55, majority=0.3, candidates=(close,), recommended=None
+    )
+    assert f"would take about {queries} queries and {seeds} seeds to tell" in advice.summary()
+    behind = Candidate("tang", 4, 1.0, (0.50, 0.52, 0.51), n_queries=100)
+    assert behind.to_tell(0.55) is None
+    advice = Advice(
+        "trec", 60, 100, zero_shot=0.55, majority=0.3, candidates=(behind,), recommended=None
+    )
+    assert "not ahead of the better baseline (55.0%)" in advice.summary()
 
 
 def test_default_shots_show_every_label_of_a_many_label_task():
