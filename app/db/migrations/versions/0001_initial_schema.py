@@ -1,19 +1,10 @@
-"""initial schema
-
-Revision ID: 0001
-Revises:
-Create Date: 2026-11-29 17:58:09.380388
-"""
-
-from collections.abc import Sequence
+"""initial schema"""
 
 import sqlalchemy as sa
 from alembic import op
 
-revision: str = "0001"
-down_revision: str | None = None
-branch_labels: str | Sequence[str] | None = None
-depends_on: str | Sequence[str] | None = None
+revision = "0001"
+down_revision = None
 
 
 def upgrade() -> None:

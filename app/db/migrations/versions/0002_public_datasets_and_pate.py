@@ -4,21 +4,13 @@ Datasets get a ``kind`` (existing rows are private); jobs get the public dataset
 job labels and the ``stats`` of a finished run (PromptPATE: queries answered). The columns are
 added in batch mode so that SQLite (which cannot add a foreign key to an existing table)
 recreates ``jobs``; PostgreSQL alters in place.
-
-Revision ID: 0002
-Revises: 0001
-Create Date: 2026-12-01 10:00:00.000000
 """
-
-from collections.abc import Sequence
 
 import sqlalchemy as sa
 from alembic import op
 
-revision: str = "0002"
-down_revision: str | None = "0001"
-branch_labels: str | Sequence[str] | None = None
-depends_on: str | Sequence[str] | None = None
+revision = "0002"
+down_revision = "0001"
 
 FOREIGN_KEY = "fk_jobs_public_dataset_id_datasets"
 

@@ -5,22 +5,15 @@ heartbeat; reapers fail running jobs whose lease expired. Jobs that are running 
 migration runs were started by workers without leases: they get a lease that has already
 expired, so that the first reaper settles them (the old workers must be stopped before the
 upgrade; see docs/service.md).
-
-Revision ID: 0003
-Revises: 0002
-Create Date: 2026-12-01 11:00:00.000000
 """
 
-from collections.abc import Sequence
 from datetime import UTC, datetime
 
 import sqlalchemy as sa
 from alembic import op
 
-revision: str = "0003"
-down_revision: str | None = "0002"
-branch_labels: str | Sequence[str] | None = None
-depends_on: str | Sequence[str] | None = None
+revision = "0003"
+down_revision = "0002"
 
 
 def upgrade() -> None:

@@ -8,21 +8,13 @@ model is the prompt set's ``model``. The bytes are a deferred column, so reading
 prompt sets never load them. All four columns are NULL for other methods' prompt sets.
 
 Plain ``ADD COLUMN`` on both databases (nullable, no default): no table is recreated.
-
-Revision ID: 0005
-Revises: 0004
-Create Date: 2026-12-01 13:00:00.000000
 """
-
-from collections.abc import Sequence
 
 import sqlalchemy as sa
 from alembic import op
 
-revision: str = "0005"
-down_revision: str | None = "0004"
-branch_labels: str | Sequence[str] | None = None
-depends_on: str | Sequence[str] | None = None
+revision = "0005"
+down_revision = "0004"
 
 COLUMNS = ("soft_prompt", "soft_prompt_sha256", "soft_prompt_length", "soft_prompt_hidden")
 

@@ -10,21 +10,13 @@ Jobs queued when this migration runs get their admission time, so those admitted
 the bound ago are sent again by the first dispatcher (a copy of a task still in Redis only
 finds its job started or finished and does nothing). Other jobs keep NULL: the mark only
 matters while a job is queued. Plain ``ADD COLUMN`` (see 0004): no table is recreated.
-
-Revision ID: 0006
-Revises: 0005
-Create Date: 2026-12-01 14:00:00.000000
 """
-
-from collections.abc import Sequence
 
 import sqlalchemy as sa
 from alembic import op
 
-revision: str = "0006"
-down_revision: str | None = "0005"
-branch_labels: str | Sequence[str] | None = None
-depends_on: str | Sequence[str] | None = None
+revision = "0006"
+down_revision = "0005"
 
 
 def upgrade() -> None:

@@ -6,21 +6,13 @@ sign-in is now a row, named by the SHA-256 of the cookie's nonce; every dashboar
 needs its row, and signing out deletes it. Rows of expired sessions are deleted at sign-in.
 
 Cookies issued before this migration have no row: their holders sign in again once.
-
-Revision ID: 0007
-Revises: 0006
-Create Date: 2026-12-01 15:00:00.000000
 """
-
-from collections.abc import Sequence
 
 import sqlalchemy as sa
 from alembic import op
 
-revision: str = "0007"
-down_revision: str | None = "0006"
-branch_labels: str | Sequence[str] | None = None
-depends_on: str | Sequence[str] | None = None
+revision = "0007"
+down_revision = "0006"
 
 
 def upgrade() -> None:

@@ -7,21 +7,13 @@ dashboard show. Errors are now a code and our own words (``workers/runner.py``,
 ``_describe_backend``). This rewrites the old ones to the code the runner now uses for an
 error of unknown kind, so no stored error keeps text a server sent. The original message is
 not kept anywhere; downgrade cannot restore it and leaves the rows as they are.
-
-Revision ID: 0008
-Revises: 0007
-Create Date: 2026-12-01 21:30:00.000000
 """
-
-from collections.abc import Sequence
 
 import sqlalchemy as sa
 from alembic import op
 
-revision: str = "0008"
-down_revision: str | None = "0007"
-branch_labels: str | Sequence[str] | None = None
-depends_on: str | Sequence[str] | None = None
+revision = "0008"
+down_revision = "0007"
 
 OLD_PREFIX = "the model backend failed:"
 SCRUBBED = (

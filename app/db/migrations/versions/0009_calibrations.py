@@ -5,21 +5,13 @@ share a handful of public shapes. A calibration is a function of public inputs o
 keeps each answer (the multiplier and its epsilon) by the SHA-256 of those inputs
 (``app/privacy/calibration_cache.py``). Rows hold no record and no tenant. Dropping the table
 (downgrade) loses nothing but time: calibrations are computed again.
-
-Revision ID: 0009
-Revises: 0008
-Create Date: 2026-12-02 02:30:00.000000
 """
-
-from collections.abc import Sequence
 
 import sqlalchemy as sa
 from alembic import op
 
-revision: str = "0009"
-down_revision: str | None = "0008"
-branch_labels: str | Sequence[str] | None = None
-depends_on: str | Sequence[str] | None = None
+revision = "0009"
+down_revision = "0008"
 
 
 def upgrade() -> None:

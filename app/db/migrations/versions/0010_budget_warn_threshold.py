@@ -4,21 +4,13 @@ The dashboard colours a budget's bar and the alert route (``GET /v1/budgets?over
 true``) lists a dataset once its composed spend reaches this fraction of its epsilon. Existing
 budgets get the default, 0.8 (80 %). A budget's threshold is public metadata, like its epsilon;
 dropping the column (downgrade) loses only the thresholds set since.
-
-Revision ID: 0010
-Revises: 0009
-Create Date: 2026-12-02 05:00:00.000000
 """
-
-from collections.abc import Sequence
 
 import sqlalchemy as sa
 from alembic import op
 
-revision: str = "0010"
-down_revision: str | None = "0009"
-branch_labels: str | Sequence[str] | None = None
-depends_on: str | Sequence[str] | None = None
+revision = "0010"
+down_revision = "0009"
 
 
 def upgrade() -> None:

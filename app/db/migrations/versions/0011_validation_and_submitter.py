@@ -7,21 +7,13 @@ reason it was not scored). This is post-processing of a DP output on public data
 no privacy and nothing is charged. ``jobs.submitted_by`` is the ID of the API key that
 submitted a job. All three columns are nullable: older rows have none, and jobs made outside
 the API have no submitter. Dropping them (downgrade) loses only those values.
-
-Revision ID: 0011
-Revises: 0010
-Create Date: 2026-12-02 05:30:00.000000
 """
-
-from collections.abc import Sequence
 
 import sqlalchemy as sa
 from alembic import op
 
-revision: str = "0011"
-down_revision: str | None = "0010"
-branch_labels: str | Sequence[str] | None = None
-depends_on: str | Sequence[str] | None = None
+revision = "0011"
+down_revision = "0010"
 
 
 def upgrade() -> None:

@@ -8,21 +8,13 @@ audited: ``counts_public_at`` and ``counts_public_by`` (an API key's ID) say whe
 the current setting was chosen. Existing datasets get false (counts private) and NULLs: the
 jobs they run from now on release their counts, as a new dataset's do. Budgets and the
 ledger are untouched. Dropping the columns (downgrade) loses only the declarations.
-
-Revision ID: 0012
-Revises: 0011
-Create Date: 2026-12-09 09:00:00.000000
 """
-
-from collections.abc import Sequence
 
 import sqlalchemy as sa
 from alembic import op
 
-revision: str = "0012"
-down_revision: str | None = "0011"
-branch_labels: str | Sequence[str] | None = None
-depends_on: str | Sequence[str] | None = None
+revision = "0012"
+down_revision = "0011"
 
 
 def upgrade() -> None:

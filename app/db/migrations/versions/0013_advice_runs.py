@@ -4,21 +4,13 @@
 stores what it measured (``app.eval.advice``). Public inputs and outputs only: no budget, no
 ledger entry. A new table; nothing existing changes. Dropping it (downgrade) loses only the
 stored advice.
-
-Revision ID: 0013
-Revises: 0012
-Create Date: 2026-12-10 09:00:00.000000
 """
-
-from collections.abc import Sequence
 
 import sqlalchemy as sa
 from alembic import op
 
-revision: str = "0013"
-down_revision: str | None = "0012"
-branch_labels: str | Sequence[str] | None = None
-depends_on: str | Sequence[str] | None = None
+revision = "0013"
+down_revision = "0012"
 
 
 def upgrade() -> None:

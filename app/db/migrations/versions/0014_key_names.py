@@ -6,21 +6,13 @@ once a minute per key. Both columns are nullable: existing keys have no name and
 seen since. Dropping them (downgrade) loses only the names and times.
 
 The ``org:read`` scope needs no schema change: ``api_keys.scope`` is a ``String(32)``.
-
-Revision ID: 0014
-Revises: 0013
-Create Date: 2026-12-12 09:00:00.000000
 """
-
-from collections.abc import Sequence
 
 import sqlalchemy as sa
 from alembic import op
 
-revision: str = "0014"
-down_revision: str | None = "0013"
-branch_labels: str | Sequence[str] | None = None
-depends_on: str | Sequence[str] | None = None
+revision = "0014"
+down_revision = "0013"
 
 
 def upgrade() -> None:

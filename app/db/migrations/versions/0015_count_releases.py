@@ -6,21 +6,13 @@ it was drawn for (the SHA-256 of the exact counts the ``datasets`` row already h
 shown), so that changed records get a new release. Its charge is a ledger row of the new kind
 ``counts`` (``ledger.kind`` is a ``String(16)``: no schema change there), whose ``job_id`` is
 the release's ID. Older jobs keep the releases their own events priced.
-
-Revision ID: 0015
-Revises: 0014
-Create Date: 2026-12-04 14:00:00.000000
 """
-
-from collections.abc import Sequence
 
 import sqlalchemy as sa
 from alembic import op
 
-revision: str = "0015"
-down_revision: str | None = "0014"
-branch_labels: str | Sequence[str] | None = None
-depends_on: str | Sequence[str] | None = None
+revision = "0015"
+down_revision = "0014"
 
 
 def upgrade() -> None:

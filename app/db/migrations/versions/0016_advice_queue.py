@@ -8,21 +8,13 @@ once its lease has run out; ``cancel_requested`` stops a running one; ``position
 tenant's place in its own queue when the run was created, so that runners take every tenant's
 first run before any tenant's second. Plain ALTER TABLE (as 0014); existing rows get no owner
 and position 0.
-
-Revision ID: 0016
-Revises: 0015
-Create Date: 2026-12-04 18:30:00.000000
 """
-
-from collections.abc import Sequence
 
 import sqlalchemy as sa
 from alembic import op
 
-revision: str = "0016"
-down_revision: str | None = "0015"
-branch_labels: str | Sequence[str] | None = None
-depends_on: str | Sequence[str] | None = None
+revision = "0016"
+down_revision = "0015"
 
 
 def upgrade() -> None:

@@ -4,21 +4,13 @@ The OpenAI-compatible endpoint (``POST /v1/chat/completions``, ``POST /v1/comple
 lets a read key ask the service's model for text, so each key's use is counted: requests,
 prompt tokens and completion tokens answered, shown to the tenant's admins in
 ``GET /v1/keys``. Existing keys start at 0. Dropping the columns (downgrade) loses the counts.
-
-Revision ID: 0018
-Revises: 0017
-Create Date: 2026-12-06 05:00:00.000000
 """
-
-from collections.abc import Sequence
 
 import sqlalchemy as sa
 from alembic import op
 
-revision: str = "0018"
-down_revision: str | None = "0017"
-branch_labels: str | Sequence[str] | None = None
-depends_on: str | Sequence[str] | None = None
+revision = "0018"
+down_revision = "0017"
 
 COLUMNS = ("usage_requests", "usage_prompt_tokens", "usage_completion_tokens")
 
