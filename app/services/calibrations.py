@@ -16,7 +16,7 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-from sqlalchemy import insert, select
+from sqlalchemy import Executable, insert, select
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 
@@ -25,60 +25,64 @@ from app.db.models import CalibrationRecord, PlannerChoiceRecord, now
 log = logging.getLogger(__name__)
 
 
-class DatabaseCalibrationStore:
-    """:class:`app.privacy.calibration_cache.CalibrationStore` on the service's database."""
+class _Store:
+    """One cache table: a lookup and an insert, each on a connection of its own; a failure
+    is logged by its type only and the caller computes afresh."""
+
+    what = ""  # the cache's name in the log lines
+    table: Any = None  # the ORM class of the rows
 
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
 
-    def get(self, key: str) -> tuple[float, float] | None:
-        query = select(CalibrationRecord.multiplier, CalibrationRecord.epsilon).where(
-            CalibrationRecord.key == key
-        )
+    def _first(self, query: Executable) -> Any:
+        """The query's first row, or None (also when the lookup failed)."""
         try:
             with self.engine.connect() as conn:
-                row = conn.execute(query).first()
+                return conn.execute(query).first()
         except SQLAlchemyError as err:
-            log.warning("calibration cache lookup failed (%s); calibrating", type(err).__name__)
+            log.warning(
+                "%s cache lookup failed (%s); computing afresh", self.what, type(err).__name__
+            )
             return None
+
+    def _insert(self, values: Mapping[str, Any]) -> None:
+        try:
+            with self.engine.begin() as conn:
+                conn.execute(insert(self.table).values(**values, created_at=now()))
+        except IntegrityError:
+            pass  # another process stored the same key meanwhile: the same answer
+        except SQLAlchemyError as err:
+            log.warning("%s cache insert failed (%s)", self.what, type(err).__name__)
+
+
+class DatabaseCalibrationStore(_Store):
+    """:class:`app.privacy.calibration_cache.CalibrationStore` on the service's database."""
+
+    what, table = "calibration", CalibrationRecord
+
+    def get(self, key: str) -> tuple[float, float] | None:
+        row = self._first(
+            select(CalibrationRecord.multiplier, CalibrationRecord.epsilon).where(
+                CalibrationRecord.key == key
+            )
+        )
         return None if row is None else (float(row[0]), float(row[1]))
 
     def put(self, key: str, value: tuple[float, float]) -> None:
         multiplier, epsilon = value
-        values = {"key": key, "multiplier": multiplier, "epsilon": epsilon, "created_at": now()}
-        try:
-            with self.engine.begin() as conn:
-                conn.execute(insert(CalibrationRecord).values(**values))
-        except IntegrityError:
-            pass  # another process stored the same key meanwhile: the same answer
-        except SQLAlchemyError as err:
-            log.warning("calibration cache insert failed (%s)", type(err).__name__)
+        self._insert({"key": key, "multiplier": multiplier, "epsilon": epsilon})
 
 
-class DatabasePlannerStore:
+class DatabasePlannerStore(_Store):
     """:class:`app.privacy.planner_cache.PlannerStore` on the service's database: AdaDPSyn's
-    planner choices by the hash of their public shape (the same rules as the calibrations:
-    a connection of its own per call, a failure logged and planning carries on)."""
+    planner choices by the hash of their public shape (the same rules as the calibrations)."""
 
-    def __init__(self, engine: Engine) -> None:
-        self.engine = engine
+    what, table = "planner", PlannerChoiceRecord
 
     def get(self, key: str) -> dict[str, Any] | None:
-        query = select(PlannerChoiceRecord.choice).where(PlannerChoiceRecord.key == key)
-        try:
-            with self.engine.connect() as conn:
-                row = conn.execute(query).first()
-        except SQLAlchemyError as err:
-            log.warning("planner cache lookup failed (%s); planning", type(err).__name__)
-            return None
+        row = self._first(select(PlannerChoiceRecord.choice).where(PlannerChoiceRecord.key == key))
         return None if row is None else dict(row[0])
 
     def put(self, key: str, value: Mapping[str, Any]) -> None:
-        values = {"key": key, "choice": dict(value), "created_at": now()}
-        try:
-            with self.engine.begin() as conn:
-                conn.execute(insert(PlannerChoiceRecord).values(**values))
-        except IntegrityError:
-            pass  # another process stored the same shape meanwhile: the same answer
-        except SQLAlchemyError as err:
-            log.warning("planner cache insert failed (%s)", type(err).__name__)
+        self._insert({"key": key, "choice": dict(value)})
