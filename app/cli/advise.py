@@ -16,17 +16,7 @@ import typer
 from app.cli.errors import err, fail, reported_errors
 from app.cli.eval import _floats, parse_params
 from app.cli.model_options import DtypeOpt, ModelOpt, quiet_progress_bars, training_dtype
-from app.cli.options import (
-    ANSWER_WORDS,
-    ICL_INSTRUCTION,
-    INSTRUCTION,
-    LABEL_COL,
-    LABEL_FIELD,
-    LABEL_MAP,
-    LABELS,
-    TEXT_COL,
-    TEXT_FIELD,
-)
+from app.cli.options import ColumnOptions, CustomTaskOptions, with_groups
 from app.cli.synthesize import SpecOpt, TaskOpt, TaskOptions, task_and_records
 from app.eval.advice import DEFAULT_METHODS, Advice, AdviceConfig, advise, check
 from app.eval.datasets import DATASETS, load_split, public_path
@@ -138,20 +128,12 @@ def print_advice(advice: Advice) -> None:
     typer.echo(advice.summary())
 
 
+@with_groups(columns=ColumnOptions, custom=CustomTaskOptions)
 def advise_command(
     dataset: DatasetOpt = None,
     data: DataOpt = None,
     task: TaskOpt = None,
-    text_col: Annotated[str | None, TEXT_COL] = None,
-    label_col: Annotated[str | None, LABEL_COL] = None,
-    label_map: Annotated[str | None, LABEL_MAP] = None,
     spec: SpecOpt = None,
-    labels: Annotated[str | None, LABELS] = None,
-    answer_words: Annotated[str | None, ANSWER_WORDS] = None,
-    instruction: Annotated[str | None, INSTRUCTION] = None,
-    icl_instruction: Annotated[str | None, ICL_INSTRUCTION] = None,
-    text_field: Annotated[str | None, TEXT_FIELD] = None,
-    label_field: Annotated[str | None, LABEL_FIELD] = None,
     methods: MethodsOpt = DEFAULT_SELECTION,
     shots: ShotsOpt = None,
     epsilons: EpsilonsOpt = "1,4",
@@ -162,16 +144,16 @@ def advise_command(
     model: ModelOpt = None,
     dtype: DtypeOpt = Dtype.AUTO,
     as_json: JsonOpt = False,
+    *,
+    columns: ColumnOptions,  # the group's options (with_groups)
+    custom: CustomTaskOptions,
 ) -> None:
     """Measure methods, shots and epsilons on a public set before spending any budget.
 
     --data is read as ``dpsyn synthesize`` reads it (--task, --spec, --labels, --label-map,
     column names or numbers); its records stand in for the private set.
     """
-    options = TaskOptions(
-        task, spec, labels, answer_words, instruction, icl_instruction, text_field,
-        label_field, text_col, label_col, label_map, None,
-    )  # fmt: skip
+    options = TaskOptions(task, spec, custom, columns)
     chosen = tuple(m.strip() for m in methods.split(",") if m.strip())
     try:
         counts = tuple(int(s) for s in shots.split(",")) if shots else ()

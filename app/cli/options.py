@@ -1,10 +1,22 @@
-"""Options of a custom task and of table columns, declared once for ``dpsyn synthesize``
-and ``dpsyn datasets upload`` so their names and help never drift apart. (The method options
+"""Options of a custom task and of table columns, declared once for ``dpsyn synthesize``,
+``dpsyn advise`` and ``dpsyn datasets upload`` (as the groups :class:`ColumnOptions` and
+:class:`CustomTaskOptions`, added to a command by :func:`with_groups`) so their names and
+help never drift apart. (The method options
 of ``dpsyn synthesize`` are made from the registry: :mod:`app.cli.method_options`.)"""
 
 from __future__ import annotations
 
+import dataclasses
+import functools
+import inspect
+import typing
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Annotated, Any, TypeVar
+
 import typer
+
+R = TypeVar("R")
 
 TEXT_COL = typer.Option(
     "--text-col",
@@ -39,3 +51,69 @@ ICL_INSTRUCTION = typer.Option(
 )
 TEXT_FIELD = typer.Option("--text-field", help="Custom task: name of the text line (Text).")
 LABEL_FIELD = typer.Option("--label-field", help="Custom task: name of the label line (Label).")
+
+
+@dataclass(frozen=True)
+class ColumnOptions:
+    """How a table's columns are read: ``--text-col``, ``--label-col``, ``--label-map``."""
+
+    text_col: Annotated[str | None, TEXT_COL] = None
+    label_col: Annotated[str | None, LABEL_COL] = None
+    label_map: Annotated[str | None, LABEL_MAP] = None
+
+
+@dataclass(frozen=True)
+class CustomTaskOptions:
+    """A custom task's words: ``--labels``, ``--answer-words``, the two instructions and the
+    names of the text and label lines."""
+
+    labels: Annotated[str | None, LABELS] = None
+    answer_words: Annotated[str | None, ANSWER_WORDS] = None
+    instruction: Annotated[str | None, INSTRUCTION] = None
+    icl_instruction: Annotated[str | None, ICL_INSTRUCTION] = None
+    text_field: Annotated[str | None, TEXT_FIELD] = None
+    label_field: Annotated[str | None, LABEL_FIELD] = None
+
+    def given(self) -> dict[str, str | None]:
+        """The options by name (None: not given)."""
+        return dataclasses.asdict(self)
+
+
+def with_groups(**groups: type[Any]) -> Callable[[Callable[..., R]], Callable[..., R]]:
+    """A command decorator: each keyword names a parameter of the command that receives one
+    of these dataclasses, whose fields become the command's options (their ``Annotated``
+    typer options and defaults). So a group of options is declared once, and every command
+    that reads it gets the same names and help. Typer reads the returned function's
+    ``__signature__`` (as :class:`app.cli.method_options.RegistryCommand` does)."""
+
+    def decorate(command: Callable[..., R]) -> Callable[..., R]:
+        own = inspect.signature(command, eval_str=True)
+        kept = [p for p in own.parameters.values() if p.name not in groups]
+        added = [
+            inspect.Parameter(
+                f.name, inspect.Parameter.KEYWORD_ONLY, default=f.default, annotation=t
+            )
+            for group in groups.values()
+            for f, t in _fields(group)
+        ]
+        last = [p for p in kept if p.kind is p.VAR_KEYWORD]
+        kept = [p for p in kept if p.kind is not p.VAR_KEYWORD]
+
+        @functools.wraps(command)
+        def grouped(*args: Any, **kwargs: Any) -> R:
+            for name, group in groups.items():
+                names = [f.name for f in dataclasses.fields(group)]
+                kwargs[name] = group(**{n: kwargs.pop(n) for n in names if n in kwargs})
+            return command(*args, **kwargs)
+
+        grouped.__signature__ = own.replace(parameters=[*kept, *added, *last])  # type: ignore[attr-defined]
+        grouped.__annotations__ = {}  # typer asks for type hints; the signature has them
+        return grouped
+
+    return decorate
+
+
+def _fields(group: type[Any]) -> list[tuple[dataclasses.Field[Any], Any]]:
+    """A dataclass's fields with their resolved (``Annotated``) types."""
+    hints = typing.get_type_hints(group, include_extras=True)
+    return [(f, hints[f.name]) for f in dataclasses.fields(group)]

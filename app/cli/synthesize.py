@@ -34,17 +34,7 @@ from app.cli.method_options import (
     refuse_other_options,
 )
 from app.cli.model_options import DtypeOpt, ModelOpt, quiet_progress_bars, training_dtype
-from app.cli.options import (
-    ANSWER_WORDS,
-    ICL_INSTRUCTION,
-    INSTRUCTION,
-    LABEL_COL,
-    LABEL_FIELD,
-    LABEL_MAP,
-    LABELS,
-    TEXT_COL,
-    TEXT_FIELD,
-)
+from app.cli.options import ColumnOptions, CustomTaskOptions, with_groups
 from app.cli.progress import progress_reporter
 from app.llm.factory import BackendKind, Dtype, make_backend
 from app.methods.base import Stored, plan_local
@@ -125,27 +115,9 @@ class TaskOptions:
 
     task: str | None
     spec: Path | None
-    labels: str | None
-    answer_words: str | None
-    instruction: str | None
-    icl_instruction: str | None
-    text_field: str | None
-    label_field: str | None
-    text_col: str | None
-    label_col: str | None
-    label_map: str | None
-    candidates: str | None
-
-    def custom(self) -> dict[str, str | None]:
-        """The custom-task options, by name."""
-        return {
-            "labels": self.labels,
-            "answer_words": self.answer_words,
-            "instruction": self.instruction,
-            "icl_instruction": self.icl_instruction,
-            "text_field": self.text_field,
-            "label_field": self.label_field,
-        }
+    custom: CustomTaskOptions
+    columns: ColumnOptions
+    candidates: str | None = None
 
 
 def _synthesize(
@@ -163,19 +135,13 @@ def _synthesize(
     url: UrlOpt = None,
     seed: SeedOpt = None,
     out: OutOpt = None,
-    text_col: Annotated[str | None, TEXT_COL] = None,
-    label_col: Annotated[str | None, LABEL_COL] = None,
-    label_map: Annotated[str | None, LABEL_MAP] = None,
     spec: SpecOpt = None,
-    labels: Annotated[str | None, LABELS] = None,
-    answer_words: Annotated[str | None, ANSWER_WORDS] = None,
-    instruction: Annotated[str | None, INSTRUCTION] = None,
-    icl_instruction: Annotated[str | None, ICL_INSTRUCTION] = None,
-    text_field: Annotated[str | None, TEXT_FIELD] = None,
-    label_field: Annotated[str | None, LABEL_FIELD] = None,
     candidates: CandidatesOpt = None,
     public: PublicOpt = None,
     public_field: PublicFieldOpt = "text",
+    *,
+    columns: ColumnOptions,  # the group's options (with_groups)
+    custom: CustomTaskOptions,
     **method_options: Any,
 ) -> None:
     """Generate DP demonstrations (or a soft prompt) from a private dataset.
@@ -184,10 +150,7 @@ def _synthesize(
     take it. A method that reads public inputs needs --public; a soft prompt is written next
     to --out, as .safetensors.
     """
-    options = TaskOptions(
-        task, spec, labels, answer_words, instruction, icl_instruction, text_field,
-        label_field, text_col, label_col, label_map, candidates,
-    )  # fmt: skip
+    options = TaskOptions(task, spec, custom, columns, candidates)
     with reported_errors():
         chosen = get_method(method)
         given = given_options(method_options)
@@ -224,7 +187,9 @@ def _synthesize(
     _print_result(chosen, spec_task, result, accounting, out)
 
 
-synthesize_command = RegistryCommand(_synthesize)
+synthesize_command = RegistryCommand(
+    with_groups(columns=ColumnOptions, custom=CustomTaskOptions)(_synthesize)
+)
 
 
 def _plan_lines(method: Method, task: TaskSpec, stored: Stored) -> str | None:
@@ -252,7 +217,7 @@ def _parse_epsilon(text: str) -> float:
 
 def _task_spec(options: TaskOptions, label_map: dict[str, str] | None) -> TaskSpec:
     """The task of ``--task``/``--spec``, or of the custom-task options (``--labels`` ...)."""
-    task, spec, custom = options.task, options.spec, options.custom()
+    task, spec, custom = options.task, options.spec, options.custom.given()
     given = given_flags(custom)
     if task is None and spec is None and not (given or label_map):
         raise fail(
@@ -273,11 +238,12 @@ def _task_spec(options: TaskOptions, label_map: dict[str, str] | None) -> TaskSp
 
 def task_and_records(data: Path, options: TaskOptions) -> tuple[TaskSpec, list[Record]]:
     """The task and the records read with it (``dpsyn advise --data`` reads the same way)."""
-    pairs = parse_pairs(options.label_map, "--label-map") if options.label_map else None
+    columns = options.columns
+    pairs = parse_pairs(columns.label_map, "--label-map") if columns.label_map else None
     task = _task_spec(options, pairs)
     if options.candidates:
         task = task.with_candidates([c.strip() for c in options.candidates.split(",")])
-    text_col, label_col = parse_column(options.text_col), parse_column(options.label_col)
+    text_col, label_col = parse_column(columns.text_col), parse_column(columns.label_col)
     if text_col is None and label_col is None and not own_format(task, data):
         text_col, label_col = "text", "label"  # a table, read as an upload reads it
     records = load_dataset(task, data, text_col=text_col, label_col=label_col, label_map=pairs)

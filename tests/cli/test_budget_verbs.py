@@ -180,7 +180,8 @@ def test_a_url_without_a_scheme_or_with_https_against_http_says_what_to_do(dpsyn
     )
 
 
-def test_a_validation_set_given_as_the_private_dataset_is_named_as_one(dpsyn, tmp_path):
+def _validation_set(dpsyn, tmp_path) -> str:
+    """Upload a small public labelled TREC set (a validation set); its ID."""
     path = tmp_path / "dev.txt"
     codes = ["NUM", "LOC", "HUM", "DESC", "ENTY", "ABBR"] * 3
     path.write_text(
@@ -188,7 +189,13 @@ def test_a_validation_set_given_as_the_private_dataset_is_named_as_one(dpsyn, tm
     )
     made = dpsyn("datasets", "upload", str(path), "--task", "trec", "--public", "--labelled", "-q")
     assert made.exit_code == 0, made.output
-    refused = dpsyn("jobs", "submit", "--dataset", made.stdout.strip(), "--epsilon", "1")
+    return made.stdout.strip()
+
+
+def test_a_validation_set_given_as_the_private_dataset_is_named_as_one(dpsyn, tmp_path):
+    refused = dpsyn(
+        "jobs", "submit", "--dataset", _validation_set(dpsyn, tmp_path), "--epsilon", "1"
+    )
     assert refused.exit_code == 1
     assert "is public and labelled (a validation set: name it as --validation-dataset)" in (
         refused.output
@@ -203,16 +210,10 @@ def test_jobs_quote_takes_a_validation_set_as_submit_does(dpsyn, trec_file, tmp_
     refuses it."""
     dataset = upload(dpsyn, trec_file)
     assert dpsyn("budget", "set", dataset, "--epsilon", "5").exit_code == 0
-    path = tmp_path / "dev.txt"
-    codes = ["NUM", "LOC", "HUM", "DESC", "ENTY", "ABBR"] * 3
-    path.write_text(
-        "".join(f"{code}:x Question {i} about things ?\n" for i, code in enumerate(codes))
-    )
-    made = dpsyn("datasets", "upload", str(path), "--task", "trec", "--public", "--labelled", "-q")
-    assert made.exit_code == 0, made.output
+    validation = _validation_set(dpsyn, tmp_path)
     job = ("--dataset", dataset, "--method", "tang", "--epsilon", "2", *FAST, "--json")
     plain = dpsyn("jobs", "quote", *job)
-    validated = dpsyn("jobs", "quote", *job, "--validation-dataset", made.stdout.strip())
+    validated = dpsyn("jobs", "quote", *job, "--validation-dataset", validation)
     assert validated.exit_code == 0, validated.output
     assert json.loads(validated.stdout)["spent_after"] == json.loads(plain.stdout)["spent_after"]
     private = dpsyn("jobs", "quote", *job, "--validation-dataset", dataset)

@@ -15,7 +15,7 @@ import pytest
 import app.privacy.planner as planner
 from app.synthesis import planner_table
 
-REGENERATE = "recompute it: python -m app.synthesis.planner_table (about 40 minutes)"
+REGENERATE = "recompute it: python -m app.synthesis.planner_table (about 4 minutes)"
 
 
 @pytest.fixture(scope="module")

@@ -32,17 +32,7 @@ from app.cli.http_client import (
     print_rows,
     request,
 )
-from app.cli.options import (
-    ANSWER_WORDS,
-    ICL_INSTRUCTION,
-    INSTRUCTION,
-    LABEL_COL,
-    LABEL_FIELD,
-    LABEL_MAP,
-    LABELS,
-    TEXT_COL,
-    TEXT_FIELD,
-)
+from app.cli.options import ColumnOptions, CustomTaskOptions, with_groups
 from app.privacy.budget import (
     budget_percent,
     spend_text,
@@ -312,6 +302,7 @@ PUBLIC_COUNTS = typer.Option(
 
 
 @datasets_app.command("upload")
+@with_groups(columns=ColumnOptions, custom=CustomTaskOptions)
 def datasets_upload(
     file: Annotated[Path, typer.Argument(help="CSV/TSV/JSONL, or a built-in task's format.")],
     task: Annotated[
@@ -329,15 +320,6 @@ def datasets_upload(
     ] = False,
     labelled: Annotated[bool, LABELLED] = False,
     public_counts: Annotated[bool, PUBLIC_COUNTS] = False,
-    text_col: Annotated[str | None, TEXT_COL] = None,
-    label_col: Annotated[str | None, LABEL_COL] = None,
-    label_map: Annotated[str | None, LABEL_MAP] = None,
-    labels: Annotated[str | None, LABELS] = None,
-    answer_words: Annotated[str | None, ANSWER_WORDS] = None,
-    instruction: Annotated[str | None, INSTRUCTION] = None,
-    icl_instruction: Annotated[str | None, ICL_INSTRUCTION] = None,
-    text_field: Annotated[str | None, TEXT_FIELD] = None,
-    label_field: Annotated[str | None, LABEL_FIELD] = None,
     name: Annotated[
         str | None,
         typer.Option("--name", help="Default: the task's name (the file name for --public)."),
@@ -346,27 +328,16 @@ def datasets_upload(
     key: KeyOpt = None,
     as_json: JsonOpt = False,
     quiet: QuietOpt = False,
+    *,
+    columns: ColumnOptions,  # the group's options (with_groups)
+    custom: CustomTaskOptions,
 ) -> None:
     """Upload a private labelled dataset, or with --public unlabelled texts, or with --public
     --labelled a public validation set (its records never come back)."""
-    custom = {
-        "labels": labels,
-        "answer_words": answer_words,
-        "instruction": instruction,
-        "icl_instruction": icl_instruction,
-        "text_field": text_field,
-        "label_field": label_field,
-    }
+    read = (columns.text_col, columns.label_col, columns.label_map)
     try:
         fields, part = _dataset_parts(
-            file,
-            task,
-            public,
-            labelled,
-            custom,
-            (text_col, label_col, label_map),
-            name,
-            public_counts,
+            file, task, public, labelled, custom.given(), read, name, public_counts
         )
         with Api(url, key) as api:
             dataset = api.call("POST", "/v1/datasets", data=fields, files={"file": part})
