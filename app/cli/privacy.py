@@ -7,12 +7,14 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Annotated, NamedTuple
+from dataclasses import dataclass
+from typing import Annotated
 
 import typer
 from pydantic import ValidationError
 
 from app.cli.errors import fail
+from app.cli.options import with_groups
 from app.privacy.accounting import Accounting
 from app.privacy.calibration import CalibrationError, calibrate_noise
 from app.privacy.params import AdaDPSynParams, AdaDPSynVariant, Aggregator, TangParams
@@ -69,45 +71,61 @@ LabelsOpt = Annotated[
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON.")]
 
 
-class _Loop(NamedTuple):
-    """The token-loop options ``epsilon`` and ``calibrate`` share, passed on as one value."""
+@dataclass(frozen=True)
+class LoopOptions:
+    """The token-loop options ``epsilon`` and ``calibrate`` share (an option group)."""
 
-    aggregator: Aggregator
-    accounting: Accounting
-    sigma0: float
-    sigma2: float
-    T: int
-    M: int
-    N: int
-    tmax: int
-    good_radius: bool
+    aggregator: AggregatorOpt = Aggregator.ADADPSYN
+    accounting: AccountingOpt = Accounting.TIGHT
+    sigma0: Sigma0Opt = 15.0
+    sigma2: Sigma2Opt = 5.0
+    T: TOpt = 2
+    good_radius: GoodRadiusOpt = True
+    M: MOpt = 20
+    N: NOpt = 2
+    tmax: TmaxOpt = 15
 
-
-def _privacy(
-    loop: _Loop, *, sigma: float | None, sigma1: float | None, free: float | None = None
-) -> SynthesisPrivacy:
-    """Build and validate the token loop's privacy; ``free`` stands in for a missing free
-    multiplier."""
-    aggregator, accounting, sigma0, sigma2, T, M, N, tmax, good_radius = loop
-    if aggregator is Aggregator.TANG:
-        value = sigma if sigma is not None else free
-        if value is None:
-            raise fail("--sigma is required for --method tang")
-        params: TangParams | AdaDPSynParams = TangParams(sigma=value)
-    else:
-        value = sigma1 if sigma1 is not None else free
-        if value is None:
-            raise fail("--sigma1 is required for --method adadpsyn")
-        variant = AdaDPSynVariant.PAPER if good_radius else AdaDPSynVariant.POOLED
-        params = AdaDPSynParams(
-            variant=variant,
-            good_radius=good_radius,
-            sigma0=sigma0,
-            sigma1=value,
-            sigma2=sigma2,
-            T=T,
+    def privacy(
+        self, *, sigma: float | None, sigma1: float | None, free: float | None = None
+    ) -> SynthesisPrivacy:
+        """Build and validate the token loop's privacy; ``free`` stands in for a missing
+        free multiplier."""
+        if self.aggregator is Aggregator.TANG:
+            value = sigma if sigma is not None else free
+            if value is None:
+                raise fail("--sigma is required for --method tang")
+            params: TangParams | AdaDPSynParams = TangParams(sigma=value)
+        else:
+            value = sigma1 if sigma1 is not None else free
+            if value is None:
+                raise fail("--sigma1 is required for --method adadpsyn")
+            variant = AdaDPSynVariant.PAPER if self.good_radius else AdaDPSynVariant.POOLED
+            params = AdaDPSynParams(
+                variant=variant,
+                good_radius=self.good_radius,
+                sigma0=self.sigma0,
+                sigma1=value,
+                sigma2=self.sigma2,
+                T=self.T,
+            )
+        return SynthesisPrivacy(
+            params=params, accounting=self.accounting, M=self.M, N=self.N, tmax=self.tmax
         )
-    return SynthesisPrivacy(params=params, accounting=accounting, M=M, N=N, tmax=tmax)
+
+
+@dataclass(frozen=True)
+class DatasetOptions:
+    """The dataset's shape ``epsilon`` and ``calibrate`` price (an option group)."""
+
+    n_label: NLabelOpt = 835
+    n_total: NTotalOpt = 5452
+    delta: DeltaOpt = None
+    shots_per_label: ShotsOpt = 1
+    n_labels: LabelsOpt = 1
+
+    def shape(self) -> tuple[dict[str, int], dict[str, int], float]:
+        """(records per label, shots per label, delta), checked."""
+        return _dataset(self.n_label, self.n_total, self.n_labels, self.shots_per_label, self.delta)
 
 
 def _dataset(
@@ -147,30 +165,19 @@ def _usage_errors() -> Iterator[None]:
 
 
 @privacy_app.command("epsilon")
+@with_groups(loop=LoopOptions, dataset=DatasetOptions)
 def epsilon_command(
-    aggregator: AggregatorOpt = Aggregator.ADADPSYN,
-    accounting: AccountingOpt = Accounting.TIGHT,
     sigma: SigmaOpt = None,
-    sigma0: Sigma0Opt = 15.0,
     sigma1: Sigma1Opt = None,
-    sigma2: Sigma2Opt = 5.0,
-    T: TOpt = 2,
-    good_radius: GoodRadiusOpt = True,
-    M: MOpt = 20,
-    N: NOpt = 2,
-    tmax: TmaxOpt = 15,
-    n_label: NLabelOpt = 835,
-    n_total: NTotalOpt = 5452,
-    delta: DeltaOpt = None,
-    shots_per_label: ShotsOpt = 1,
-    n_labels: LabelsOpt = 1,
     as_json: JsonOpt = False,
+    *,
+    loop: LoopOptions,  # option groups (with_groups)
+    dataset: DatasetOptions,
 ) -> None:
     """Epsilon that one record pays for the given configuration."""
-    loop = _Loop(aggregator, accounting, sigma0, sigma2, T, M, N, tmax, good_radius)
     with _usage_errors():
-        privacy = _privacy(loop, sigma=sigma, sigma1=sigma1)
-        sizes, shots, delta = _dataset(n_label, n_total, n_labels, shots_per_label, delta)
+        privacy = loop.privacy(sigma=sigma, sigma1=sigma1)
+        sizes, shots, delta = dataset.shape()
         eps = privacy.epsilon(sizes, shots, delta)
     if as_json:
         typer.echo(json.dumps({"epsilon": eps, "delta": delta}))
@@ -183,34 +190,24 @@ def epsilon_command(
 
 
 @privacy_app.command("calibrate")
+@with_groups(loop=LoopOptions, dataset=DatasetOptions)
 def calibrate_command(
     epsilon: Annotated[float, typer.Option("--epsilon", help="Target epsilon.")],
-    aggregator: AggregatorOpt = Aggregator.ADADPSYN,
-    accounting: AccountingOpt = Accounting.TIGHT,
-    sigma0: Sigma0Opt = 15.0,
-    sigma2: Sigma2Opt = 5.0,
-    T: TOpt = 2,
-    good_radius: GoodRadiusOpt = True,
-    M: MOpt = 20,
-    N: NOpt = 2,
-    tmax: TmaxOpt = 15,
-    n_label: NLabelOpt = 835,
-    n_total: NTotalOpt = 5452,
-    delta: DeltaOpt = None,
-    shots_per_label: ShotsOpt = 1,
-    n_labels: LabelsOpt = 1,
     as_json: JsonOpt = False,
+    *,
+    loop: LoopOptions,  # option groups (with_groups)
+    dataset: DatasetOptions,
 ) -> None:
     """Solve for sigma (tang) or sigma1 (adadpsyn) so that the cost meets --epsilon."""
-    loop = _Loop(aggregator, accounting, sigma0, sigma2, T, M, N, tmax, good_radius)
     with _usage_errors():
-        privacy = _privacy(loop, sigma=None, sigma1=None, free=1.0)
-        sizes, shots, delta = _dataset(n_label, n_total, n_labels, shots_per_label, delta)
+        privacy = loop.privacy(sigma=None, sigma1=None, free=1.0)
+        sizes, shots, delta = dataset.shape()
         result = calibrate_noise(
             privacy, label_sizes=sizes, shots=shots, target_epsilon=epsilon, delta=delta
         )
+    tang = loop.aggregator is Aggregator.TANG
     solved = result.privacy.params.model_dump(
-        include={"sigma"} if aggregator is Aggregator.TANG else {"sigma0", "sigma1", "sigma2", "T"}
+        include={"sigma"} if tang else {"sigma0", "sigma1", "sigma2", "T"}
     )
     if as_json:
         typer.echo(json.dumps({**solved, "epsilon": result.epsilon, "delta": delta}))
