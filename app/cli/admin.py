@@ -134,6 +134,9 @@ def _key_row(key: ApiKey) -> dict[str, Any]:
         "revoked": key.revoked,
         "created_at": key.created_at.isoformat(),
         "last_used_at": key.last_used_at.isoformat() if key.last_used_at else None,
+        "usage_requests": key.usage_requests,
+        "usage_prompt_tokens": key.usage_prompt_tokens,
+        "usage_completion_tokens": key.usage_completion_tokens,
     }
 
 

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 from typing import Any
 
-KEY_COLUMNS = ["ID", "NAME", "SCOPE", "STATUS", "CREATED", "LAST USED"]
+KEY_COLUMNS = ["ID", "NAME", "SCOPE", "STATUS", "CREATED", "LAST USED", "REQUESTS", "TOKENS IN/OUT"]
 
 
 def key_cells(row: dict[str, Any]) -> list[str]:
     """One key's cells under :data:`KEY_COLUMNS` (also ``dpsyn admin keys list``'s). A server
-    before migration 0014 sends no name or last use: shown as "-" and "never"."""
+    before migration 0014 sends no name or last use: shown as "-" and "never"; one before
+    0018 no usage: "-". The usage counts the key's prompt uses and completions."""
     last = row.get("last_used_at")
     return [
         row["id"],
@@ -19,4 +20,13 @@ def key_cells(row: dict[str, Any]) -> list[str]:
         "revoked" if row["revoked"] else "live",
         row["created_at"][:19],
         last[:19] if last else "never",
+        str(row.get("usage_requests", "-")),
+        _tokens(row),
     ]
+
+
+def _tokens(row: dict[str, Any]) -> str:
+    """The prompt and completion tokens a key's requests used, "IN/OUT"."""
+    if "usage_prompt_tokens" not in row:
+        return "-"
+    return f"{row['usage_prompt_tokens']}/{row.get('usage_completion_tokens', 0)}"

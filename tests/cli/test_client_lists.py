@@ -124,9 +124,9 @@ def test_keys_create_list_and_revoke_for_the_own_tenant(dpsyn, server, trec_file
 
     listed = dpsyn("keys", "list")
     assert listed.stdout.splitlines()[0].split() == [
-        "ID", "NAME", "SCOPE", "STATUS", "CREATED", "LAST", "USED",
+        "ID", "NAME", "SCOPE", "STATUS", "CREATED", "LAST", "USED", "REQUESTS", "TOKENS", "IN/OUT",
     ]  # fmt: skip
-    assert re.search(rf"{key_id}\s+-\s+prompts:read\s+live\s+\S+\s+never", listed.stdout)
+    assert re.search(rf"{key_id}\s+-\s+prompts:read\s+live\s+\S+\s+never\s+0\s+0/0", listed.stdout)
     assert _json(dpsyn("keys", "list", "--json")) == _api(server, "/v1/keys")
 
     # A prompts:read key lists prompts (and their datasets' names).
