@@ -182,8 +182,12 @@ def _job_fields(
     shots: int | None,
     delta: float | None,
     accounting: Accounting | None,
+    *,
+    public_dataset: str | None,
+    validation_dataset: str | None,
 ) -> dict[str, Any]:
-    """The job's own fields (None: the server's default); a bad ``--epsilon`` stops here."""
+    """The job's own fields (None: the server's default), as 'jobs submit' and 'jobs quote'
+    both send them; a bad ``--epsilon`` stops here."""
     if not is_epsilon(epsilon):
         raise ClientError(f"--epsilon must be a positive number, got {epsilon:g}", code=2)
     return {
@@ -193,6 +197,8 @@ def _job_fields(
         "shots": shots,
         "delta": delta,
         "accounting": accounting.value if accounting is not None else None,
+        "public_dataset_id": public_dataset,
+        "validation_dataset_id": validation_dataset,
     }
 
 
@@ -352,8 +358,10 @@ def jobs_submit(
     that reads public texts also needs --public-dataset (uploaded with 'dpsyn datasets upload
     --public'); they are never charged."""
     try:
-        fields = _job_fields(dataset, epsilon, method, shots, delta, accounting)
-        fields.update(public_dataset_id=public_dataset, validation_dataset_id=validation_dataset)
+        fields = _job_fields(
+            dataset, epsilon, method, shots, delta, accounting,
+            public_dataset=public_dataset, validation_dataset=validation_dataset,
+        )  # fmt: skip
         body = _job_body(fields, param, list(ctx.args))
         with Api(url, key) as api:
             job = api.call("POST", "/v1/jobs", json=body)
@@ -400,9 +408,10 @@ def jobs_quote(
     of a dataset whose counts are not declared public draws its count release, charged once
     to the budget (the quote's spend includes it)."""
     try:
-        fields = _job_fields(dataset, epsilon, method, shots, delta, accounting)
-        fields["public_dataset_id"] = public_dataset
-        fields["validation_dataset_id"] = validation_dataset
+        fields = _job_fields(
+            dataset, epsilon, method, shots, delta, accounting,
+            public_dataset=public_dataset, validation_dataset=validation_dataset,
+        )  # fmt: skip
         body = _job_body(fields, param, list(ctx.args))
         quote = request(url, key, "POST", "/v1/jobs/quote", json=body)
     except ClientError as error:
