@@ -14,7 +14,6 @@ duplicate name, an unknown tenant) or 2 (usage, or a database this dpsyn cannot 
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -27,6 +26,8 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
 
 from app.cli.errors import err, fail
+from app.cli.http_client import print_json, print_rows
+from app.cli.key_table import KeyNameOpt
 from app.db.models import ApiKey, KeyScope, Tenant
 
 admin_app = typer.Typer(
@@ -140,13 +141,6 @@ def _key_row(key: ApiKey) -> dict[str, Any]:
     }
 
 
-def _print_table(header: list[str], rows: list[list[str]]) -> None:
-    widths = [max(len(cell) for cell in column) for column in zip(header, *rows, strict=False)]
-    for row in [header, *rows]:
-        cells = (cell.ljust(width) for cell, width in zip(row, widths, strict=True))
-        typer.echo("  ".join(cells).rstrip())
-
-
 # --- tenants --------------------------------------------------------------------------------
 
 
@@ -166,7 +160,7 @@ def tenants_create(
         tenant, raw = create_tenant(session, name)
         row = _tenant_row(tenant)
     if as_json:
-        typer.echo(json.dumps({**row, "key": raw}, indent=2))
+        print_json({**row, "key": raw})
         return
     _say(f"created tenant {name!r} ({row['id']}); its admin API key (shown once):")
     typer.echo(raw)
@@ -180,9 +174,9 @@ def tenants_list(as_json: JsonOpt = False, data_dir: DataDirOpt = Path(".dpsyn")
     with _session(data_dir) as session:
         rows = [_tenant_row(tenant, live) for tenant, live in list_tenants(session)]
     if as_json:
-        typer.echo(json.dumps(rows, indent=2))
+        print_json(rows)
         return
-    _print_table(
+    print_rows(
         ["ID", "NAME", "STATUS", "LIVE KEYS", "CREATED"],
         [
             [
@@ -240,10 +234,7 @@ def keys_create(
             "tenant's budgets, read-only (the organisation's view).",
         ),
     ] = KeyScope.ADMIN,
-    name: Annotated[
-        str | None,
-        typer.Option("--name", help="What the key is for (1-100 printable characters)."),
-    ] = None,
+    name: KeyNameOpt = None,
     as_json: JsonOpt = False,
     data_dir: DataDirOpt = Path(".dpsyn"),
 ) -> None:
@@ -256,7 +247,7 @@ def keys_create(
         key, raw = create_key_for(session, found, scope, name)
         row, tenant_name = _key_row(key), found.name
     if as_json:
-        typer.echo(json.dumps({**row, "key": raw}, indent=2))
+        print_json({**row, "key": raw})
         return
     named = f" {row['name']!r}" if row["name"] else ""
     _say(
@@ -279,9 +270,9 @@ def keys_list(
     with _session(data_dir) as session:
         rows = [_key_row(key) for key in list_keys(session, find_tenant(session, tenant).id)]
     if as_json:
-        typer.echo(json.dumps(rows, indent=2))
+        print_json(rows)
         return
-    _print_table(KEY_COLUMNS, [key_cells(row) for row in rows])
+    print_rows(KEY_COLUMNS, [key_cells(row) for row in rows])
 
 
 @keys_app.command("revoke")

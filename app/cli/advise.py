@@ -128,7 +128,7 @@ def print_advice(advice: Advice) -> None:
     typer.echo(advice.summary())
 
 
-@with_groups(columns=ColumnOptions, custom=CustomTaskOptions)
+@with_groups
 def advise_command(
     dataset: DatasetOpt = None,
     data: DataOpt = None,

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import json
 import ssl
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Annotated, Any, NoReturn
 
 import httpx
@@ -147,12 +148,12 @@ def _tls_failed(error: BaseException) -> bool:
 
 
 @contextmanager
-def prompt_client(url: str | None, key: str | None) -> Iterator[PromptClient]:
+def prompt_client(server: Server) -> Iterator[PromptClient]:
     """The downstream apps' client (:mod:`dpsyn_client.client`) on the CLI's connection, so that
     ``dpsyn prompts get|complete`` read prompts as an app does; its errors end the command
     as :class:`Api`'s do (one line in the CLI's words, exit status 1)."""
     try:
-        with Api(url, key) as api:
+        with Api(server.url, server.key) as api:
             try:
                 yield PromptClient(api.url, api.key, http=api.http)
             except ApiError as error:
@@ -210,6 +211,44 @@ KeyOpt = Annotated[
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print the server's JSON.")]
 QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="Print only the ID.")]
 YesOpt = Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")]
+
+
+@dataclass(frozen=True)
+class Server:
+    """The server a client command calls: ``--url`` and ``--key``, declared once and added
+    to each command by :func:`app.cli.options.with_groups` (``@with_groups(server=Server)``)."""
+
+    url: UrlOpt = None
+    key: KeyOpt = None
+
+    def request(self, method: str, path: str, **kwargs: Any) -> Any:
+        """One API call; a server or connection error ends the command (:func:`request`)."""
+        return request(self.url, self.key, method, path, **kwargs)
+
+    @contextmanager
+    def session(self) -> Iterator[Api]:
+        """A connection for several calls; a :class:`ClientError` raised in the ``with``
+        block (the server's, or the command's own) ends the command with its message."""
+        try:
+            with Api(self.url, self.key) as api:
+                yield api
+        except ClientError as error:
+            exit_with(error)
+
+
+@dataclass(frozen=True)
+class Reply(Server):
+    """:class:`Server` and ``--json``: a command that prints the server's JSON or its own
+    text of it."""
+
+    as_json: JsonOpt = False
+
+    def show(self, value: Any, as_text: Callable[[Any], object]) -> None:
+        """Print ``value``: its JSON with ``--json``, else ``as_text(value)``."""
+        if self.as_json:
+            print_json(value)
+        else:
+            as_text(value)
 
 
 def print_json(value: Any) -> None:

@@ -1,9 +1,16 @@
 """The columns a key list prints, shared by ``dpsyn keys list`` (through the API) and ``dpsyn
-admin keys list`` (on the database), so that both show the same table."""
+admin keys list`` (on the database), so that both show the same table; and the ``--name``
+both ``keys create`` commands take."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
+
+import typer
+
+KeyNameOpt = Annotated[
+    str | None, typer.Option("--name", help="What the key is for (1-100 printable characters).")
+]
 
 KEY_COLUMNS = ["ID", "NAME", "SCOPE", "STATUS", "CREATED", "LAST USED", "REQUESTS", "TOKENS IN/OUT"]
 

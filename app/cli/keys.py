@@ -12,21 +12,12 @@ from typing import Annotated, Any
 
 import typer
 
-from app.cli.http_client import (
-    JsonOpt,
-    KeyOpt,
-    UrlOpt,
-    YesOpt,
-    confirm,
-    err,
-    print_json,
-    print_rows,
-    request,
-)
-from app.cli.key_table import KEY_COLUMNS, key_cells
+from app.cli.http_client import Reply, YesOpt, confirm, err, print_rows
+from app.cli.key_table import KEY_COLUMNS, KeyNameOpt, key_cells
+from app.cli.options import GroupedTyper
 from app.db.models import KeyScope
 
-keys_app = typer.Typer(
+keys_app = GroupedTyper(
     help="API keys of your own tenant (needs an admin key). Operators: 'dpsyn admin keys'.",
     no_args_is_help=True,
 )
@@ -38,13 +29,9 @@ def _key_rows(rows: list[dict[str, Any]]) -> None:
 
 
 @keys_app.command("list")
-def keys_list(url: UrlOpt = None, key: KeyOpt = None, as_json: JsonOpt = False) -> None:
+def keys_list(server: Reply) -> None:
     """Your tenant's keys (IDs and scopes; the keys themselves are never stored)."""
-    rows = request(url, key, "GET", "/v1/keys")
-    if as_json:
-        print_json(rows)
-    else:
-        _key_rows(rows)
+    server.show(server.request("GET", "/v1/keys"), _key_rows)
 
 
 @keys_app.command("create")
@@ -57,23 +44,20 @@ def keys_create(
             "tenant.",
         ),
     ] = KeyScope.PROMPTS_READ,
-    name: Annotated[
-        str | None,
-        typer.Option("--name", help="What the key is for (1-100 printable characters)."),
-    ] = None,
-    url: UrlOpt = None,
-    key: KeyOpt = None,
-    as_json: JsonOpt = False,
+    name: KeyNameOpt = None,
+    *,
+    server: Reply,
 ) -> None:
     """Create a key for your tenant; it is printed once, alone on stdout. (org:read keys
     are the operator's: 'dpsyn admin keys create'.)"""
     body: dict[str, str] = {"scope": scope.value}
     if name is not None:
         body["name"] = name  # checked by the server (a 422 naming the rule)
-    created = request(url, key, "POST", "/v1/keys", json=body)
-    if as_json:
-        print_json(created)
-        return
+    server.show(server.request("POST", "/v1/keys", json=body), _print_created)
+
+
+def _print_created(created: dict[str, Any]) -> None:
+    """A new key: what it is on stderr, the key alone on stdout."""
     named = f" {created['name']!r}" if created.get("name") else ""
     err.print(
         f"created a {created['scope']} key{named} {created['id']} (shown once):", markup=False
@@ -85,14 +69,10 @@ def keys_create(
 def keys_revoke(
     key_id: Annotated[str, typer.Argument(help="The key's ID (from 'dpsyn keys list').")],
     yes: YesOpt = False,
-    url: UrlOpt = None,
-    key: KeyOpt = None,
-    as_json: JsonOpt = False,
+    *,
+    server: Reply,
 ) -> None:
     """Revoke one of your tenant's keys for good (the key in use too, if you name it)."""
     confirm(f"Revoke key {key_id}? Requests with it are refused from now on.", yes)
-    revoked = request(url, key, "DELETE", f"/v1/keys/{key_id}")
-    if as_json:
-        print_json(revoked)
-    else:
-        err.print(f"revoked key {key_id}", markup=False)
+    revoked = server.request("DELETE", f"/v1/keys/{key_id}")
+    server.show(revoked, lambda _: err.print(f"revoked key {key_id}", markup=False))

@@ -16,6 +16,8 @@ from typing import Annotated, Any, TypeVar
 
 import typer
 
+from app.privacy.accounting import Accounting
+
 R = TypeVar("R")
 
 TEXT_COL = typer.Option(
@@ -53,6 +55,15 @@ TEXT_FIELD = typer.Option("--text-field", help="Custom task: name of the text li
 LABEL_FIELD = typer.Option("--label-field", help="Custom task: name of the label line (Label).")
 
 
+# Options the local commands (synthesize, privacy quote, privacy epsilon) share word for word.
+RegisteredMethodOpt = Annotated[str, typer.Option("--method", help="A registered method.")]
+PaperAccountingOpt = Annotated[
+    Accounting,
+    typer.Option("--accounting", help="tight (default) or paper (needs --public-counts)."),
+]
+PrintJsonOpt = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON.")]
+
+
 @dataclass(frozen=True)
 class ColumnOptions:
     """How a table's columns are read: ``--text-col``, ``--label-col``, ``--label-map``."""
@@ -79,38 +90,67 @@ class CustomTaskOptions:
         return dataclasses.asdict(self)
 
 
-def with_groups(**groups: type[Any]) -> Callable[[Callable[..., R]], Callable[..., R]]:
-    """A command decorator: each keyword names a parameter of the command that receives one
-    of these dataclasses, whose fields become the command's options (their ``Annotated``
-    typer options and defaults). So a group of options is declared once, and every command
-    that reads it gets the same names and help. Typer reads the returned function's
-    ``__signature__`` (as :class:`app.cli.method_options.RegistryCommand` does)."""
+KEYWORD_ONLY = inspect.Parameter.KEYWORD_ONLY
 
-    def decorate(command: Callable[..., R]) -> Callable[..., R]:
-        own = inspect.signature(command, eval_str=True)
-        kept = [p for p in own.parameters.values() if p.name not in groups]
-        added = [
-            inspect.Parameter(
-                f.name, inspect.Parameter.KEYWORD_ONLY, default=f.default, annotation=t
-            )
-            for group in groups.values()
-            for f, t in _fields(group)
-        ]
-        last = [p for p in kept if p.kind is p.VAR_KEYWORD]
-        kept = [p for p in kept if p.kind is not p.VAR_KEYWORD]
 
-        @functools.wraps(command)
-        def grouped(*args: Any, **kwargs: Any) -> R:
-            for name, group in groups.items():
-                names = [f.name for f in dataclasses.fields(group)]
-                kwargs[name] = group(**{n: kwargs.pop(n) for n in names if n in kwargs})
-            return command(*args, **kwargs)
+def with_groups(command: Callable[..., R]) -> Callable[..., R]:
+    """A command decorator: each parameter of the command annotated with a dataclass (an
+    option group: :class:`ColumnOptions`, :class:`app.cli.http_client.Reply`, ...) stands
+    for that dataclass's fields, which become the command's options in its place (their
+    ``Annotated`` typer options and defaults); the command receives the group built from
+    them. So a group of options is declared once, and every command that reads it gets the
+    same names and help. Typer reads the returned function's ``__signature__`` (as
+    :class:`app.cli.method_options.RegistryCommand` does) and passes every option by name,
+    so all of them are keyword-only there."""
+    own = inspect.signature(command, eval_str=True)
+    groups = {p.name: p.annotation for p in own.parameters.values() if _is_group(p.annotation)}
+    params: list[inspect.Parameter] = []
+    for param in own.parameters.values():
+        if param.name in groups:
+            params += [
+                inspect.Parameter(f.name, KEYWORD_ONLY, default=_default(f), annotation=t)
+                for f, t in _fields(groups[param.name])
+            ]
+        elif param.kind is param.VAR_KEYWORD:
+            params.append(param)
+        else:
+            params.append(param.replace(kind=KEYWORD_ONLY))
 
-        grouped.__signature__ = own.replace(parameters=[*kept, *added, *last])  # type: ignore[attr-defined]
-        grouped.__annotations__ = {}  # typer asks for type hints; the signature has them
-        return grouped
+    @functools.wraps(command)
+    def grouped(*args: Any, **kwargs: Any) -> R:
+        for name, group in groups.items():
+            names = [f.name for f in dataclasses.fields(group)]
+            kwargs[name] = group(**{n: kwargs.pop(n) for n in names if n in kwargs})
+        return command(*args, **kwargs)
 
-    return decorate
+    grouped.__signature__ = own.replace(parameters=params)  # type: ignore[attr-defined]
+    grouped.__annotations__ = {}  # typer asks for type hints; the signature has them
+    return grouped
+
+
+class GroupedTyper(typer.Typer):
+    """A ``typer.Typer`` whose commands may take option groups: each command it registers
+    goes through :func:`with_groups` first, so a command only declares a parameter of the
+    group's type (``server: Reply``)."""
+
+    def command(self, *args: Any, **kwargs: Any) -> Callable[[Callable[..., R]], Callable[..., R]]:
+        register = super().command(*args, **kwargs)
+
+        def decorate(command: Callable[..., R]) -> Callable[..., R]:
+            register(with_groups(command))
+            return command
+
+        return decorate
+
+
+def _is_group(annotation: Any) -> bool:
+    """Whether a parameter's annotation is an option group (a dataclass)."""
+    return isinstance(annotation, type) and dataclasses.is_dataclass(annotation)
+
+
+def _default(field: dataclasses.Field[Any]) -> Any:
+    """A group field's default as a parameter's (none: a required option)."""
+    return inspect.Parameter.empty if field.default is dataclasses.MISSING else field.default
 
 
 def _fields(group: type[Any]) -> list[tuple[dataclasses.Field[Any], Any]]:

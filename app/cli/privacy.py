@@ -14,7 +14,7 @@ import typer
 from pydantic import ValidationError
 
 from app.cli.errors import fail
-from app.cli.options import with_groups
+from app.cli.options import PrintJsonOpt, with_groups
 from app.privacy.accounting import Accounting
 from app.privacy.calibration import CalibrationError, calibrate_noise
 from app.privacy.params import AdaDPSynParams, AdaDPSynVariant, Aggregator, TangParams
@@ -68,7 +68,6 @@ LabelsOpt = Annotated[
         "(paper) a record can move between two of them, which costs both.",
     ),
 ]
-JsonOpt = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON.")]
 
 
 @dataclass(frozen=True)
@@ -161,11 +160,11 @@ def _usage_errors() -> Iterator[None]:
 
 
 @privacy_app.command("epsilon")
-@with_groups(loop=LoopOptions, dataset=DatasetOptions)
+@with_groups
 def epsilon_command(
     sigma: SigmaOpt = None,
     sigma1: Sigma1Opt = None,
-    as_json: JsonOpt = False,
+    as_json: PrintJsonOpt = False,
     *,
     loop: LoopOptions,  # option groups (with_groups)
     dataset: DatasetOptions,
@@ -186,10 +185,10 @@ def epsilon_command(
 
 
 @privacy_app.command("calibrate")
-@with_groups(loop=LoopOptions, dataset=DatasetOptions)
+@with_groups
 def calibrate_command(
     epsilon: Annotated[float, typer.Option("--epsilon", help="Target epsilon.")],
-    as_json: JsonOpt = False,
+    as_json: PrintJsonOpt = False,
     *,
     loop: LoopOptions,  # option groups (with_groups)
     dataset: DatasetOptions,
@@ -225,7 +224,7 @@ def plan_command(
     delta: DeltaOpt = None,
     shots_per_label: ShotsOpt = 1,
     n_labels: LabelsOpt = 4,
-    as_json: JsonOpt = False,
+    as_json: PrintJsonOpt = False,
 ) -> None:
     """AdaDPSyn's constants for a job's public shape, as the service's planner picks them."""
     with _usage_errors():

@@ -33,7 +33,7 @@ from app.cli.method_options import (
     method_inputs,
     refuse_other_options,
 )
-from app.cli.options import LABELS
+from app.cli.options import LABELS, PaperAccountingOpt, PrintJsonOpt, RegisteredMethodOpt
 from app.cli.vocabulary import in_cli_words
 from app.methods.registry import (
     DEFAULT_METHOD,
@@ -58,7 +58,6 @@ from app.services.errors import ServiceError
 from app.services.job_plan import JobInputs, check_epsilon, plan_job
 from app.synthesis.tasks import TaskSpec, get_task
 
-MethodOpt = Annotated[str, typer.Option("--method", help="A registered method.")]
 EpsilonOpt = Annotated[
     float, typer.Option("--epsilon", help="The job's target epsilon (> 0, finite).")
 ]
@@ -97,10 +96,6 @@ DeltaOpt = Annotated[
     float,
     typer.Option("--delta", help=f"The job's delta (default {DEFAULT_DELTA:g}, a budget's)."),
 ]
-AccountingOpt = Annotated[
-    Accounting,
-    typer.Option("--accounting", help="tight (default) or paper (needs --public-counts)."),
-]
 PublicCountsOpt = Annotated[
     bool,
     typer.Option(
@@ -111,7 +106,6 @@ PublicCountsOpt = Annotated[
         "--n-label per label (the release itself is charged once per dataset).",
     ),
 ]
-JsonOpt = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON.")]
 
 
 @contextmanager
@@ -127,7 +121,7 @@ def _quote_errors() -> Iterator[None]:
 
 def _quote(
     *,
-    method: MethodOpt = DEFAULT_METHOD,
+    method: RegisteredMethodOpt = DEFAULT_METHOD,
     epsilon: EpsilonOpt,
     task: TaskOpt = None,
     labels: Annotated[str | None, LABELS] = None,
@@ -136,9 +130,9 @@ def _quote(
     n_total: NTotalOpt = None,
     n_public: NPublicOpt = None,
     delta: DeltaOpt = DEFAULT_DELTA,
-    accounting: AccountingOpt = Accounting.TIGHT,
+    accounting: PaperAccountingOpt = Accounting.TIGHT,
     public_counts: PublicCountsOpt = False,
-    as_json: JsonOpt = False,
+    as_json: PrintJsonOpt = False,
     **method_options: Any,
 ) -> None:
     """What a job of any registered method would cost on a dataset of the given shape, as

@@ -34,7 +34,13 @@ from app.cli.method_options import (
     refuse_other_options,
 )
 from app.cli.model_options import DtypeOpt, ModelOpt, quiet_progress_bars, training_dtype
-from app.cli.options import ColumnOptions, CustomTaskOptions, with_groups
+from app.cli.options import (
+    ColumnOptions,
+    CustomTaskOptions,
+    PaperAccountingOpt,
+    RegisteredMethodOpt,
+    with_groups,
+)
 from app.cli.progress import progress_reporter
 from app.llm.factory import BackendKind, Dtype, make_backend
 from app.methods.base import Stored, plan_local
@@ -66,17 +72,12 @@ TaskOpt = Annotated[
 EpsilonOpt = Annotated[
     str, typer.Option("--epsilon", help="Privacy budget (> 0, or inf: no noise).")
 ]
-MethodOpt = Annotated[str, typer.Option("--method", help="A registered method.")]
 BaselineOpt = Annotated[
     bool, typer.Option("--instruction-only", help="epsilon = 0 baseline: no private data.")
 ]
 DeltaOpt = Annotated[
     float | None,
     typer.Option("--delta", help=f"Default {DEFAULT_DELTA:g} (public; never 1/|D|)."),
-]
-AccountingOpt = Annotated[
-    Accounting,
-    typer.Option("--accounting", help="tight (default) or paper (needs --public-counts)."),
 ]
 PublicCountsOpt = Annotated[
     bool,
@@ -124,10 +125,10 @@ def _synthesize(
     data: DataOpt,
     task: TaskOpt = None,
     epsilon: EpsilonOpt = "4",
-    method: MethodOpt = DEFAULT_METHOD,
+    method: RegisteredMethodOpt = DEFAULT_METHOD,
     instruction_only: BaselineOpt = False,
     delta: DeltaOpt = None,
-    accounting: AccountingOpt = Accounting.TIGHT,
+    accounting: PaperAccountingOpt = Accounting.TIGHT,
     public_counts: PublicCountsOpt = False,
     backend: BackendOpt = BackendKind.TRANSFORMERS,
     model: ModelOpt = None,
@@ -187,9 +188,7 @@ def _synthesize(
     _print_result(chosen, spec_task, result, accounting, out)
 
 
-synthesize_command = RegistryCommand(
-    with_groups(columns=ColumnOptions, custom=CustomTaskOptions)(_synthesize)
-)
+synthesize_command = RegistryCommand(with_groups(_synthesize))
 
 
 def _plan_lines(method: Method, task: TaskSpec, stored: Stored) -> str | None:

@@ -2,25 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from functools import partial
 from typing import Annotated, Any
 
 import typer
 
 from app.cli.client.common import DatasetIdArg
-from app.cli.http_client import (
-    Api,
-    ClientError,
-    JsonOpt,
-    KeyOpt,
-    UrlOpt,
-    err,
-    exit_with,
-    one_line,
-    out,
-    print_json,
-    print_rows,
-    request,
-)
+from app.cli.http_client import ClientError, Reply, err, exit_with, one_line, out, print_rows
+from app.cli.options import GroupedTyper
 from app.cli.vocabulary import in_cli_words
 from app.privacy.accounting import Accounting
 from app.privacy.budget import (
@@ -33,7 +23,7 @@ from app.privacy.unit import DEFAULT_DELTA
 
 # --- budget ---------------------------------------------------------------------------------
 
-budget_app = typer.Typer(help="A dataset's privacy budget and ledger.", no_args_is_help=True)
+budget_app = GroupedTyper(help="A dataset's privacy budget and ledger.", no_args_is_help=True)
 
 
 def _print_budget(budget: dict[str, Any], *, history: bool) -> None:
@@ -86,8 +76,12 @@ def _ledger_job(entry: dict[str, Any]) -> str:
     return str(entry["job_id"])
 
 
-def _print_ledger(history: list[dict[str, Any]]) -> None:
-    """The ledger's entries, oldest first, with each closing entry's reason."""
+def _print_ledger(history: list[dict[str, Any]], dataset: str | None = None) -> None:
+    """The ledger's entries, oldest first, with each closing entry's reason (and, for
+    ``dataset``, a line saying so when it has none)."""
+    if dataset is not None and not history:
+        typer.echo(f"the ledger of dataset {dataset} is empty: no job was charged yet")
+        return
     print_rows(
         ["time", "kind", "job", "epsilon", "delta", "reason"],
         [
@@ -127,22 +121,29 @@ def _print_label_groups(groups: list[dict[str, Any]]) -> None:
     """Each label group's composed spend; the largest is the dataset's spend."""
     if len(groups) < 2:
         return
-    typer.echo(
+    print_label_groups(
         "spend per label group (each group's records are priced apart; the dataset's spend "
-        "is the largest, so a job that charges only other groups adds 0 to it):"
+        "is the largest, so a job that charges only other groups adds 0 to it):",
+        {
+            "spent": lambda group: spend_text(group["spent"]),
+            "remaining": lambda group: spend_text(group["remaining"]),
+            "jobs": lambda group: str(group["jobs"]),
+            "": lambda group: "sets the spend" if group["binding"] else "",
+        },
+        groups,
     )
+
+
+def print_label_groups(
+    intro: str, columns: dict[str, Callable[[dict[str, Any]], str]], groups: list[dict[str, Any]]
+) -> None:
+    """A table of label groups (a budget's spend, a quote's change to it) after the line
+    ``intro``: the labels of each group, then ``columns`` (header: the cell of a group)."""
+    typer.echo(intro)
+    cells = columns.values()
     print_rows(
-        ["labels", "spent", "remaining", "jobs", ""],
-        [
-            [
-                ", ".join(group["labels"]) or "(all records)",
-                spend_text(group["spent"]),
-                spend_text(group["remaining"]),
-                str(group["jobs"]),
-                "sets the spend" if group["binding"] else "",
-            ]
-            for group in groups
-        ],
+        ["labels", *columns],
+        [[", ".join(g["labels"]) or "(all records)", *(cell(g) for cell in cells)] for g in groups],
     )
 
 
@@ -167,9 +168,8 @@ def budget_set(
             "80 for a new budget), as the dashboard's 'Warn at (% of ε)'.",
         ),
     ] = None,
-    url: UrlOpt = None,
-    key: KeyOpt = None,
-    as_json: JsonOpt = False,
+    *,
+    server: Reply,
 ) -> None:
     """Set or change a dataset's total privacy budget."""
     body: dict[str, Any] = {"epsilon": epsilon, "accounting": accounting.value}
@@ -180,26 +180,15 @@ def budget_set(
             body["warn_threshold"] = warn_fraction(warn)
         except ValueError as err:
             exit_with(ClientError(f"--warn is {err}", code=2))
-    budget = request(url, key, "PUT", f"/v1/datasets/{dataset}/budget", json=body)
-    if as_json:
-        print_json(budget)
-    else:
-        _print_budget(budget, history=False)
+    budget = server.request("PUT", f"/v1/datasets/{dataset}/budget", json=body)
+    server.show(budget, partial(_print_budget, history=False))
 
 
 @budget_app.command("show")
-def budget_show(
-    dataset: DatasetIdArg,
-    url: UrlOpt = None,
-    key: KeyOpt = None,
-    as_json: JsonOpt = False,
-) -> None:
+def budget_show(dataset: DatasetIdArg, server: Reply) -> None:
     """A dataset's budget, what was spent, and its ledger history."""
-    budget = request(url, key, "GET", f"/v1/datasets/{dataset}/budget")
-    if as_json:
-        print_json(budget)
-    else:
-        _print_budget(budget, history=True)
+    budget = server.request("GET", f"/v1/datasets/{dataset}/budget")
+    server.show(budget, partial(_print_budget, history=True))
 
 
 @budget_app.command("list")
@@ -214,9 +203,8 @@ def budget_list(
             "--all-tenants", help="Every tenant's budgets (an organisation key, org:read)."
         ),
     ] = False,
-    url: UrlOpt = None,
-    key: KeyOpt = None,
-    as_json: JsonOpt = False,
+    *,
+    server: Reply,
 ) -> None:
     """Budgeted datasets and their spend: budget, composed spend, share used and its level."""
     params = {
@@ -224,10 +212,12 @@ def budget_list(
         for name, given in (("over_threshold", over_threshold), ("all_tenants", all_tenants))
         if given
     }
-    rows = request(url, key, "GET", "/v1/budgets", params=params)
-    if as_json:
-        print_json(rows)
-        return
+    rows = server.request("GET", "/v1/budgets", params=params)
+    server.show(rows, partial(_print_budgets, all_tenants=all_tenants))
+
+
+def _print_budgets(rows: list[dict[str, Any]], *, all_tenants: bool) -> None:
+    """``budget list``'s table, and a note on its count release column."""
     tenant = ["tenant"] if all_tenants else []
     print_rows(
         [*tenant, "dataset", "name", "budget", "spent", "count release", "used", "warn at",
@@ -282,45 +272,31 @@ def budget_ledger(
         str | None,
         typer.Option("--tenant", help="With --all-tenants: one tenant's only (ID or name)."),
     ] = None,
-    url: UrlOpt = None,
-    key: KeyOpt = None,
-    as_json: JsonOpt = False,
+    *,
+    server: Reply,
 ) -> None:
     """A dataset's ledger: every reserve, commit and release, and its count release
     (kind counts, charged once), oldest first; with --all-tenants, every tenant's (or one
     team's, --tenant) as the fleet CSV, for a privacy officer's org key."""
     if all_tenants or tenant is not None:
-        _fleet_ledgers(dataset, tenant, url, key)
+        _fleet_ledgers(dataset, tenant, server)
         return
     if dataset is None:
         exit_with(ClientError("give a dataset ID (or --all-tenants with an org key)", code=2))
-    try:
-        with Api(url, key) as api:
-            if csv:
-                response = api.download(f"/v1/datasets/{dataset}/budget/ledger.csv")
-                typer.get_binary_stream("stdout").write(response.content)  # as served: CRLF
-                return
-            budget = api.call("GET", f"/v1/datasets/{dataset}/budget")
-    except ClientError as error:
-        exit_with(error)
-    if as_json:
-        print_json(budget["history"])
-    elif budget["history"]:
-        _print_ledger(budget["history"])
-    else:
-        typer.echo(f"the ledger of dataset {dataset} is empty: no job was charged yet")
+    with server.session() as api:
+        if csv:
+            response = api.download(f"/v1/datasets/{dataset}/budget/ledger.csv")
+            typer.get_binary_stream("stdout").write(response.content)  # as served: CRLF
+            return
+        budget = api.call("GET", f"/v1/datasets/{dataset}/budget")
+    server.show(budget["history"], partial(_print_ledger, dataset=dataset))
 
 
-def _fleet_ledgers(
-    dataset: str | None, tenant: str | None, url: str | None, key: str | None
-) -> None:
+def _fleet_ledgers(dataset: str | None, tenant: str | None, server: Reply) -> None:
     """``budget ledger --all-tenants``: the fleet CSV on stdout, as served."""
     if dataset is not None:
         exit_with(ClientError("--all-tenants reads every dataset: give no dataset ID", code=2))
-    try:
-        with Api(url, key) as api:
-            params = {"tenant": tenant} if tenant is not None else None
-            response = api.download("/v1/fleet/ledgers.csv", params=params)
-    except ClientError as error:
-        exit_with(error)
+    with server.session() as api:
+        params = {"tenant": tenant} if tenant is not None else None
+        response = api.download("/v1/fleet/ledgers.csv", params=params)
     typer.get_binary_stream("stdout").write(response.content)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from functools import partial
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -17,12 +18,9 @@ from app.cli.custom_task import (
     parse_pairs,
 )
 from app.cli.http_client import (
-    Api,
     ClientError,
-    JsonOpt,
-    KeyOpt,
     QuietOpt,
-    UrlOpt,
+    Reply,
     YesOpt,
     confirm,
     err,
@@ -30,9 +28,8 @@ from app.cli.http_client import (
     out,
     print_json,
     print_rows,
-    request,
 )
-from app.cli.options import ColumnOptions, CustomTaskOptions, with_groups
+from app.cli.options import ColumnOptions, CustomTaskOptions, GroupedTyper
 from app.privacy.budget import (
     budget_percent,
     spend_text,
@@ -41,7 +38,7 @@ from app.synthesis.data import Column
 
 # --- datasets -------------------------------------------------------------------------------
 
-datasets_app = typer.Typer(
+datasets_app = GroupedTyper(
     help="Datasets on the server: private (labelled) or public (texts for PromptPATE).",
     no_args_is_help=True,
 )
@@ -302,7 +299,6 @@ PUBLIC_COUNTS = typer.Option(
 
 
 @datasets_app.command("upload")
-@with_groups(columns=ColumnOptions, custom=CustomTaskOptions)
 def datasets_upload(
     file: Annotated[Path, typer.Argument(help="CSV/TSV/JSONL, or a built-in task's format.")],
     task: Annotated[
@@ -324,31 +320,26 @@ def datasets_upload(
         str | None,
         typer.Option("--name", help="Default: the task's name (the file name for --public)."),
     ] = None,
-    url: UrlOpt = None,
-    key: KeyOpt = None,
-    as_json: JsonOpt = False,
     quiet: QuietOpt = False,
     *,
-    columns: ColumnOptions,  # the group's options (with_groups)
+    server: Reply,  # the groups' options (with_groups)
+    columns: ColumnOptions,
     custom: CustomTaskOptions,
 ) -> None:
     """Upload a private labelled dataset, or with --public unlabelled texts, or with --public
     --labelled a public validation set (its records never come back)."""
     read = (columns.text_col, columns.label_col, columns.label_map)
-    try:
+    try:  # the file is read, and its problems said, before the server is asked anything
         fields, part = _dataset_parts(
             file, task, public, labelled, custom.given(), read, name, public_counts
         )
-        with Api(url, key) as api:
-            dataset = api.call("POST", "/v1/datasets", data=fields, files={"file": part})
     except ClientError as error:
         exit_with(error)
-    if as_json:
-        print_json(dataset)
-    elif quiet:
+    dataset = server.request("POST", "/v1/datasets", data=fields, files={"file": part})
+    if quiet and not server.as_json:
         typer.echo(dataset["id"])
     else:
-        out.print(describe_dataset(dataset), markup=False)
+        server.show(dataset, lambda shown: out.print(describe_dataset(shown), markup=False))
 
 
 @datasets_app.command("list")
@@ -356,22 +347,19 @@ def datasets_list(
     include_deleted: Annotated[
         bool, typer.Option("--include-deleted", help="Also datasets whose records were deleted.")
     ] = False,
-    url: UrlOpt = None,
-    key: KeyOpt = None,
-    as_json: JsonOpt = False,
+    *,
+    server: Reply,
 ) -> None:
     """List your datasets, with each private one's spend against its budget."""
     params = {"include_deleted": "true"} if include_deleted else {}
-    with_budgets = not as_json
-    try:
-        with Api(url, key) as api:
-            rows = api.call("GET", "/v1/datasets", params=params)
-            budgets = api.call("GET", "/v1/budgets") if with_budgets else []
-    except ClientError as error:
-        exit_with(error)
-    if as_json:
-        print_json(rows)
-        return
+    with server.session() as api:
+        rows = api.call("GET", "/v1/datasets", params=params)
+        budgets = [] if server.as_json else api.call("GET", "/v1/budgets")
+    server.show(rows, partial(_print_datasets, budgets=budgets))
+
+
+def _print_datasets(rows: list[dict[str, Any]], budgets: list[dict[str, Any]]) -> None:
+    """``datasets list``'s table, with each private dataset's spend from ``budgets``."""
     spend = {budget["dataset_id"]: _spend_cell(budget) for budget in budgets}
     print_rows(
         ["id", "name", "kind", "task", "records", "counts", "spent", "created"],
@@ -412,9 +400,8 @@ def datasets_counts_public(
         typer.Option("--withdraw", help="Make the counts private again (jobs release them)."),
     ] = False,
     yes: YesOpt = False,
-    url: UrlOpt = None,
-    key: KeyOpt = None,
-    as_json: JsonOpt = False,
+    *,
+    server: Reply,
 ) -> None:
     """Declare a private dataset's records per label public, or with --withdraw make them
     private again. Applies to jobs submitted afterwards; recorded with the time and your key.
@@ -430,25 +417,19 @@ def datasets_counts_public(
             yes,
         )
     path = f"/v1/datasets/{dataset_id}/counts-public"
-    dataset = request(url, key, "PUT", path, json={"public": not withdraw})
-    if as_json:
-        print_json(dataset)
-        return
-    print_dataset(dataset)
+    dataset = server.request("PUT", path, json={"public": not withdraw})
+    server.show(dataset, print_dataset)
 
 
 @datasets_app.command("show")
-def datasets_show(
-    dataset_id: DatasetIdArg,
-    url: UrlOpt = None,
-    key: KeyOpt = None,
-    as_json: JsonOpt = False,
-) -> None:
+def datasets_show(dataset_id: DatasetIdArg, server: Reply) -> None:
     """A dataset's metadata: name, kind, task, records per label (never a record)."""
-    dataset = request(url, key, "GET", f"/v1/datasets/{dataset_id}")
-    if as_json:
-        print_json(dataset)
-        return
+    dataset = server.request("GET", f"/v1/datasets/{dataset_id}")
+    server.show(dataset, _print_dataset_dates)
+
+
+def _print_dataset_dates(dataset: dict[str, Any]) -> None:
+    """``datasets show``: :func:`print_dataset`, and when it was created and deleted."""
     print_dataset(dataset)
     typer.echo(f"created {dataset['created_at'][:19]}")
     if dataset.get("deleted_at"):
@@ -456,29 +437,20 @@ def datasets_show(
 
 
 @datasets_app.command("delete")
-def datasets_delete(
-    dataset_id: DatasetIdArg,
-    yes: YesOpt = False,
-    url: UrlOpt = None,
-    key: KeyOpt = None,
-    as_json: JsonOpt = False,
-) -> None:
+def datasets_delete(dataset_id: DatasetIdArg, yes: YesOpt = False, *, server: Reply) -> None:
     """Delete a dataset's records for good. Its queued jobs are cancelled (a running one must
     be cancelled first); the dataset's row, budget ledger and prompts stay."""
-    try:
-        with Api(url, key) as api:
-            dataset = api.call("GET", f"/v1/datasets/{dataset_id}")
-            deleted = None
-            if not dataset.get("deleted_at"):
-                confirm(
-                    f"Delete the {dataset['record_count']} records of dataset {dataset_id} "
-                    f"'{dataset['name']}'? Its ledger and prompts stay; this cannot be undone.",
-                    yes,
-                )
-                deleted = api.call("DELETE", f"/v1/datasets/{dataset_id}")
-    except ClientError as error:
-        exit_with(error)
-    if as_json:
+    with server.session() as api:
+        dataset = api.call("GET", f"/v1/datasets/{dataset_id}")
+        deleted = None
+        if not dataset.get("deleted_at"):
+            confirm(
+                f"Delete the {dataset['record_count']} records of dataset {dataset_id} "
+                f"'{dataset['name']}'? Its ledger and prompts stay; this cannot be undone.",
+                yes,
+            )
+            deleted = api.call("DELETE", f"/v1/datasets/{dataset_id}")
+    if server.as_json:
         print_json(deleted or dataset)
     elif deleted is None:
         typer.echo(f"dataset {dataset_id}'s records were already deleted; nothing changed")

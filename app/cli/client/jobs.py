@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import json
 import time
+from dataclasses import dataclass
+from functools import partial
 from typing import Annotated, Any
 
 import typer
 
-from app.cli.client.budget import share_text
+from app.cli.client.budget import print_label_groups, share_text
 from app.cli.client.common import JobIdArg, LimitOpt, OffsetOpt, _page
 from app.cli.client.prompts import _dataset_cell, validation_line
 from app.cli.custom_task import (
@@ -17,17 +19,14 @@ from app.cli.custom_task import (
 from app.cli.http_client import (
     Api,
     ClientError,
-    JsonOpt,
-    KeyOpt,
-    UrlOpt,
+    Reply,
     err,
     exit_with,
     one_line,
     out,
-    print_json,
     print_rows,
-    request,
 )
+from app.cli.options import GroupedTyper
 from app.cli.progress import progress_reporter
 from app.db.models import TERMINAL_STATUSES, JobStatus
 from app.privacy.accounting import Accounting
@@ -40,7 +39,7 @@ from app.synthesis.config import COVER_EVERY_LABEL_UP_TO, DEFAULT_SHOTS
 
 # --- jobs -----------------------------------------------------------------------------------
 
-jobs_app = typer.Typer(help="Synthesis jobs.", no_args_is_help=True)
+jobs_app = GroupedTyper(help="Synthesis jobs.", no_args_is_help=True)
 
 
 # Final states without a prompt: whether the job still costs epsilon is not obvious there.
@@ -175,68 +174,34 @@ def _flag_params(args: list[str]) -> dict[str, Any]:
     return params
 
 
-def _job_fields(
-    dataset: str,
-    epsilon: float,
-    method: str | None,
-    shots: int | None,
-    delta: float | None,
-    accounting: Accounting | None,
-    *,
-    public_dataset: str | None,
-    validation_dataset: str | None,
-) -> dict[str, Any]:
-    """The job's own fields (None: the server's default), as 'jobs submit' and 'jobs quote'
-    both send them; a bad ``--epsilon`` stops here."""
-    if not is_epsilon(epsilon):
-        raise ClientError(f"--epsilon must be a positive number, got {epsilon:g}", code=2)
-    return {
-        "dataset_id": dataset,
-        "method": method,
-        "epsilon": epsilon,
-        "shots": shots,
-        "delta": delta,
-        "accounting": accounting.value if accounting is not None else None,
-        "public_dataset_id": public_dataset,
-        "validation_dataset_id": validation_dataset,
-    }
-
-
-def _job_body(fields: dict[str, Any], params: list[str] | None, extra: list[str]) -> dict[str, Any]:
-    """The ``POST /v1/jobs`` body: the fields given (None: the server's default) and the
-    method parameters (``--NAME VALUE`` and ``--param NAME=VALUE``)."""
-    body = {name: value for name, value in fields.items() if value is not None}
-    given = {**_flag_params(extra), **_parse_params(params or [])}
-    if given:
-        body["params"] = given
-    return body
-
-
 def _show_submitted(
     job: dict[str, Any],
     validation: dict[str, Any] | None,
     *,
     wait: bool,
     quiet: bool,
-    as_json: bool,
+    server: Reply,
 ) -> None:
     """What ``jobs submit`` prints once the job is submitted (and waited for, with its
     prompt's ``validation`` when the job named a validation set; ``--json`` prints the job
     as the API answers it, and ``prompts get --json`` has the score)."""
-    if as_json:
-        print_json(job)
-    elif quiet:
+    if quiet and not server.as_json:
         typer.echo(job["prompt_id"] if wait and job.get("prompt_id") else job["id"])
-    elif wait:
-        out.print(_describe_job(job), markup=False)
-        if validation:
-            out.print(validation_line(validation), markup=False)
-        if job.get("prompt_id"):
-            out.print(f"see it with: dpsyn prompts get {job['prompt_id']}", markup=False)
+    elif wait or server.as_json:
+        server.show(job, partial(_print_waited, validation))
     if wait and job["status"] != "succeeded":
-        if quiet or as_json:
+        if quiet or server.as_json:
             err.print(f"error: {_describe_job(job)}", markup=False)
         raise typer.Exit(code=1)
+
+
+def _print_waited(validation: dict[str, Any] | None, job: dict[str, Any]) -> None:
+    """A job waited for, its prompt's validation score, and how to see the prompt."""
+    out.print(_describe_job(job), markup=False)
+    if validation:
+        out.print(validation_line(validation), markup=False)
+    if job.get("prompt_id"):
+        out.print(f"see it with: dpsyn prompts get {job['prompt_id']}", markup=False)
 
 
 def _print_spend(api: Api, dataset: str) -> None:
@@ -282,13 +247,6 @@ def _print_coverage(api: Api, job: dict[str, Any]) -> None:
         err.print(shots_coverage(shots, min(shots, len(labels)), len(labels)), markup=False)
 
 
-VALIDATION_DATASET = typer.Option(
-    "--validation-dataset",
-    help="ID of a public labelled dataset (upload --public --labelled): the stored prompt is "
-    "scored on it; no privacy cost.",
-)
-
-
 # The options a job is described by, shared by ``jobs submit`` and ``jobs quote``.
 DatasetOpt = Annotated[
     str, typer.Option("--dataset", help="Private dataset ID, or its unique name.")
@@ -300,6 +258,14 @@ MethodOpt = Annotated[
 PublicDatasetOpt = Annotated[
     str | None,
     typer.Option("--public-dataset", help="ID of a public dataset, for a method that reads one."),
+]
+ValidationDatasetOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--validation-dataset",
+        help="ID of a public labelled dataset (upload --public --labelled): the stored prompt "
+        "is scored on it; no privacy cost.",
+    ),
 ]
 ShotsOpt = Annotated[
     int | None,
@@ -325,28 +291,67 @@ ParamOpt = Annotated[
 ]
 
 
-@jobs_app.command(
-    "submit", context_settings={"ignore_unknown_options": True, "allow_extra_args": True}
-)
+@dataclass(frozen=True)
+class JobOptions:
+    """A job as ``jobs submit`` and ``jobs quote`` both describe it (an option group,
+    :func:`~app.cli.options.with_groups`); None: the server's default."""
+
+    dataset: DatasetOpt
+    epsilon: EpsilonOpt
+    method: MethodOpt = None
+    public_dataset: PublicDatasetOpt = None
+    validation_dataset: ValidationDatasetOpt = None
+    shots: ShotsOpt = None
+    delta: DeltaOpt = None
+    accounting: AccountingOpt = None
+    param: ParamOpt = None
+
+    def body(self, extra: list[str]) -> dict[str, Any]:
+        """The ``POST /v1/jobs`` body: the fields given and the method parameters
+        (``--NAME VALUE`` in ``extra``, and ``--param NAME=VALUE``); a bad ``--epsilon``
+        stops here."""
+        if not is_epsilon(self.epsilon):
+            raise ClientError(f"--epsilon must be a positive number, got {self.epsilon:g}", code=2)
+        fields = {
+            "dataset_id": self.dataset,
+            "method": self.method,
+            "epsilon": self.epsilon,
+            "shots": self.shots,
+            "delta": self.delta,
+            "accounting": self.accounting.value if self.accounting is not None else None,
+            "public_dataset_id": self.public_dataset,
+            "validation_dataset_id": self.validation_dataset,
+        }
+        body = {name: value for name, value in fields.items() if value is not None}
+        if given := {**_flag_params(extra), **_parse_params(self.param or [])}:
+            body["params"] = given
+        return body
+
+
+def _job_body(job_options: JobOptions, ctx: typer.Context) -> dict[str, Any]:
+    """:meth:`JobOptions.body` with the command's other arguments; a problem in them ends
+    the command (exit status 2) before the server is asked anything."""
+    try:
+        return job_options.body(list(ctx.args))
+    except ClientError as error:
+        exit_with(error)
+
+
+# A method's own parameters come as --NAME VALUE: options the command does not declare.
+METHOD_FLAGS = {"ignore_unknown_options": True, "allow_extra_args": True}
+
+
+@jobs_app.command("submit", context_settings=METHOD_FLAGS)
 def jobs_submit(
     ctx: typer.Context,
-    dataset: DatasetOpt,
-    epsilon: EpsilonOpt,
-    method: MethodOpt = None,
-    public_dataset: PublicDatasetOpt = None,
-    validation_dataset: Annotated[str | None, VALIDATION_DATASET] = None,
-    shots: ShotsOpt = None,
-    delta: DeltaOpt = None,
-    accounting: AccountingOpt = None,
-    param: ParamOpt = None,
+    job_options: JobOptions,
     wait: Annotated[bool, typer.Option("--wait", help="Wait for the job, with progress.")] = False,
     poll: Annotated[float, typer.Option("--poll", help="Seconds between polls.")] = 1.0,
     timeout: Annotated[
         float | None, typer.Option("--timeout", help="Give up waiting after this many seconds.")
     ] = None,
-    url: UrlOpt = None,
-    key: KeyOpt = None,
-    as_json: JsonOpt = False,
+    *,
+    server: Reply,
     quiet: Annotated[
         bool, typer.Option("--quiet", "-q", help="Print only the job ID (with --wait: prompt ID).")
     ] = False,
@@ -357,46 +362,23 @@ def jobs_submit(
     the server refuses one its method does not take, naming the methods that do. A method
     that reads public texts also needs --public-dataset (uploaded with 'dpsyn datasets upload
     --public'); they are never charged."""
-    try:
-        fields = _job_fields(
-            dataset, epsilon, method, shots, delta, accounting,
-            public_dataset=public_dataset, validation_dataset=validation_dataset,
-        )  # fmt: skip
-        body = _job_body(fields, param, list(ctx.args))
-        with Api(url, key) as api:
-            job = api.call("POST", "/v1/jobs", json=body)
-            if not quiet and not as_json:
-                out.print(_describe_job(job), markup=False)
-                if job.get("settings"):
-                    err.print(job["settings"], markup=False)
-                    _print_coverage(api, job)
-                _print_spend(api, job["dataset_id"])
-            validation = None
-            if wait:
-                job, validation = _wait(api, job, interval=poll, timeout=timeout)
-    except ClientError as error:
-        exit_with(error)
-    _show_submitted(job, validation, wait=wait, quiet=quiet, as_json=as_json)
+    body = _job_body(job_options, ctx)
+    with server.session() as api:
+        job = api.call("POST", "/v1/jobs", json=body)
+        if not quiet and not server.as_json:
+            out.print(_describe_job(job), markup=False)
+            if job.get("settings"):
+                err.print(job["settings"], markup=False)
+                _print_coverage(api, job)
+            _print_spend(api, job["dataset_id"])
+        validation = None
+        if wait:
+            job, validation = _wait(api, job, interval=poll, timeout=timeout)
+    _show_submitted(job, validation, wait=wait, quiet=quiet, server=server)
 
 
-@jobs_app.command(
-    "quote", context_settings={"ignore_unknown_options": True, "allow_extra_args": True}
-)
-def jobs_quote(
-    ctx: typer.Context,
-    dataset: DatasetOpt,
-    epsilon: EpsilonOpt,
-    method: MethodOpt = None,
-    public_dataset: PublicDatasetOpt = None,
-    validation_dataset: Annotated[str | None, VALIDATION_DATASET] = None,
-    shots: ShotsOpt = None,
-    delta: DeltaOpt = None,
-    accounting: AccountingOpt = None,
-    param: ParamOpt = None,
-    url: UrlOpt = None,
-    key: KeyOpt = None,
-    as_json: JsonOpt = False,
-) -> None:
+@jobs_app.command("quote", context_settings=METHOD_FLAGS)
+def jobs_quote(ctx: typer.Context, job_options: JobOptions, *, server: Reply) -> None:
     """What a job would cost, before it is submitted (the dashboard's "Check the cost"):
     planned and checked as 'jobs submit' plans it, nothing reserved, with each label's noise
     multiplier. The dataset's spend is composed, so a job may add less than its own epsilon
@@ -407,19 +389,8 @@ def jobs_quote(
     and in its submission; another job admitted meanwhile changes the spend. The first plan
     of a dataset whose counts are not declared public draws its count release, charged once
     to the budget (the quote's spend includes it)."""
-    try:
-        fields = _job_fields(
-            dataset, epsilon, method, shots, delta, accounting,
-            public_dataset=public_dataset, validation_dataset=validation_dataset,
-        )  # fmt: skip
-        body = _job_body(fields, param, list(ctx.args))
-        quote = request(url, key, "POST", "/v1/jobs/quote", json=body)
-    except ClientError as error:
-        exit_with(error)
-    if as_json:
-        print_json(quote)
-    else:
-        print_quote(quote)
+    quote = server.request("POST", "/v1/jobs/quote", json=_job_body(job_options, ctx))
+    server.show(quote, print_quote)
 
 
 def print_quote(quote: dict[str, Any]) -> None:
@@ -463,22 +434,16 @@ def _print_noise(noise: dict[str, float]) -> None:
 
 def _print_group_changes(groups: list[dict[str, Any]]) -> None:
     """Each label group's spend before and after, and which sets the dataset's spend."""
-    typer.echo(
+    print_label_groups(
         "per label group (the dataset's spend is the largest group's; a job that charges "
-        "only other groups adds nothing to it):"
-    )
-    print_rows(
-        ["labels", "before", "after", "charged", "sets the spend"],
-        [
-            [
-                ", ".join(group["labels"]) or "(all records)",
-                spend_text(group["before"]),
-                spend_text(group["after"]),
-                "yes" if group["charged"] else "",
-                _binding_change(group["binding_before"], group["binding_after"]),
-            ]
-            for group in groups
-        ],
+        "only other groups adds nothing to it):",
+        {
+            "before": lambda group: spend_text(group["before"]),
+            "after": lambda group: spend_text(group["after"]),
+            "charged": lambda group: "yes" if group["charged"] else "",
+            "sets the spend": lambda g: _binding_change(g["binding_before"], g["binding_after"]),
+        },
+        groups,
     )
 
 
@@ -490,12 +455,9 @@ def _binding_change(before: bool, after: bool) -> str:
     return "before the job" if before else ""
 
 
-def _print_job(job: dict[str, Any], as_json: bool) -> None:
-    """The server's JSON, or the one-line description of a job."""
-    if as_json:
-        print_json(job)
-    else:
-        out.print(_describe_job(job), markup=False)
+def _print_job(job: dict[str, Any]) -> None:
+    """The one-line description of a job."""
+    out.print(_describe_job(job), markup=False)
 
 
 # What a job's ``counts`` field says, in words.
@@ -508,24 +470,22 @@ JOB_COUNTS = {
 
 
 @jobs_app.command("show")
-def jobs_show(
-    job_id: JobIdArg,
-    url: UrlOpt = None,
-    key: KeyOpt = None,
-    as_json: JsonOpt = False,
-) -> None:
+def jobs_show(job_id: JobIdArg, server: Reply) -> None:
     """A job's status, progress, cost and result, and the key that submitted it."""
-    job = request(url, key, "GET", f"/v1/jobs/{job_id}")
-    _print_job(job, as_json)
-    if not as_json:
-        if (counts := JOB_COUNTS.get(job.get("counts") or "")) is not None:
-            out.print(f"label counts: {counts}", markup=False)
-        _print_noise(job.get("noise") or {})
-        submitter = job.get("submitted_by")
-        out.print(
-            f"submitted by key {submitter}" if submitter else "submitter not recorded",
-            markup=False,
-        )
+    server.show(server.request("GET", f"/v1/jobs/{job_id}"), _print_job_details)
+
+
+def _print_job_details(job: dict[str, Any]) -> None:
+    """``jobs show``: the job's line, where its counts came from, its noise, its submitter."""
+    _print_job(job)
+    if (counts := JOB_COUNTS.get(job.get("counts") or "")) is not None:
+        out.print(f"label counts: {counts}", markup=False)
+    _print_noise(job.get("noise") or {})
+    submitter = job.get("submitted_by")
+    out.print(
+        f"submitted by key {submitter}" if submitter else "submitter not recorded",
+        markup=False,
+    )
 
 
 @jobs_app.command("wait")
@@ -535,31 +495,22 @@ def jobs_wait(
     timeout: Annotated[
         float | None, typer.Option("--timeout", help="Give up waiting after this many seconds.")
     ] = None,
-    url: UrlOpt = None,
-    key: KeyOpt = None,
-    as_json: JsonOpt = False,
+    *,
+    server: Reply,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Print only the prompt ID.")] = False,
 ) -> None:
     """Wait for a job submitted earlier, with progress, as 'jobs submit --wait' does (and
     for its validation score if it named a validation set); exit 1 unless it succeeded."""
-    try:
-        with Api(url, key) as api:
-            job = api.call("GET", f"/v1/jobs/{job_id}")
-            job, validation = _wait(api, job, interval=poll, timeout=timeout)
-    except ClientError as error:
-        exit_with(error)
-    _show_submitted(job, validation, wait=True, quiet=quiet, as_json=as_json)
+    with server.session() as api:
+        job = api.call("GET", f"/v1/jobs/{job_id}")
+        job, validation = _wait(api, job, interval=poll, timeout=timeout)
+    _show_submitted(job, validation, wait=True, quiet=quiet, server=server)
 
 
 @jobs_app.command("cancel")
-def jobs_cancel(
-    job_id: JobIdArg,
-    url: UrlOpt = None,
-    key: KeyOpt = None,
-    as_json: JsonOpt = False,
-) -> None:
+def jobs_cancel(job_id: JobIdArg, server: Reply) -> None:
     """Cancel a job (a running one stops at its next step); says what it is charged and why."""
-    _print_job(request(url, key, "POST", f"/v1/jobs/{job_id}/cancel"), as_json)
+    server.show(server.request("POST", f"/v1/jobs/{job_id}/cancel"), _print_job)
 
 
 def _asked(job: dict[str, Any]) -> str:
@@ -587,16 +538,16 @@ def jobs_list(
     ] = None,
     limit: LimitOpt = 100,
     offset: OffsetOpt = 0,
-    url: UrlOpt = None,
-    key: KeyOpt = None,
-    as_json: JsonOpt = False,
+    *,
+    server: Reply,
 ) -> None:
     """Your jobs, newest first: status, method, epsilon, dataset and prompt."""
     params = _page(limit, offset, dataset_id=dataset, status=status.value if status else None)
-    rows = request(url, key, "GET", "/v1/jobs", params=params)
-    if as_json:
-        print_json(rows)
-        return
+    server.show(server.request("GET", "/v1/jobs", params=params), _print_jobs)
+
+
+def _print_jobs(rows: list[dict[str, Any]]) -> None:
+    """``jobs list``'s table (the charged column when the server says it)."""
     charged = any("charged_epsilon" in row for row in rows)
     print_rows(
         ["id", "status", "method", "epsilon", *(["charged"] if charged else []), "dataset",

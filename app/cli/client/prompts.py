@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 from enum import StrEnum
+from functools import partial
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -12,22 +13,20 @@ import typer
 
 from app.cli.client.common import LimitOpt, OffsetOpt, _page
 from app.cli.http_client import (
-    Api,
     ClientError,
-    JsonOpt,
-    KeyOpt,
-    UrlOpt,
+    Reply,
+    Server,
     exit_with,
     one_line,
     print_json,
     print_rows,
     prompt_client,
-    request,
 )
+from app.cli.options import GroupedTyper
 
 # --- prompts --------------------------------------------------------------------------------
 
-prompts_app = typer.Typer(help="Synthesised prompts (DP outputs).", no_args_is_help=True)
+prompts_app = GroupedTyper(help="Synthesised prompts (DP outputs).", no_args_is_help=True)
 
 
 def validation_line(validation: dict[str, Any]) -> str:
@@ -80,20 +79,21 @@ def prompts_get(
             "chat messages (JSON), as OpenAI-compatible chat APIs take them.",
         ),
     ] = PromptOutput.TEXT,
-    url: UrlOpt = None,
-    key: KeyOpt = None,
-    as_json: JsonOpt = False,
+    *,
+    server: Reply,
 ) -> None:
     """Print a synthesised prompt and its privacy cost, or its chat messages."""
-    with prompt_client(url, key) as client:
+    with prompt_client(server) as client:
         fetched = client.get_prompt(prompt_id)
-        if output is PromptOutput.MESSAGES:
+        if output is PromptOutput.MESSAGES:  # in the block: a prompt with no chat form fails
             print_json(fetched.messages())
             return
-    prompt = fetched.data
-    if as_json:
-        print_json(prompt)
-        return
+    server.show(fetched.data, partial(_print_prompt, notes=fetched.notes))
+
+
+def _print_prompt(prompt: dict[str, Any], notes: list[str]) -> None:
+    """``prompts get``: the demonstrations, the cost, the server's notes, the validation
+    score, the soft prompt and the prompt's text."""
     spec = prompt["task_spec"]
     for number, demo in enumerate(prompt["demonstrations"], 1):
         typer.echo(f"[{number}] {spec.get('label_field', 'Label')}: {demo['label']}")
@@ -102,7 +102,7 @@ def prompts_get(
         f"prompt {prompt['id']} (task {prompt['task']}, {prompt['method']}, model "
         f"{prompt['model']}): epsilon {prompt['epsilon']:.4g} at delta {prompt['delta']:.3g}"
     )
-    for note in fetched.notes:
+    for note in notes:
         typer.echo(f"note: {note}")
     if prompt.get("validation"):
         typer.echo(validation_line(prompt["validation"]))
@@ -132,8 +132,8 @@ def prompts_download(
         typer.Option("--output", "-o", help="File to write (default: ./<prompt id>.safetensors)."),
     ] = None,
     force: Annotated[bool, typer.Option("--force", help="Overwrite an existing file.")] = False,
-    url: UrlOpt = None,
-    key: KeyOpt = None,
+    *,
+    server: Server,
 ) -> None:
     """Download a prompt's soft prompt (promptdpsgd) as a safetensors file.
 
@@ -142,11 +142,8 @@ def prompts_download(
     path = output or Path(f"{prompt_id}.safetensors")
     if path.exists() and not force:
         exit_with(ClientError(f"{path} exists; pass --force to overwrite it", code=2))
-    try:
-        with Api(url, key) as api:
-            response = api.download(f"/v1/prompts/{prompt_id}/soft-prompt")
-    except ClientError as error:
-        exit_with(error)
+    with server.session() as api:
+        response = api.download(f"/v1/prompts/{prompt_id}/soft-prompt")
     data = response.content
     expected = response.headers.get("x-content-sha256")
     digest = hashlib.sha256(data).hexdigest()
@@ -157,12 +154,12 @@ def prompts_download(
                 "nothing was written, try again"
             )
         )
-    partial = path.with_name(path.name + ".partial")
+    unfinished = path.with_name(path.name + ".partial")
     try:
-        partial.write_bytes(data)
-        partial.replace(path)
+        unfinished.write_bytes(data)
+        unfinished.replace(path)
     except OSError as error:
-        partial.unlink(missing_ok=True)
+        unfinished.unlink(missing_ok=True)
         exit_with(ClientError(f"cannot write {path}: {error.strerror or error}", code=2))
     typer.echo(f"wrote {path} ({len(data)} bytes, sha256 {digest})")
 
@@ -178,16 +175,17 @@ def prompts_complete(
             help="Classification: contextual calibration of the label scores (no privacy cost).",
         ),
     ] = False,
-    url: UrlOpt = None,
-    key: KeyOpt = None,
-    as_json: JsonOpt = False,
+    *,
+    server: Reply,
 ) -> None:
     """Answer a query with a synthesised prompt (in-context learning on the server's model)."""
-    with prompt_client(url, key) as client:
+    with prompt_client(server) as client:
         answer = client.complete(prompt_id, query, calibrated=calibrated)
-    if as_json:
-        print_json(answer)
-        return
+    server.show(answer, _print_answer)
+
+
+def _print_answer(answer: dict[str, Any]) -> None:
+    """A completion: the label and its scores, or the extracted value."""
     if answer.get("label") is not None:
         how = " (calibrated)" if answer.get("calibration") == "contextual" else ""
         typer.echo(f"label: {answer['label']}{how}")
@@ -216,18 +214,19 @@ def prompts_list(
         PromptSort,
         typer.Option("--sort", help="created: newest first; validation: best score first."),
     ] = PromptSort.CREATED,
-    url: UrlOpt = None,
-    key: KeyOpt = None,
-    as_json: JsonOpt = False,
+    *,
+    server: Reply,
 ) -> None:
     """Your prompts, newest first: method, dataset (name and ID), task, epsilon, validation
     score (marked when it does not beat zero-shot), job."""
-    rows = request(url, key, "GET", "/v1/prompts", params=_page(limit, offset, dataset_id=dataset))
+    rows = server.request("GET", "/v1/prompts", params=_page(limit, offset, dataset_id=dataset))
     if sort is PromptSort.VALIDATION:  # unscored last, then as listed
         rows = sorted(rows, key=lambda r: -(r.get("validation_accuracy") or -1.0))
-    if as_json:
-        print_json(rows)
-        return
+    server.show(rows, _print_prompts)
+
+
+def _print_prompts(rows: list[dict[str, Any]]) -> None:
+    """``prompts list``'s table."""
     print_rows(
         ["id", "method", "dataset", "task", "epsilon", "kind", "validation", "job", "created"],
         [
