@@ -11,8 +11,9 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
 
+from app.documented import Documented
 from app.privacy.unit import DEFAULT_DELTA
 
 # A strictly positive, finite number: a noise ratio, a rate, a norm.
@@ -21,19 +22,18 @@ PositiveFinite = Annotated[float, Field(gt=0.0, allow_inf_nan=False)]
 Share = Annotated[float, Field(ge=0.0, le=1.0)]
 
 
-class MethodSettings(BaseModel):
+class MethodSettings(Documented):
     """The budget a job's noise is calibrated to, and the seed only tests and studies set."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    epsilon: PositiveFinite = Field(
-        description="Target epsilon of the whole job (> 0, finite: no method here has a "
-        "no-noise mode)."
-    )
+    epsilon: PositiveFinite
+    """Target epsilon of the whole job (> 0, finite: no method here has a no-noise mode)."""
     delta: float | None = Field(
         None,
         gt=0.0,
         lt=1.0,
         description=f"Target delta; default {DEFAULT_DELTA:g} (public, never 1/|D|).",
     )
-    seed: int | None = Field(None, description="Tests and studies only: voids the guarantee.")
+    seed: int | None = None
+    """Tests and studies only: voids the guarantee."""

@@ -15,6 +15,7 @@ from typing import Literal
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from app.documented import one_line_descriptions
 from app.llm.base import DEFAULT_KV_CACHE_MB
 from app.llm.factory import BackendKind
 from app.privacy.unit import COUNT_RELEASE_SHARE
@@ -25,123 +26,77 @@ METHOD_ENTRY_POINTS = "dpsyn.methods"
 
 class Settings(BaseSettings):
     # An empty variable counts as unset: compose passes "${VAR:-}" for settings left blank.
-    model_config = SettingsConfigDict(env_prefix="DPSYN_", extra="ignore", env_ignore_empty=True)
+    model_config = SettingsConfigDict(
+        env_prefix="DPSYN_", extra="ignore", env_ignore_empty=True, use_attribute_docstrings=True
+    )
 
     environment: Literal["development", "production"] = "development"
-    database_url: str = Field(
-        "sqlite:///./dpsyn.db", description="SQLAlchemy URL; postgresql+psycopg://... in prod."
-    )
-    broker_url: str | None = Field(
-        None, description="Celery broker (redis://...). None: run jobs in an in-process worker."
-    )
-    runtime: str = Field(
-        "workers.runtime",
-        pattern=r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$",
-        description="Module that runs jobs (its queue and worker; app.services.queue.Runtime).",
-    )
+    database_url: str = "sqlite:///./dpsyn.db"
+    """SQLAlchemy URL; postgresql+psycopg://... in prod."""
+    broker_url: str | None = None
+    """Celery broker (redis://...). None: run jobs in an in-process worker."""
+    runtime: str = Field("workers.runtime", pattern=r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
+    """Module that runs jobs (its queue and worker; app.services.queue.Runtime)."""
     backend: BackendKind = BackendKind.TRANSFORMERS
-    model: str | None = Field(None, description="Model name or path (see app.llm.models).")
+    model: str | None = None
+    """Model name or path (see app.llm.models)."""
     vllm_url: str | None = None
-    vllm_start_wait_s: float = Field(
-        300.0,
-        ge=0,
-        description="How long 'dpsyn worker' waits for an unreachable vLLM server at start "
-        "before it exits (a misconfigured one fails the start at once).",
-    )
-    dtype: Literal["auto", "float32", "bfloat16"] = Field(
-        "auto", description="Local model precision; auto: bfloat16 where the hardware has it."
-    )
-    kv_cache_mb: float = Field(
-        DEFAULT_KV_CACHE_MB,
-        ge=0,
-        allow_inf_nan=False,
-        description="Most MiB of KV cache a synthesis job keeps on the local model between "
-        "its token steps (incremental decoding; 0 turns it off). One per running job.",
-    )
-    bootstrap_api_key: str | None = Field(
-        None,
-        description="An admin API key created at start-up for the 'default' tenant if missing.",
-    )
-    count_release_share: float = Field(
-        COUNT_RELEASE_SHARE,
-        gt=0.0,
-        le=0.5,
-        description="The share of a dataset's budget (of its epsilon and of its delta) that "
-        "its one release of label counts costs, charged once when a plan first needs the "
-        "counts (docs/privacy.md, 'The count release').",
-    )
+    vllm_start_wait_s: float = Field(300.0, ge=0)
+    """How long 'dpsyn worker' waits for an unreachable vLLM server at start before it exits (a
+    misconfigured one fails the start at once)."""
+    dtype: Literal["auto", "float32", "bfloat16"] = "auto"
+    """Local model precision; auto: bfloat16 where the hardware has it."""
+    kv_cache_mb: float = Field(DEFAULT_KV_CACHE_MB, ge=0, allow_inf_nan=False)
+    """Most MiB of KV cache a synthesis job keeps on the local model between its token steps
+    (incremental decoding; 0 turns it off). One per running job."""
+    bootstrap_api_key: str | None = None
+    """An admin API key created at start-up for the 'default' tenant if missing."""
+    count_release_share: float = Field(COUNT_RELEASE_SHARE, gt=0.0, le=0.5)
+    """The share of a dataset's budget (of its epsilon and of its delta) that its one release of
+    label counts costs, charged once when a plan first needs the counts (docs/privacy.md, 'The
+    count release')."""
     max_upload_bytes: int = Field(50 * 1024 * 1024, gt=0)
     max_records: int = Field(500_000, gt=0)
-    max_record_chars: int = Field(
-        100_000, gt=0, description="Longest text or label of one record, in characters."
-    )
-    max_body_bytes: int = Field(
-        1024 * 1024, gt=0, description="Largest request body on every route but uploads."
-    )
+    max_record_chars: int = Field(100_000, gt=0)
+    """Longest text or label of one record, in characters."""
+    max_body_bytes: int = Field(1024 * 1024, gt=0)
+    """Largest request body on every route but uploads."""
     # --- Rate limits (app/api/limits.py; docs/service.md, "Limits") ---------------------------
-    rate_limit_per_minute: int | None = Field(
-        None,
-        gt=0,
-        description="Requests per minute per API key, counted after the key is checked (API "
-        "and dashboard; shared by all API processes through Redis); None: no limit.",
-    )
-    rate_limit_burst: int | None = Field(
-        None, gt=0, description="Requests a key may make at once; default: the per-minute rate."
-    )
-    auth_failures_per_minute: int = Field(
-        30,
-        ge=0,
-        description="Failed API-key checks per client address per minute; past it the address "
-        "gets 429 before any key is looked up. 0: no limit.",
-    )
-    signin_failures_per_minute: int = Field(
-        10, ge=0, description="Failed dashboard sign-ins per client address per minute. 0: none."
-    )
-    ui_model_calls_per_minute: int = Field(
-        10,
-        ge=0,
-        description="Dashboard model calls (/ui/prompts/{id}/complete) per key per "
-        "minute, on top of the key's own limit. 0: no limit.",
-    )
-    embeddings_dir: str | None = Field(
-        None,
-        description="vLLM backend: a folder with the served model's config.json and "
-        "safetensors files, whose input embeddings put a soft prompt (promptdpsgd) in front "
-        "of a query as vLLM prompt embeddings. Default: the packaged model's folder when the "
-        "served model is one.",
-    )
-    prompt_preload: int = Field(
-        10_000,
-        ge=0,
-        description="Prompt sets an API process reads into its prompt cache when it starts "
-        "(newest first, in the background, within the cache's 64 MiB): downstream reads of "
-        "them then cost no query. 0: none.",
-    )
-    openai_max_tokens: int = Field(
-        256,
-        ge=1,
-        le=32_768,
-        description="The OpenAI-compatible endpoint: the most tokens one answer may ask for "
-        "(max_tokens; also the default). A request over it is refused (422 max_tokens_too_large).",
-    )
-    openai_max_input_chars: int = Field(
-        16_000,
-        ge=1,
-        description="The OpenAI-compatible endpoint: the most characters of the app's own "
-        "messages (or prompt) in one request, the DP prompt not counted.",
-    )
-    limits_redis_url: str | None = Field(
-        None,
-        description="Redis holding the limits' buckets, shared by all API processes. Default: "
-        "broker_url when it is a Redis URL; without either each process counts in memory.",
-    )
-    metrics_token: str | None = Field(
-        None,
-        min_length=16,
-        description="Bearer token of /metrics. Unset: /metrics is open but has no per-tenant "
-        "or per-dataset series; set: it needs the token and adds them.",
-    )
-    job_timeout_s: int = Field(6 * 3600, gt=0, description="Longest job; sizes visibility_timeout.")
+    rate_limit_per_minute: int | None = Field(None, gt=0)
+    """Requests per minute per API key, counted after the key is checked (API and dashboard;
+    shared by all API processes through Redis); None: no limit."""
+    rate_limit_burst: int | None = Field(None, gt=0)
+    """Requests a key may make at once; default: the per-minute rate."""
+    auth_failures_per_minute: int = Field(30, ge=0)
+    """Failed API-key checks per client address per minute; past it the address gets 429 before
+    any key is looked up. 0: no limit."""
+    signin_failures_per_minute: int = Field(10, ge=0)
+    """Failed dashboard sign-ins per client address per minute. 0: none."""
+    ui_model_calls_per_minute: int = Field(10, ge=0)
+    """Dashboard model calls (/ui/prompts/{id}/complete) per key per minute, on top of the key's
+    own limit. 0: no limit."""
+    embeddings_dir: str | None = None
+    """vLLM backend: a folder with the served model's config.json and safetensors files, whose
+    input embeddings put a soft prompt (promptdpsgd) in front of a query as vLLM prompt
+    embeddings. Default: the packaged model's folder when the served model is one."""
+    prompt_preload: int = Field(10_000, ge=0)
+    """Prompt sets an API process reads into its prompt cache when it starts (newest first, in
+    the background, within the cache's 64 MiB): downstream reads of them then cost no query.
+    0: none."""
+    openai_max_tokens: int = Field(256, ge=1, le=32_768)
+    """The OpenAI-compatible endpoint: the most tokens one answer may ask for (max_tokens; also
+    the default). A request over it is refused (422 max_tokens_too_large)."""
+    openai_max_input_chars: int = Field(16_000, ge=1)
+    """The OpenAI-compatible endpoint: the most characters of the app's own messages (or prompt)
+    in one request, the DP prompt not counted."""
+    limits_redis_url: str | None = None
+    """Redis holding the limits' buckets, shared by all API processes. Default: broker_url when
+    it is a Redis URL; without either each process counts in memory."""
+    metrics_token: str | None = Field(None, min_length=16)
+    """Bearer token of /metrics. Unset: /metrics is open but has no per-tenant or per-dataset
+    series; set: it needs the token and adds them."""
+    job_timeout_s: int = Field(6 * 3600, gt=0)
+    """Longest job; sizes visibility_timeout."""
     host: str = "127.0.0.1"
     port: int = 8000
     # Capacity (see docs/service.md, "Capacity and overload"). One admitted request holds at
@@ -153,62 +108,39 @@ class Settings(BaseSettings):
     # cores, 40 at once cost 30% more CPU per answer than 8); 16 still covers database
     # waits and a few slow backend calls. Raise it for many concurrent /complete calls to
     # a remote vLLM server.
-    request_threads: int = Field(
-        16, gt=0, description="Threads running the API's blocking handlers (anyio's pool)."
-    )
-    max_concurrent_requests: int | None = Field(
-        None,
-        ge=0,
-        description="Requests handled at once (not /healthz); more wait, then get 503. "
-        "None: request_threads. 0: no limit.",
-    )
-    max_waiting_requests: int = Field(
-        1000, ge=0, description="Requests that may wait for a slot; past it, 503 at once."
-    )
-    admission_wait_s: float = Field(
-        0.5, ge=0, description="Longest wait for a slot before 503 (keeps latency bounded)."
-    )
-    db_pool_size: int | None = Field(
-        None, gt=0, description="Connections per pool of the API. None: request_threads."
-    )
-    db_pool_timeout_s: float = Field(
-        2.0, gt=0, description="Longest wait for a pooled connection before 503."
-    )
-    retry_after_s: int = Field(1, ge=1, description="Retry-After of a 503 'overloaded'.")
+    request_threads: int = Field(16, gt=0)
+    """Threads running the API's blocking handlers (anyio's pool)."""
+    max_concurrent_requests: int | None = Field(None, ge=0)
+    """Requests handled at once (not /healthz); more wait, then get 503. None: request_threads.
+    0: no limit."""
+    max_waiting_requests: int = Field(1000, ge=0)
+    """Requests that may wait for a slot; past it, 503 at once."""
+    admission_wait_s: float = Field(0.5, ge=0)
+    """Longest wait for a slot before 503 (keeps latency bounded)."""
+    db_pool_size: int | None = Field(None, gt=0)
+    """Connections per pool of the API. None: request_threads."""
+    db_pool_timeout_s: float = Field(2.0, gt=0)
+    """Longest wait for a pooled connection before 503."""
+    retry_after_s: int = Field(1, ge=1)
+    """Retry-After of a 503 'overloaded'."""
     # Job submissions plan (seconds of calibration) in a lane of their own, so that a burst
     # of them never holds more than this many request slots (app/api/overload.py).
-    planning_concurrency: int = Field(
-        2,
-        ge=0,
-        description="Submissions planned at once (each holds a request slot meanwhile; at most "
-        "MAX_CONCURRENT_REQUESTS - 1). 0: no lane, submissions queue like other requests.",
-    )
-    advice_per_tenant: int = Field(
-        3,
-        ge=1,
-        description="Advice runs one tenant may have queued or running; one more is answered "
-        "429 advice_busy.",
-    )
-    advice_in_api: bool | None = Field(
-        None,
-        description="Whether the API process runs queued advice runs. None: when it runs jobs "
-        "itself (embedded, no broker_url); otherwise each worker does (dpsyn worker).",
-    )
-    planning_per_tenant: int = Field(
-        1,
-        ge=1,
-        description="Plans one tenant may have running at once (at most planning_concurrency): "
-        "the rest of the lane stays free for the other tenants.",
-    )
-    planning_tenant_queue: int = Field(
-        8,
-        ge=0,
-        description="A tenant's plans that may wait past its share; one more is answered 429 "
-        "planning_busy at once.",
-    )
-    planning_wait_s: float = Field(
-        120.0, ge=0, description="Longest wait of a submission for planning before 503."
-    )
+    planning_concurrency: int = Field(2, ge=0)
+    """Submissions planned at once (each holds a request slot meanwhile; at most
+    MAX_CONCURRENT_REQUESTS - 1). 0: no lane, submissions queue like other requests."""
+    advice_per_tenant: int = Field(3, ge=1)
+    """Advice runs one tenant may have queued or running; one more is answered 429 advice_busy."""
+    advice_in_api: bool | None = None
+    """Whether the API process runs queued advice runs. None: when it runs jobs itself (embedded,
+    no broker_url); otherwise each worker does (dpsyn worker)."""
+    planning_per_tenant: int = Field(1, ge=1)
+    """Plans one tenant may have running at once (at most planning_concurrency): the rest of the
+    lane stays free for the other tenants."""
+    planning_tenant_queue: int = Field(8, ge=0)
+    """A tenant's plans that may wait past its share; one more is answered 429 planning_busy at
+    once."""
+    planning_wait_s: float = Field(120.0, ge=0)
+    """Longest wait of a submission for planning before 503."""
 
     def api_runs_advice(self) -> bool:
         """Whether the API process runs advice (``advice_in_api``; None: when embedded)."""
@@ -231,74 +163,48 @@ class Settings(BaseSettings):
         return self
 
     # --- Job leases and recovery (docs/service.md, "Job leases and recovery") ---------------
-    lease_duration_s: float = Field(
-        60.0,
-        gt=0,
-        description="A running job whose worker has not renewed its lease for this "
-        "long is failed by a reaper (charged if it read data). Keep worker clocks in sync well "
-        "within it.",
-    )
-    heartbeat_interval_s: float = Field(
-        10.0, gt=0, description="How often a worker renews the lease of the job it runs."
-    )
-    reaper_interval_s: float = Field(
-        15.0,
-        gt=0,
-        description="How often each worker (and the embedded server) looks for expired leases.",
-    )
-    final_store_retry_s: float = Field(
-        120.0,
-        ge=0,
-        description="How long a worker retries storing a job's outcome through a "
-        "database outage before it leaves the job to its lease.",
-    )
-    redispatch_after_s: float = Field(
-        60.0,
-        gt=0,
-        description="A queued job whose task was last sent longer ago than this is sent again "
-        "by a dispatcher (every worker and API process; checked every quarter of it), so "
-        "that a task lost on its way (API killed, Redis emptied) strands no job.",
-    )
+    lease_duration_s: float = Field(60.0, gt=0)
+    """A running job whose worker has not renewed its lease for this long is failed by a reaper
+    (charged if it read data). Keep worker clocks in sync well within it."""
+    heartbeat_interval_s: float = Field(10.0, gt=0)
+    """How often a worker renews the lease of the job it runs."""
+    reaper_interval_s: float = Field(15.0, gt=0)
+    """How often each worker (and the embedded server) looks for expired leases."""
+    final_store_retry_s: float = Field(120.0, ge=0)
+    """How long a worker retries storing a job's outcome through a database outage before it
+    leaves the job to its lease."""
+    redispatch_after_s: float = Field(60.0, gt=0)
+    """A queued job whose task was last sent longer ago than this is sent again by a dispatcher
+    (every worker and API process; checked every quarter of it), so that a task lost on its
+    way (API killed, Redis emptied) strands no job."""
 
     # --- Deployment (docs/deploy.md) ----------------------------------------------------------
-    worker_alive_file: str | None = Field(
-        None,
-        description="A file 'dpsyn worker' touches while it is alive (its reaper and job "
-        "heartbeats): 'dpsyn worker-health' reads its age. Unset: not written.",
-    )
-    migrate_on_start: bool = Field(
-        True,
-        description="dpsyn serve applies the migrations at start. Set false on API replicas "
-        "that start after a one-shot 'dpsyn migrate', so that replicas never race on the schema.",
-    )
-    forwarded_allow_ips: str = Field(
-        "",
-        description="The reverse proxies whose X-Forwarded-For and X-Forwarded-Proto "
-        "headers dpsyn serve believes: comma-separated IP addresses or networks (CIDR), or "
-        "'*' (any sender). Empty (the default): none, so a client is the address that "
-        "connected. The only source: uvicorn's FORWARDED_ALLOW_IPS is not read.",
-    )
+    worker_alive_file: str | None = None
+    """A file 'dpsyn worker' touches while it is alive (its reaper and job heartbeats): 'dpsyn
+    worker-health' reads its age. Unset: not written."""
+    migrate_on_start: bool = True
+    """dpsyn serve applies the migrations at start. Set false on API replicas that start after a
+    one-shot 'dpsyn migrate', so that replicas never race on the schema."""
+    forwarded_allow_ips: str = ""
+    """The reverse proxies whose X-Forwarded-For and X-Forwarded-Proto headers dpsyn serve
+    believes: comma-separated IP addresses or networks (CIDR), or '*' (any sender). Empty (the
+    default): none, so a client is the address that connected. The only source: uvicorn's
+    FORWARDED_ALLOW_IPS is not read."""
 
     # --- Web dashboard (docs/dashboard.md) ------------------------------------------------
-    ui_secret: SecretStr | None = Field(
-        None,
-        min_length=32,
-        description="Key that signs the dashboard's session cookies; required by dpsyn serve "
-        "in production. Unset: dpsyn serve keeps one in its data directory (development), "
-        "else each process makes a random one (sessions then end at restart and do not cross "
-        "replicas: set it behind several).",
-    )
-    ui_session_ttl_s: int = Field(
-        8 * 3600, gt=0, description="How long a dashboard sign-in lasts (absolute expiry)."
-    )
+    ui_secret: SecretStr | None = Field(None, min_length=32)
+    """Key that signs the dashboard's session cookies; required by dpsyn serve in production.
+    Unset: dpsyn serve keeps one in its data directory (development), else each process makes
+    a random one (sessions then end at restart and do not cross replicas: set it behind
+    several)."""
+    ui_session_ttl_s: int = Field(8 * 3600, gt=0)
+    """How long a dashboard sign-in lasts (absolute expiry)."""
 
     # --- Plug-in methods (docs/service.md, "Methods: one registry") ---------------------
-    method_modules: str = Field(
-        "",
-        description="Comma-separated Python modules that register methods "
-        "(app.methods.registry.register) when imported. Every API and worker process "
-        "imports them at start, so each runs the methods the others admit.",
-    )
+    method_modules: str = ""
+    """Comma-separated Python modules that register methods (app.methods.registry.register) when
+    imported. Every API and worker process imports them at start, so each runs the methods the
+    others admit."""
 
     def method_module_names(self) -> list[str]:
         """The modules of ``method_modules``, in order, without blanks, then those that
@@ -363,6 +269,9 @@ class Settings(BaseSettings):
             if self.bootstrap_api_key and len(self.bootstrap_api_key) < 32:
                 raise ValueError("DPSYN_BOOTSTRAP_API_KEY must be at least 32 characters")
         return self
+
+
+one_line_descriptions(Settings)  # its docstrings are the variables' descriptions
 
 
 @lru_cache

@@ -10,26 +10,36 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import ConfigDict, Field, field_validator
+
+from app.documented import Documented
 
 Role = Literal["system", "user", "assistant", "developer"]
 
 
-class _OpenAIRequest(BaseModel):
+class _OpenAIRequest(Documented):
     model_config = ConfigDict(extra="forbid")
 
-    model: str = Field(min_length=1, max_length=200, description="A prompt ID (or its name).")
-    max_tokens: int | None = Field(None, ge=1, description="At most DPSYN_OPENAI_MAX_TOKENS.")
-    temperature: float | None = Field(None, ge=0.0, le=2.0, description="Default 0 (greedy).")
+    model: str = Field(min_length=1, max_length=200)
+    """A prompt ID (or its name)."""
+    max_tokens: int | None = Field(None, ge=1)
+    """At most DPSYN_OPENAI_MAX_TOKENS."""
+    temperature: float | None = Field(None, ge=0.0, le=2.0)
+    """Default 0 (greedy)."""
     top_p: float | None = Field(None, gt=0.0, le=1.0)
-    stop: str | list[str] | None = Field(None, description="Up to 4 stop strings.")
+    stop: str | list[str] | None = None
+    """Up to 4 stop strings."""
     stream: bool = False
     stream_options: dict[str, bool] | None = None
     seed: int | None = None
-    n: Literal[1] = Field(1, description="One choice per request.")
-    user: str | None = Field(None, max_length=256, description="Accepted and not used.")
-    presence_penalty: float | None = Field(None, ge=0.0, le=0.0, description="0 only.")
-    frequency_penalty: float | None = Field(None, ge=0.0, le=0.0, description="0 only.")
+    n: Literal[1] = 1
+    """One choice per request."""
+    user: str | None = Field(None, max_length=256)
+    """Accepted and not used."""
+    presence_penalty: float | None = Field(None, ge=0.0, le=0.0)
+    """0 only."""
+    frequency_penalty: float | None = Field(None, ge=0.0, le=0.0)
+    """0 only."""
     logprobs: Literal[False] | None = None
 
     @field_validator("stop")
@@ -47,14 +57,14 @@ class _OpenAIRequest(BaseModel):
         return bool((self.stream_options or {}).get("include_usage"))
 
 
-class ContentPart(BaseModel):
+class ContentPart(Documented):
     model_config = ConfigDict(extra="forbid")
 
     type: Literal["text"]
     text: str
 
 
-class ChatMessageIn(BaseModel):
+class ChatMessageIn(Documented):
     model_config = ConfigDict(extra="forbid")
 
     role: Role
@@ -74,32 +84,35 @@ class ChatMessageIn(BaseModel):
 
 class ChatCompletionRequest(_OpenAIRequest):
     messages: list[ChatMessageIn] = Field(min_length=1, max_length=256)
-    max_completion_tokens: int | None = Field(None, ge=1, description="As max_tokens.")
+    max_completion_tokens: int | None = Field(None, ge=1)
+    """As max_tokens."""
 
 
 class CompletionRequest(_OpenAIRequest):
-    prompt: str = Field(description="Text appended to the DP prompt's text, then continued.")
+    prompt: str
+    """Text appended to the DP prompt's text, then continued."""
 
 
-class Usage(BaseModel):
+class Usage(Documented):
     prompt_tokens: int
     completion_tokens: int
     total_tokens: int
 
 
-class ModelCard(BaseModel):
+class ModelCard(Documented):
     id: str
     object: Literal["model"] = "model"
     created: int
-    owned_by: str = Field(description="'dpsyn': a DP prompt set of the key's tenant.")
+    owned_by: str
+    """'dpsyn': a DP prompt set of the key's tenant."""
 
 
-class ModelList(BaseModel):
+class ModelList(Documented):
     object: Literal["list"] = "list"
     data: list[ModelCard]
 
 
-class ChatCompletion(BaseModel):
+class ChatCompletion(Documented):
     """OpenAI's ``chat.completion`` (and, for ``/v1/completions``, ``text_completion``)."""
 
     id: str

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Annotated, Any, TypeVar
 
 import typer
+from typer.models import CommandFunctionType
 
 from app.privacy.accounting import Accounting
 
@@ -133,10 +134,12 @@ class GroupedTyper(typer.Typer):
     goes through :func:`with_groups` first, so a command only declares a parameter of the
     group's type (``server: Reply``)."""
 
-    def command(self, *args: Any, **kwargs: Any) -> Callable[[Callable[..., R]], Callable[..., R]]:
-        register = super().command(*args, **kwargs)
+    def command(
+        self, name: str | None = None, **kwargs: Any
+    ) -> Callable[[CommandFunctionType], CommandFunctionType]:
+        register = super().command(name, **kwargs)
 
-        def decorate(command: Callable[..., R]) -> Callable[..., R]:
+        def decorate(command: CommandFunctionType) -> CommandFunctionType:
             register(with_groups(command))
             return command
 

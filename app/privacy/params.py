@@ -12,8 +12,9 @@ import math
 from enum import StrEnum
 from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import ConfigDict, Field, model_validator
 
+from app.documented import Documented
 from app.privacy.events import GaussianEvent
 from app.privacy.geometry import SIMPLEX_RADIUS
 
@@ -30,16 +31,15 @@ class Aggregator(StrEnum):
 NoiseMultiplier = Annotated[float, Field(ge=0.0, allow_inf_nan=False)]
 
 
-class _Params(BaseModel):
+class _Params(Documented):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
 
 class TangParams(_Params):
     """DP few-shot generation (Tang et al. 2023): a noisy mean of the M distributions."""
 
-    sigma: NoiseMultiplier = Field(
-        description="Noise multiplier: noise std of the mean divided by its sensitivity sqrt(2)/M."
-    )
+    sigma: NoiseMultiplier
+    """Noise multiplier: noise std of the mean divided by its sensitivity sqrt(2)/M."""
 
     @property
     def free_multiplier(self) -> float:
@@ -78,50 +78,37 @@ class AdaDPSynVariant(StrEnum):
 class AdaDPSynParams(_Params):
     """AdaDPSyn (Gao et al.): GoodRadius, then precision-focused iterative radius reduction."""
 
-    variant: AdaDPSynVariant = Field(
-        AdaDPSynVariant.PAPER,
-        description="'paper' (as published) or 'pooled'. The service's default is 'pooled' "
-        "(app.synthesis.config); a bare parameter object is the published algorithm.",
-    )
-    sigma0: NoiseMultiplier = Field(15.0, description="GoodRadius comparisons (std 2*sigma0).")
-    sigma1: NoiseMultiplier = Field(description="Projected means (std 2*R*sigma1/M).")
-    sigma2: NoiseMultiplier = Field(5.0, description="Coverage checks (std sigma2).")
-    T: int = Field(2, ge=0, le=20, description="Maximum rounds of radius reduction.")
-    lam: float = Field(0.2, ge=0.0, le=10.0, description="Noise margin factor lambda.")
-    mu: float = Field(0.55, gt=0.0, le=1.0, description="Coverage fraction to keep shrinking.")
-    tau: float = Field(0.8, gt=0.0, le=1.0, description="GoodRadius coverage fraction.")
-    theta: float = Field(
-        0.1, gt=0.0, lt=SIMPLEX_RADIUS, description="GoodRadius binary-search tolerance."
-    )
-    good_radius: bool = Field(
-        True, description="pooled: run GoodRadius for the radius target ('paper' always does)."
-    )
-    slack: float = Field(
-        0.0,
-        ge=0.0,
-        le=10.0,
-        description="pooled: GoodRadius accepts noisy L >= t - slack * 2*sigma0 (Nissim et al.).",
-    )
-    coverage_margin: float = Field(
-        0.0,
-        ge=0.0,
-        le=10.0,
-        description="pooled: a coverage check passes at noisy count >= mu*M + margin*sigma2.",
-    )
-    shrink: float = Field(
-        0.5,
-        gt=0.0,
-        lt=1.0,
-        description="pooled without GoodRadius: each round tries radius * shrink.",
-    )
-    clip: float | None = Field(
-        None,
-        gt=0.0,
-        le=1.0,
-        description="pooled: the means no passed check has projected use every teacher "
-        "clipped to this L2 distance from the uniform distribution (sensitivity "
-        "sqrt(2 clip^2 + 2/K)/M instead of sqrt(2)/M); None: not clipped.",
-    )
+    variant: AdaDPSynVariant = AdaDPSynVariant.PAPER
+    """'paper' (as published) or 'pooled'. The service's default is 'pooled'
+    (app.synthesis.config); a bare parameter object is the published algorithm."""
+    sigma0: NoiseMultiplier = 15.0
+    """GoodRadius comparisons (std 2*sigma0)."""
+    sigma1: NoiseMultiplier
+    """Projected means (std 2*R*sigma1/M)."""
+    sigma2: NoiseMultiplier = 5.0
+    """Coverage checks (std sigma2)."""
+    T: int = Field(2, ge=0, le=20)
+    """Maximum rounds of radius reduction."""
+    lam: float = Field(0.2, ge=0.0, le=10.0)
+    """Noise margin factor lambda."""
+    mu: float = Field(0.55, gt=0.0, le=1.0)
+    """Coverage fraction to keep shrinking."""
+    tau: float = Field(0.8, gt=0.0, le=1.0)
+    """GoodRadius coverage fraction."""
+    theta: float = Field(0.1, gt=0.0, lt=SIMPLEX_RADIUS)
+    """GoodRadius binary-search tolerance."""
+    good_radius: bool = True
+    """pooled: run GoodRadius for the radius target ('paper' always does)."""
+    slack: float = Field(0.0, ge=0.0, le=10.0)
+    """pooled: GoodRadius accepts noisy L >= t - slack * 2*sigma0 (Nissim et al.)."""
+    coverage_margin: float = Field(0.0, ge=0.0, le=10.0)
+    """pooled: a coverage check passes at noisy count >= mu*M + margin*sigma2."""
+    shrink: float = Field(0.5, gt=0.0, lt=1.0)
+    """pooled without GoodRadius: each round tries radius * shrink."""
+    clip: float | None = Field(None, gt=0.0, le=1.0)
+    """pooled: the means no passed check has projected use every teacher clipped to this L2
+    distance from the uniform distribution (sensitivity sqrt(2 clip^2 + 2/K)/M instead of
+    sqrt(2)/M); None: not clipped."""
 
     @model_validator(mode="after")
     def _clip_is_pooled(self) -> AdaDPSynParams:

@@ -14,15 +14,16 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import ConfigDict, Field, model_validator
 
+from app.documented import Documented
 from app.privacy.accounting import Accountant, Accounting, accountant_for, sampling_for
 from app.privacy.events import GaussianEvent, LabelEvent, SampledEvent, SynthesisEvent
 from app.privacy.params import AdaDPSynParams, Aggregator, AggregatorParams, TangParams
 from app.privacy.sampling import Sampling
 
 
-class SynthesisPrivacy(BaseModel):
+class SynthesisPrivacy(Documented):
     """Everything that determines the privacy cost of a token-loop job (not a plan: the job's
     plan, :class:`app.synthesis.generator.SynthesisPlan`, holds one)."""
 
@@ -30,22 +31,20 @@ class SynthesisPrivacy(BaseModel):
 
     params: AggregatorParams
     accounting: Accounting = Accounting.TIGHT
-    M: int = Field(ge=1, le=1000, description="Teacher subsets per token step.")
-    N: int = Field(ge=1, le=100, description="Records per teacher subset (expected, if Poisson).")
-    tmax: int = Field(ge=1, le=1000, description="Maximum tokens per demonstration.")
-    count_sigma: float | None = Field(
-        None,
-        gt=0.0,
-        description="Jobs planned before the dataset-level count release: the noise "
-        "multiplier of the job's own release of each label's count, priced in its event; "
-        "None: the counts are public or released once for the dataset (app.privacy.unit).",
-    )
-    label_params: dict[str, AggregatorParams] = Field(
-        default_factory=dict,
-        description="Each label's own aggregator parameters, calibrated to its own released "
-        "size (one record touches one label's partition, so each label can be held to the "
-        "job's epsilon alone); a label not here runs with ``params``.",
-    )
+    M: int = Field(ge=1, le=1000)
+    """Teacher subsets per token step."""
+    N: int = Field(ge=1, le=100)
+    """Records per teacher subset (expected, if Poisson)."""
+    tmax: int = Field(ge=1, le=1000)
+    """Maximum tokens per demonstration."""
+    count_sigma: float | None = Field(None, gt=0.0)
+    """Jobs planned before the dataset-level count release: the noise multiplier of the job's own
+    release of each label's count, priced in its event; None: the counts are public or
+    released once for the dataset (app.privacy.unit)."""
+    label_params: dict[str, AggregatorParams] = Field(default_factory=dict)
+    """Each label's own aggregator parameters, calibrated to its own released size (one record
+    touches one label's partition, so each label can be held to the job's epsilon alone); a
+    label not here runs with ``params``."""
 
     @model_validator(mode="after")
     def _aggregator_params(self) -> SynthesisPrivacy:

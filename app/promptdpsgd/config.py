@@ -37,38 +37,23 @@ class PromptDpsgdConfig(MethodSettings):
     ``epsilon`` given ``steps`` and the sampling rate ``batch_size / n``, with ``n`` the
     records counted under DP (or declared public)."""
 
-    accounting: Accounting = Field(
-        Accounting.TIGHT,
-        description=(
-            "tight: add/remove neighbours, Poisson batches; paper: replace-one, fixed-size "
-            "batches (the clipped sum's sensitivity doubles)."
-        ),
-    )
-    prompt_length: int = Field(8, ge=1, le=64, description="Soft prompt tokens (trainable).")
-    steps: int = Field(60, ge=1, le=10_000, description="DP-SGD steps.")
-    batch_size: int = Field(
-        16,
-        ge=1,
-        le=4096,
-        description="Expected batch size; the sampling rate is batch_size / private records.",
-    )
-    learning_rate: float = Field(
-        0.03, gt=0.0, le=10.0, allow_inf_nan=False, description="Adam learning rate."
-    )
-    clip_norm: float = Field(
-        0.1,
-        gt=0.0,
-        le=1e6,
-        allow_inf_nan=False,
-        description="Per-example gradient clipping norm C (L2).",
-    )
-    init: SoftPromptInit = Field(
-        SoftPromptInit.LABELS, description="Start: label word or instruction embeddings."
-    )
-    public_counts: bool = Field(
-        False,
-        description="The data owner declares the record count public: the job samples at "
-        "batch_size / the exact count and releases none. Otherwise it releases the count "
-        "under DP at a share of its budget (docs/privacy.md). Paper accounting needs it "
-        "(fixed-size batches are drawn from a known number of records).",
-    )
+    accounting: Accounting = Accounting.TIGHT
+    """tight: add/remove neighbours, Poisson batches; paper: replace-one, fixed-size batches (the
+    clipped sum's sensitivity doubles)."""
+    prompt_length: int = Field(8, ge=1, le=64)
+    """Soft prompt tokens (trainable)."""
+    steps: int = Field(60, ge=1, le=10_000)
+    """DP-SGD steps."""
+    batch_size: int = Field(16, ge=1, le=4096)
+    """Expected batch size; the sampling rate is batch_size / private records."""
+    learning_rate: float = Field(0.03, gt=0.0, le=10.0, allow_inf_nan=False)
+    """Adam learning rate."""
+    clip_norm: float = Field(0.1, gt=0.0, le=1e6, allow_inf_nan=False)
+    """Per-example gradient clipping norm C (L2)."""
+    init: SoftPromptInit = SoftPromptInit.LABELS
+    """Start: label word or instruction embeddings."""
+    public_counts: bool = False
+    """The data owner declares the record count public: the job samples at batch_size / the exact
+    count and releases none. Otherwise it releases the count under DP at a share of its budget
+    (docs/privacy.md). Paper accounting needs it (fixed-size batches are drawn from a known
+    number of records)."""

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import math
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import ConfigDict, Field, field_validator
 
+from app.documented import Documented
 from app.privacy.accounting import Accounting
 from app.privacy.params import AdaDPSynVariant, Aggregator
 from app.privacy.unit import DEFAULT_DELTA
@@ -40,7 +41,7 @@ def default_shots(labels: int) -> int:
     return max(DEFAULT_SHOTS, labels) if labels <= COVER_EVERY_LABEL_UP_TO else DEFAULT_SHOTS
 
 
-class SynthesisConfig(BaseModel):
+class SynthesisConfig(Documented):
     """What a job generates and under which budget.
 
     ``epsilon`` is the target; the free noise multiplier (sigma for Tang et al., sigma1 for
@@ -54,40 +55,35 @@ class SynthesisConfig(BaseModel):
     # The aggregator; named ``method`` because that is its key in stored configs and results
     # (and the token loop is registered under the aggregator's name).
     method: Aggregator = Aggregator.ADADPSYN
-    epsilon: float = Field(ge=0.0, description="Target epsilon; 0 and inf are baselines.")
+    epsilon: float = Field(ge=0.0)
+    """Target epsilon; 0 and inf are baselines."""
     delta: float | None = Field(
         None, gt=0.0, lt=1.0, description=f"Default: {DEFAULT_DELTA:g} (public, never 1/|D|)."
     )
     accounting: Accounting = Accounting.TIGHT
-    public_counts: bool = Field(
-        False,
-        description="The data owner declares the per-label record counts public: the job "
-        "plans with the exact counts and releases none. Otherwise it plans with counts "
-        "released under DP at a share of its budget (docs/privacy.md). Paper accounting "
-        "needs it (fixed-size sampling draws from a known number of records).",
-    )
+    public_counts: bool = False
+    """The data owner declares the per-label record counts public: the job plans with the exact
+    counts and releases none. Otherwise it plans with counts released under DP at a share of
+    its budget (docs/privacy.md). Paper accounting needs it (fixed-size sampling draws from a
+    known number of records)."""
     shots: int = Field(DEFAULT_SHOTS, ge=1, le=64)
     M: int = Field(ge=1, le=200)
     N: int = Field(ge=1, le=50)
     tmax: int = Field(ge=1, le=512)
-    K: int = Field(DEFAULT_K, ge=2, le=1000, description="Public vocabulary size per step.")
-    min_words: int = Field(
-        DEFAULT_MIN_WORDS,
-        ge=1,
-        le=50,
-        description="A demonstration of fewer words is left out of the prompt and noted, as "
-        "is one that only repeats a label's name (post-processing, no privacy cost).",
-    )
-    variant: AdaDPSynVariant = Field(
-        AdaDPSynVariant.POOLED,
-        description="AdaDPSyn only: 'pooled' (default) or 'paper' (Algorithm 1 as published).",
-    )
+    K: int = Field(DEFAULT_K, ge=2, le=1000)
+    """Public vocabulary size per step."""
+    min_words: int = Field(DEFAULT_MIN_WORDS, ge=1, le=50)
+    """A demonstration of fewer words is left out of the prompt and noted, as is one that only
+    repeats a label's name (post-processing, no privacy cost)."""
+    variant: AdaDPSynVariant = AdaDPSynVariant.POOLED
+    """AdaDPSyn only: 'pooled' (default) or 'paper' (Algorithm 1 as published)."""
     # AdaDPSyn constants; None takes the variant's row for M (app.privacy.params).
     sigma0: float | None = Field(None, gt=0.0)
     sigma2: float | None = Field(None, gt=0.0)
     T: int | None = Field(None, ge=0, le=20)
     lam: float | None = Field(None, ge=0.0, le=10.0)
-    seed: int | None = Field(None, description="Tests and studies only: voids the guarantee.")
+    seed: int | None = None
+    """Tests and studies only: voids the guarantee."""
 
     @field_validator("epsilon")
     @classmethod

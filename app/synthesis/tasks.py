@@ -17,13 +17,14 @@ from typing import Annotated, Any
 import yaml
 from pydantic import (
     AfterValidator,
-    BaseModel,
     ConfigDict,
     Field,
     ValidationError,
     ValidationInfo,
     field_validator,
 )
+
+from app.documented import Documented
 
 
 class TaskError(ValueError):
@@ -67,7 +68,7 @@ def _duplicates(values: tuple[str, ...] | list[str]) -> list[str]:
     return dups
 
 
-class TaskSpec(BaseModel):
+class TaskSpec(Documented):
     """A task's public description; the same object drives generation and downstream ICL.
 
     ``labels`` are the public class names (classification); ``verbalisers`` map each label
@@ -79,14 +80,17 @@ class TaskSpec(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid", str_strip_whitespace=True)
 
-    name: Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")] = Field(
-        description="Short identifier: letters, digits, '-', '_' or '.'."
-    )
+    name: Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")]
+    """Short identifier: letters, digits, '-', '_' or '.'."""
     kind: TaskKind
-    instruction: Text = Field(description="Generation instruction, first line of a prompt.")
-    icl_instruction: Text = Field(description="Instruction of the downstream ICL prompt.")
-    text_field: FieldName = Field(description="Name of the text line, e.g. 'Question'.")
-    label_field: FieldName = Field(description="Name of the label line, e.g. 'Answer Type'.")
+    instruction: Text
+    """Generation instruction, first line of a prompt."""
+    icl_instruction: Text
+    """Instruction of the downstream ICL prompt."""
+    text_field: FieldName
+    """Name of the text line, e.g. 'Question'."""
+    label_field: FieldName
+    """Name of the label line, e.g. 'Answer Type'."""
     labels: tuple[Line, ...] = Field(default=(), validate_default=True)
     verbalisers: dict[Line, Line] = Field(default_factory=dict, validate_default=True)
     slot: Line | None = Field(default=None, validate_default=True)

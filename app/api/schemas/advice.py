@@ -6,7 +6,6 @@ from datetime import datetime
 from typing import Annotated, Any
 
 from pydantic import (
-    BaseModel,
     ConfigDict,
     Field,
 )
@@ -14,35 +13,34 @@ from pydantic import (
 from app.db.models import (
     AdviceStatus,
 )
+from app.documented import Documented
 from app.eval.advice import AdviceConfig
 
 # --- advice ----------------------------------------------------------------------
 
 
-class AdviceCreate(BaseModel):
+class AdviceCreate(Documented):
     """An advice run: the candidates to measure on a public labelled dataset of the tenant
     (app.eval.advice), before any budget is spent. Defaults as ``dpsyn advise``'s."""
 
     model_config = ConfigDict(extra="forbid")
 
-    dataset_id: str = Field(max_length=32, description="A public labelled dataset.")
+    dataset_id: str = Field(max_length=32)
+    """A public labelled dataset."""
     methods: list[str] = Field(
         default_factory=lambda: ["adadpsyn", "tang"], min_length=1, max_length=8
     )
-    shots: list[Annotated[int, Field(ge=1, le=64)]] = Field(
-        default_factory=list, max_length=4, description="Empty: 4 and one per label."
-    )
+    shots: list[Annotated[int, Field(ge=1, le=64)]] = Field(default_factory=list, max_length=4)
+    """Empty: 4 and one per label."""
     epsilons: list[Annotated[float, Field(gt=0.0, allow_inf_nan=False)]] = Field(
         default_factory=lambda: [1.0, 4.0], min_length=1, max_length=4
     )
     seeds: int = Field(3, ge=1, le=5)
-    queries: int = Field(100, ge=10, le=500, description="Held-out queries.")
-    params: dict[str, Any] = Field(
-        default_factory=dict,
-        max_length=16,
-        description="Method parameters by name, as a job's params (default: the quick "
-        "profile's T_max 8 and K 50).",
-    )
+    queries: int = Field(100, ge=10, le=500)
+    """Held-out queries."""
+    params: dict[str, Any] = Field(default_factory=dict, max_length=16)
+    """Method parameters by name, as a job's params (default: the quick profile's T_max 8 and K
+    50)."""
 
     def to_config(self) -> AdviceConfig:
         return AdviceConfig(
@@ -55,7 +53,7 @@ class AdviceCreate(BaseModel):
         )
 
 
-class AdvicePublic(BaseModel):
+class AdvicePublic(Documented):
     """An advice run as stored: its request, progress in runs, and what it measured."""
 
     model_config = ConfigDict(from_attributes=True)

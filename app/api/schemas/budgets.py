@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Any
 
 from pydantic import (
-    BaseModel,
     Field,
 )
 
@@ -14,6 +13,7 @@ from app.db.models import (
     LedgerEntry,
     LedgerKind,
 )
+from app.documented import Documented
 from app.ledger.ledger import REASON_KEY
 from app.privacy.accounting import Accounting
 from app.privacy.budget import Epsilon
@@ -39,43 +39,30 @@ class BudgetUpdate(_Request):
         "for every dataset (never derived from its size: every prompt carries its job's "
         "delta). A delta above 1/|D| of the dataset is accepted with a warning (delta_note).",
     )
-    accounting: Accounting = Field(
-        Accounting.TIGHT,
-        description="tight: add/remove neighbours, Poisson sampling. paper: replace-one "
-        "neighbours, fixed-size samples, which needs the dataset's counts declared public.",
-    )
-    warn_threshold: float | None = Field(
-        None,
-        gt=0,
-        le=1,
-        allow_inf_nan=False,
-        strict=True,
-        description="Share of the budget at which it is flagged (warn), in (0, 1]. Default: "
-        "unchanged (0.8 for a new budget).",
-    )
+    accounting: Accounting = Accounting.TIGHT
+    """tight: add/remove neighbours, Poisson sampling. paper: replace-one neighbours, fixed-size
+    samples, which needs the dataset's counts declared public."""
+    warn_threshold: float | None = Field(None, gt=0, le=1, allow_inf_nan=False, strict=True)
+    """Share of the budget at which it is flagged (warn), in (0, 1]. Default: unchanged (0.8 for
+    a new budget)."""
 
 
-class LedgerEventPublic(BaseModel):
-    kind: str = Field(
-        description="reserve, commit or release (a job's charge), or counts (the dataset's "
-        "count release, charged once: see BudgetPublic.count_releases)."
-    )
-    job_id: str = Field(
-        description="The job the entry charges; for kind counts, the count release's ID "
-        "(also in count_release_id), which names no job."
-    )
-    count_release_id: str | None = Field(
-        None, description="For kind counts, the count release it charges; null otherwise."
-    )
+class LedgerEventPublic(Documented):
+    kind: str
+    """reserve, commit or release (a job's charge), or counts (the dataset's count release,
+    charged once: see BudgetPublic.count_releases)."""
+    job_id: str
+    """The job the entry charges; for kind counts, the count release's ID (also in
+    count_release_id), which names no job."""
+    count_release_id: str | None = None
+    """For kind counts, the count release it charges; null otherwise."""
     epsilon: float
     delta: float
     created_at: Timestamp
     event: dict[str, Any]
-    reason: str | None = Field(
-        None,
-        description="A commit's or release's reason in plain words (why the job was charged "
-        "or its reservation given back); null for a reserve and a count release.",
-    )
+    reason: str | None = None
+    """A commit's or release's reason in plain words (why the job was charged or its reservation
+    given back); null for a reserve and a count release."""
 
     @classmethod
     def from_row(cls, row: LedgerEntry) -> LedgerEventPublic:
@@ -93,22 +80,26 @@ class LedgerEventPublic(BaseModel):
         )
 
 
-class CountReleasePublic(BaseModel):
+class CountReleasePublic(Documented):
     """One release of the dataset's per-label record counts: drawn once for one version of
     its records, when a plan first needed them, and charged once to the budget as its own
     ledger entry (kind counts); every quote, refusal and job of those records reads it.
     Its released values are not shown: its noise and cost are."""
 
     id: str
-    epsilon: float = Field(description="What it costs under the budget's accounting.")
-    delta: float = Field(description="The share of the budget's delta it took.")
-    sigma: float = Field(description="Its noise multiplier (per label count, sensitivity 1).")
-    share: float = Field(description="epsilon / the budget's epsilon.")
-    labels: list[str] = Field(description="The labels whose counts it released.")
-    current: bool = Field(
-        description="It is the release of the dataset's records as they are now (false: of "
-        "records since changed; a new release was, or will be, charged for them)."
-    )
+    epsilon: float
+    """What it costs under the budget's accounting."""
+    delta: float
+    """The share of the budget's delta it took."""
+    sigma: float
+    """Its noise multiplier (per label count, sensitivity 1)."""
+    share: float
+    """epsilon / the budget's epsilon."""
+    labels: list[str]
+    """The labels whose counts it released."""
+    current: bool
+    """It is the release of the dataset's records as they are now (false: of records since
+    changed; a new release was, or will be, charged for them)."""
     created_at: Timestamp
 
     @classmethod
@@ -125,17 +116,19 @@ class CountReleasePublic(BaseModel):
         )
 
 
-class LabelGroupPublic(BaseModel):
+class LabelGroupPublic(Documented):
     """One label group's composed spend (see ``BudgetPublic.label_groups``)."""
 
-    labels: list[str] = Field(
-        description="The label partition (two labels: a pair, under replace-one neighbours; "
-        "none: every record, when the dataset lists no labels)."
-    )
-    spent: float = Field(description="Composition of the live jobs that read this group.")
+    labels: list[str]
+    """The label partition (two labels: a pair, under replace-one neighbours; none: every record,
+    when the dataset lists no labels)."""
+    spent: float
+    """Composition of the live jobs that read this group."""
     remaining: float
-    jobs: int = Field(description="Live jobs that charged this group.")
-    binding: bool = Field(description="This group sets the dataset's spend (the largest).")
+    jobs: int
+    """Live jobs that charged this group."""
+    binding: bool
+    """This group sets the dataset's spend (the largest)."""
 
     @classmethod
     def from_group(cls, group: GroupSpend, budget_epsilon: float) -> LabelGroupPublic:
@@ -148,60 +141,47 @@ class LabelGroupPublic(BaseModel):
         )
 
 
-class BudgetPublic(BaseModel):
+class BudgetPublic(Documented):
     dataset_id: str
-    epsilon: float = Field(description="Total budget.")
-    delta: float = Field(
-        description="The delta every job of this budget is charged at (a job may ask for a "
-        "smaller one); public: every prompt carries its job's delta."
-    )
-    delta_source: DeltaSource = Field(
-        description="Where the delta comes from: default (the public default, the same for "
-        "every dataset), owner (set by the data owner), or former_default (1/|D| of this "
-        "dataset, the default of budgets set before migration 0012; prompts at it tell their "
-        "readers the dataset's size)."
-    )
-    delta_note: str | None = Field(
-        None,
-        description="A warning for the owner about the delta, in plain words (above 1/|D| of "
-        "this dataset, or equal to it); null when there is none.",
-    )
+    epsilon: float
+    """Total budget."""
+    delta: float
+    """The delta every job of this budget is charged at (a job may ask for a smaller one);
+    public: every prompt carries its job's delta."""
+    delta_source: DeltaSource
+    """Where the delta comes from: default (the public default, the same for every dataset),
+    owner (set by the data owner), or former_default (1/|D| of this dataset, the default of
+    budgets set before migration 0012; prompts at it tell their readers the dataset's size)."""
+    delta_note: str | None = None
+    """A warning for the owner about the delta, in plain words (above 1/|D| of this dataset, or
+    equal to it); null when there is none."""
     accounting: Accounting
-    accounting_note: str | None = Field(
-        None,
-        description="A warning about the accounting (paper accounting on a dataset whose "
-        "counts are not declared public: its jobs are refused); null when there is none.",
-    )
-    spent: float = Field(
-        description="The dataset's spend: its count releases' epsilon plus the composition "
-        "of its live jobs by the accountant, at delta less the releases'."
-    )
-    plain_sum: float = Field(
-        description="Sum of the live jobs' own epsilons and the count releases'."
-    )
-    counts_epsilon: float = Field(
-        0.0,
-        description="The count releases' part of spent (and of plain_sum): charged once for "
-        "the dataset, not by any job; 0 when none was drawn (counts declared public, or no "
-        "job planned yet).",
-    )
-    count_releases: list[CountReleasePublic] = Field(
-        default_factory=list,
-        description="The dataset's count releases, oldest first: one per version of its "
-        "records that a plan needed (empty for counts declared public, and for ledgers "
-        "written before releases were charged once).",
-    )
+    accounting_note: str | None = None
+    """A warning about the accounting (paper accounting on a dataset whose counts are not
+    declared public: its jobs are refused); null when there is none."""
+    spent: float
+    """The dataset's spend: its count releases' epsilon plus the composition of its live jobs by
+    the accountant, at delta less the releases'."""
+    plain_sum: float
+    """Sum of the live jobs' own epsilons and the count releases'."""
+    counts_epsilon: float = 0.0
+    """The count releases' part of spent (and of plain_sum): charged once for the dataset, not by
+    any job; 0 when none was drawn (counts declared public, or no job planned yet)."""
+    count_releases: list[CountReleasePublic] = Field(default_factory=list)
+    """The dataset's count releases, oldest first: one per version of its records that a plan
+    needed (empty for counts declared public, and for ledgers written before releases were
+    charged once)."""
     remaining: float
     live_jobs: int
-    warn_threshold: float = Field(description="Share of the budget at which it is flagged.")
-    spent_fraction: float = Field(description="spent / epsilon.")
-    level: SpendLevel = Field(
-        description="ok (below the threshold), warn (at or past it), over (the budget is used up)."
-    )
-    label_groups: list[LabelGroupPublic] = Field(
-        description="Each label's records are priced apart: the spend of each label group "
-        "(and, under replace-one, of the binding pair); the dataset's spend is the largest."
-    )
+    warn_threshold: float
+    """Share of the budget at which it is flagged."""
+    spent_fraction: float
+    """spent / epsilon."""
+    level: SpendLevel
+    """ok (below the threshold), warn (at or past it), over (the budget is used up)."""
+    label_groups: list[LabelGroupPublic]
+    """Each label's records are priced apart: the spend of each label group (and, under
+    replace-one, of the binding pair); the dataset's spend is the largest."""
     updated_at: Timestamp
     history: list[LedgerEventPublic]
 
@@ -233,24 +213,25 @@ class BudgetPublic(BaseModel):
         )
 
 
-class BudgetSummary(BaseModel):
+class BudgetSummary(Documented):
     """A budgeted dataset's spend against its threshold (``GET /v1/budgets``)."""
 
     dataset_id: str
     name: str
     epsilon: float
     spent: float
-    counts_epsilon: float = Field(
-        0.0, description="The count releases' part of spent (charged once for the dataset)."
-    )
+    counts_epsilon: float = 0.0
+    """The count releases' part of spent (charged once for the dataset)."""
     remaining: float
     spent_fraction: float
     warn_threshold: float
     level: SpendLevel
     live_jobs: int
     # Issue 34: whose dataset (every row has them; an org:read key's rows span tenants).
-    tenant_id: str | None = Field(None, description="The dataset's tenant.")
-    tenant_name: str | None = Field(None, description="The dataset's tenant's name.")
+    tenant_id: str | None = None
+    """The dataset's tenant."""
+    tenant_name: str | None = None
+    """The dataset's tenant's name."""
 
     @classmethod
     def from_row(cls, row: DatasetSpend, tenant_name: str | None = None) -> BudgetSummary:

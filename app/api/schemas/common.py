@@ -9,7 +9,6 @@ from typing import Annotated, Any, ClassVar, Literal
 from fastapi import Query
 from pydantic import (
     AfterValidator,
-    BaseModel,
     ConfigDict,
     Field,
     model_validator,
@@ -18,6 +17,7 @@ from pydantic import (
 from app.db.models import (
     as_utc,
 )
+from app.documented import Documented
 from app.services.storable import DATASET_NAME_MAX_CHARS, find_problem
 
 Timestamp = Annotated[datetime, AfterValidator(as_utc)]
@@ -34,7 +34,7 @@ COLUMN_NAME_MAX_CHARS = 200  # a header name the readers look up; never stored
 Column = Annotated[str, Field(min_length=1, max_length=COLUMN_NAME_MAX_CHARS)]
 
 
-class _Request(BaseModel):
+class _Request(Documented):
     """A request body: unknown fields are refused, and so is any string the stores cannot
     hold (NUL, unpaired surrogates), wherever it sits, before a route sees it."""
 
@@ -50,20 +50,22 @@ class _Request(BaseModel):
         return self
 
 
-class ErrorDetail(BaseModel):
+class ErrorDetail(Documented):
     code: str
     message: str
-    type: str = Field(description="OpenAI's error type for the status (not_found_error, ...).")
-    param: str | None = Field(None, description="The request field at fault, where one is.")
+    type: str
+    """OpenAI's error type for the status (not_found_error, ...)."""
+    param: str | None = None
+    """The request field at fault, where one is."""
 
 
-class ErrorBody(BaseModel):
+class ErrorBody(Documented):
     error: ErrorDetail
 
 
 # --- health ---------------------------------------------------------------------------------
 
 
-class Health(BaseModel):
+class Health(Documented):
     status: Literal["ok"]
     database: Literal["reachable"]

@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Any, Literal
 
 from pydantic import (
-    BaseModel,
     Field,
     model_validator,
 )
@@ -15,6 +14,7 @@ from app.db.models import (
     Dataset,
     DatasetKind,
 )
+from app.documented import Documented
 from app.services.storable import DATASET_NAME_MAX_CHARS
 
 # --- datasets -------------------------------------------------------------------------------
@@ -41,30 +41,26 @@ class _UploadOptions(_Request):
     """The fields a JSON upload and a multipart upload share, declared once so that the
     two ways to upload accept the same options."""
 
-    name: Name | None = Field(None, description="Default: the task's name ('public').")
+    name: Name | None = None
+    """Default: the task's name ('public')."""
     public: bool = Field(False, description=PUBLIC_DESCRIPTION)
     labelled: bool = Field(False, description=LABELLED_DESCRIPTION)
     counts_public: bool = Field(False, description=COUNTS_PUBLIC_DESCRIPTION)
     text_column: Column = "text"
-    label_column: Column = Field(
-        "label", description="Ignored for a public dataset unless labelled."
-    )
+    label_column: Column = "label"
+    """Ignored for a public dataset unless labelled."""
 
 
 class DatasetCreate(_UploadOptions):
     """A JSON upload. ``records`` are objects holding (at least) the two named columns (a
     public dataset: the text column)."""
 
-    task: str | dict[str, Any] | None = Field(
-        None,
-        description="A built-in task name (agnews, trec, trec14, sst2, mitg, mitd) or a custom "
-        "task spec object (see TaskSpec: name, kind, instruction, icl_instruction, text_field, "
-        "label_field, labels | slot and candidates, verbalisers). Required unless public.",
-    )
-    records: list[dict[str, Any]] = Field(
-        min_length=1,
-        description="Objects holding the text column (a string) and the label column.",
-    )
+    task: str | dict[str, Any] | None = None
+    """A built-in task name (agnews, trec, trec14, sst2, mitg, mitd) or a custom task spec object
+    (see TaskSpec: name, kind, instruction, icl_instruction, text_field, label_field, labels |
+    slot and candidates, verbalisers). Required unless public."""
+    records: list[dict[str, Any]] = Field(min_length=1)
+    """Objects holding the text column (a string) and the label column."""
 
     @model_validator(mode="after")
     def _texts_are_strings(self) -> DatasetCreate:
@@ -78,14 +74,10 @@ class DatasetCreate(_UploadOptions):
 class DatasetUploadForm(_UploadOptions):
     """The non-file fields of a multipart upload (the file is the part named ``file``)."""
 
-    task: str | None = Field(
-        None,
-        min_length=1,
-        description="Built-in task name or a task spec as JSON. Required unless public.",
-    )
-    format: Literal["csv", "tsv", "jsonl"] | None = Field(
-        None, description="Default: from the file name's extension."
-    )
+    task: str | None = Field(None, min_length=1)
+    """Built-in task name or a task spec as JSON. Required unless public."""
+    format: Literal["csv", "tsv", "jsonl"] | None = None
+    """Default: from the file name's extension."""
 
 
 _NAME: dict[str, Any] = {"type": "string", "minLength": 1, "maxLength": DATASET_NAME_MAX_CHARS}
@@ -163,40 +155,32 @@ UPLOAD_OPENAPI: dict[str, Any] = {
 }
 
 
-class DatasetPublic(BaseModel):
+class DatasetPublic(Documented):
     """Metadata only: a dataset's records are never returned."""
 
     id: str
     name: str
-    kind: DatasetKind = Field(
-        description="private (labelled, charged to its budget) or public (unlabelled texts "
-        "for PromptPATE, never charged)."
-    )
-    task: dict[str, Any] = Field(description="The task spec ({} for a public one without).")
-    label_counts: dict[str, int] = Field(
-        description="Records per label (extraction tasks: all records under '*'; public "
-        "datasets: none, unless labelled)."
-    )
-    labelled: bool = Field(
-        False,
-        description="Whether its records carry labels: always for a private dataset; for a "
-        "public one, uploaded with labelled=true (it can then be a validation set).",
-    )
+    kind: DatasetKind
+    """private (labelled, charged to its budget) or public (unlabelled texts for PromptPATE,
+    never charged)."""
+    task: dict[str, Any]
+    """The task spec ({} for a public one without)."""
+    label_counts: dict[str, int]
+    """Records per label (extraction tasks: all records under '*'; public datasets: none, unless
+    labelled)."""
+    labelled: bool = False
+    """Whether its records carry labels: always for a private dataset; for a public one, uploaded
+    with labelled=true (it can then be a validation set)."""
     record_count: int
-    counts_public: bool = Field(
-        False,
-        description="Private datasets: whether the data owner declared the per-label record "
-        "counts public (jobs then plan with the exact counts and release none); false: every "
-        "job releases the counts it plans with under DP. Always false for a public dataset.",
-    )
-    counts_public_at: Timestamp | None = Field(
-        None,
-        description="When the current counts_public setting was chosen (at upload, or by the "
-        "last change); null: private by default, never changed.",
-    )
-    counts_public_by: str | None = Field(
-        None, description="The ID of the API key that chose it (null as counts_public_at)."
-    )
+    counts_public: bool = False
+    """Private datasets: whether the data owner declared the per-label record counts public (jobs
+    then plan with the exact counts and release none); false: every job releases the counts it
+    plans with under DP. Always false for a public dataset."""
+    counts_public_at: Timestamp | None = None
+    """When the current counts_public setting was chosen (at upload, or by the last change);
+    null: private by default, never changed."""
+    counts_public_by: str | None = None
+    """The ID of the API key that chose it (null as counts_public_at)."""
     created_at: Timestamp
     deleted_at: Timestamp | None
 
@@ -222,10 +206,8 @@ class CountsPublicUpdate(_Request):
     """The owner's declaration that a private dataset's label counts are public, or its
     withdrawal (``PUT /v1/datasets/{id}/counts-public``)."""
 
-    public: bool = Field(
-        strict=True,
-        description="true: declare the per-label record counts public (jobs admitted from now "
-        "on plan with the exact counts and release none; paper accounting is allowed). false: "
-        "withdraw it (jobs admitted from now on release their counts under DP again, and "
-        "paper accounting is refused). Jobs already admitted keep what they were planned with.",
-    )
+    public: bool = Field(strict=True)
+    """true: declare the per-label record counts public (jobs admitted from now on plan with the
+    exact counts and release none; paper accounting is allowed). false: withdraw it (jobs
+    admitted from now on release their counts under DP again, and paper accounting is
+    refused). Jobs already admitted keep what they were planned with."""

@@ -6,7 +6,6 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from pydantic import (
-    BaseModel,
     ConfigDict,
     Field,
     ValidationInfo,
@@ -17,6 +16,7 @@ from app.api.schemas.common import Delta, ResourceId, Timestamp, _Request
 from app.db.models import (
     Job,
 )
+from app.documented import Documented
 from app.ledger.ledger import ChargeState, JobCharge
 from app.methods.params import json_schema
 from app.methods.registry import (
@@ -64,7 +64,7 @@ def _params_schema(schema: dict[str, Any]) -> None:
     schema["additionalProperties"] = False
 
 
-class JobParams(BaseModel):
+class JobParams(Documented):
     """Method parameters; unset ones take the defaults (the papers' settings). Each method
     takes its own (see app.methods); one of another method is refused, naming who takes it."""
 
@@ -95,24 +95,21 @@ def _job_create_schema(schema: dict[str, Any]) -> None:
 class JobCreate(_Request):
     model_config = ConfigDict(extra="forbid", json_schema_extra=_job_create_schema)
 
-    dataset_id: ResourceId = Field(
-        description="The private dataset the job reads and is charged to."
-    )
-    method: RegisteredMethod = Field(
-        DEFAULT_METHOD, description="A registered method (app.methods)."
-    )
-    public_dataset_id: ResourceId | None = Field(
-        None, description="For a method that reads a public dataset."
-    )
-    validation_dataset_id: ResourceId | None = Field(
-        None,
-        description="A public labelled dataset (uploaded with public=true and labelled=true) "
-        "of the same task labels: once the prompt is stored, it is scored on up to "
-        "VALIDATION_MAX_RECORDS of its records (the prompt's validation). Post-processing of "
-        "the DP output on public data: never charged.",
-    )
-    epsilon: Epsilon = Field(description="Target epsilon of this job; noise is calibrated to it.")
-    delta: Delta | None = Field(None, description="Default: the budget's delta.")
+    dataset_id: ResourceId
+    """The private dataset the job reads and is charged to."""
+    method: RegisteredMethod = DEFAULT_METHOD
+    """A registered method (app.methods)."""
+    public_dataset_id: ResourceId | None = None
+    """For a method that reads a public dataset."""
+    validation_dataset_id: ResourceId | None = None
+    """A public labelled dataset (uploaded with public=true and labelled=true) of the same task
+    labels: once the prompt is stored, it is scored on up to VALIDATION_MAX_RECORDS of its
+    records (the prompt's validation). Post-processing of the DP output on public data: never
+    charged."""
+    epsilon: Epsilon
+    """Target epsilon of this job; noise is calibrated to it."""
+    delta: Delta | None = None
+    """Default: the budget's delta."""
     shots: int | None = Field(
         None,
         strict=True,
@@ -121,7 +118,8 @@ class JobCreate(_Request):
         description=f"Default: one per label for a task of at most {COVER_EVERY_LABEL_UP_TO} "
         f"labels (at least {DEFAULT_SHOTS}), else {DEFAULT_SHOTS}.",
     )
-    accounting: Accounting | None = Field(None, description="Must be the budget's (default).")
+    accounting: Accounting | None = None
+    """Must be the budget's (default)."""
     params: JobParams | None = None
 
     @field_validator("params")
@@ -141,15 +139,15 @@ class JobCreate(_Request):
         return JobRequest(**self.model_dump(exclude={"params"}), params=params)
 
 
-class ProgressPublic(BaseModel):
+class ProgressPublic(Documented):
     """Units of the job's method done, out of those planned."""
 
-    done: int = Field(
-        description="Units done; a succeeded job's equals its total (it is complete, even "
-        "when its method stopped before the planned total: progress_note says where)."
-    )
+    done: int
+    """Units done; a succeeded job's equals its total (it is complete, even when its method
+    stopped before the planned total: progress_note says where)."""
     total: int
-    unit: str = Field(description="What the method counts (tokens, public inputs, steps, ...).")
+    unit: str
+    """What the method counts (tokens, public inputs, steps, ...)."""
 
 
 def _job_public_schema(schema: dict[str, Any]) -> None:
@@ -160,15 +158,19 @@ def _job_public_schema(schema: dict[str, Any]) -> None:
     )
 
 
-class GroupQuote(BaseModel):
+class GroupQuote(Documented):
     """One label group's composed spend before and after the quoted job."""
 
-    labels: list[str] = Field(description="The group's labels (empty: every record).")
+    labels: list[str]
+    """The group's labels (empty: every record)."""
     before: float
     after: float
-    charged: bool = Field(description="The job adds to this group's spend.")
-    binding_before: bool = Field(description="This group set the dataset's spend before.")
-    binding_after: bool = Field(description="This group sets it if the job is admitted.")
+    charged: bool
+    """The job adds to this group's spend."""
+    binding_before: bool
+    """This group set the dataset's spend before."""
+    binding_after: bool
+    """This group sets it if the job is admitted."""
 
     @classmethod
     def from_change(cls, change: GroupChange) -> GroupQuote:
@@ -176,32 +178,34 @@ class GroupQuote(BaseModel):
         return cls.model_validate(change, from_attributes=True)
 
 
-class JobQuote(BaseModel):
+class JobQuote(Documented):
     """What a job would cost if submitted now (``POST /v1/jobs/quote``): nothing reserved.
     The dataset's spend is composed by its accountant, so ``spent_after - spent`` may be less
     than the job's own ``epsilon`` (or 0, when it charges labels other than the binding
     group's); ``plain_sum_after`` is what a plain sum of epsilons would say."""
 
     dataset_id: str
-    epsilon: float = Field(description="The job's own epsilon, what the ledger would reserve.")
+    epsilon: float
+    """The job's own epsilon, what the ledger would reserve."""
     delta: float
-    budget: float = Field(description="The dataset's total epsilon.")
-    spent: float = Field(description="The dataset's composed spend now.")
-    spent_after: float = Field(description="Its composed spend were the job admitted now.")
+    budget: float
+    """The dataset's total epsilon."""
+    spent: float
+    """The dataset's composed spend now."""
+    spent_after: float
+    """Its composed spend were the job admitted now."""
     plain_sum: float
     plain_sum_after: float
-    fits: bool = Field(description="spent_after is within the budget: it would be admitted.")
-    groups: list[GroupQuote] = Field(description="Per label group, where groups are priced.")
-    noise: dict[str, float] = Field(
-        default_factory=dict,
-        description="Each label's noise multiplier (sigma) as the job would be planned: each "
-        "label is calibrated to its own released size (token-loop methods; empty for others).",
-    )
-    counts_epsilon: float = Field(
-        0.0,
-        description="The dataset's count release's part of spent and spent_after: charged "
-        "once for the dataset (when its first plan needed the counts), never again by a job.",
-    )
+    fits: bool
+    """spent_after is within the budget: it would be admitted."""
+    groups: list[GroupQuote]
+    """Per label group, where groups are priced."""
+    noise: dict[str, float] = Field(default_factory=dict)
+    """Each label's noise multiplier (sigma) as the job would be planned: each label is
+    calibrated to its own released size (token-loop methods; empty for others)."""
+    counts_epsilon: float = 0.0
+    """The dataset's count release's part of spent and spent_after: charged once for the dataset
+    (when its first plan needed the counts), never again by a job."""
 
     @classmethod
     def from_quote(cls, dataset_id: str, quote: Quote, groups: list[GroupChange]) -> JobQuote:
@@ -221,90 +225,72 @@ class JobQuote(BaseModel):
         )
 
 
-class JobPublic(BaseModel):
+class JobPublic(Documented):
     model_config = ConfigDict(json_schema_extra=_job_public_schema)
 
     id: str
     dataset_id: str
-    dataset_name: str | None = Field(None, description="The dataset's name (public metadata).")
-    public_dataset_id: str | None = Field(
-        description="The public dataset of a method that reads one."
-    )
-    validation_dataset_id: str | None = Field(
-        None, description="The public labelled dataset its prompt is scored on (or null)."
-    )
-    submitted_by: str | None = Field(
-        None,
-        description="The ID of the API key that submitted it (null: submitted before it "
-        "was recorded, or outside the API).",
-    )
+    dataset_name: str | None = None
+    """The dataset's name (public metadata)."""
+    public_dataset_id: str | None
+    """The public dataset of a method that reads one."""
+    validation_dataset_id: str | None = None
+    """The public labelled dataset its prompt is scored on (or null)."""
+    submitted_by: str | None = None
+    """The ID of the API key that submitted it (null: submitted before it was recorded, or
+    outside the API)."""
     method: str
     status: str
     progress: ProgressPublic
-    epsilon: float = Field(description="What the ledger charges for this job.")
-    epsilon_asked: float | None = Field(
-        None,
-        description="The epsilon the job was asked for (its planned noise costs ``epsilon``, "
-        "at most this); None where the stored config does not keep it.",
-    )
-    delta: float = Field(description="The job's delta: the budget's, or the smaller one asked.")
+    epsilon: float
+    """What the ledger charges for this job."""
+    epsilon_asked: float | None = None
+    """The epsilon the job was asked for (its planned noise costs ``epsilon``, at most this);
+    None where the stored config does not keep it."""
+    delta: float
+    """The job's delta: the budget's, or the smaller one asked."""
     accounting: str | None
-    counts: CountsMode | None = Field(
-        None,
-        description="How the job knew the dataset's per-label record counts: released (from "
-        "the dataset's count release, charged once to its budget: count_release_id; jobs "
-        "planned before migration 0015 released and charged their own, inside their event) or "
-        "declared_public (the owner's opt-in on the dataset when the job was admitted); null: "
-        "the method reads no counts, or the job was planned before counts were private "
-        "(the count release).",
-    )
-    count_release_id: str | None = Field(
-        None,
-        description="The dataset's count release the job was planned from (its ledger entry "
-        "is of kind counts); null: none (declared public, a method that reads no counts, or "
-        "a job planned before migration 0015).",
-    )
-    noise: dict[str, float] = Field(
-        default_factory=dict,
-        description="Each label's noise multiplier (sigma), as the job's plan calibrated it "
-        "to the label's own released size (token-loop methods); empty for other methods and "
-        "for jobs planned before labels had their own noise.",
-    )
+    counts: CountsMode | None = None
+    """How the job knew the dataset's per-label record counts: released (from the dataset's count
+    release, charged once to its budget: count_release_id; jobs planned before migration 0015
+    released and charged their own, inside their event) or declared_public (the owner's opt-in
+    on the dataset when the job was admitted); null: the method reads no counts, or the job
+    was planned before counts were private (the count release)."""
+    count_release_id: str | None = None
+    """The dataset's count release the job was planned from (its ledger entry is of kind counts);
+    null: none (declared public, a method that reads no counts, or a job planned before
+    migration 0015)."""
+    noise: dict[str, float] = Field(default_factory=dict)
+    """Each label's noise multiplier (sigma), as the job's plan calibrated it to the label's own
+    released size (token-loop methods); empty for other methods and for jobs planned before
+    labels had their own noise."""
     shots: int
-    progress_note: str | None = Field(
-        description="Why a succeeded job stopped before its planned total (PromptPATE stops "
-        "when its privacy budget is spent), with how far it got: the run is complete (its "
-        "progress reads total/total); null otherwise."
-    )
+    progress_note: str | None
+    """Why a succeeded job stopped before its planned total (PromptPATE stops when its privacy
+    budget is spent), with how far it got: the run is complete (its progress reads
+    total/total); null otherwise."""
     cancel_requested: bool
-    read_private_data: bool = Field(
-        description="Whether the worker has marked the job as reading the private records "
-        "(set, and committed, before its first read): from then on it is charged however it "
-        "ends."
-    )
-    charge: ChargeState | None = Field(
-        description="The ledger's state of the job's charge: reserved (held while it runs), "
-        "charged (final) or released (given back: it never read a private record)."
-    )
-    charged_epsilon: float = Field(
-        description="The epsilon this job counts against the budget now: its own epsilon "
-        "while reserved or once charged, 0 once released."
-    )
-    charge_note: str = Field(description="Why it is charged, reserved or released, in words.")
-    params: dict[str, Any] = Field(
-        description="The method's parameters the job runs with (null: decided by the "
-        "planner or the task)."
-    )
+    read_private_data: bool
+    """Whether the worker has marked the job as reading the private records (set, and committed,
+    before its first read): from then on it is charged however it ends."""
+    charge: ChargeState | None
+    """The ledger's state of the job's charge: reserved (held while it runs), charged (final) or
+    released (given back: it never read a private record)."""
+    charged_epsilon: float
+    """The epsilon this job counts against the budget now: its own epsilon while reserved or once
+    charged, 0 once released."""
+    charge_note: str
+    """Why it is charged, reserved or released, in words."""
+    params: dict[str, Any]
+    """The method's parameters the job runs with (null: decided by the planner or the task)."""
     error: str | None
     prompt_id: str | None
     stats: dict[str, float | int | bool] | None
-    settings: str | None = Field(
-        description="The settings the job runs with, one line naming those left at their "
-        "default; null if its method shows none."
-    )
-    summary: str | None = Field(
-        description="A phrase about the finished job from its public stats; null if none."
-    )
+    settings: str | None
+    """The settings the job runs with, one line naming those left at their default; null if its
+    method shows none."""
+    summary: str | None
+    """A phrase about the finished job from its public stats; null if none."""
     created_at: Timestamp
     started_at: Timestamp | None
     finished_at: Timestamp | None

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from pydantic import (
-    BaseModel,
     Field,
     field_validator,
 )
@@ -13,17 +12,15 @@ from app.db.models import (
     ApiKey,
     KeyScope,
 )
+from app.documented import Documented
 from app.services.tenants import KEY_NAME_MAX_CHARS, key_name_problem
 
 # --- keys -----------------------------------------------------------------------------------
 
 
 class KeyCreate(_Request):
-    scope: KeyScope = Field(
-        KeyScope.PROMPTS_READ,
-        description="admin or prompts:read; org:read keys are created by the operator only "
-        "(a 403 here).",
-    )
+    scope: KeyScope = KeyScope.PROMPTS_READ
+    """admin or prompts:read; org:read keys are created by the operator only (a 403 here)."""
     name: str | None = Field(
         None,
         description=f"What the key is for (trimmed; 1 to {KEY_NAME_MAX_CHARS} printable "
@@ -44,22 +41,22 @@ class KeyCreate(_Request):
         return value.strip()
 
 
-class KeyPublic(BaseModel):
+class KeyPublic(Documented):
     id: str
     scope: str
     created_at: Timestamp
     revoked: bool
-    name: str | None = Field(None, description="The name given at creation (null: none).")
-    last_used_at: Timestamp | None = Field(
-        None,
-        description="When the key last opened the API or the dashboard, to within a minute "
-        "(written at most once a minute per key); null: not used since names were added.",
-    )
-    usage_requests: int = Field(
-        0, description="Answers the key asked for through the OpenAI-compatible endpoint."
-    )
-    usage_prompt_tokens: int = Field(0, description="Their prompt tokens (the DP prompt's too).")
-    usage_completion_tokens: int = Field(0, description="Their answers' tokens.")
+    name: str | None = None
+    """The name given at creation (null: none)."""
+    last_used_at: Timestamp | None = None
+    """When the key last opened the API or the dashboard, to within a minute (written at most
+    once a minute per key); null: not used since names were added."""
+    usage_requests: int = 0
+    """Answers the key asked for through the OpenAI-compatible endpoint."""
+    usage_prompt_tokens: int = 0
+    """Their prompt tokens (the DP prompt's too)."""
+    usage_completion_tokens: int = 0
+    """Their answers' tokens."""
 
     @classmethod
     def from_row(cls, row: ApiKey) -> KeyPublic:
@@ -67,4 +64,5 @@ class KeyPublic(BaseModel):
 
 
 class KeyCreated(KeyPublic):
-    key: str = Field(description="The raw key: shown only now, store it safely.")
+    key: str
+    """The raw key: shown only now, store it safely."""

@@ -9,7 +9,6 @@ from typing import Annotated, Any, ClassVar, Literal
 
 from fastapi import Query
 from pydantic import (
-    BaseModel,
     Field,
     model_validator,
 )
@@ -18,24 +17,29 @@ from app.api.schemas.common import Timestamp, _Request
 from app.db.models import (
     PromptSet,
 )
+from app.documented import Documented
 
 # --- prompts --------------------------------------------------------------------------------
 
 
-class DemonstrationPublic(BaseModel):
+class DemonstrationPublic(Documented):
     label: str
     text: str
 
 
-class SoftPromptPublic(BaseModel):
+class SoftPromptPublic(Documented):
     """A PromptDPSGD soft prompt: ``length`` input embeddings of ``hidden`` values, trained
     for ``model`` (``/complete`` refuses it on a server running another model)."""
 
     model: str
-    length: int = Field(description="Number of soft tokens (rows of the embedding matrix).")
-    hidden: int = Field(description="The model's hidden size (columns).")
-    sha256: str = Field(description="SHA-256 of the safetensors file the download returns.")
-    download_url: str = Field(description="Path of the safetensors file (same key).")
+    length: int
+    """Number of soft tokens (rows of the embedding matrix)."""
+    hidden: int
+    """The model's hidden size (columns)."""
+    sha256: str
+    """SHA-256 of the safetensors file the download returns."""
+    download_url: str
+    """Path of the safetensors file (same key)."""
 
     @classmethod
     def from_row(cls, row: PromptSet) -> SoftPromptPublic | None:
@@ -52,7 +56,7 @@ class SoftPromptPublic(BaseModel):
         )
 
 
-class PromptSummary(BaseModel):
+class PromptSummary(Documented):
     id: str
     job_id: str
     dataset_id: str
@@ -62,23 +66,17 @@ class PromptSummary(BaseModel):
     epsilon: float
     delta: float
     created_at: Timestamp
-    soft_prompt: SoftPromptPublic | None = Field(
-        description="promptdpsgd: the trained soft prompt's metadata and download path; "
-        "null for prompts made of demonstrations."
-    )
-    dataset_name: str | None = Field(
-        None, description="The name of the dataset it was synthesised from (public metadata)."
-    )
-    validation_accuracy: float | None = Field(
-        None,
-        description="Its accuracy on its job's validation set (null: none named, pending or "
-        "not scored); the prompt's validation has the baselines.",
-    )
-    beats_zero_shot: bool | None = Field(
-        None,
-        description="Whether that accuracy is above zero-shot's on the same records (null: "
-        "no score, or scored before baselines were kept).",
-    )
+    soft_prompt: SoftPromptPublic | None
+    """promptdpsgd: the trained soft prompt's metadata and download path; null for prompts made
+    of demonstrations."""
+    dataset_name: str | None = None
+    """The name of the dataset it was synthesised from (public metadata)."""
+    validation_accuracy: float | None = None
+    """Its accuracy on its job's validation set (null: none named, pending or not scored); the
+    prompt's validation has the baselines."""
+    beats_zero_shot: bool | None = None
+    """Whether that accuracy is above zero-shot's on the same records (null: no score, or scored
+    before baselines were kept)."""
 
     @classmethod
     def from_row(cls, row: PromptSet, dataset_name: str | None = None) -> PromptSummary:
@@ -102,19 +100,17 @@ class PromptSummary(BaseModel):
         )
 
 
-class ValidationBaselines(BaseModel):
+class ValidationBaselines(Documented):
     """What a prompt must beat on its validation records: public inputs only, no cost."""
 
-    zero_shot: float = Field(
-        description="Accuracy of the instruction alone (no demonstrations, plain model)."
-    )
-    majority: float | None = Field(
-        None, description="Accuracy of always answering the most frequent label (classification)."
-    )
-    majority_label: str | None = Field(None, description="That label.")
-    zero_shot_calibrated: float | None = Field(
-        None, description="Zero-shot with contextual calibration (classification)."
-    )
+    zero_shot: float
+    """Accuracy of the instruction alone (no demonstrations, plain model)."""
+    majority: float | None = None
+    """Accuracy of always answering the most frequent label (classification)."""
+    majority_label: str | None = None
+    """That label."""
+    zero_shot_calibrated: float | None = None
+    """Zero-shot with contextual calibration (classification)."""
 
     def calibrated(self) -> ValidationBaselines | None:
         """The baselines a calibrated accuracy is held to (the majority label needs none)."""
@@ -154,40 +150,33 @@ def validation_verdict(
     return f"does not beat {name} ({accuracy:.3f} against {best:.3f})"
 
 
-class ValidationPublic(BaseModel):
+class ValidationPublic(Documented):
     """The prompt's score on its job's validation set (public labelled records, scored after
     the prompt was stored; post-processing, never charged)."""
 
-    dataset_id: str = Field(description="The public labelled dataset it was scored on.")
-    status: Literal["pending", "scored", "not_scored"] = Field(
-        description="pending: stored, not scored yet (the next read may have the score); "
-        "scored: n and accuracy; not_scored: reason."
-    )
-    n: int | None = Field(None, description="Records scored (at most VALIDATION_MAX_RECORDS).")
-    accuracy: float | None = Field(
-        None, description="Share of them answered right, by the scorer /complete answers with."
-    )
-    calibrated_accuracy: float | None = Field(
-        None,
-        description="Classification: the same with contextual calibration, as /complete "
-        "answers with calibrated=true (null: scored before it was kept).",
-    )
-    reason: str | None = Field(None, description="Why it was not scored (names no record).")
-    baselines: ValidationBaselines | None = Field(
-        None,
-        description="What the prompt must beat on the same records (null: not scored, or "
-        "scored before baselines were kept).",
-    )
-    verdict: str | None = Field(
-        None,
-        description="The score against the baselines in plain words, e.g. that the prompt "
-        "does not beat zero-shot (null when there are no baselines).",
-    )
-    calibrated_verdict: str | None = Field(
-        None,
-        description="The calibrated accuracy against calibrated zero-shot and the majority "
-        "label, in the same words (null without both).",
-    )
+    dataset_id: str
+    """The public labelled dataset it was scored on."""
+    status: Literal["pending", "scored", "not_scored"]
+    """pending: stored, not scored yet (the next read may have the score); scored: n and
+    accuracy; not_scored: reason."""
+    n: int | None = None
+    """Records scored (at most VALIDATION_MAX_RECORDS)."""
+    accuracy: float | None = None
+    """Share of them answered right, by the scorer /complete answers with."""
+    calibrated_accuracy: float | None = None
+    """Classification: the same with contextual calibration, as /complete answers with
+    calibrated=true (null: scored before it was kept)."""
+    reason: str | None = None
+    """Why it was not scored (names no record)."""
+    baselines: ValidationBaselines | None = None
+    """What the prompt must beat on the same records (null: not scored, or scored before
+    baselines were kept)."""
+    verdict: str | None = None
+    """The score against the baselines in plain words, e.g. that the prompt does not beat
+    zero-shot (null when there are no baselines)."""
+    calibrated_verdict: str | None = None
+    """The calibrated accuracy against calibrated zero-shot and the majority label, in the same
+    words (null without both)."""
 
     @model_validator(mode="after")
     def _say_it(self) -> ValidationPublic:
@@ -207,16 +196,12 @@ class PromptPublic(PromptSummary):
     task_spec: dict[str, Any]
     demonstrations: list[DemonstrationPublic]
     prompt: str
-    validation: ValidationPublic | None = Field(
-        None, description="Its score on the job's validation set; null if the job named none."
-    )
-    notes: list[str] = Field(
-        default_factory=list,
-        description="Plain sentences on how the prompt differs from what its job planned, "
-        "e.g. demonstrations that came out empty and were left out, and labels it then does "
-        "not demonstrate; functions of DP outputs and public settings only. Empty: nothing to "
-        "note.",
-    )
+    validation: ValidationPublic | None = None
+    """Its score on the job's validation set; null if the job named none."""
+    notes: list[str] = Field(default_factory=list)
+    """Plain sentences on how the prompt differs from what its job planned, e.g. demonstrations
+    that came out empty and were left out, and labels it then does not demonstrate; functions
+    of DP outputs and public settings only. Empty: nothing to note."""
 
     @classmethod
     def from_row(
@@ -252,12 +237,12 @@ PromptFormatQuery = Annotated[
 ]
 
 
-class ChatMessagePublic(BaseModel):
+class ChatMessagePublic(Documented):
     role: Literal["system", "user", "assistant"]
     content: str
 
 
-class PromptMessagesPublic(BaseModel):
+class PromptMessagesPublic(Documented):
     """A prompt as chat messages (``?format=messages``): append the user's query as a last
     ``user`` message, in the demonstrations' form (``{text_field}: {query}``), and send them
     to a chat model; its reply is the label's word (or the extracted value)."""
@@ -268,16 +253,15 @@ class PromptMessagesPublic(BaseModel):
 
 class CompletionRequest(_Request):
     stored: ClassVar[bool] = False
-    query: str = Field(min_length=1, max_length=20_000, description="Never stored or logged.")
-    calibrated: bool = Field(
-        False,
-        description="Classification: divide the label scores by the prompt's scores for "
-        "content-free inputs ('N/A', '', '[MASK]') and renormalise (contextual calibration, "
-        "no privacy cost). Often much better on a small model; a 422 for extraction.",
-    )
+    query: str = Field(min_length=1, max_length=20_000)
+    """Never stored or logged."""
+    calibrated: bool = False
+    """Classification: divide the label scores by the prompt's scores for content-free inputs
+    ('N/A', '', '[MASK]') and renormalise (contextual calibration, no privacy cost). Often
+    much better on a small model; a 422 for extraction."""
 
 
-class CompletionPublic(BaseModel):
+class CompletionPublic(Documented):
     """Classification: ``label`` and ``scores`` (a distribution over the labels), and
     ``calibration`` saying whether they were calibrated. Extraction: ``value``."""
 
@@ -285,7 +269,6 @@ class CompletionPublic(BaseModel):
     kind: str
     label: str | None = None
     scores: dict[str, float] | None = None
-    calibration: str | None = Field(
-        None, description="Classification: 'contextual' (calibrated) or 'none'."
-    )
+    calibration: str | None = None
+    """Classification: 'contextual' (calibrated) or 'none'."""
     value: str | None = None

@@ -322,7 +322,7 @@ class JobOptions:
             "public_dataset_id": self.public_dataset,
             "validation_dataset_id": self.validation_dataset,
         }
-        body = {name: value for name, value in fields.items() if value is not None}
+        body: dict[str, Any] = {name: value for name, value in fields.items() if value is not None}
         if given := {**_flag_params(extra), **_parse_params(self.param or [])}:
             body["params"] = given
         return body
