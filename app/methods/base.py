@@ -19,6 +19,7 @@ from typing import Any, ClassVar, NamedTuple, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from app.documented import Documented
 from app.llm.base import LLMBackend
 from app.privacy.accounting import Accounting
 from app.privacy.events import DatasetEvent
@@ -335,7 +336,7 @@ class RunInputs(NamedTuple):
     public: Sequence[str]
 
 
-class JobConfig(BaseModel):
+class JobConfig(Documented):
     """The fields every job's config holds: the job's own (epsilon, delta, accounting) and
     the seed (CLI and tests only). A new method's config subclasses it and adds its own
     parameters, so that :meth:`Method.configure` can build it with no code of the method's.

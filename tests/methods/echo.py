@@ -50,8 +50,10 @@ NOISE = 7.0  # the Gaussian filter's noise multiplier: epsilon about 0.6 at delt
 class EchoConfig(JobConfig):
     """What an echo job does: ``shots`` demonstrations, each a label's name ``repeat`` times."""
 
-    shots: int = Field(2, ge=1, le=16, description="Demonstrations to echo.")
-    repeat: int = Field(2, ge=1, le=5, description="Times each label's name is said.")
+    shots: int = Field(2, ge=1, le=16)
+    """Demonstrations to echo."""
+    repeat: int = Field(2, ge=1, le=5)
+    """Times each label's name is said."""
 
 
 @dataclass(frozen=True)
