@@ -1,8 +1,12 @@
-"""Options of a custom task and of table columns, declared once for ``dpsyn synthesize``,
-``dpsyn advise`` and ``dpsyn datasets upload`` (as the groups :class:`ColumnOptions` and
-:class:`CustomTaskOptions`, added to a command by :func:`with_groups`) so their names and
-help never drift apart. (The method options
-of ``dpsyn synthesize`` are made from the registry: :mod:`app.cli.method_options`.)"""
+"""Options declared once for the commands that share them, so their names and help never
+drift apart: the custom task's and the table columns' (the groups :class:`ColumnOptions` and
+:class:`CustomTaskOptions`, for ``dpsyn synthesize``, ``dpsyn advise`` and ``dpsyn datasets
+upload``), and the few the local commands share word for word. An option group is a frozen
+dataclass of ``Annotated`` options; a command takes it as one parameter and :func:`with_groups`
+(or a :class:`GroupedTyper`, which applies it to each of its commands) lays its options out
+in that parameter's place. The client commands' ``--url``, ``--key`` and ``--json`` are such
+groups too (:class:`app.cli.http_client.Server`, :class:`~app.cli.http_client.Reply`). (The
+method options are made from the registry: :mod:`app.cli.method_options`.)"""
 
 from __future__ import annotations
 
