@@ -238,6 +238,11 @@ def test_installed_dpsyn_serve_migrates_a_fresh_database_and_answers_healthz(ser
         assert httpx.get(f"{url}/ui/static/{asset}", timeout=5).status_code == 200, asset
     secret = work / ".dpsyn" / "ui_secret"
     assert len(secret.read_text().strip()) >= 32 and secret.stat().st_mode & 0o077 == 0
+    # The schemas' descriptions are the docstrings under their fields (app.documented),
+    # which pydantic reads from the installed sources.
+    schema = httpx.get(f"{url}/openapi.json", timeout=10).json()
+    epsilon = schema["components"]["schemas"]["JobCreate"]["properties"]["epsilon"]
+    assert epsilon.get("description") == "Target epsilon of this job; noise is calibrated to it."
 
 
 def test_installed_dpsyn_migrate_and_worker_run_outside_the_checkout(installed: Path, tmp_path):
