@@ -1,5 +1,7 @@
 """The one HTTP client of the ``dpsyn`` client commands, and what they share: the ``--url``,
-``--key``, ``--json``, ``-q`` and ``--yes`` options, one-line errors, plain-text tables.
+``--key`` and ``--json`` options as the option groups :class:`Server` and :class:`Reply`
+(a command takes ``server: Reply`` and calls ``server.request`` and ``server.show``), ``-q``
+and ``--yes``, one-line errors, plain-text tables.
 
 A server error is printed as its message on one line, in the CLI's vocabulary (options and
 ``dpsyn`` commands, not request fields and routes: :mod:`app.cli.vocabulary`), and the command
@@ -44,15 +46,6 @@ class ClientError(Exception):
 def exit_with(error: ClientError) -> NoReturn:
     err.print(f"error: {error.message}", markup=False)
     raise typer.Exit(code=error.code)
-
-
-def request(url: str | None, key: str | None, method: str, path: str, **kwargs: Any) -> Any:
-    """One API call; a server or connection error ends the command with its message."""
-    try:
-        with Api(url, key) as api:
-            return api.call(method, path, **kwargs)
-    except ClientError as error:
-        exit_with(error)
 
 
 def one_line(text: str) -> str:
@@ -222,8 +215,9 @@ class Server:
     key: KeyOpt = None
 
     def request(self, method: str, path: str, **kwargs: Any) -> Any:
-        """One API call; a server or connection error ends the command (:func:`request`)."""
-        return request(self.url, self.key, method, path, **kwargs)
+        """One API call; a server or connection error ends the command with its message."""
+        with self.session() as api:
+            return api.call(method, path, **kwargs)
 
     @contextmanager
     def session(self) -> Iterator[Api]:
