@@ -140,25 +140,6 @@ def _tls_failed(error: BaseException) -> bool:
     return False
 
 
-@contextmanager
-def prompt_client(server: Server) -> Iterator[PromptClient]:
-    """The downstream apps' client (:mod:`dpsyn_client.client`) on the CLI's connection, so that
-    ``dpsyn prompts get|complete`` read prompts as an app does; its errors end the command
-    as :class:`Api`'s do (one line in the CLI's words, exit status 1)."""
-    try:
-        with Api(server.url, server.key) as api:
-            try:
-                yield PromptClient(api.url, api.key, http=api.http)
-            except ApiError as error:
-                raise ClientError(server_message(error.response, api.url)) from None
-            except UnreachableError as error:
-                raise ClientError(unreachable(api.url, error.__cause__ or error)) from None
-            except NoChatFormError as error:
-                raise ClientError(in_cli_words(one_line(str(error)))) from None
-    except ClientError as error:
-        exit_with(error)
-
-
 def server_message(response: httpx.Response, url: str) -> str:
     """The server's error as one line in the CLI's words, with its code and status.
 
@@ -228,6 +209,21 @@ class Server:
                 yield api
         except ClientError as error:
             exit_with(error)
+
+    @contextmanager
+    def prompt_client(self) -> Iterator[PromptClient]:
+        """The downstream apps' client (:mod:`dpsyn_client.client`) on this connection, so
+        that ``dpsyn prompts get|complete`` read prompts as an app does; its errors end the
+        command as :class:`Api`'s do (one line in the CLI's words, exit status 1)."""
+        with self.session() as api:
+            try:
+                yield PromptClient(api.url, api.key, http=api.http)
+            except ApiError as error:
+                raise ClientError(server_message(error.response, api.url)) from None
+            except UnreachableError as error:
+                raise ClientError(unreachable(api.url, error.__cause__ or error)) from None
+            except NoChatFormError as error:
+                raise ClientError(in_cli_words(one_line(str(error)))) from None
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,6 @@ from app.cli.http_client import (
     one_line,
     print_json,
     print_rows,
-    prompt_client,
 )
 from app.cli.options import GroupedTyper
 
@@ -83,7 +82,7 @@ def prompts_get(
     server: Reply,
 ) -> None:
     """Print a synthesised prompt and its privacy cost, or its chat messages."""
-    with prompt_client(server) as client:
+    with server.prompt_client() as client:
         fetched = client.get_prompt(prompt_id)
         if output is PromptOutput.MESSAGES:  # in the block: a prompt with no chat form fails
             print_json(fetched.messages())
@@ -179,7 +178,7 @@ def prompts_complete(
     server: Reply,
 ) -> None:
     """Answer a query with a synthesised prompt (in-context learning on the server's model)."""
-    with prompt_client(server) as client:
+    with server.prompt_client() as client:
         answer = client.complete(prompt_id, query, calibrated=calibrated)
     server.show(answer, _print_answer)
 
