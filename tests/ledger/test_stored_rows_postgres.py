@@ -87,9 +87,15 @@ def test_a_new_kind_of_mechanism_is_admitted_stored_as_primitives_and_composed(p
                 accounting=Accounting.TIGHT,
             )
     with session_scope(postgres_url) as session:
-        rows = session.query(LedgerEntry).filter_by(dataset_id=dataset_id).all()
-        assert rows[-1].event == to_dict(histogram) and rows[-1].event["type"] == "gaussian"
-        assert from_dict(rows[-1].event) == histogram
+        # By job id, not by position: a query without ORDER BY returns rows in no set order.
+        rows = {
+            row.job_id: row
+            for row in session.query(LedgerEntry).filter_by(dataset_id=dataset_id).all()
+        }
+        assert set(rows) == {"synthesis", "histogram"}
+        stored = rows["histogram"].event
+        assert stored == to_dict(histogram) and stored["type"] == "gaussian"
+        assert from_dict(stored) == histogram
         spent = ledger.spend(session, ledger.lock_budget(session, dataset_id))
         assert spent.epsilon == accountant.dataset_epsilon([synthesis, histogram], delta)
         assert spent.epsilon > accountant.dataset_epsilon(synthesis, delta)
