@@ -105,7 +105,9 @@ def test_each_job_says_which_counts_it_used(api: Api) -> None:
         assert row.config["count_release"] == released["count_release_id"]
         assert not any(entry.get("count_release") for entry in row.event["labels"])
         kinds = session.scalars(
-            select(LedgerEntry.kind).where(LedgerEntry.dataset_id == dataset["id"])
+            select(LedgerEntry.kind)
+            .where(LedgerEntry.dataset_id == dataset["id"])
+            .order_by(LedgerEntry.id)
         ).all()
         assert kinds == ["counts", "reserve"]
 

@@ -188,7 +188,9 @@ def test_delete_removes_records_and_keeps_the_ledger(api: Api) -> None:
     with session_scope(api.url) as session:
         assert record_count(session, dataset["id"]) == 0
         kinds = session.scalars(
-            select(LedgerEntry.kind).where(LedgerEntry.dataset_id == dataset["id"])
+            select(LedgerEntry.kind)
+            .where(LedgerEntry.dataset_id == dataset["id"])
+            .order_by(LedgerEntry.id)
         ).all()
     assert kinds == ["counts", "reserve", "release"]  # the count release stays charged
     job_now = api.client.get(f"/v1/jobs/{job['id']}", headers=auth(api.admin)).json()

@@ -83,10 +83,25 @@ def test_the_openai_package_reads_a_prompt_answered_by_vllm(prompts: Prompts) ->
     assert answer.usage is not None and answer.usage.prompt_tokens > 20
     assert 1 <= answer.usage.completion_tokens <= 8
     streamed = client.chat.completions.create(
-        model=prompts.classification, messages=QUESTION, max_tokens=8, stream=True
+        model=prompts.classification,
+        messages=QUESTION,
+        max_tokens=8,
+        stream=True,
+        stream_options={"include_usage": True},
     )
-    pieces = [chunk.choices[0].delta.content or "" for chunk in streamed if chunk.choices]
-    assert "".join(pieces) == text  # greedy on both
+    chunks = list(streamed)
+    pieces = [chunk.choices[0].delta.content or "" for chunk in chunks if chunk.choices]
+    streamed_text = "".join(pieces)
+    # Not compared with `text`: vLLM's greedy answer is not bit-reproducible between two
+    # requests (the second reads the first's prefix cache, and the batch it shares differs),
+    # and on a near-tie CI once got " France" whole and " Paris" streamed. That a stream
+    # spells out the whole answer exactly is tested on a deterministic backend
+    # (tests/api/test_openai_compat.py); here the stream carries the same prompt, the answer
+    # within its bound, and ends before the transcript's next turn.
+    assert streamed_text.strip() and "User:" not in streamed_text
+    usage = chunks[-1].usage
+    assert usage is not None and usage.prompt_tokens == answer.usage.prompt_tokens
+    assert 1 <= usage.completion_tokens <= 8
 
 
 def test_a_text_completion_through_vllm(prompts: Prompts) -> None:

@@ -36,7 +36,12 @@ def vllm_api(sqlite_url: str) -> Iterator[Api]:
 
 def ledger_rows(url: str, dataset_id: str) -> list[str]:
     with session_scope(url) as session:
-        rows = session.query(LedgerEntry).filter_by(dataset_id=dataset_id).all()
+        rows = (
+            session.query(LedgerEntry)
+            .filter_by(dataset_id=dataset_id)
+            .order_by(LedgerEntry.id)
+            .all()
+        )
         return [row.kind for row in rows]
 
 
