@@ -189,8 +189,9 @@ YesOpt = Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confir
 
 @dataclass(frozen=True)
 class Server:
-    """The server a client command calls: ``--url`` and ``--key``, declared once and added
-    to each command by :func:`app.cli.options.with_groups` (``@with_groups(server=Server)``)."""
+    """The server a client command calls: ``--url`` and ``--key``, declared once; a command
+    takes a parameter of this type (``server: Server``) and
+    :func:`app.cli.options.with_groups` lays the options out in its place."""
 
     url: UrlOpt = None
     key: KeyOpt = None

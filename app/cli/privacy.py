@@ -8,7 +8,7 @@ import json
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 from pydantic import ValidationError
@@ -99,9 +99,13 @@ class LoopOptions:
             if value is None:
                 raise fail("--sigma1 is required for --method adadpsyn")
             variant = AdaDPSynVariant.PAPER if self.good_radius else AdaDPSynVariant.POOLED
-            rounds: dict[str, Any] = {"sigma0": self.sigma0, "sigma2": self.sigma2, "T": self.T}
             params = AdaDPSynParams(
-                variant=variant, good_radius=self.good_radius, sigma1=value, **rounds
+                variant=variant,
+                good_radius=self.good_radius,
+                sigma0=self.sigma0,
+                sigma1=value,
+                sigma2=self.sigma2,
+                T=self.T,
             )
         return SynthesisPrivacy(
             params=params, accounting=self.accounting, M=self.M, N=self.N, tmax=self.tmax
