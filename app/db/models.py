@@ -310,6 +310,14 @@ class LedgerEntry(Base):
     delta: Mapped[float] = mapped_column(Float)
     event: Mapped[dict[str, Any]] = mapped_column(JSON)  # app.privacy.events.to_dict
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=now)
+    # Migration 0019: the batch the job was declared in (a reserve entry; its own job ID
+    # when submitted alone). NULL on older rows: read as the job's own ID (``batch_of``).
+    batch_id: Mapped[str | None] = mapped_column(String(32), nullable=True)
+
+    @property
+    def batch_of(self) -> str:
+        """The declared batch of this entry's job (its own ID when it was alone)."""
+        return self.batch_id or self.job_id
 
 
 class CountReleaseRow(Base):

@@ -1,7 +1,17 @@
-"""Rényi DP of the Gaussian mechanism under sampling without replacement (pure math).
+"""Rényi DP of the Gaussian mechanism, subsampled or not (pure math).
 
-Used by the paper-compatible accountant. Everything is for the Gaussian mechanism with noise
-multiplier sigma (noise std over the replace-one L2 sensitivity), at integer orders.
+Used by the paper-compatible accountant and by the ledger's Rényi filter
+(:mod:`app.privacy.filter`). Everything is for the Gaussian mechanism with noise multiplier
+sigma (noise std over the L2 sensitivity under the relation in use), at integer orders.
+
+* Poisson subsampling, add/remove neighbours: Mironov, Talwar and Zhang (2019), Section 3.3,
+  exact at integer orders a:
+
+      A(a) = sum_{k=0..a} C(a,k) (1-q)^(a-k) q^k e^{(k^2 - k) / (2 sigma^2)}
+      eps'(a) = log A(a) / (a - 1)
+
+  the Rényi divergence of the mixture (1-q) N(0, sigma^2) + q N(1, sigma^2) from N(0,
+  sigma^2); their Theorem 5 shows the other direction never exceeds it, so it bounds both.
 
 * Amplification: Wang, Balle and Kasiviswanathan (AISTATS 2019), the bound for the
   subsampled Gaussian mechanism (their Theorem 27, as also implemented by dp-accounting):
@@ -199,6 +209,33 @@ def subsampled_gaussian_rdp(
     terms = np.where(j <= a, _log_comb(a, j) + log_term_j[None, :], -np.inf)
     log_a = logsumexp(np.concatenate([np.zeros((len(orders), 1)), terms], axis=1), axis=1)
     return np.minimum(log_a / (orders - 1), plain)
+
+
+def poisson_subsampled_gaussian_rdp(
+    rate: float, sigma: float, orders: np.ndarray = ORDERS
+) -> np.ndarray:
+    """RDP at integer ``orders`` of the Gaussian mechanism on a Poisson subsample of
+    ``rate`` (add/remove neighbours; Mironov, Talwar and Zhang 2019, exact), summed in log
+    space. The Gaussian's own RDP at rate 1, 0 at rate 0, infinite without noise."""
+    if not 0.0 <= rate <= 1.0:
+        raise ValueError(f"sampling rate must be in [0, 1], got {rate}")
+    if rate == 0.0:
+        return np.zeros(np.shape(orders))
+    if sigma == 0:
+        return np.full(np.shape(orders), np.inf)
+    if rate == 1.0:
+        return gaussian_rdp(sigma, np.asarray(orders))
+    a = np.asarray(orders, dtype=float)[:, None]
+    k = np.arange(0, int(np.max(orders)) + 1, dtype=float)[None, :]
+    with np.errstate(invalid="ignore"):
+        terms = (
+            _log_comb(a, np.minimum(k, a))
+            + (a - k) * math.log1p(-rate)
+            + k * math.log(rate)
+            + (k * k - k) / (2.0 * sigma**2)
+        )
+    terms = np.where(k <= a, terms, -np.inf)
+    return np.maximum(logsumexp(terms, axis=1), 0.0) / (a[:, 0] - 1)
 
 
 def rdp_to_epsilon(rdp: np.ndarray, delta: float, orders: np.ndarray = ORDERS) -> float:

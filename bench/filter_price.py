@@ -1,0 +1,95 @@
+"""What the ledger's valid filter costs (issue 51): the budget usable under it against the
+tight composition the ledger used before (releases plus the PLD composition of every live
+job, not valid across adaptive jobs).
+
+For each sequence (1, 3, 5, 10 jobs; equal or mixed epsilons; declared in one batch or
+submitted one by one) and each job shape (a Poisson-subsampled Gaussian run for ``steps``
+steps at rate q, the shape of a token-loop label), it finds by bisection the largest job
+size (noise multiplier scaled down) at which the sequence fits a budget of epsilon B
+(delta 1e-6) after the dataset's count release (5% of the budget), under each rule, and
+prints the jobs' own total epsilon (PLD, at the budget's delta) at that size: the budget a
+team can use. The ratio is filter / composition. Goal (issue 51): >= 0.85 at 5 jobs.
+
+    .venv/bin/python bench/filter_price.py            # ~2 min on 2 cores
+    .venv/bin/python bench/filter_price.py --quick    # fewer shapes
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from app.privacy.accounting import TightPldAccountant  # noqa: E402
+from app.privacy.events import GaussianEvent, SampledEvent  # noqa: E402
+from app.privacy.filter import FilterParams, Item, Release, price  # noqa: E402
+from app.privacy.sampling import PoissonSampling  # noqa: E402
+from app.privacy.unit import count_noise_multiplier, gaussian_epsilon  # noqa: E402
+
+DELTA = 1e-6
+SHARE = 0.05  # the count release's share of the budget (DPSYN_COUNT_RELEASE_SHARE)
+
+
+def job(rate: float, steps: int, sigma: float) -> SampledEvent:
+    return SampledEvent(PoissonSampling(rate=rate, groups=1), (GaussianEvent(sigma),), steps)
+
+
+def fits(budget: float, jobs: list[SampledEvent], declared: bool) -> tuple[bool, bool]:
+    """(fits the filter, fits the old composition) for ``jobs`` after the release."""
+    sigma_c = count_noise_multiplier(SHARE * budget, SHARE * DELTA)
+    release = Release(sigma_c, gaussian_epsilon(sigma_c, SHARE * DELTA), SHARE * DELTA)
+    items = [Item(e, "plan" if declared else f"job{i}") for i, e in enumerate(jobs)]
+    p = price(FilterParams.for_budget(budget, DELTA), TightPldAccountant(), items, [release])
+    return p.epsilon <= budget, p.composed <= budget
+
+
+def usable(budget: float, rate: float, steps: int, mix: list[float], declared: bool):
+    """The jobs' own total epsilon at the largest size that fits, per rule."""
+    acct = TightPldAccountant()
+    out = []
+    for which in (0, 1):
+        lo, hi = math.log(0.05), math.log(400.0)  # log of the noise scale
+        for _ in range(22):
+            mid = (lo + hi) / 2
+            jobs = [job(rate, steps, math.exp(mid) / m) for m in mix]
+            if fits(budget, jobs, declared)[which]:
+                hi = mid
+            else:
+                lo = mid
+        jobs = [job(rate, steps, math.exp(hi) / m) for m in mix]
+        out.append(math.fsum(acct.epsilon(j, DELTA) for j in jobs))
+    return out
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--quick", action="store_true")
+    args = parser.parse_args()
+    shapes = [(0.05, 90), (0.2, 90), (0.02, 90)] if not args.quick else [(0.05, 90)]
+    budgets = [1.0, 4.0, 10.0] if not args.quick else [4.0]
+    print("| budget | q, steps | jobs | epsilons | declared | usable (filter) | usable (composition) | ratio |")
+    print("|---|---|---|---|---|---|---|---|")
+    worst5 = 1.0
+    for budget in budgets:
+        for rate, steps in shapes:
+            for n in (1, 3, 5, 10):
+                for kind, mix in (("equal", [1.0] * n), ("mixed", [1.0 + i % 3 for i in range(n)])):
+                    if n == 1 and kind == "mixed":
+                        continue
+                    for declared in ((False, True) if n > 1 else (False,)):
+                        f, c = usable(budget, rate, steps, mix, declared)
+                        ratio = f / c
+                        if n == 5:
+                            worst5 = min(worst5, ratio)
+                        print(f"| {budget:g} | {rate}, {steps} | {n} | {kind} | "
+                              f"{'yes' if declared else 'no'} | {f:.3f} | {c:.3f} | {ratio:.3f} |",
+                              flush=True)
+    print(f"worst ratio at 5 jobs: {worst5:.3f} (goal >= 0.85)")
+    return 0 if worst5 >= 0.85 else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
