@@ -6,10 +6,10 @@ named forms (a :class:`~app.privacy.events.SynthesisEvent`, a
 :class:`~app.privacy.events.PateEvent` for PromptPATE, a
 :class:`~app.privacy.events.DpsgdEvent` for PromptDPSGD), so rows written before the
 primitives read and price as they did; any other kind is stored as its
-primitives. A dataset's spend is the
-*composition* of the events of its live jobs (reserved or committed, not released), computed
-by the budget's accountant, which is tighter than adding epsilons; the plain sum is reported
-beside it.
+primitives. A dataset's spend is priced by the ledger's **filter** over the events of its
+count releases and live jobs (reserved or committed, not released): a rule that stays valid
+when each job is chosen after reading the last one's output (:mod:`app.privacy.filter`);
+the tight composition of the same events and the plain sum are reported beside it.
 
 Admission is atomic across processes: the budget row is locked (``SELECT ... FOR UPDATE`` on
 PostgreSQL; SQLite serialises writers with ``BEGIN IMMEDIATE``) while the new total is
@@ -39,8 +39,9 @@ from sqlalchemy.orm import Session
 
 from app.db.models import Budget, Dataset, Job, LedgerEntry, LedgerKind
 from app.privacy.accounting import Accounting, accountant_for
-from app.privacy.budget import fits_budget
+from app.privacy.budget import fits_budget, round_up, spend_text
 from app.privacy.events import DATASET_EVENTS, DatasetEvent, from_dict, to_dict
+from app.privacy.filter import FilterParams, Item, Price, Release, Rule, price
 from app.privacy.unit import gaussian_epsilon
 
 
@@ -53,25 +54,47 @@ class NoBudgetError(LedgerError):
 
 
 class BudgetExceededError(LedgerError):
-    def __init__(self, *, requested: float, spent: float, total: float) -> None:
+    """A charge that does not fit. Every number in the message is in the budget's own
+    currency, the filter's spend (``app.privacy.filter``): ``remaining`` is the budget less
+    what is spent, and ``adds`` what this charge would add to the spend, so the two compare
+    directly; ``requested`` (the job's own epsilon at its delta) is said apart."""
+
+    def __init__(
+        self, *, requested: float, spent: float, total: float, adds: float | None = None
+    ) -> None:
         self.requested, self.spent, self.total = requested, spent, total
+        self.adds = requested if adds is None else adds
         self.remaining = max(0.0, total - spent)
         super().__init__(
             f"the job's cost does not fit the dataset's budget: epsilon {total:g} in total, "
-            f"{spent:.4g} spent or reserved, {self.remaining:.4g} remaining; this job alone "
-            f"costs {requested:.4g}"
+            f"{spend_text(spent)} spent or reserved, {spend_text(self.remaining)} remaining; "
+            f"this job would add {_up(self.adds)} to the spend (its own epsilon is "
+            f"{_up(requested)}; across jobs the ledger prices by its filter, which charges a "
+            "job more than its own epsilon once it is not the dataset's only one: "
+            'docs/privacy.md, "The ledger\'s rule across jobs")'
         )
+
+
+def _up(value: float) -> str:
+    """A cost for people to read: 4 significant digits, rounded up (so that a cost never
+    reads as fitting a remainder it exceeds)."""
+    return f"{round_up(value, 4):g}" if math.isfinite(value) else "an unbounded epsilon"
 
 
 @dataclass(frozen=True)
 class Spend:
-    """What a dataset has spent: composed by the accountant, and the plain sum, each with
-    its count releases' part (``counts_epsilon``, included in both)."""
+    """What a dataset has spent: under the ledger's filter (``epsilon``, what admission
+    compares with the budget; ``rule`` says which of the filter's two rules priced it), the
+    tight composition of the same events (``composed``: what the ledger charged before the
+    filter, not valid across adaptively chosen jobs, shown for comparison) and the plain
+    sum, each with its count releases' part (``counts_epsilon``, included in all)."""
 
     epsilon: float
     plain_sum: float
     jobs: int
     counts_epsilon: float = 0.0
+    rule: Rule = Rule.ONE_BATCH
+    composed: float = 0.0
 
 
 def _entries(session: Session, dataset_id: str) -> list[LedgerEntry]:
@@ -112,23 +135,38 @@ def release_epsilon(entry: LedgerEntry, accounting: Accounting) -> float:
     return gaussian_epsilon(sigma / _RELEASE_SENSITIVITY[accounting], entry.delta)
 
 
+def _release(entry: LedgerEntry, accounting: Accounting) -> Release:
+    """A count release's ledger entry as the filter prices it."""
+    sigma = float(entry.event["sigma"]) / _RELEASE_SENSITIVITY[accounting]
+    return Release(sigma=sigma, epsilon=release_epsilon(entry, accounting), delta=entry.delta)
+
+
+def filter_params(budget: Budget) -> FilterParams:
+    """The budget's filter (a function of its epsilon and delta)."""
+    return FilterParams.for_budget(budget.epsilon, budget.delta)
+
+
 def _compose(
     budget: Budget,
-    events: Sequence[DatasetEvent],
+    items: Sequence[Item],
     releases: Sequence[LedgerEntry] = (),
-) -> float:
-    """The dataset's spend: its count releases' epsilons, each at its own delta, plus the
-    composition of its jobs' events at the budget's delta less the releases' (adaptive
-    composition of the release with jobs that fit for every released value:
-    ``app.privacy.unit``)."""
+    labels: Sequence[str] = (),
+) -> Price:
+    """The dataset's spend under the ledger's filter (:mod:`app.privacy.filter`): its count
+    releases and live jobs, each job with the batch it was declared in."""
     accounting = Accounting(budget.accounting)
-    counts = math.fsum(release_epsilon(e, accounting) for e in releases)
-    if not events:
-        return counts
-    remaining = budget.delta - math.fsum(e.delta for e in releases)
-    if remaining <= 0:
-        return math.inf
-    return counts + accountant_for(accounting).dataset_epsilon(list(events), remaining)
+    return price(
+        filter_params(budget),
+        accountant_for(accounting),
+        items,
+        [_release(e, accounting) for e in releases],
+        labels,
+    )
+
+
+def _items(live: Sequence[LedgerEntry], extra: Item | None = None) -> list[Item]:
+    items = [Item(_stored_event(e), e.batch_of) for e in live]
+    return items if extra is None else [*items, extra]
 
 
 def jobs_delta(session: Session, budget: Budget) -> float:
@@ -179,24 +217,37 @@ def spend(session: Session, budget: Budget) -> Spend:
     entries = _entries(session, budget.dataset_id)
     live = _live_of(entries)
     releases = [e for e in entries if e.kind == LedgerKind.COUNTS]
-    events = [_stored_event(e) for e in live]
-    return _spend(budget, events, releases, sum(e.epsilon for e in live))
+    return _spend(budget, _items(live), releases, sum(e.epsilon for e in live))
 
 
 def _spend(
     budget: Budget,
-    events: Sequence[DatasetEvent],
+    items: Sequence[Item],
     releases: Sequence[LedgerEntry],
     jobs_sum: float,
 ) -> Spend:
     accounting = Accounting(budget.accounting)
     counts = math.fsum(release_epsilon(e, accounting) for e in releases)
+    priced = _compose(budget, items, releases)
     return Spend(
-        epsilon=_compose(budget, events, releases),
+        epsilon=priced.epsilon,
         plain_sum=jobs_sum + counts,
-        jobs=len(events),
+        jobs=len(items),
         counts_epsilon=counts,
+        rule=priced.rule,
+        composed=priced.composed,
     )
+
+
+def live_items(session: Session, dataset_id: str) -> list[Item]:
+    """The dataset's live jobs as the filter prices them (each with its declared batch)."""
+    return _items(_live_entries(session, dataset_id))
+
+
+def releases(session: Session, budget: Budget) -> list[Release]:
+    """The dataset's count releases as the filter prices them."""
+    accounting = Accounting(budget.accounting)
+    return [_release(e, accounting) for e in count_entries(session, budget.dataset_id)]
 
 
 def live_events(session: Session, dataset_id: str) -> list[DatasetEvent]:
@@ -233,11 +284,14 @@ def admit(
     epsilon: float,
     delta: float,
     accounting: Accounting,
+    batch_id: str | None = None,
 ) -> Spend:
     """Reserve ``event`` against the budget, or raise :class:`BudgetExceededError`.
 
-    Must run inside the transaction that creates the job: the reservation and the job row are
-    committed together, and the budget row stays locked until then.
+    ``batch_id`` names the batch the job was declared in, with the others of one request
+    (None: submitted alone, its own batch). Must run inside the transaction that creates
+    the job: the reservation and the job row are committed together, and the budget row
+    stays locked until then.
     """
     budget = lock_budget(session, dataset_id)
     if Accounting(budget.accounting) is not accounting:
@@ -250,11 +304,13 @@ def admit(
     entries = _entries(session, dataset_id)
     live = _live_of(entries)
     releases = [e for e in entries if e.kind == LedgerKind.COUNTS]
-    events = [_stored_event(e) for e in live]
-    after = _compose(budget, [*events, event], releases)
+    items = _items(live, Item(event, batch_id or job_id))
+    after = _compose(budget, items, releases).epsilon
     if not fits_budget(after, budget.epsilon):
-        before = _compose(budget, events, releases)
-        raise BudgetExceededError(requested=epsilon, spent=before, total=budget.epsilon)
+        before = _compose(budget, items[:-1], releases).epsilon
+        raise BudgetExceededError(
+            requested=epsilon, spent=before, total=budget.epsilon, adds=after - before
+        )
     session.add(
         LedgerEntry(
             dataset_id=dataset_id,
@@ -263,9 +319,10 @@ def admit(
             epsilon=epsilon,
             delta=delta,
             event=to_dict(event),
+            batch_id=batch_id,
         )
     )
-    return _spend(budget, [*events, event], releases, sum(e.epsilon for e in live) + epsilon)
+    return _spend(budget, items, releases, sum(e.epsilon for e in live) + epsilon)
 
 
 def charge_count_release(
@@ -291,11 +348,13 @@ def charge_count_release(
         delta=delta,
         event=event,
     )
-    events = [_stored_event(e) for e in _live_of(entries)]
-    after = _compose(budget, events, [*releases, entry])
+    items = _items(_live_of(entries))
+    after = _compose(budget, items, [*releases, entry]).epsilon
     if not fits_budget(after, budget.epsilon):
-        before = _compose(budget, events, releases)
-        raise BudgetExceededError(requested=epsilon, spent=before, total=budget.epsilon)
+        before = _compose(budget, items, releases).epsilon
+        raise BudgetExceededError(
+            requested=epsilon, spent=before, total=budget.epsilon, adds=after - before
+        )
     session.add(entry)
     return entry
 
@@ -417,15 +476,25 @@ def history(session: Session, dataset_id: str) -> list[LedgerEntry]:
     )
 
 
-def spend_with(session: Session, budget: Budget, event: DatasetEvent, epsilon: float) -> Spend:
-    """What the dataset's spend would be with one more job charged (a quote: nothing is
-    reserved, and another admission may change the answer before a submission).
-    ``epsilon`` is the job's own epsilon, for the plain sum."""
+def spend_with(
+    session: Session,
+    budget: Budget,
+    events: DatasetEvent | Sequence[DatasetEvent],
+    epsilon: float,
+) -> Spend:
+    """What the dataset's spend would be with one more job charged, or with several declared
+    in one batch (a quote: nothing is reserved, and another admission may change the answer
+    before a submission). ``epsilon`` is the jobs' own epsilons summed, for the plain sum."""
     entries = _entries(session, budget.dataset_id)
     live = _live_of(entries)
     releases = [e for e in entries if e.kind == LedgerKind.COUNTS]
-    events = [_stored_event(e) for e in live]
-    return _spend(budget, [*events, event], releases, sum(e.epsilon for e in live) + epsilon)
+    new = [events] if not isinstance(events, Sequence) else list(events)
+    items = _items(live) + [Item(e, _QUOTED_BATCH) for e in new]
+    return _spend(budget, items, releases, sum(e.epsilon for e in live) + epsilon)
+
+
+#: The batch a quoted job (or a quoted batch's jobs) is priced in: a name no job ID takes.
+_QUOTED_BATCH = "quoted"
 
 
 #: Most composed values one :func:`timeline` computes. Each is a composition of all the jobs
@@ -434,21 +503,27 @@ def spend_with(session: Session, budget: Budget, event: DatasetEvent, epsilon: f
 #: including the last) is composed, and the others are left out (None).
 TIMELINE_COMPOSITIONS = 24
 _TIMELINE_CACHE_SIZE = 4096
-# (dataset, accounting, delta, live reserve entry IDs) -> composed epsilon. Ledger entries are
-# never changed, so a value stays right for as long as the budget's accounting and delta do.
-_composed_cache: OrderedDict[tuple[str, str, float, tuple[int, ...]], float] = OrderedDict()
+# (dataset, accounting, epsilon, delta, live reserve entry IDs) -> the spend. Ledger entries are
+# never changed, so a value stays right for as long as the budget does.
+_composed_cache: OrderedDict[tuple[str, str, float, float, tuple[int, ...]], float] = OrderedDict()
 _cache_lock = threading.Lock()
 
 
 def _cached_compose(budget: Budget, live: Sequence[LedgerEntry]) -> float:
     """The spend of ``live``: reserve entries of jobs and count releases' entries."""
-    key = (budget.dataset_id, budget.accounting, budget.delta, tuple(e.id for e in live))
+    key = (
+        budget.dataset_id,
+        budget.accounting,
+        budget.epsilon,  # the filter's orders and shares follow the budget's epsilon too
+        budget.delta,
+        tuple(e.id for e in live),
+    )
     with _cache_lock:
         if key in _composed_cache:
             _composed_cache.move_to_end(key)
             return _composed_cache[key]
-    jobs = [_stored_event(e) for e in live if e.kind == LedgerKind.RESERVE]
-    value = _compose(budget, jobs, [e for e in live if e.kind == LedgerKind.COUNTS])
+    jobs = _items([e for e in live if e.kind == LedgerKind.RESERVE])
+    value = _compose(budget, jobs, [e for e in live if e.kind == LedgerKind.COUNTS]).epsilon
     with _cache_lock:
         _composed_cache[key] = value
         while len(_composed_cache) > _TIMELINE_CACHE_SIZE:

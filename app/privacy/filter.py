@@ -45,6 +45,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import cast
 
 import numpy as np
 
@@ -168,15 +169,10 @@ def rdp_curve(event: Priced, orders: tuple[int, ...]) -> np.ndarray:
         curve = rdp.randomized_response_rdp(event.noise_parameter, event.num_buckets, o)
         return event.count * curve
     if isinstance(event, SelfComposedEvent):
-        return event.count * rdp_curve(_inner(event.event), orders)
+        return event.count * rdp_curve(cast(Priced, event.event), orders)
     if isinstance(event, ComposedEvent):
         return sum((rdp_curve(p, orders) for p in active_parts(event)), np.zeros(o.shape))
     return event.steps * _sampled_curve(event, orders)
-
-
-def _inner(event: object) -> Priced:
-    assert isinstance(event, Priced.__args__)  # type: ignore[attr-defined]
-    return event  # type: ignore[return-value]
 
 
 def _sampled_curve(event: SampledEvent, orders: tuple[int, ...]) -> np.ndarray:
@@ -271,9 +267,7 @@ def exposure_groups(
                 charged.add(index)
     names: list[tuple[str, ...]] = [(label,) for label in by_label]
     if accountant.relation.value == "replace_one":
-        names += [
-            (a, b) for i, a in enumerate(by_label) for b in list(by_label)[i + 1 :]
-        ]
+        names += [(a, b) for i, a in enumerate(by_label) for b in list(by_label)[i + 1 :]]
     if not names:
         names = [()]
     return [
@@ -311,8 +305,8 @@ def _price(
     counts_epsilon = math.fsum(r.epsilon for r in releases)
     counts_delta = math.fsum(r.delta for r in releases)
     if any(noiseless(leaf) for leaf in live):
-        inf = math.inf
-        return GroupPrice(group.labels, inf, Rule.RENYI_FILTER, inf, inf, inf, frozenset(group.jobs))
+        inf, jobs = math.inf, frozenset(group.jobs)
+        return GroupPrice(group.labels, inf, Rule.RENYI_FILTER, inf, inf, inf, jobs)
     curve = sum((rdp_curve(leaf, params.orders) for leaf in live), np.zeros(len(params.orders)))
     for release in releases:
         curve = curve + rdp.gaussian_rdp(release.sigma, np.asarray(params.orders))

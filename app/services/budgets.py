@@ -10,7 +10,7 @@ already spent (the refusal names the epsilon, and the delta, that would fit). Pu
 
 from __future__ import annotations
 
-import itertools
+import dataclasses
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -30,7 +30,7 @@ from app.db.models import (
 )
 from app.ledger import ledger
 from app.methods.base import counts_refusal
-from app.privacy.accounting import Accountant, Accounting, Priced, accountant_for
+from app.privacy.accounting import Accounting, accountant_for
 from app.privacy.budget import (
     EPSILON_RULE,
     FIT_TOLERANCE,
@@ -38,10 +38,10 @@ from app.privacy.budget import (
     is_epsilon,
     round_up,
     smallest_fitting_delta,
+    spend_text,
 )
-from app.privacy.composition import active
 from app.privacy.events import DatasetEvent
-from app.privacy.mechanisms import Relation
+from app.privacy.filter import FilterParams, Item, Release, Rule, price_groups
 from app.privacy.unit import DEFAULT_DELTA
 
 from .count_releases import current_release
@@ -150,85 +150,67 @@ def spend_fraction(spent: float, total: float) -> float:
 
 @dataclass(frozen=True)
 class GroupSpend:
-    """The composed spend of one label group: the live jobs' mechanisms that read records of
-    ``labels`` (one label; under replace-one neighbours also a pair, as a record swapped for
-    one of another label touches both), plus every job that reads all records (PromptPATE,
-    PromptDPSGD). ``labels`` is empty for a dataset whose jobs all read every record and
-    which lists no labels. The dataset's spend is the largest group's (``binding``; groups
-    that tie are all binding)."""
+    """The spend of one label group under the ledger's filter: the live jobs' mechanisms
+    that read records of ``labels`` (one label; under replace-one neighbours also a pair, as
+    a record swapped for one of another label touches both), plus every job that reads all
+    records (PromptPATE, PromptDPSGD) and the count releases. ``labels`` is empty for a
+    dataset whose jobs all read every record and which lists no labels. The dataset's spend
+    is the largest group's (``binding``; groups that tie are all binding). ``rule`` is the
+    filter's rule that priced the group, ``composed`` the tight composition beside it."""
 
     labels: tuple[str, ...]
     epsilon: float
     jobs: int
     binding: bool = False
-
-
-def _priced_by_label(
-    events: Sequence[DatasetEvent], accountant: Accountant, labels: Sequence[str]
-) -> tuple[dict[str, list[Priced]], dict[str, set[int]], list[Priced], set[int]]:
-    """Each label's mechanisms and the jobs (indices) that charged it, then those of the jobs
-    that read every record, grouped as :meth:`app.privacy.accounting.Accountant.exposures`
-    groups them (:meth:`~app.privacy.accounting.Accountant.priced`, whatever the job)."""
-    by_label: dict[str, list[Priced]] = {label: [] for label in labels}
-    jobs: dict[str, set[int]] = {label: set() for label in labels}
-    everyone: list[Priced] = []
-    whole: set[int] = set()
-    for index, event in enumerate(events):
-        for label, leaf in accountant.priced(event):
-            if label is None:
-                everyone.append(leaf)
-                whole.add(index)
-                continue
-            by_label.setdefault(label, []).append(leaf)
-            charged = jobs.setdefault(label, set())
-            if active(leaf):
-                charged.add(index)
-    return by_label, jobs, everyone, whole
+    rule: Rule = Rule.ONE_BATCH
+    composed: float = 0.0
 
 
 def label_groups(
     accounting: Accounting,
-    delta: float,
-    events: Sequence[DatasetEvent],
+    params: FilterParams,
+    items: Sequence[Item],
     labels: Sequence[str] = (),
-    counts: tuple[float, float] = (0.0, 0.0),
+    releases: Sequence[Release] = (),
 ) -> list[GroupSpend]:
-    """Every exposure group's composed spend, the binding one marked.
+    """Every exposure group's spend under the budget's filter (``params``), the binding one
+    marked.
 
-    The groups are the accountant's own (:meth:`~app.privacy.accounting.Accountant.
-    exposures`): each label's partition, pairs of them under replace-one neighbours, every
-    group joined by the jobs that read all records. ``labels`` adds the dataset's labels that
-    no job has read yet (spend 0, or the all-record jobs'). The largest is the dataset's
-    spend, ``ledger.spend``; the tests check that it is. Each group of the largest epsilon is
-    ``binding`` (several when they tie, e.g. the labels of one job). Label names are the
-    dataset's public metadata (its ``label_counts``), never record text.
-
-    ``counts``: the (epsilon, delta) of the dataset's count releases, which read every
-    label: each group adds their epsilon to its jobs' composition at ``delta`` less theirs
-    (``app.privacy.unit``).
+    The groups are the accountant's own (:func:`app.privacy.filter.exposure_groups`): each
+    label's partition, pairs of them under replace-one neighbours, every group joined by the
+    jobs that read all records and by the count releases. ``labels`` adds the dataset's
+    labels that no job has read yet. The largest is the dataset's spend, ``ledger.spend``;
+    the tests check that it is. Each group of the largest epsilon is ``binding`` (several
+    when they tie, e.g. the labels of one job). Label names are the dataset's public
+    metadata (its ``label_counts``), never record text.
     """
-    accountant = accountant_for(accounting)
-    counts_epsilon, counts_delta = counts
-    delta -= counts_delta
-    by_label, jobs, everyone, whole = _priced_by_label(events, accountant, labels)
-    names: list[tuple[str, ...]] = [(label,) for label in by_label]
-    if accountant.relation is Relation.REPLACE_ONE:
-        names += list(itertools.combinations(list(by_label), 2))
-    if not names and (everyone or counts_epsilon):
-        names = [()]
-    groups = []
-    for group in names:
-        priced = [p for label in group for p in by_label[label]] + everyone
-        jobs_epsilon = accountant.epsilon(priced, delta) if priced and delta > 0 else 0.0
-        if priced and delta <= 0:
-            jobs_epsilon = math.inf
-        epsilon = counts_epsilon + jobs_epsilon
-        charged = set(whole).union(*(jobs[label] for label in group))
-        groups.append(GroupSpend(group, epsilon, len(charged)))
+    priced = price_groups(params, accountant_for(accounting), items, releases, labels)
+    groups = [
+        GroupSpend(g.labels, g.epsilon, len(g.jobs), rule=g.rule, composed=g.composed)
+        for g in priced
+        if g.labels or g.jobs or releases
+    ]
     top = max((g.epsilon for g in groups), default=0.0)
     if top > 0:  # every group at the maximum sets the spend (equal groups tie)
-        groups = [GroupSpend(g.labels, g.epsilon, g.jobs, g.epsilon >= top) for g in groups]
+        groups = [dataclasses.replace(g, binding=g.epsilon >= top) for g in groups]
     return groups
+
+
+def over_note(spend: ledger.Spend, total: float) -> str | None:
+    """Why a spend is over its budget, in plain words, or None when it fits. A ledger
+    written before the filter (issue 51) admitted its jobs by the tight composition of all
+    of them, which is not valid when each was chosen after reading the last; priced again by
+    the filter, its live jobs may cost more than the budget."""
+    if fits_budget(spend.epsilon, total):
+        return None
+    return (
+        f"over budget: the ledger's filter ({spend.rule.value.replace('_', ' ')}) prices the "
+        f"live jobs and count releases at {spend_text(spend.epsilon)}, more than the budget's "
+        f"epsilon {total:g}; they were admitted by the composition the ledger used before "
+        f"({spend_text(spend.composed)}), which is not valid when each job is chosen after "
+        "reading the last. Nothing served is withdrawn; no new job is admitted while the "
+        "spend is over the budget"
+    )
 
 
 def display_groups(groups: Sequence[GroupSpend]) -> list[GroupSpend]:
@@ -468,15 +450,18 @@ def dataset_groups(
 ) -> list[GroupSpend]:
     """The dataset's label groups over its live jobs (and ``extra``, a planned job's event,
     for a quote), at the budget's accounting and delta."""
-    events = ledger.live_events(session, dataset.id)
+    items = ledger.live_items(session, dataset.id)
     if extra is not None:
-        events.append(extra)
+        items.append(Item(extra, "quoted"))
     labels = [str(label) for label in (dataset.label_counts or {})]
-    counts = (
-        ledger.releases_epsilon(session, budget),
-        budget.delta - ledger.jobs_delta(session, budget),
+    accounting = Accounting(budget.accounting)
+    return label_groups(
+        accounting,
+        ledger.filter_params(budget),
+        items,
+        labels,
+        ledger.releases(session, budget),
     )
-    return label_groups(Accounting(budget.accounting), budget.delta, events, labels, counts)
 
 
 @dataclass(frozen=True)

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -103,6 +103,7 @@ def _exceeded(err: ledger.BudgetExceededError) -> ConflictError:
         spent=err.spent,
         total=err.total,
         requested=err.requested,
+        adds=err.adds,
     )
 
 
@@ -497,26 +498,88 @@ def submit_job(
     unless a dispatcher's copy started it meanwhile. ``submitted_by`` is the ID of the
     API key that asked (recorded on the job; None outside the API).
     """
-    planned = plan_submission(session, request, tenant_id=tenant_id, backend=backend)
-    job, event, budget_accounting = planned.job, planned.plan.event(), planned.accounting
-    job.submitted_by = submitted_by
-    dataset_id, public_dataset_id = request.dataset_id, request.public_dataset_id
+    return submit_jobs(
+        session,
+        queue,
+        [request],
+        tenant_id=tenant_id,
+        backend=backend,
+        submitted_by=submitted_by,
+    )[0]
 
+
+#: Most jobs one declared batch may hold.
+MAX_BATCH = 50
+
+
+def submit_jobs(
+    session: Session,
+    queue: JobQueue,
+    requests: Sequence[JobRequest],
+    *,
+    tenant_id: str,
+    backend: BackendKind | None = None,
+    submitted_by: str | None = None,
+) -> list[Job]:
+    """Plan, admit and enqueue jobs **declared together** (one request, before any of them
+    runs), as :func:`submit_job` does one. All on one private dataset. They are admitted
+    together or not at all, under one lock, and the ledger records them as one batch: none
+    was chosen after reading another's output, so the ledger's filter may price them as one
+    mechanism (docs/privacy.md, "Declared batches"). Errors as :func:`submit_job`; 422 an
+    empty batch, more than :data:`MAX_BATCH` jobs, or jobs on several datasets."""
+    _check_batch(requests)
+    planned = [
+        plan_submission(session, request, tenant_id=tenant_id, backend=backend)
+        for request in requests
+    ]
+    batch_id = new_id() if len(requests) > 1 else None
+    _admit_all(session, requests[0], planned, submitted_by, tenant_id, batch_id)
+    return [_enqueue(session, queue, p.job) for p in planned]
+
+
+def _check_batch(requests: Sequence[JobRequest]) -> None:
+    if not requests:
+        raise InvalidError("jobs: a batch needs at least one job")
+    if len(requests) > MAX_BATCH:
+        raise InvalidError(f"jobs: a batch holds at most {MAX_BATCH} jobs, got {len(requests)}")
+    datasets = sorted({r.dataset_id for r in requests})
+    if len(datasets) > 1:
+        raise InvalidError(
+            f"jobs: a batch is declared on one dataset (its budget prices them together); "
+            f"got {len(datasets)}: {', '.join(datasets)}"
+        )
+
+
+def _admit_all(
+    session: Session,
+    request: JobRequest,
+    planned: Sequence[PlannedJob],
+    submitted_by: str | None,
+    tenant_id: str,
+    batch_id: str | None,
+) -> None:
+    """Admit every planned job in one transaction, committed with their outbox marks, or
+    none (the first that does not fit refuses the batch, with the error of that job)."""
+    dataset_id = request.dataset_id
     try:
         locked = get_live_dataset(session, tenant_id, dataset_id, lock=True)
-        _check_declaration(session, locked, planned)
-        if public_dataset_id is not None:  # deleted meanwhile? (its deletion locks its row)
-            get_live_dataset(session, tenant_id, public_dataset_id, lock=True)
-        session.add(job)
-        ledger.admit(
-            session,
-            dataset_id=dataset_id,
-            job_id=job.id,
-            event=event,
-            epsilon=job.epsilon,
-            delta=job.delta,
-            accounting=budget_accounting,
-        )
+        for one in planned:
+            _check_declaration(session, locked, one)
+            public_id = one.job.public_dataset_id
+            if public_id is not None:  # deleted meanwhile? (its deletion locks its row)
+                get_live_dataset(session, tenant_id, public_id, lock=True)
+            one.job.submitted_by = submitted_by
+            session.add(one.job)
+            ledger.admit(
+                session,
+                dataset_id=dataset_id,
+                job_id=one.job.id,
+                event=one.plan.event(),
+                epsilon=one.job.epsilon,
+                delta=one.job.delta,
+                accounting=one.accounting,
+                batch_id=batch_id,
+            )
     except ledger.BudgetExceededError as err:
         session.rollback()
         raise _exceeded(err) from None
@@ -531,9 +594,14 @@ def submit_job(
         raise
     # The outbox mark, committed with the job: if this process dies before the task reaches
     # the queue, a dispatcher sends it once the mark is older than the bound.
-    job.dispatched_at = now()
+    for one in planned:
+        one.job.dispatched_at = now()
     session.commit()
 
+
+def _enqueue(session: Session, queue: JobQueue, job: Job) -> Job:
+    """Send an admitted job's task. A send that fails is a 503 and the job fails, released,
+    unless a dispatcher's copy started it meanwhile."""
     try:
         queue.enqueue(job.id)
     except Exception as err:

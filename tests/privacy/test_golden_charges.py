@@ -17,6 +17,7 @@ import pytest
 
 from app.privacy.accounting import Accounting, UnsupportedEventError, accountant_for
 from app.privacy.events import from_dict, to_dict
+from app.privacy.filter import FilterParams, Item
 from app.services.budgets import label_groups
 from tests.privacy.golden_charges import PATH
 
@@ -71,16 +72,19 @@ def test_each_ledger_composes_to_what_it_did(name, accounting):
 @pytest.mark.parametrize("name", sorted(golden()["ledgers"]))
 @pytest.mark.parametrize("accounting", list(Accounting))
 def test_each_label_group_spends_what_it_did(name, accounting):
+    """Each label group's tight composition (``composed``, what the ledger charged before
+    its filter, and what the filter's one-batch rule builds on) is what it was; the filter's
+    own prices are checked in tests/privacy/test_filter.py."""
     ledger = golden()["ledgers"][name]
     recorded = ledger["groups"][accounting.value]
     events = [from_dict(golden()["jobs"][job]["event"]) for job in ledger["jobs"]]
     labels = ["a", "b", "c", "unread"]
+    params = FilterParams.for_budget(10.0, golden()["deltas"][0])
+    items = [Item(event, f"job{i}") for i, event in enumerate(events)]
     if recorded is None:
         with pytest.raises(UnsupportedEventError):
-            label_groups(accounting, golden()["deltas"][0], events, labels)
+            label_groups(accounting, params, items, labels)
         return
-    groups = label_groups(accounting, golden()["deltas"][0], events, labels)
-    assert [[list(g.labels), g.jobs, g.binding] for g in groups] == [
-        [r[0], r[2], r[3]] for r in recorded
-    ]
-    _same([g.epsilon for g in groups], [r[1] for r in recorded])
+    groups = label_groups(accounting, params, items, labels)
+    assert [[list(g.labels), g.jobs] for g in groups] == [[r[0], r[2]] for r in recorded]
+    _same([g.composed for g in groups], [r[1] for r in recorded])

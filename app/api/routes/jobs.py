@@ -13,7 +13,7 @@ from fastapi import APIRouter
 from sqlalchemy.orm import Session
 
 from app.api.deps import AdminKey, ProviderDep, QueueDep, SessionDep
-from app.api.schemas import IdFilter, JobCreate, JobPublic, JobQuote, Limit, Offset
+from app.api.schemas import IdFilter, JobBatch, JobCreate, JobPublic, JobQuote, Limit, Offset
 from app.db.models import Job, JobStatus
 from app.services import jobs as service
 from app.services.datasets import resolve_fields, resolve_ref
@@ -58,6 +58,35 @@ def submit_job(
         submitted_by=principal.key_id,
     )
     return job_view(session, job)
+
+
+@router.post(
+    "/batch",
+    status_code=201,
+    response_model=list[JobPublic],
+    summary="Declare several jobs on one dataset together: admitted (and priced) as one batch",
+)
+def submit_batch(
+    body: JobBatch,
+    principal: AdminKey,
+    session: SessionDep,
+    queue: QueueDep,
+    provider: ProviderDep,
+) -> list[JobPublic]:
+    """Jobs declared together, before any of them runs (a team's plan, a grid): all admitted
+    or none, recorded on the ledger as one batch, so the budget's filter may price them as
+    one mechanism (docs/privacy.md, "Declared batches"). Errors as a single submission's,
+    for the first job that fails; 422 for an empty batch or jobs on several datasets."""
+    requests = [_by_id(session, principal.tenant_id, job.to_request()) for job in body.jobs]
+    rows = service.submit_jobs(
+        session,
+        queue,
+        requests,
+        tenant_id=principal.tenant_id,
+        backend=provider.kind,
+        submitted_by=principal.key_id,
+    )
+    return job_views(session, rows)
 
 
 @router.post(

@@ -45,6 +45,7 @@ from app.api.schemas.datasets import (  # noqa: F401
 )
 from app.api.schemas.jobs import (  # noqa: F401
     GroupQuote,
+    JobBatch,
     JobCreate,
     JobParams,
     JobPublic,

@@ -17,6 +17,7 @@ from app.documented import Documented
 from app.ledger.ledger import REASON_KEY
 from app.privacy.accounting import Accounting
 from app.privacy.budget import Epsilon
+from app.privacy.filter import Rule
 from app.privacy.unit import DEFAULT_DELTA
 from app.services.budgets import (
     BudgetView,
@@ -26,6 +27,7 @@ from app.services.budgets import (
     GroupSpend,
     SpendLevel,
     display_groups,
+    over_note,
 )
 
 # --- budgets --------------------------------------------------------------------------------
@@ -129,6 +131,9 @@ class LabelGroupPublic(Documented):
     """Live jobs that charged this group."""
     binding: bool
     """This group sets the dataset's spend (the largest)."""
+    rule: Rule = Rule.ONE_BATCH
+    """Which of the ledger's filter rules priced the group: one_batch (the count releases and
+    one declared batch, composed tightly) or renyi_filter (jobs chosen one after another)."""
 
     @classmethod
     def from_group(cls, group: GroupSpend, budget_epsilon: float) -> LabelGroupPublic:
@@ -138,6 +143,7 @@ class LabelGroupPublic(Documented):
             remaining=max(0.0, budget_epsilon - group.epsilon),
             jobs=group.jobs,
             binding=group.binding,
+            rule=group.rule,
         )
 
 
@@ -160,8 +166,19 @@ class BudgetPublic(Documented):
     """A warning about the accounting (paper accounting on a dataset whose counts are not
     declared public: its jobs are refused); null when there is none."""
     spent: float
-    """The dataset's spend: its count releases' epsilon plus the composition of its live jobs by
-    the accountant, at delta less the releases'."""
+    """The dataset's spend under the ledger's filter, a rule valid when each job is chosen after
+    reading the last one's output (docs/privacy.md, "The ledger's rule across jobs"): what
+    admission compares with epsilon."""
+    rule: Rule = Rule.ONE_BATCH
+    """The filter's rule that priced spent: one_batch (the count releases and one declared batch
+    of jobs, composed tightly) or renyi_filter (jobs submitted one after another)."""
+    composed: float = 0.0
+    """The tight composition of the same releases and jobs (the ledger's price before the
+    filter; not valid across adaptively chosen jobs), for comparison."""
+    over_note: str | None = None
+    """Why the spend is over the budget, when it is (a ledger written before the filter, whose
+    jobs now price above it): nothing served is withdrawn, and no job is admitted until the
+    spend fits again. Null when the spend fits."""
     plain_sum: float
     """Sum of the live jobs' own epsilons and the count releases'."""
     counts_epsilon: float = 0.0
@@ -197,6 +214,9 @@ class BudgetPublic(Documented):
             accounting=Accounting(view.budget.accounting),
             accounting_note=view.accounting_note,
             spent=view.spend.epsilon,
+            rule=view.spend.rule,
+            composed=view.spend.composed,
+            over_note=over_note(view.spend, total),
             plain_sum=view.spend.plain_sum,
             counts_epsilon=view.spend.counts_epsilon,
             count_releases=[CountReleasePublic.from_view(r, total) for r in view.releases],

@@ -139,6 +139,15 @@ class JobCreate(_Request):
         return JobRequest(**self.model_dump(exclude={"params"}), params=params)
 
 
+class JobBatch(_Request):
+    """Jobs declared together on one private dataset (``POST /v1/jobs/batch``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    jobs: list[JobCreate] = Field(min_length=1, max_length=50)
+    """The jobs, each as ``POST /v1/jobs`` takes one; all on the same dataset."""
+
+
 class ProgressPublic(Documented):
     """Units of the job's method done, out of those planned."""
 
