@@ -505,11 +505,11 @@ TIMELINE_COMPOSITIONS = 24
 _TIMELINE_CACHE_SIZE = 4096
 # (dataset, accounting, epsilon, delta, live reserve entry IDs) -> the spend. Ledger entries are
 # never changed, so a value stays right for as long as the budget does.
-_composed_cache: OrderedDict[tuple[str, str, float, float, tuple[int, ...]], float] = OrderedDict()
+_composed_cache: OrderedDict[tuple[str, str, float, float, tuple[int, ...]], Price] = OrderedDict()
 _cache_lock = threading.Lock()
 
 
-def _cached_compose(budget: Budget, live: Sequence[LedgerEntry]) -> float:
+def _cached_compose(budget: Budget, live: Sequence[LedgerEntry]) -> Price:
     """The spend of ``live``: reserve entries of jobs and count releases' entries."""
     key = (
         budget.dataset_id,
@@ -523,7 +523,7 @@ def _cached_compose(budget: Budget, live: Sequence[LedgerEntry]) -> float:
             _composed_cache.move_to_end(key)
             return _composed_cache[key]
     jobs = _items([e for e in live if e.kind == LedgerKind.RESERVE])
-    value = _compose(budget, jobs, [e for e in live if e.kind == LedgerKind.COUNTS]).epsilon
+    value = _compose(budget, jobs, [e for e in live if e.kind == LedgerKind.COUNTS])
     with _cache_lock:
         _composed_cache[key] = value
         while len(_composed_cache) > _TIMELINE_CACHE_SIZE:
@@ -533,13 +533,14 @@ def _cached_compose(budget: Budget, live: Sequence[LedgerEntry]) -> float:
 
 @dataclass(frozen=True)
 class SpendPoint:
-    """The spend right after one ledger entry: composed by the budget's accountant (at the
-    budget's current delta; None when a long ledger's chart left it out) and the plain sum,
-    over the jobs live at that moment."""
+    """The spend right after one ledger entry: priced by the budget's filter as it is now
+    (None when a long ledger's chart left it out; ``rule`` the filter's rule that priced it)
+    and the plain sum, over the jobs live at that moment."""
 
     entry: LedgerEntry
     epsilon: float | None
     plain_sum: float
+    rule: Rule | None = None
 
 
 def _plain(entry: LedgerEntry, accounting: Accounting) -> float:
@@ -579,7 +580,8 @@ def timeline(
         chosen = {1 + round(i * (changes - 1) / steps) for i in range(steps + 1)}
     points: list[SpendPoint] = []
     for entry, members, change in states:
-        epsilon = _cached_compose(budget, members) if change in chosen else None
+        priced = _cached_compose(budget, members) if change in chosen else None
         plain = math.fsum(_plain(e, accounting) for e in members)
-        points.append(SpendPoint(entry=entry, epsilon=epsilon, plain_sum=plain))
+        epsilon, rule = (priced.epsilon, priced.rule) if priced is not None else (None, None)
+        points.append(SpendPoint(entry=entry, epsilon=epsilon, plain_sum=plain, rule=rule))
     return points

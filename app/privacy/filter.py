@@ -144,7 +144,10 @@ def _centre_order(epsilon: float, delta: float) -> int:
     """The grid order at which a Gaussian that is (epsilon, delta)-DP converts best."""
     from app.privacy.unit import count_noise_multiplier  # no cycle: unit reads no filter
 
-    sigma = count_noise_multiplier(epsilon, delta)
+    try:
+        sigma = count_noise_multiplier(epsilon, delta)
+    except OverflowError:  # e^epsilon overflows (epsilon > 709): the smallest order is best
+        return GRID[0]
     a = np.asarray(GRID, dtype=float)
     values = a / (2 * sigma**2) + np.log1p(-1.0 / a) - (math.log(delta) + np.log(a)) / (a - 1)
     return GRID[int(np.argmin(values))]

@@ -48,6 +48,8 @@ LEDGER_CSV_COLUMNS = (
     "labels",
     "composed_after",
     "plain_sum_after",
+    "rule_after",
+    "batch",
 )
 
 
@@ -90,12 +92,16 @@ def _entry_cells(index: int, point: ledger.SpendPoint) -> tuple[object, ...]:
         ";".join(labels),
         point.epsilon,
         point.plain_sum,
+        point.rule.value if point.rule is not None else None,
+        entry.batch_of if entry.kind == LedgerKind.RESERVE else None,
     )
 
 
 def ledger_csv(points: Sequence[ledger.SpendPoint]) -> str:
     """The ledger as CSV, one row per entry with the spend after it (as the dataset page's
-    table: ``composed_after`` is empty where a long ledger's chart left it out). ``labels``
+    table: ``composed_after`` is the spend as the ledger's filter prices it, empty where a
+    long ledger's chart left it out; ``rule_after`` the filter's rule that priced it;
+    ``batch`` the batch a reserve entry's job was declared in, its own ID when alone). ``labels``
     are the label partitions the job read, joined by ``;`` ("*" for a job that reads every
     record). The dataset's count release is a row of its own, of kind ``counts`` (charged
     once; never a job's). Holds metadata and epsilons only, never a record or a released

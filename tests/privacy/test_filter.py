@@ -15,8 +15,8 @@ which is the exact delta(e) of the whole adaptive transcript. Each job is submit
 
 * The negative control: an analyst on which the natural PLD filter (admit while the
   dp-accounting composition of the jobs run so far is within the budget: the ledger's rule
-  before the filter) admits every branch, yet the realised mechanism breaches the budget's
-  delta by some 40 %, while the filter refuses it and holds.
+  before the filter) admits every branch, yet the realised mechanism's delta at the
+  budget's epsilon is 1.34 times the budget's delta, while the filter refuses it and holds.
 * The filter's theorem on analysts that use all the filter lets them: the realised curve
   stays within the budget in both orders, and spends most of it.
 """
@@ -199,7 +199,9 @@ def run_under(node: Node, admits: Admits, before: tuple[DatasetEvent, ...] = ())
     if not admits(ran):
         return Stop()
     if isinstance(node, RRThen):
-        return RRThen(node.epsilon, run_under(node.high, admits, ran), run_under(node.low, admits, ran))
+        return RRThen(
+            node.epsilon, run_under(node.high, admits, ran), run_under(node.low, admits, ran)
+        )
     if isinstance(node, GaussThen):
         children = tuple(run_under(c, admits, ran) for c in node.children)
         return GaussThen(node.sigma, node.cuts, children)
@@ -231,8 +233,10 @@ def _exact_calibration(make: Callable[[float], Node], lo: float, hi: float, targ
     output) has exact delta(EPSILON_B) = ``target`` (forward; the reverse is smaller)."""
     return math.exp(
         optimize.brentq(
-            lambda t: math.log(max(hockey(make(math.exp(t)), np.array(EPSILON_B)), 1e-300))
-            - math.log(target),
+            lambda t: (
+                math.log(max(hockey(make(math.exp(t)), np.array(EPSILON_B)), 1e-300))
+                - math.log(target)
+            ),
             math.log(lo),
             math.log(hi),
             xtol=1e-12,
@@ -252,7 +256,10 @@ def counterexample() -> tuple[RRThen, Gauss, Sampled]:
         lambda s: RRThen(FIRST, Gauss(s), Gauss(s)), 1.0, 50.0, 0.95 * DELTA_B
     )
     rate_b = _exact_calibration(
-        lambda q: RRThen(FIRST, Sampled(q, SIGMA_B), Sampled(q, SIGMA_B)), 1e-9, 1e-3, 0.99 * DELTA_B
+        lambda q: RRThen(FIRST, Sampled(q, SIGMA_B), Sampled(q, SIGMA_B)),
+        1e-9,
+        1e-3,
+        0.99 * DELTA_B,
     )
     a, b = Gauss(sigma_a), Sampled(rate_b, SIGMA_B)
     return RRThen(FIRST, a, b), a, b
@@ -280,7 +287,7 @@ def test_the_natural_pld_filter_admits_an_adaptive_pair_that_breaches_its_budget
     """Each branch alone is within the budget: the natural filter admits M1 then A, and M1
     then B (the tight accountant's composition, and the exact curve of the non-adaptive
     pair, both within (EPSILON_B, DELTA_B)). The adaptive analyst that runs A after M1's
-    likelier output and B after the other realises delta(EPSILON_B) about 1.4 DELTA_B:
+    likelier output and B after the other realises delta(EPSILON_B) = 1.34 DELTA_B:
 
         P(high) H_A(eps - e1) + P(low) H_B(eps + e1),
 
@@ -304,13 +311,17 @@ def test_the_natural_pld_filter_admits_an_adaptive_pair_that_breaches_its_budget
 def test_the_filter_refuses_the_breach_and_holds() -> None:
     """The same analyst under the ledger's filter: M1 is admitted (by the one-batch rule,
     a job alone), both second jobs are refused, so only M1 runs, and the realised curve is
-    within the budget. (The Rényi filter is never looser than the PLD composition, so a
-    pair calibrated to meet the PLD curve cannot pass it: the non-trivial admissions are
+    within the budget. (The Rényi filter is never looser than the exact curve, so a pair
+    calibrated to meet the budget's curve cannot pass it: the non-trivial admissions are
     in the tests below, where the analyst uses all the filter allows.)"""
     analyst, a, b = counterexample()
     params = FilterParams.for_budget(EPSILON_B, DELTA_B)
     first = price(params, ACCOUNTANT, [Item(event_of(analyst), "m1")])
     assert first.epsilon <= EPSILON_B and first.rule is Rule.ONE_BATCH
+    for second in (a, b):  # each job after M1 is priced by the Rényi filter, over budget
+        items = [Item(event_of(analyst), "m1"), Item(event_of(second), "m2")]
+        spend = price(params, ACCOUNTANT, items)
+        assert spend.rule is Rule.RENYI_FILTER and spend.epsilon > EPSILON_B
     ran = run_under(analyst, chosen_filter(params))
     assert ran == RRThen(FIRST, Stop(), Stop())
     assert max(realised(ran, EPSILON_B)) <= DELTA_B
@@ -376,10 +387,12 @@ def test_the_branching_analyst_under_the_natural_filter_breaches() -> None:
     def calibrated(make: Callable[[float], Node], lo: float, hi: float) -> Node:
         """The job at which the fixed pair (the release, then the job) has exact
         delta(TREE_EPSILON) = 0.995 TREE_DELTA: on the natural filter's margin."""
-        pair = lambda x: GaussThen(8.0, (0.5,), (make(x), make(x)))  # noqa: E731
-        target = math.log(0.995 * TREE_DELTA)
-        fits = lambda t: math.log(hockey(pair(math.exp(t)), np.array(TREE_EPSILON))) - target  # noqa: E731
-        return make(math.exp(optimize.brentq(fits, math.log(lo), math.log(hi), xtol=1e-10)))
+
+        def gap(t: float) -> float:
+            pair = GaussThen(8.0, (0.5,), (make(math.exp(t)), make(math.exp(t))))
+            return math.log(hockey(pair, np.array(TREE_EPSILON)) / (0.995 * TREE_DELTA))
+
+        return make(math.exp(optimize.brentq(gap, math.log(lo), math.log(hi), xtol=1e-10)))
 
     low = calibrated(lambda s: Sampled(1e-5, s), 0.1, 1.0)
     high = calibrated(Gauss, 1.0, 10.0)
@@ -392,7 +405,8 @@ def test_a_job_admitted_by_the_one_batch_rule_closes_the_budget_to_later_jobs() 
     """Either rule may admit: a first job alone is priced by the tight composition at half
     the delta, which can admit it where the Rényi filter would not. The analyst's later job
     is then priced by the Rényi filter over both, and refused however small it is, so the
-    realised mechanism is the first job alone: within (epsilon_B, delta_B / 2)."""
+    realised mechanism is the first job alone: within (epsilon_B, delta_B / 2), and near
+    it (the one-batch rule is tight up to the accountant's rounding)."""
     params = FilterParams.for_budget(EPSILON_B, DELTA_B)
     admits = chosen_filter(params)
     sigma = boundary(lambda s: admits([GaussianEvent(s)]), 0.5, 100.0, rising=True)
@@ -401,7 +415,7 @@ def test_a_job_admitted_by_the_one_batch_rule_closes_the_budget_to_later_jobs() 
     analyst = RRThen(1e-3, Stop(), Stop())  # a later job of epsilon 0.001
     ran = run_under(GaussThen(sigma, (0.5,), (analyst, analyst)), admits)
     assert ran == GaussThen(sigma, (0.5,), (Stop(), Stop()))
-    assert max(realised(ran, EPSILON_B)) <= params.batch_delta
+    assert 0.8 * params.batch_delta <= max(realised(ran, EPSILON_B)) <= params.batch_delta
 
 
 @pytest.mark.parametrize("forward", [True, False])

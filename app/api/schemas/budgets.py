@@ -65,6 +65,9 @@ class LedgerEventPublic(Documented):
     reason: str | None = None
     """A commit's or release's reason in plain words (why the job was charged or its reservation
     given back); null for a reserve and a count release."""
+    batch: str | None = None
+    """For a reserve: the batch its job was declared in (POST /v1/jobs/batch), or the job's own
+    ID when it was submitted alone; null for other kinds."""
 
     @classmethod
     def from_row(cls, row: LedgerEntry) -> LedgerEventPublic:
@@ -79,6 +82,7 @@ class LedgerEventPublic(Documented):
             created_at=row.created_at,
             event=event,
             reason=str(reason) if reason is not None else None,
+            batch=row.batch_of if row.kind == LedgerKind.RESERVE else None,
         )
 
 

@@ -31,6 +31,7 @@ from app.methods.registry import (
 )
 from app.privacy.accounting import Accounting
 from app.privacy.budget import Epsilon
+from app.privacy.filter import Rule
 from app.services.job_request import MAX_SHOTS, JobRequest, RegisteredMethod
 from app.services.jobs import GroupChange, Quote, charge_note, label_noise
 from app.services.rows import asked_epsilon, stored_plan
@@ -189,9 +190,11 @@ class GroupQuote(Documented):
 
 class JobQuote(Documented):
     """What a job would cost if submitted now (``POST /v1/jobs/quote``): nothing reserved.
-    The dataset's spend is composed by its accountant, so ``spent_after - spent`` may be less
-    than the job's own ``epsilon`` (or 0, when it charges labels other than the binding
-    group's); ``plain_sum_after`` is what a plain sum of epsilons would say."""
+    The dataset's spend is priced by the ledger's filter (docs/privacy.md, "The ledger's rule
+    across jobs"), so ``spent_after - spent`` may be less than the job's own ``epsilon`` (0,
+    when it charges labels other than the binding group's) or more (a second job, chosen
+    after reading the first, is priced by the Rényi filter); ``plain_sum_after`` is what a
+    plain sum of epsilons would say."""
 
     dataset_id: str
     epsilon: float
@@ -200,9 +203,17 @@ class JobQuote(Documented):
     budget: float
     """The dataset's total epsilon."""
     spent: float
-    """The dataset's composed spend now."""
+    """The dataset's spend now, under the ledger's filter."""
     spent_after: float
-    """Its composed spend were the job admitted now."""
+    """Its spend were the job admitted now (compare with budget)."""
+    rule: Rule = Rule.ONE_BATCH
+    """The filter's rule that prices spent."""
+    rule_after: Rule = Rule.ONE_BATCH
+    """The filter's rule that would price spent_after: one_batch (the count releases and one
+    declared batch) or renyi_filter (jobs chosen one after another)."""
+    composed_after: float = 0.0
+    """The tight composition of the same charges (the ledger's price before the filter; not
+    valid across adaptively chosen jobs), for comparison."""
     plain_sum: float
     plain_sum_after: float
     fits: bool
@@ -225,6 +236,9 @@ class JobQuote(Documented):
             budget=quote.budget_epsilon,
             spent=quote.spend_now.epsilon,
             spent_after=quote.spend_after.epsilon,
+            rule=quote.spend_now.rule,
+            rule_after=quote.spend_after.rule,
+            composed_after=quote.spend_after.composed,
             plain_sum=quote.spend_now.plain_sum,
             plain_sum_after=quote.spend_after.plain_sum,
             fits=quote.fits,

@@ -38,6 +38,7 @@ def _print_budget(budget: dict[str, Any], *, history: bool) -> None:
         f"by {budget['live_jobs']} job(s), {spend_text(budget['remaining'])} remaining",
         markup=False,
     )
+    _print_rule(budget)
     if "warn_threshold" in budget:
         typer.echo(f"warns at {percent_text(budget['warn_threshold'])} of the budget")
     _print_count_releases(budget)
@@ -46,6 +47,25 @@ def _print_budget(budget: dict[str, Any], *, history: bool) -> None:
     if history and budget["history"]:
         typer.echo("ledger:")
         _print_ledger(budget["history"])
+
+
+RULES = {
+    "one_batch": "the count releases and one batch of jobs declared together, composed tightly",
+    "renyi_filter": "the Rényi filter, valid for jobs chosen one after another",
+}
+
+
+def _print_rule(budget: dict[str, Any]) -> None:
+    """Which of the ledger's filter rules priced the spend, the tight composition beside it,
+    and why a budget is over, when it is (a ledger admitted before the filter)."""
+    rule = budget.get("rule")
+    if rule in RULES and budget.get("live_jobs"):
+        typer.echo(
+            f"priced by {RULES[rule]} (the tight composition of the same charges: "
+            f"{spend_text(budget.get('composed') or 0.0)})"
+        )
+    if budget.get("over_note"):
+        err.print(f"warning: {in_cli_words(one_line(budget['over_note']))}", markup=False)
 
 
 def share_text(fraction: float) -> str:

@@ -6,11 +6,12 @@ import json
 import time
 from dataclasses import dataclass
 from functools import partial
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
-from app.cli.client.budget import print_label_groups, share_text
+from app.cli.client.budget import RULES, print_label_groups, share_text
 from app.cli.client.common import JobIdArg, LimitOpt, OffsetOpt, _page
 from app.cli.client.prompts import _dataset_cell, validation_line
 from app.cli.custom_task import (
@@ -377,6 +378,45 @@ def jobs_submit(
     _show_submitted(job, validation, wait=wait, quiet=quiet, server=server)
 
 
+@jobs_app.command("submit-batch")
+def jobs_submit_batch(
+    plan: Annotated[
+        Path,
+        typer.Argument(
+            help='A JSON file: a list of jobs (or {"jobs": [...]}), each as POST /v1/jobs '
+            "takes one, all on one dataset.",
+            exists=True,
+            dir_okay=False,
+        ),
+    ],
+    *,
+    server: Reply,
+    quiet: Annotated[
+        bool, typer.Option("--quiet", "-q", help="Print only the job IDs, one a line.")
+    ] = False,
+) -> None:
+    """Submit several jobs declared together, before any of them runs (a team's plan): all
+    are admitted or none, and the ledger records them as one batch, so the budget's filter
+    prices them as one mechanism, composed tightly, instead of as jobs chosen one after
+    another (docs/privacy.md, "Declared batches")."""
+    try:
+        body = json.loads(plan.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        exit_with(ClientError(f"{plan}: not a JSON file of jobs ({type(error).__name__})"))
+    if isinstance(body, list):
+        body = {"jobs": body}
+    jobs = server.request("POST", "/v1/jobs/batch", json=body)
+    if quiet and not server.as_json:
+        typer.echo("\n".join(job["id"] for job in jobs))
+        return
+    server.show(jobs, _print_batch)
+
+
+def _print_batch(jobs: list[dict[str, Any]]) -> None:
+    for job in jobs:
+        out.print(_describe_job(job), markup=False)
+
+
 @jobs_app.command("quote", context_settings=METHOD_FLAGS)
 def jobs_quote(ctx: typer.Context, job_options: JobOptions, *, server: Reply) -> None:
     """What a job would cost, before it is submitted (the dashboard's "Check the cost"):
@@ -407,6 +447,8 @@ def print_quote(quote: dict[str, Any]) -> None:
         f"{spend_text(after)} ({budget_percent(after / budget)}) if admitted; a plain sum "
         f"would say {spend_text(quote['plain_sum_after'])}"
     )
+    if quote.get("rule_after") in RULES:
+        typer.echo(f"priced by {RULES[quote['rule_after']]}")
     if quote.get("counts_epsilon"):
         typer.echo(
             f"of which the dataset's count release: epsilon {spend_text(quote['counts_epsilon'])} "
