@@ -19,6 +19,7 @@ from app.privacy.events import (
     SampledEvent,
     SynthesisEvent,
 )
+from app.privacy.filter import FilterParams, Item, price
 from app.privacy.sampling import FixedSizeSampling, PoissonSampling
 from app.services.budgets import SpendLevel, label_groups, spend_level
 from tests.api.conftest import MARKER, TOY_TASK, Api, auth, error_of, make_api
@@ -77,8 +78,9 @@ def test_a_job_moves_only_the_label_groups_it_charged(api: Api) -> None:
 
 
 def test_the_groups_compose_as_the_ledger_does() -> None:
-    """The largest group equals the accountant's dataset epsilon, for both accountants, on a
-    ledger mixing synthesis jobs on different labels with a job that reads every record."""
+    """The largest group is the filter's price of the dataset (and its tight composition the
+    accountant's dataset epsilon), for both accountants, on a ledger mixing synthesis jobs on
+    different labels with a job that reads every record."""
 
     def step(sampling: Any, steps: int) -> SampledEvent:
         return SampledEvent(sampling, (GaussianEvent(1.2),), steps)
@@ -94,10 +96,15 @@ def test_the_groups_compose_as_the_ledger_does() -> None:
             SynthesisEvent((LabelEvent("b", step(sampling, 3)),)),
             PateEvent(noise_multiplier=8.0, relation=relation),
         ]
-        groups = label_groups(accounting, 1e-5, events, ["a", "b", "c"])
-        expected = accountant_for(accounting).dataset_epsilon(events, 1e-5)
-        assert max(g.epsilon for g in groups) == pytest.approx(expected, rel=1e-9)
-        assert next(g for g in groups if g.binding).epsilon == pytest.approx(expected, rel=1e-9)
+        params = FilterParams.for_budget(10.0, 1e-5)
+        items = [Item(e, f"job{i}") for i, e in enumerate(events)]
+        groups = label_groups(accounting, params, items, ["a", "b", "c"])
+        composed = accountant_for(accounting).dataset_epsilon(events, 1e-5)
+        assert max(g.composed for g in groups) == pytest.approx(composed, rel=1e-9)
+        expected = price(params, accountant_for(accounting), items).epsilon
+        assert max(g.epsilon for g in groups) == pytest.approx(expected, rel=1e-12)
+        assert next(g for g in groups if g.binding).epsilon == pytest.approx(expected, rel=1e-12)
+        assert expected > composed
         singles = {g.labels: g for g in groups if len(g.labels) == 1}
         assert singles[("c",)].jobs == 1  # only the job that reads every record
         assert singles[("b",)].jobs == 3

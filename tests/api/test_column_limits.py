@@ -81,6 +81,7 @@ NOT_USER_WRITABLE: dict[Column, str] = {
     ("datasets", "kind"): "set from the boolean 'public' (a DatasetKind), not from a string",
     ("datasets", "counts_public_by"): "the ID of the API key that authenticated the request",
     ("budgets", "dataset_id"): _LOOKED_UP,
+    ("ledger", "batch_id"): _GENERATED,
     ("dataset_records", "dataset_id"): "the ID of the dataset the upload just created",
     ("jobs", "id"): _GENERATED,
     ("jobs", "tenant_id"): _OWNER,

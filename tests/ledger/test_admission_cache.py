@@ -1,6 +1,8 @@
-"""Admission with remembered compositions (issue 23): the ledger's spend is, after every
-reserve and release, exactly the composition of its live jobs recomputed from scratch; a
-budget between k and k + 1 jobs still admits exactly k, in sequence and (on PostgreSQL)
+"""Admission with remembered compositions (issue 23): the tight composition the ledger
+reports beside its filter's price (``Spend.composed``, and the one-batch rule's input) is,
+after every reserve and release, exactly the composition of its live jobs recomputed from
+scratch, and the filter's price is the same float an uncached accountant gives; a budget
+between k and k + 1 jobs still admits exactly k, in sequence and (on PostgreSQL)
 concurrently, on a ledger that already mixes synthesis and PromptPATE jobs."""
 
 from __future__ import annotations
@@ -12,6 +14,8 @@ from app.db.session import session_scope
 from app.ledger import ledger
 from app.privacy.accounting import Accounting, TightPldAccountant
 from app.privacy.events import DATASET_EVENTS, DatasetEvent, PateEvent, from_dict, to_dict
+from app.privacy.filter import FilterParams, Item, price
+from tests.filter_budget import smallest_budget
 from tests.ledger.test_ledger_postgres import (
     DELTA,
     concurrent_admissions,
@@ -24,8 +28,14 @@ UNCACHED = TightPldAccountant(cached=False)
 
 
 def recomposed(events: list[DatasetEvent]) -> float:
-    """The spend as it was computed before the cache: every live job composed afresh."""
+    """The composition as it was computed before the cache: every live job afresh."""
     return UNCACHED.dataset_epsilon(events, DELTA) if events else 0.0
+
+
+def repriced(events: list[DatasetEvent], budget: float) -> float:
+    """The filter's price of ``events`` (each its own batch) with an uncached accountant."""
+    items = [Item(e, f"job{i}") for i, e in enumerate(events)]
+    return price(FilterParams.for_budget(budget, DELTA), UNCACHED, items).epsilon
 
 
 def live_events(session, dataset_id: str) -> list[DatasetEvent]:
@@ -72,20 +82,23 @@ def test_spend_after_every_reserve_and_release_equals_recomposing(sqlite_url):
                 )
                 session.flush()
                 assert after.epsilon == quote.epsilon  # the quote was the admission's price
-                assert after.epsilon == recomposed(live_events(session, dataset_id))
+                assert after.composed == recomposed(live_events(session, dataset_id))
             live = live_events(session, dataset_id)
-            assert ledger.spend(session, budget).epsilon == recomposed(live)  # exact
+            spent = ledger.spend(session, budget)
+            assert spent.composed == recomposed(live)  # exact
+            assert spent.epsilon == repriced(live, 100.0)
         points = ledger.timeline(session, budget)
     assert len(live) == 5  # s0, s2, s3, p1, s4
-    assert points[-1].epsilon == recomposed(live)
+    assert points[-1].epsilon == repriced(live, 100.0)
 
 
 def test_sequential_admissions_stop_exactly_where_recomposing_says(sqlite_url):
     synthesis, epsilon = job_event()
     base = [synthesis, PATE, synthesis]
-    seven = recomposed([*base, *[synthesis] * 4])
-    eight = recomposed([*base, *[synthesis] * 5])
-    dataset_id = make_dataset(sqlite_url, budget_epsilon=(seven + eight) / 2)
+    budget_epsilon = smallest_budget(Accounting.TIGHT, DELTA, [*base, *[synthesis] * 4]) * 1.00001
+    seven = repriced([*base, *[synthesis] * 4], budget_epsilon)
+    assert repriced([*base, *[synthesis] * 5], budget_epsilon) > budget_epsilon
+    dataset_id = make_dataset(sqlite_url, budget_epsilon=budget_epsilon)
     admitted = 0
     with session_scope(sqlite_url) as session:
         for i, event in enumerate(base):
@@ -119,10 +132,10 @@ def test_sequential_admissions_stop_exactly_where_recomposing_says(sqlite_url):
 def test_concurrent_admissions_on_a_mixed_ledger_admit_exactly_n(postgres_url):
     synthesis, epsilon = job_event()
     base: list[DatasetEvent] = [synthesis, PATE, synthesis, PATE]
-    six = recomposed([*base, *[synthesis] * 6])
-    seven = recomposed([*base, *[synthesis] * 7])
-    assert six < seven
-    dataset_id = make_dataset(postgres_url, budget_epsilon=(six + seven) / 2)
+    budget_epsilon = smallest_budget(Accounting.TIGHT, DELTA, [*base, *[synthesis] * 6]) * 1.00001
+    six = repriced([*base, *[synthesis] * 6], budget_epsilon)
+    assert repriced([*base, *[synthesis] * 7], budget_epsilon) > budget_epsilon
+    dataset_id = make_dataset(postgres_url, budget_epsilon=budget_epsilon)
     with session_scope(postgres_url) as session:
         for i, event in enumerate(base):
             ledger.admit(
@@ -139,7 +152,8 @@ def test_concurrent_admissions_on_a_mixed_ledger_admit_exactly_n(postgres_url):
     with session_scope(postgres_url) as session:
         spent = ledger.spend(session, session.get(Budget, dataset_id))
         assert spent.jobs == 10
-        assert spent.epsilon == recomposed(live_events(session, dataset_id)) == six
+        assert spent.epsilon == repriced(live_events(session, dataset_id), budget_epsilon) == six
+        assert spent.composed == recomposed(live_events(session, dataset_id))
 
 
 def test_a_remembered_event_is_used_only_for_the_row_it_was_read_from():

@@ -11,9 +11,10 @@ from sqlalchemy import func, select
 from app.db.models import Budget, Dataset, LedgerEntry, Tenant, new_id
 from app.db.session import session_scope
 from app.ledger import ledger
-from app.privacy.accounting import Accounting, accountant_for
+from app.privacy.accounting import Accounting
 from app.privacy.params import TangParams
 from app.privacy.synthesis import SynthesisPrivacy
+from tests.filter_budget import budget_for_exactly, filter_spend, smallest_budget
 
 SIZES = {"a": 400, "b": 300}
 SHOTS = {"a": 1, "b": 1}
@@ -77,11 +78,9 @@ def concurrent_admissions(
 
 def test_fifty_concurrent_submissions_admit_exactly_ten(postgres_url):
     event, epsilon = job_event()
-    accountant = accountant_for(Accounting.TIGHT)
-    ten = accountant.dataset_epsilon([event] * 10, DELTA)
-    eleven = accountant.dataset_epsilon([event] * 11, DELTA)
-    assert ten < eleven
-    dataset_id = make_dataset(postgres_url, budget_epsilon=(ten + eleven) / 2)
+    budget_epsilon = budget_for_exactly(Accounting.TIGHT, DELTA, event, 10)
+    ten = filter_spend(Accounting.TIGHT, budget_epsilon, DELTA, [event] * 10)
+    dataset_id = make_dataset(postgres_url, budget_epsilon=budget_epsilon)
     admitted = concurrent_admissions(postgres_url, dataset_id, event, epsilon, 50)
     assert sum(admitted) == 10
 
@@ -98,12 +97,14 @@ def test_fifty_concurrent_submissions_admit_exactly_ten(postgres_url):
         assert spent.jobs == 10
         assert spent.epsilon == pytest.approx(ten)
         assert spent.plain_sum == pytest.approx(10 * epsilon)
-        assert spent.epsilon < spent.plain_sum  # composition is tighter than the sum
+        assert spent.epsilon < spent.plain_sum  # the filter is tighter than the sum
+        assert spent.composed < spent.epsilon  # and dearer than composing (not valid)
 
 
 def test_release_frees_budget_and_commit_is_idempotent(postgres_url):
     event, epsilon = job_event()
-    dataset_id = make_dataset(postgres_url, budget_epsilon=epsilon * 1.01)
+    alone = smallest_budget(Accounting.TIGHT, DELTA, [event])  # one job: the one-batch rule
+    dataset_id = make_dataset(postgres_url, budget_epsilon=alone * 1.01)
     kwargs = dict(event=event, epsilon=epsilon, delta=DELTA, accounting=Accounting.TIGHT)
     with session_scope(postgres_url) as session:
         ledger.admit(session, dataset_id=dataset_id, job_id="first", **kwargs)
@@ -112,7 +113,7 @@ def test_release_frees_budget_and_commit_is_idempotent(postgres_url):
         session_scope(postgres_url) as session,
     ):
         ledger.admit(session, dataset_id=dataset_id, job_id="second", **kwargs)
-    assert exceeded.value.remaining == pytest.approx(epsilon * 0.01, rel=1e-3)
+    assert exceeded.value.remaining == pytest.approx(alone * 0.01, rel=1e-3)
     with session_scope(postgres_url) as session:
         ledger.release(session, "first")
     with session_scope(postgres_url) as session:
