@@ -198,7 +198,7 @@ def label_groups(
 
 def over_note(spend: ledger.Spend, total: float) -> str | None:
     """Why a spend is over its budget, in plain words, or None when it fits. A ledger
-    written before the filter (issue 51) admitted its jobs by the tight composition of all
+    written before the filter admitted its jobs by the tight composition of all
     of them, which is not valid when each was chosen after reading the last; priced again by
     the filter, its live jobs may cost more than the budget."""
     if fits_budget(spend.epsilon, total):

@@ -25,7 +25,7 @@ from tests.api.conftest import Api, auth
 REFUSED = [
     (10.0, 1e-300),
     (10.0, 5e-324),
-    (10.0, 1e-20),
+    (10.0, 1e-100),
     (0.1, None),
     (0.3, 1e-3),  # the job (epsilon 1 at the default 1e-6) costs 0.44 to 0.56 at 1e-3
 ]
@@ -154,6 +154,19 @@ def test_error_bodies_are_json_whatever_the_numbers() -> None:
     }
     finite = error_response(409, "conflict", "m", spent=0.5)
     assert strict_json(bytes(finite.body).decode())["error"]["spent"] == 0.5
+
+
+def test_a_delta_too_small_for_the_composition_is_priced_by_the_renyi_filter(api: Api) -> None:
+    """At delta 1e-20 the tight composition has no finite epsilon (its discretised loss
+    distribution cannot resolve so small a delta), but the ledger's Rényi filter converts at
+    any delta: the budget is accepted, priced by that rule, and says so (``composed``: null)."""
+    dataset_id = _live_dataset(api)
+    response = _put(api, dataset_id, 10.0, 1e-20)
+    assert response.status_code == 200, response.text
+    body = strict_json(response.text)
+    shown = api.client.get(_path(dataset_id), headers=auth(api.admin)).json()
+    assert shown["rule"] == "renyi_filter" and shown["composed"] is None
+    assert 0 < shown["spent"] < 10.0 and body["epsilon"] == 10.0
 
 
 def test_refusals_pass_the_contract_checks(api: Api) -> None:

@@ -74,7 +74,10 @@ def test_a_finished_job_points_to_its_prompt_and_its_charge_is_committed(world: 
     assert [e["kind"] for e in budget["history"]] == ["counts", "reserve", "commit"]
     # the job and the dataset's count release, charged once (the job composes at the budget's
     # delta less the release's: a little above its own epsilon)
-    assert budget["spent"] == pytest.approx(job["epsilon"] + budget["counts_epsilon"], rel=1e-2)
+    # One job after the count release: the filter's one-batch rule, the job composed at half
+    # the budget's delta (docs/privacy.md, "The ledger's rule across jobs").
+    assert budget["composed"] == pytest.approx(job["epsilon"] + budget["counts_epsilon"], rel=1e-2)
+    assert budget["rule"] == "one_batch" and budget["spent"] > budget["composed"]
     cancel = world.api.client.post(f"/v1/jobs/{job['id']}/cancel", headers=auth(world.api.admin))
     assert cancel.status_code == 409 and error_of(cancel)["code"] == "job_finished"
 

@@ -17,7 +17,8 @@ import pytest
 
 from app.privacy.accounting import TightPldAccountant
 from app.privacy.events import from_dict
-from tests.api.conftest import FAST_PARAMS, Api, auth, error_of, make_api, toy_rows
+from tests.api.conftest import Api, auth, error_of, make_api, toy_rows
+from tests.api.test_count_release import _request
 
 EPSILONS = (0.5, 2.0, 5.0)
 
@@ -40,13 +41,7 @@ def _budget(api: Api, dataset_id: str) -> dict[str, Any]:
 
 
 def _job(dataset_id: str, epsilon: float) -> dict[str, Any]:
-    return {
-        "dataset_id": dataset_id,
-        "method": "tang",
-        "epsilon": epsilon,
-        "shots": 2,
-        "params": FAST_PARAMS,
-    }
+    return _request(dataset_id, epsilon)
 
 
 def _independent_composition(body: dict[str, Any]) -> float:

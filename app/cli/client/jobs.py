@@ -205,6 +205,13 @@ def _print_waited(validation: dict[str, Any] | None, job: dict[str, Any]) -> Non
         out.print(f"see it with: dpsyn prompts get {job['prompt_id']}", markup=False)
 
 
+#: The filter's rules as a submission's spend line names them.
+RULE_WORDS = {
+    "one_batch": "the one-batch rule (the count release and one batch of jobs, composed tightly)",
+    "renyi_filter": "the Rényi filter (jobs chosen one after another)",
+}
+
+
 def _print_spend(api: Api, dataset: str) -> None:
     """The dataset's spend with this job reserved, composed and as a plain sum: why jobs whose
     epsilons add up to more than the budget were all admitted (they compose; and one that
@@ -214,9 +221,11 @@ def _print_spend(api: Api, dataset: str) -> None:
     except ClientError:  # only a hint: the job is submitted either way
         return
     spent, total, plain = budget["spent"], budget["epsilon"], budget["plain_sum"]
+    rule = RULE_WORDS.get(budget.get("rule") or "", "the ledger's filter")
     line = (
         f"dataset spend now {spend_text(spent)} of {total:g} "
-        f"({budget_percent(spent / total)}), composed over {budget['live_jobs']} job(s)"
+        f"({budget_percent(spent / total)}), composed over {budget['live_jobs']} job(s) by "
+        f"{rule}"
     )
     if plain > spent * (1 + 1e-9):
         line += (
