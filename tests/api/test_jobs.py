@@ -83,9 +83,11 @@ def test_submit_reserves_commits_then_enqueues(api: Api) -> None:
         0.05, rel=1e-3
     )
     assert body["counts_epsilon"] == release["epsilon"]
-    # (the job composes at the budget's delta less the release's: a little above its own)
-    assert body["spent"] == pytest.approx(job["epsilon"] + release["epsilon"], rel=1e-2)
-    assert body["spent"] >= job["epsilon"] + release["epsilon"]
+    # (the tight composition: the job at the budget's delta less the release's, a little above
+    # its own; the ledger's one-batch rule composes it at half the budget's delta)
+    assert body["composed"] == pytest.approx(job["epsilon"] + release["epsilon"], rel=1e-2)
+    assert body["composed"] >= job["epsilon"] + release["epsilon"]
+    assert body["rule"] == "one_batch" and body["spent"] > body["composed"]
     assert body["remaining"] == pytest.approx(3.0 - body["spent"])
     assert body["live_jobs"] == 1
     counts, entry = body["history"]
@@ -116,7 +118,9 @@ def test_over_budget_is_409_with_remaining_and_stores_nothing(api: Api) -> None:
         assert error["code"] == "budget_exceeded"
         assert error["total"] == 1.25
         assert error["remaining"] == pytest.approx(1.25 - error["spent"])
-        assert error["spent"] == pytest.approx(first["epsilon"], rel=1e-3)
+        shown = api.client.get(f"/v1/datasets/{dataset['id']}/budget", headers=auth(api.admin))
+        assert error["spent"] == pytest.approx(shown.json()["spent"], rel=1e-9)
+        assert error["spent"] > first["epsilon"]  # alone: composed at half the delta
         assert "remaining" in error["message"]
     assert _counts(api.url) == before
     assert api.queue.enqueued == [first["id"]]

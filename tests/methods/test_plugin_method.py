@@ -201,10 +201,15 @@ def test_a_job_runs_through_the_worker_and_is_charged(api: Api) -> None:
     spent, counts = budget.json()["spent"], budget.json()["counts_epsilon"]
     assert history[0]["epsilon"] == pytest.approx(0.05 * 3.0)  # the release's share
     assert counts == pytest.approx(0.05 * 3.0, rel=2e-3)  # its noise priced (sigma to 0.1%)
-    # the jobs compose at the budget's delta less the release's (ledger, issue 41)
+    # the tight composition: the job at the budget's delta less the release's; the ledger's
+    # one-batch rule (one job after the release) at half the budget's delta less the release's
     jobs_delta = budget.json()["delta"] - history[0]["delta"]
     assert done["epsilon"] < tight.dataset_epsilon(histogram, jobs_delta)
-    assert 0 < spent == pytest.approx(tight.dataset_epsilon(histogram, jobs_delta) + counts)
+    composed = tight.dataset_epsilon(histogram, jobs_delta) + counts
+    assert budget.json()["composed"] == pytest.approx(composed)
+    one_batch = budget.json()["delta"] / 2 - history[0]["delta"]
+    assert budget.json()["rule"] == "one_batch"
+    assert 0 < spent == pytest.approx(tight.dataset_epsilon(histogram, one_batch) + counts)
     # the stored plan read the release's estimates, never the exact counts it was drawn from
     stored = api.client.get(f"/v1/jobs/{job['id']}", headers=auth(api.admin)).json()
     assert stored["count_release_id"] == release_id
