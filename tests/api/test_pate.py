@@ -179,7 +179,8 @@ def test_promptpate_admission_reserves_its_event_and_composes_with_other_jobs(ap
     body = budget.json()
     [entry] = body["history"]
     assert entry["kind"] == "reserve" and entry["event"]["type"] == "pate"
-    assert body["spent"] == pytest.approx(job["epsilon"], rel=1e-3)
+    assert body["composed"] == pytest.approx(job["epsilon"], rel=1e-3)
+    assert body["rule"] == "one_batch" and body["spent"] > body["composed"]  # at half the delta
 
     assert body["count_releases"] == []  # PromptPATE draws no count release
 
@@ -250,7 +251,7 @@ def test_a_promptpate_job_runs_through_the_worker_and_serves_its_prompt(api: Api
         ("reserve", "pate"),
         ("commit", "pate"),
     ]
-    assert budget.json()["spent"] == pytest.approx(done["epsilon"], rel=1e-3)
+    assert budget.json()["composed"] == pytest.approx(done["epsilon"], rel=1e-3)
     api.run_worker(job["id"], backend)  # a redelivered task changes nothing
     assert len(api.client.get(f"/v1/datasets/{private['id']}/budget", headers=auth(api.admin))
                .json()["history"]) == 2  # fmt: skip
