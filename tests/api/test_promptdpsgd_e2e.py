@@ -10,9 +10,8 @@ and ``/complete`` with a soft prompt checked against the scorer run directly.
 
 from __future__ import annotations
 
-import itertools
-
 import hashlib
+import itertools
 import time
 import uuid
 from collections.abc import Iterator
