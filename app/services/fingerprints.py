@@ -139,9 +139,8 @@ def _seen_error(held: dict[str, int], owner: str, target: str | None) -> Conflic
     if target is not None:
         head += f", not dataset {target}'s"
     return ConflictError(
-        f"{head}: a dataset's records keep their budget. Upload it with budget_of={owner} "
-        f"(dpsyn datasets upload --budget-of {owner}) to charge that budget, or leave those "
-        "records out",
+        f"{head}: records keep their budget. Upload them with budget_of {owner} to charge "
+        "that budget, or leave those records out",
         code="records_seen",
         datasets=held,
         budget_dataset_id=owner,
