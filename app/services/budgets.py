@@ -29,7 +29,7 @@ from app.db.models import (
     now,
 )
 from app.ledger import ledger
-from app.ledger.owners import budget_of
+from app.ledger.owners import budget_of, linked_datasets
 from app.methods.base import counts_refusal
 from app.privacy.accounting import Accountant, Accounting, Priced, accountant_for
 from app.privacy.budget import (
@@ -284,6 +284,7 @@ class BudgetView:
     history: list[LedgerEntry]
     groups: list[GroupSpend]
     releases: list[CountReleaseView] = field(default_factory=list)
+    linked: tuple[str, ...] = ()  # the datasets sharing the budget (its owner's is budget's)
 
     @property
     def remaining(self) -> float:
@@ -472,6 +473,7 @@ def budget_view(session: Session, *, tenant_id: str, dataset_id: str) -> BudgetV
         history=ledger.history(session, dataset.id),
         groups=dataset_groups(session, budget, dataset),
         releases=count_release_views(session, budget, current.id if current else None),
+        linked=tuple(linked_datasets(session, budget.dataset_id)),
     )
 
 
@@ -502,6 +504,7 @@ class DatasetSpend:
     dataset: Dataset
     budget: Budget | None
     spend: ledger.Spend | None
+    linked: tuple[str, ...] = ()  # the datasets sharing the budget (the owner's: budget's)
 
     @property
     def remaining(self) -> float | None:
@@ -528,7 +531,8 @@ def overview(session: Session, *, tenant_id: str, limit: int = 500) -> list[Data
     for dataset in list_datasets(session, tenant_id, include_deleted=False, limit=limit, offset=0):
         budget = budget_of(session, dataset.id)
         spent = ledger.spend(session, budget) if budget is not None else None
-        rows.append(DatasetSpend(dataset=dataset, budget=budget, spend=spent))
+        linked = tuple(linked_datasets(session, budget.dataset_id)) if budget else ()
+        rows.append(DatasetSpend(dataset=dataset, budget=budget, spend=spent, linked=linked))
     return rows
 
 
