@@ -217,3 +217,32 @@ def test_dpsyn_serve_keeps_a_key_beside_the_admin_key(tmp_path: Path) -> None:
     assert len(key) >= 32 and path.read_text().strip() == key
     again, _ = prepare(Settings(database_url=url), data_dir=data, migrate=False)
     assert again.fingerprint_key is not None and again.fingerprint_key.get_secret_value() == key
+
+
+def test_the_fleet_view_shows_who_shares_a_budget(any_api: Api) -> None:
+    """The privacy officer's view (an org:read key): each row names its budget's owner, and
+    the owner's row the datasets sharing it; the dashboard's fleet page says the same."""
+    from app.db.models import KeyScope
+    from app.services.tenants import create_api_key
+
+    api = any_api
+    rows = toy_rows()
+    first = api.upload(rows)
+    assert api.budget(first["id"], 3.0).status_code == 200
+    second = _post(api, rows, budget_of=first["id"]).json()
+    with session_scope(api.url) as session:
+        tenant = session.get(Dataset, first["id"]).tenant_id  # type: ignore[union-attr]
+        _, org = create_api_key(session, tenant, KeyScope.ORG_READ)
+    listed = api.client.get("/v1/budgets?all_tenants=true", headers=auth(org))
+    assert listed.status_code == 200, listed.text
+    by_id = {row["dataset_id"]: row for row in listed.json()}
+    assert by_id[first["id"]]["budget_dataset_id"] == first["id"]
+    assert by_id[first["id"]]["linked_datasets"] == [second["id"]]
+    assert by_id[second["id"]]["budget_dataset_id"] == first["id"]
+    from app.api.routes.ui.fleet import fleet_table
+
+    with session_scope(api.url) as session:
+        table = fleet_table(session, {})
+        shown = {r["dataset_id"]: r for r in table.rows}
+    assert shown[second["id"]]["budget_owner"] == first["id"]
+    assert shown[first["id"]]["linked"] == [second["id"]]
