@@ -258,15 +258,11 @@ def store_upload(
     inserted, so a refused upload changes nothing stored. ``labelled`` (public only) reads
     the label column as a private upload does: a validation set, which needs a task.
     ``counts_public`` (private only) is the owner's declaration that the label counts are
-    public, recorded with the ID of the key that made it (``declared_by``).
-
-    A private upload's records are fingerprinted under ``fingerprint_key``
-    (:mod:`app.services.fingerprints`): records the tenant uploaded before refuse it (409)
-    unless ``budget_of`` links it to their budget.
+    public, recorded with the ID of the key that made it (``declared_by``). Private records
+    seen before refuse the upload unless ``budget_of`` links it (:func:`create_private_dataset`).
     """
     _check_kind(task, public=public, labelled=labelled, counts_public=counts_public)
-    if budget_of and public:
-        raise InvalidError("budget_of: only for a private dataset (a public one is never charged)")
+    _check_budget_of(budget_of, public=public)
     spec = parse_task(task) if task is not None else None
     name = name or (spec.name if spec is not None else "public")
     if problem := text_problem(name):
@@ -296,10 +292,7 @@ def store_upload(
     )
     check_records(records, max_record_chars)
     if public:  # a labelled public dataset (a validation set) is never charged
-        return create_dataset(
-            session, tenant_id=tenant_id, name=name, task=spec, records=records,
-            max_records=max_records, kind=DatasetKind.PUBLIC,
-        )  # fmt: skip
+        return _validation_set(session, tenant_id, name, spec, records, max_records)
     return create_private_dataset(
         session,
         tenant_id=tenant_id,
@@ -311,6 +304,26 @@ def store_upload(
         declared_by=declared_by,
         prints=fingerprints.fingerprints(fingerprint_key, (r.text for r in records)),
         budget_of=budget_of,
+    )
+
+
+def _validation_set(
+    session: Session,
+    tenant_id: str,
+    name: str,
+    task: TaskSpec,
+    records: list[Record],
+    max_records: int,
+) -> Dataset:
+    """A labelled public dataset (a validation set): never charged, never fingerprinted."""
+    return create_dataset(
+        session,
+        tenant_id=tenant_id,
+        name=name,
+        task=task,
+        records=records,
+        max_records=max_records,
+        kind=DatasetKind.PUBLIC,
     )
 
 
@@ -350,6 +363,11 @@ def create_private_dataset(
         session.rollback()
         fingerprints.check_upload(session, tenant_id, prints, budget_of)
         raise
+
+
+def _check_budget_of(budget_of: str | None, *, public: bool) -> None:
+    if budget_of and public:
+        raise InvalidError("budget_of: only for a private dataset (a public one is never charged)")
 
 
 def _check_kind(
