@@ -200,6 +200,14 @@ class Settings(BaseSettings):
     ui_session_ttl_s: int = Field(8 * 3600, gt=0)
     """How long a dashboard sign-in lasts (absolute expiry)."""
 
+    # --- Budgets follow the records (docs/privacy.md) -----------------------------------
+    fingerprint_key: SecretStr | None = Field(None, min_length=32)
+    """Key of the private records' fingerprints (HMAC-SHA256 of each record's normalised text,
+    by which a re-upload of the same records is recognised); required by dpsyn serve in
+    production, the same on every API replica and never changed (a new key recognises no
+    record uploaded before). Unset: dpsyn serve keeps one in its data directory
+    (development), else each process makes a random one."""
+
     # --- Plug-in methods (docs/service.md, "Methods: one registry") ---------------------
     method_modules: str = ""
     """Comma-separated Python modules that register methods (app.methods.registry.register) when
@@ -250,6 +258,12 @@ class Settings(BaseSettings):
             raise ValueError(
                 "production needs DPSYN_UI_SECRET (32+ characters, e.g. openssl rand -base64 "
                 "48), the same on every API replica: it signs the dashboard's sessions"
+            )
+        if self.environment == "production" and self.fingerprint_key is None:
+            raise ValueError(
+                "production needs DPSYN_FINGERPRINT_KEY (32+ characters, e.g. openssl rand "
+                "-base64 48), the same on every API replica and never changed: it keys the "
+                "fingerprints by which re-uploaded records find their budget"
             )
 
     @model_validator(mode="after")

@@ -13,7 +13,13 @@ from sqlalchemy.orm import Session
 from app.api.deps import Principal
 from app.api.schemas import DatasetPublic, DatasetUploadForm
 from app.services import datasets as service
+from app.services.fingerprints import fingerprint_key
 from app.settings import Settings
+
+
+def budget_of_ref(session: Session, principal: Principal, ref: str | None) -> str | None:
+    """The upload's ``budget_of``, a dataset's ID or unique name, as an ID (None: none)."""
+    return service.resolve_ref(session, principal.tenant_id, ref) if ref else None
 
 
 def store_file_upload(
@@ -40,6 +46,8 @@ def store_file_upload(
         labelled=meta.labelled,
         counts_public=meta.counts_public,
         declared_by=principal.key_id,
+        budget_of=budget_of_ref(session, principal, meta.budget_of),
+        fingerprint_key=fingerprint_key(settings),
         write=lambda handle: service.copy_limited(upload.file, handle, settings.max_upload_bytes),
         suffix=suffix,
         text_column=meta.text_column,

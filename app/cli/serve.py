@@ -7,7 +7,9 @@ without ``DPSYN_BOOTSTRAP_API_KEY``, it creates an admin API key once, prints it
 to ``./.dpsyn/admin_key`` (mode 0600), where the ``dpsyn`` client commands find it. Unless
 ``DPSYN_UI_SECRET`` is set, the key that signs the dashboard's sessions is kept beside it
 (``ui_secret``), so sign-ins survive a restart; in production, where several replicas must
-share one key, ``DPSYN_UI_SECRET`` is required instead.
+share one key, ``DPSYN_UI_SECRET`` is required instead. The key of the private records'
+fingerprints (``DPSYN_FINGERPRINT_KEY``, docs/privacy.md "Budgets follow the records") is kept
+the same way (``fingerprint_key``) and required in production.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ err = Console(stderr=True)
 DATA_DIR = Path(".dpsyn")
 KEY_FILE = "admin_key"
 UI_SECRET_FILE = "ui_secret"  # signs the dashboard's session cookies (docs/dashboard.md)
+FINGERPRINT_KEY_FILE = "fingerprint_key"  # keys the records' fingerprints (docs/privacy.md)
 CLIENT_URL_FILE = "url"  # read by the client commands (app/cli/config.py)
 
 
@@ -72,6 +75,12 @@ def load_or_create_ui_secret(data_dir: Path) -> str:
     """The dashboard's cookie-signing key saved in ``data_dir`` (mode 0600), so that sign-ins
     survive a restart of ``dpsyn serve``."""
     return _load_or_create_secret(data_dir / UI_SECRET_FILE)[0]
+
+
+def load_or_create_fingerprint_key(data_dir: Path) -> str:
+    """The key of the private records' fingerprints saved in ``data_dir`` (mode 0600), so
+    that a re-upload after a restart of ``dpsyn serve`` is still recognised."""
+    return _load_or_create_secret(data_dir / FINGERPRINT_KEY_FILE)[0]
 
 
 def _load_or_create_secret(path: Path) -> tuple[str, bool]:
@@ -127,6 +136,9 @@ def prepare(settings: Settings, *, data_dir: Path, migrate: bool) -> tuple[Setti
             )
         else:
             settings = settings.model_copy(update={"ui_secret": SecretStr(secret)})
+    if settings.fingerprint_key is None and settings.environment == "development":
+        key = load_or_create_fingerprint_key(data_dir)  # unreadable: no serving without it
+        settings = settings.model_copy(update={"fingerprint_key": SecretStr(key)})
     if settings.database_url.startswith("sqlite"):
         database = make_url(settings.database_url).database
         if database and database != ":memory:":

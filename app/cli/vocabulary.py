@@ -36,6 +36,7 @@ FIELD_OPTIONS: dict[str, str] = {
     "offset": "--offset",
     "warn_threshold": "--warn",
     "counts_public": "--public-counts",
+    "budget_of": "--budget-of",
     "labelled": "--labelled",
     "validation_dataset_id": "--validation-dataset",
     "over_threshold": "--over-threshold",

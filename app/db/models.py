@@ -132,6 +132,24 @@ class Dataset(Base):
         DateTime(timezone=True), nullable=True
     )
     counts_public_by: Mapped[str | None] = mapped_column(String(32), nullable=True)
+    # Migration 0020: the dataset whose budget and ledger this one charges (its owner linked
+    # it at upload with ``budget_of``, because its records had been uploaded before); always
+    # the root owner, never a chain. NULL: its own budget. ``app.ledger.owners``.
+    # No foreign key (as ``jobs.validation_dataset_id``): SQLite then drops it in place.
+    budget_dataset_id: Mapped[str | None] = mapped_column(String(32), index=True, nullable=True)
+
+
+class RecordFingerprint(Base):
+    """Migration 0020: a private record's keyed fingerprint (HMAC-SHA256 under the server's
+    ``DPSYN_FINGERPRINT_KEY`` of its normalised text, never a plain hash; the label is not
+    part of it), with the dataset it was first uploaded in. Never deleted, not even with the
+    dataset: a record's budget outlives its dataset (``app.services.fingerprints``)."""
+
+    __tablename__ = "record_fingerprints"
+    tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id"), primary_key=True)
+    fingerprint: Mapped[str] = mapped_column(String(64), primary_key=True)
+    dataset_id: Mapped[str] = mapped_column(ForeignKey("datasets.id"), index=True)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=now)
 
 
 class DatasetRecord(Base):

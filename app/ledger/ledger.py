@@ -38,6 +38,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from app.db.models import Budget, Dataset, Job, LedgerEntry, LedgerKind
+from app.ledger.owners import budget_owner_id, members_clause
 from app.privacy.accounting import Accounting, accountant_for
 from app.privacy.budget import fits_budget, round_up, spend_text
 from app.privacy.events import DATASET_EVENTS, DatasetEvent, from_dict, to_dict
@@ -98,9 +99,14 @@ class Spend:
 
 
 def _entries(session: Session, dataset_id: str) -> list[LedgerEntry]:
+    """The ledger of the budget ``dataset_id`` charges: the entries of its owner and of every
+    dataset linked to it (:mod:`app.ledger.owners`), in order."""
+    owner = budget_owner_id(session, dataset_id)
     return list(
         session.scalars(
-            select(LedgerEntry).where(LedgerEntry.dataset_id == dataset_id).order_by(LedgerEntry.id)
+            select(LedgerEntry)
+            .where(members_clause(LedgerEntry.dataset_id, owner))
+            .order_by(LedgerEntry.id)
         ).all()
     )
 
@@ -116,8 +122,9 @@ def _live_of(entries: Sequence[LedgerEntry]) -> list[LedgerEntry]:
 
 
 def count_entries(session: Session, dataset_id: str) -> list[LedgerEntry]:
-    """The dataset's count releases' charges (kind ``counts``), oldest first: never given
-    back, so every one of them is live."""
+    """The count releases' charges (kind ``counts``) on the budget the dataset charges (of
+    every dataset sharing it), oldest first: never given back, so every one of them is
+    live."""
     return [e for e in _entries(session, dataset_id) if e.kind == LedgerKind.COUNTS]
 
 
@@ -165,7 +172,7 @@ def _compose(
 
 
 def _items(live: Sequence[LedgerEntry], extra: Item | None = None) -> list[Item]:
-    items = [Item(_stored_event(e), e.batch_of) for e in live]
+    items = [Item(_stored_event(e), e.batch_of, e.dataset_id) for e in live]
     return items if extra is None else [*items, extra]
 
 
@@ -257,21 +264,30 @@ def live_events(session: Session, dataset_id: str) -> list[DatasetEvent]:
 
 
 def lock_budget(session: Session, dataset_id: str) -> Budget:
-    """Lock the dataset's row, then its budget's, for the rest of the transaction.
+    """Lock the dataset's row, then the row of the budget it charges (its own, or its budget
+    owner's: :mod:`app.ledger.owners`), for the rest of the transaction.
 
     The one lock order of the service (on PostgreSQL; SQLite locks the whole database):
     **job rows, then private datasets, then public datasets, then budgets**. Admission and a
     budget change lock the dataset and then the budget; a job that settles holds its own row
-    and comes here. Before, settlement locked the budget and then, inserting its ledger
-    entry, took a key-share lock on the dataset through the foreign key: the reverse of
-    admission's order, and a deadlock when the two met (``tests/ledger/test_lock_order.py``).
+    and comes here. A dataset linked to another's budget locks its own row and then the
+    owner's *budget* row, never the owner's dataset row: budgets still come after every
+    dataset, and datasets sharing a budget serialise on that one budget row.
+
+    Before, settlement locked the budget and then, inserting its ledger entry, took a
+    key-share lock on the dataset through the foreign key: the reverse of admission's order,
+    and a deadlock when the two met (``tests/ledger/test_lock_order.py``).
     Re-locking a row the transaction already holds is free."""
     session.execute(select(Dataset.id).where(Dataset.id == dataset_id).with_for_update())
+    owner = budget_owner_id(session, dataset_id)
     budget = session.scalars(
-        select(Budget).where(Budget.dataset_id == dataset_id).with_for_update()
+        select(Budget).where(Budget.dataset_id == owner).with_for_update()
     ).one_or_none()
     if budget is None:
-        raise NoBudgetError("the dataset has no budget: set one with PUT /v1/datasets/{id}/budget")
+        where = "" if owner == dataset_id else f" (it shares dataset {owner}'s budget)"
+        raise NoBudgetError(
+            f"the dataset has no budget{where}: set one with PUT /v1/datasets/{{id}}/budget"
+        )
     return budget
 
 
@@ -304,7 +320,7 @@ def admit(
     entries = _entries(session, dataset_id)
     live = _live_of(entries)
     releases = [e for e in entries if e.kind == LedgerKind.COUNTS]
-    items = _items(live, Item(event, batch_id or job_id))
+    items = _items(live, Item(event, batch_id or job_id, dataset_id))
     after = _compose(budget, items, releases).epsilon
     if not fits_budget(after, budget.epsilon):
         before = _compose(budget, items[:-1], releases).epsilon
@@ -333,15 +349,18 @@ def charge_count_release(
     event: dict[str, Any],
     epsilon: float,
     delta: float,
+    dataset_id: str | None = None,
 ) -> LedgerEntry:
     """Charge a dataset's count release (its ``event``: the stored release, with its noise
     multiplier under ``sigma``) once, as a ledger entry of its own, or raise
     :class:`BudgetExceededError` if it does not fit beside what is live. The caller holds
-    the budget row locked (:func:`lock_budget`) and commits the release with the entry."""
+    the budget row locked (:func:`lock_budget`) and commits the release with the entry.
+    ``dataset_id``: the dataset released (default the budget's own), which may be one that
+    shares the budget; the entry keeps its ID."""
     entries = _entries(session, budget.dataset_id)
     releases = [e for e in entries if e.kind == LedgerKind.COUNTS]
     entry = LedgerEntry(
-        dataset_id=budget.dataset_id,
+        dataset_id=dataset_id or budget.dataset_id,
         job_id=release_id,
         kind=LedgerKind.COUNTS.value,
         epsilon=epsilon,
@@ -469,11 +488,9 @@ def job_charges(session: Session, job_ids: Sequence[str]) -> dict[str, JobCharge
 
 
 def history(session: Session, dataset_id: str) -> list[LedgerEntry]:
-    return list(
-        session.scalars(
-            select(LedgerEntry).where(LedgerEntry.dataset_id == dataset_id).order_by(LedgerEntry.id)
-        )
-    )
+    """Every entry of the budget ``dataset_id`` charges, in order (:func:`_entries`): a
+    shared budget's history holds the entries of each dataset sharing it."""
+    return _entries(session, dataset_id)
 
 
 def spend_with(
@@ -481,15 +498,18 @@ def spend_with(
     budget: Budget,
     events: DatasetEvent | Sequence[DatasetEvent],
     epsilon: float,
+    dataset_id: str | None = None,
 ) -> Spend:
     """What the dataset's spend would be with one more job charged, or with several declared
     in one batch (a quote: nothing is reserved, and another admission may change the answer
-    before a submission). ``epsilon`` is the jobs' own epsilons summed, for the plain sum."""
+    before a submission). ``epsilon`` is the jobs' own epsilons summed, for the plain sum;
+    ``dataset_id`` the dataset they would read (default: the budget's own)."""
     entries = _entries(session, budget.dataset_id)
     live = _live_of(entries)
     releases = [e for e in entries if e.kind == LedgerKind.COUNTS]
     new = [events] if not isinstance(events, Sequence) else list(events)
-    items = _items(live) + [Item(e, _QUOTED_BATCH) for e in new]
+    dataset = dataset_id or budget.dataset_id
+    items = _items(live) + [Item(e, _QUOTED_BATCH, dataset) for e in new]
     return _spend(budget, items, releases, sum(e.epsilon for e in live) + epsilon)
 
 

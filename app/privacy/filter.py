@@ -214,11 +214,12 @@ class Release:
 
 @dataclass(frozen=True)
 class Item:
-    """One live job as the filter sees it: its event and the batch it was declared in (its
-    own ID when it was submitted alone)."""
+    """One live job as the filter sees it: its event, the batch it was declared in (its
+    own ID when it was submitted alone) and the dataset it read ("": the budget's own)."""
 
     event: DatasetEvent
     batch: str
+    dataset: str = ""
 
 
 @dataclass(frozen=True)
@@ -253,7 +254,14 @@ def exposure_groups(
     """The accountant's exposure groups (:meth:`~app.privacy.accounting.Accountant.
     exposures`) with the jobs that charge each: one per label (and per pair under
     replace-one), each joined by the jobs that read every record. ``labels`` adds labels no
-    job has read yet."""
+    job has read yet.
+
+    Label groups assume one record sits in one label's partition. Jobs of several datasets
+    on one budget (uploads linked because they share records) may hold one person's record
+    under two labels (a label corrected between uploads): then every label is priced as
+    one group (conservative)."""
+    if len({item.dataset for item in items if item.dataset}) > 1:
+        return _one_group(accountant, items)
     by_label: dict[str, list[Priced]] = {label: [] for label in labels}
     jobs: dict[str, set[int]] = {label: set() for label in labels}
     everyone: list[Priced] = []
@@ -281,6 +289,12 @@ def exposure_groups(
         )
         for name in names
     ]
+
+
+def _one_group(accountant: Accountant, items: Sequence[Item]) -> list[Group]:
+    """Every job's primitives in one group, whatever labels they read."""
+    leaves = [leaf for item in items for _, leaf in accountant.priced(item.event)]
+    return [Group((), leaves, set(range(len(items))))]
 
 
 def price_groups(

@@ -29,6 +29,7 @@ from app.db.models import (
     now,
 )
 from app.ledger import ledger
+from app.ledger.owners import budget_of, linked_datasets
 from app.methods.base import counts_refusal
 from app.privacy.accounting import Accounting, accountant_for
 from app.privacy.budget import (
@@ -265,6 +266,7 @@ class BudgetView:
     history: list[LedgerEntry]
     groups: list[GroupSpend]
     releases: list[CountReleaseView] = field(default_factory=list)
+    linked: tuple[str, ...] = ()  # the datasets sharing the budget (its owner's is budget's)
 
     @property
     def remaining(self) -> float:
@@ -322,6 +324,7 @@ def set_budget(
     )
     if delta is not None and not 0 < delta < 1:
         raise InvalidError(f"delta: must be in (0, 1), got {delta}")
+    _check_own_budget(dataset)
     accounting = Accounting(accounting)
     budget = session.scalars(
         select(Budget).where(Budget.dataset_id == dataset.id).with_for_update()
@@ -364,6 +367,19 @@ def set_budget(
     budget.updated_at = now()
     session.commit()
     return budget
+
+
+def _check_own_budget(dataset: Dataset) -> None:
+    """409 ``budget_shared`` for a dataset that charges another's budget: only its owner's
+    budget can be set (docs/privacy.md, "Budgets follow the records")."""
+    owner = dataset.budget_dataset_id
+    if owner:
+        raise ConflictError(
+            f"dataset {dataset.id!r} shares the budget of dataset {owner!r} (linked at upload "
+            f"with budget_of): set the budget on {owner!r}",
+            code="budget_shared",
+            budget_dataset_id=owner,
+        )
 
 
 def _below_spent_error(session: Session, asked: Budget, spent: ledger.Spend) -> ConflictError:
@@ -419,7 +435,7 @@ def budget_view(session: Session, *, tenant_id: str, dataset_id: str) -> BudgetV
     """The budget, its spend and the ledger history (deleted datasets included: the ledger
     outlives the records)."""
     dataset = get_dataset(session, tenant_id, dataset_id)
-    budget = session.get(Budget, dataset.id)
+    budget = budget_of(session, dataset.id)
     if budget is None and dataset.kind == DatasetKind.PUBLIC:
         raise NotFoundError(
             f"dataset {dataset_id!r} is public: it is never charged and has no budget",
@@ -439,6 +455,7 @@ def budget_view(session: Session, *, tenant_id: str, dataset_id: str) -> BudgetV
         history=ledger.history(session, dataset.id),
         groups=dataset_groups(session, budget, dataset),
         releases=count_release_views(session, budget, current.id if current else None),
+        linked=tuple(linked_datasets(session, budget.dataset_id)),
     )
 
 
@@ -452,7 +469,7 @@ def dataset_groups(
     for a quote), at the budget's accounting and delta."""
     items = ledger.live_items(session, dataset.id)
     if extra is not None:
-        items.append(Item(extra, "quoted"))
+        items.append(Item(extra, "quoted", dataset.id))
     labels = [str(label) for label in (dataset.label_counts or {})]
     accounting = Accounting(budget.accounting)
     return label_groups(
@@ -472,6 +489,7 @@ class DatasetSpend:
     dataset: Dataset
     budget: Budget | None
     spend: ledger.Spend | None
+    linked: tuple[str, ...] = ()  # the datasets sharing the budget (the owner's: budget's)
 
     @property
     def remaining(self) -> float | None:
@@ -496,9 +514,10 @@ def overview(session: Session, *, tenant_id: str, limit: int = 500) -> list[Data
     """The tenant's live datasets, newest first, each with its budget and composed spend."""
     rows = []
     for dataset in list_datasets(session, tenant_id, include_deleted=False, limit=limit, offset=0):
-        budget = session.get(Budget, dataset.id)
+        budget = budget_of(session, dataset.id)
         spent = ledger.spend(session, budget) if budget is not None else None
-        rows.append(DatasetSpend(dataset=dataset, budget=budget, spend=spent))
+        linked = tuple(linked_datasets(session, budget.dataset_id)) if budget else ()
+        rows.append(DatasetSpend(dataset=dataset, budget=budget, spend=spent, linked=linked))
     return rows
 
 

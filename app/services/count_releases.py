@@ -19,6 +19,7 @@ from sqlalchemy.orm import Session
 
 from app.db.models import Budget, CountReleaseRow, Dataset, new_id
 from app.ledger import ledger
+from app.ledger.owners import budget_owner_id
 from app.methods.base import Counts, Method
 from app.privacy.events import to_dict
 from app.privacy.rng import make_rng
@@ -102,7 +103,7 @@ def _draw(session: Session, dataset: Dataset) -> CountReleaseRow:
         budget = ledger.lock_budget(session, locked.id)
     except ledger.NoBudgetError:
         session.rollback()
-        raise _no_budget(locked.id) from None
+        raise _no_budget(budget_owner_id(session, locked.id)) from None
     row = current_release(session, locked)
     if row is not None:
         session.commit()
@@ -133,6 +134,7 @@ def _new_release(session: Session, dataset: Dataset, budget: Budget) -> CountRel
             event={**to_dict(release.event()), "sigma": release.sigma, "count_release": row.id},
             epsilon=epsilon,
             delta=delta,
+            dataset_id=dataset.id,  # its own ID, on the budget it charges (maybe shared)
         )
     except ledger.BudgetExceededError as err:
         session.rollback()

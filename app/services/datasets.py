@@ -25,12 +25,13 @@ from __future__ import annotations
 
 import json
 import tempfile
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, BinaryIO
 
 from pydantic import ValidationError
 from sqlalchemy import delete, func, insert, or_, select
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from app.db.models import (
@@ -54,6 +55,7 @@ from app.synthesis.data import (
 from app.synthesis.generator import partition_sizes
 from app.synthesis.tasks import BUILTIN_TASKS, TaskSpec, describe_validation_error
 
+from . import fingerprints
 from .errors import ConflictError, InvalidError, TooLargeError
 from .job_end import close_job, lease_expired
 from .rows import tenant_page, tenant_row
@@ -241,9 +243,11 @@ def store_upload(
     display_name: str,
     max_records: int,
     max_record_chars: int,
+    fingerprint_key: bytes,
     labelled: bool = False,
     counts_public: bool = False,
     declared_by: str | None = None,
+    budget_of: str | None = None,
 ) -> Dataset:
     """Parse an upload (``write(file)`` fills a temporary file) and store it; commits.
 
@@ -254,9 +258,11 @@ def store_upload(
     inserted, so a refused upload changes nothing stored. ``labelled`` (public only) reads
     the label column as a private upload does: a validation set, which needs a task.
     ``counts_public`` (private only) is the owner's declaration that the label counts are
-    public, recorded with the ID of the key that made it (``declared_by``).
+    public, recorded with the ID of the key that made it (``declared_by``). Private records
+    seen before refuse the upload unless ``budget_of`` links it (:func:`create_private_dataset`).
     """
     _check_kind(task, public=public, labelled=labelled, counts_public=counts_public)
+    _check_budget_of(budget_of, public=public)
     spec = parse_task(task) if task is not None else None
     name = name or (spec.name if spec is not None else "public")
     if problem := text_problem(name):
@@ -285,17 +291,83 @@ def store_upload(
         display_name=display_name,
     )
     check_records(records, max_record_chars)
-    return create_dataset(
+    if public:  # a labelled public dataset (a validation set) is never charged
+        return _validation_set(session, tenant_id, name, spec, records, max_records)
+    return create_private_dataset(
         session,
         tenant_id=tenant_id,
         name=name,
         task=spec,
         records=records,
         max_records=max_records,
-        kind=DatasetKind.PUBLIC if public else DatasetKind.PRIVATE,
         counts_public=counts_public,
         declared_by=declared_by,
+        prints=fingerprints.fingerprints(fingerprint_key, (r.text for r in records)),
+        budget_of=budget_of,
     )
+
+
+def _validation_set(
+    session: Session,
+    tenant_id: str,
+    name: str,
+    task: TaskSpec,
+    records: list[Record],
+    max_records: int,
+) -> Dataset:
+    """A labelled public dataset (a validation set): never charged, never fingerprinted."""
+    return create_dataset(
+        session,
+        tenant_id=tenant_id,
+        name=name,
+        task=task,
+        records=records,
+        max_records=max_records,
+        kind=DatasetKind.PUBLIC,
+    )
+
+
+def create_private_dataset(
+    session: Session,
+    *,
+    tenant_id: str,
+    name: str,
+    task: TaskSpec,
+    records: list[Record],
+    max_records: int,
+    prints: list[str],
+    budget_of: str | None = None,
+    counts_public: bool = False,
+    declared_by: str | None = None,
+) -> Dataset:
+    """Store a private dataset whose records' fingerprints are ``prints``; commits. Refused
+    (409, nothing stored) when records were uploaded before and it is not linked to their
+    budget with ``budget_of`` (:func:`app.services.fingerprints.check_upload`), also when a
+    concurrent upload of the same records commits first."""
+    _check_size(len(records), max_records)
+    owner = fingerprints.check_upload(session, tenant_id, prints, budget_of)
+    try:
+        return create_dataset(
+            session,
+            tenant_id=tenant_id,
+            name=name,
+            task=task,
+            records=records,
+            max_records=max_records,
+            counts_public=counts_public,
+            declared_by=declared_by,
+            prints=prints,
+            budget_dataset_id=owner,
+        )
+    except IntegrityError:  # another upload stored some of the same records meanwhile
+        session.rollback()
+        fingerprints.check_upload(session, tenant_id, prints, budget_of)
+        raise
+
+
+def _check_budget_of(budget_of: str | None, *, public: bool) -> None:
+    if budget_of and public:
+        raise InvalidError("budget_of: only for a private dataset (a public one is never charged)")
 
 
 def _check_kind(
@@ -329,10 +401,14 @@ def create_dataset(
     kind: DatasetKind = DatasetKind.PRIVATE,
     counts_public: bool = False,
     declared_by: str | None = None,
+    prints: Sequence[str] = (),
+    budget_dataset_id: str | None = None,
 ) -> Dataset:
     """Store a labelled dataset's metadata and records; commits. Private, or a public
     labelled one (a validation set: never charged). ``counts_public``: the owner declared
-    the private dataset's label counts public at upload, with the key ``declared_by``."""
+    the private dataset's label counts public at upload, with the key ``declared_by``.
+    ``prints``: the records' fingerprints, stored with them (those not seen before);
+    ``budget_dataset_id``: the dataset whose budget it charges (None: its own)."""
     _check_size(len(records), max_records)
     if counts_public and kind != DatasetKind.PRIVATE:
         raise InvalidError(COUNTS_PUBLIC_PRIVATE_ONLY)
@@ -346,8 +422,9 @@ def create_dataset(
         counts_public=counts_public,
         counts_public_at=now() if counts_public else None,
         counts_public_by=declared_by if counts_public else None,
+        budget_dataset_id=budget_dataset_id,
     )
-    return _store(session, dataset, records)
+    return _store(session, dataset, records, prints)
 
 
 def create_public_dataset(
@@ -400,9 +477,13 @@ def _check_size(count: int, max_records: int) -> None:
         )
 
 
-def _store(session: Session, dataset: Dataset, records: list[Record]) -> Dataset:
+def _store(
+    session: Session, dataset: Dataset, records: list[Record], prints: Sequence[str] = ()
+) -> Dataset:
     session.add(dataset)
     session.flush()
+    if prints:
+        fingerprints.store_new(session, dataset.tenant_id, dataset.id, prints)
     for start in range(0, len(records), _INSERT_BATCH):
         batch = records[start : start + _INSERT_BATCH]
         session.execute(

@@ -49,6 +49,7 @@ from app.db.models import (
     now,
 )
 from app.ledger import ledger
+from app.ledger.owners import budget_of, budget_owner_id
 from app.llm.factory import BackendKind
 from app.methods.registry import (
     Counts,
@@ -317,9 +318,9 @@ def _admissible_budget(session: Session, dataset: Dataset, request: JobRequest) 
     """The dataset's budget, if the request can be charged to it: the budget's accounting
     (which the counts allow), a delta no larger than its own, an epsilon no larger than its
     total (409 no budget or budget exceeded, 422 otherwise)."""
-    budget = session.get(Budget, dataset.id)
+    budget = budget_of(session, dataset.id)
     if budget is None:
-        raise _no_budget(dataset.id)
+        raise _no_budget(budget_owner_id(session, dataset.id))
     accounting = Accounting(budget.accounting)
     if request.accounting is not None and request.accounting is not accounting:
         raise InvalidError(
@@ -410,16 +411,18 @@ def quote_job(
     there is refused here with the same error. The plan is discarded: a submission plans
     afresh, and another admission may change the spend meanwhile."""
     planned = plan_submission(session, request, tenant_id=tenant_id, backend=backend)
-    budget = session.get(Budget, request.dataset_id)
+    budget = budget_of(session, request.dataset_id)
     if budget is None:
-        raise _no_budget(request.dataset_id)
+        raise _no_budget(budget_owner_id(session, request.dataset_id))
     event = planned.plan.event()
     quote = Quote(
         epsilon=planned.job.epsilon,
         delta=planned.job.delta,
         budget_epsilon=budget.epsilon,
         spend_now=ledger.spend(session, budget),
-        spend_after=ledger.spend_with(session, budget, event, planned.job.epsilon),
+        spend_after=ledger.spend_with(
+            session, budget, event, planned.job.epsilon, request.dataset_id
+        ),
         event=event,
         noise=label_noise(planned.method, planned.job.config),
     )
@@ -449,7 +452,7 @@ def quote_groups(
     dataset's spend before and after: why a job may add less to the dataset's spend than its
     own epsilon, or nothing (it charges other labels than the binding group's). The groups a
     page lists only (:func:`~app.services.budgets.display_groups`); empty without an event."""
-    budget = session.get(Budget, dataset_id)
+    budget = budget_of(session, dataset_id)
     if budget is None or quote.event is None:
         return []
     dataset = get_dataset(session, tenant_id, dataset_id)

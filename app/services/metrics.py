@@ -92,9 +92,13 @@ class DpsynCollector(Collector):
 
     @staticmethod
     def _budgets(session: Session) -> list[tuple[Budget, str, int | None]]:
+        # The newest entry on each budget: a dataset sharing another's budget (linked at
+        # upload) writes entries under its own ID, which count for the owner's budget.
+        owner = func.coalesce(Dataset.budget_dataset_id, LedgerEntry.dataset_id)
         last = (
-            select(LedgerEntry.dataset_id, func.max(LedgerEntry.id).label("last"))
-            .group_by(LedgerEntry.dataset_id)
+            select(owner.label("dataset_id"), func.max(LedgerEntry.id).label("last"))
+            .join(Dataset, Dataset.id == LedgerEntry.dataset_id)
+            .group_by(owner)
             .subquery()
         )
         query = (

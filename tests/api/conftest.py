@@ -5,6 +5,7 @@ keeps every response body (to prove that no record text ever leaves), and the re
 from __future__ import annotations
 
 import io
+import itertools
 import json
 import uuid
 from collections.abc import Callable, Iterator
@@ -48,9 +49,16 @@ PUBLIC = "PUBLICTEXT"  # in every public text: dataset responses must never show
 PATE_PARAMS = {"teachers": 4, "queries": 20, "candidates": 2, "group_size": 8}
 
 
+_UPLOADS = itertools.count()
+
+
 def toy_rows(n_per_label: int = 12, labels: tuple[str, ...] = ("w5", "w7")) -> list[dict]:
+    """Records of their own on each call (a number in the first word, which keeps the word
+    counts the fake backend answers by): a tenant's records uploaded again would be refused
+    (records_seen, docs/privacy.md "Budgets follow the records")."""
+    n = next(_UPLOADS)
     return [
-        {"text": f"{MARKER}-{label}-{i} what is it", "label": label}
+        {"text": f"{MARKER}-{label}-{i}-{n} what is it", "label": label}
         for label in labels
         for i in range(n_per_label)
     ]

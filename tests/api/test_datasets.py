@@ -29,6 +29,7 @@ METADATA = {
     "task",
     "label_counts",
     "labelled",
+    "budget_dataset_id",
     "record_count",
     "counts_public",  # the owner's opt-in (issue 32), with when and by which key
     "counts_public_at",

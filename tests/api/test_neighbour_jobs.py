@@ -16,17 +16,21 @@ read by admin keys only, and is not compared.
 from __future__ import annotations
 
 import json
+import uuid
 from collections.abc import Callable, Iterator, Mapping
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
+from app.db.models import KeyScope
+from app.db.session import session_scope
 from app.llm.provider import StaticProvider
 from app.privacy import rng as rng_module
 from app.privacy import unit
 from app.privacy.unit import CountRelease
 from app.services import count_releases
+from app.services.tenants import create_api_key, create_tenant
 from tests.api.conftest import (
     FAST_PARAMS,
     Api,
@@ -50,6 +54,7 @@ _OWN = {
     "time",
     "count_release",  # the dataset's count release, by ID (its ledger entry, the job's plan)
     "count_release_id",
+    "submitted_by",  # the submitting key's ID (each neighbour has a tenant of its own)
 }
 # DP outputs: the demonstrations and the prompt built from them, PromptPATE's answered-query
 # count and student choice (post-processing of noisy votes), the soft prompt's hash.
@@ -122,31 +127,44 @@ def _get(api: Api, path: str, key: str) -> Any:
     return response.json()
 
 
-def _run(api: Api, method: str, rows: list[dict], public_id: str | None) -> dict[str, Any]:
-    """Upload ``rows``, run one ``method`` job on them, and read every body about it."""
-    dataset = api.upload(rows, name="neighbours")
-    assert api.budget(dataset["id"], 20.0).status_code == 200
+def _tenant(api: Api) -> tuple[str, str]:
+    """A tenant of its own (an admin and a prompts:read key): the neighbours share records,
+    which one tenant may upload only once (docs/privacy.md, "Budgets follow the records"),
+    while each neighbour here must be a dataset with a budget of its own."""
+    with session_scope(api.url) as session:
+        tenant, admin = create_tenant(session, f"neighbour-{uuid.uuid4().hex[:8]}")
+        _, reader = create_api_key(session, tenant.id, KeyScope.PROMPTS_READ)
+    return admin, reader
+
+
+def _run(api: Api, method: str, rows: list[dict]) -> dict[str, Any]:
+    """Upload ``rows`` in a tenant of their own, run one ``method`` job on them, and read
+    every body about it."""
+    admin, reader = _tenant(api)
+    dataset = api.upload(rows, name="neighbours", key=admin)
+    assert api.budget(dataset["id"], 20.0, key=admin).status_code == 200
     if method == "promptpate":
-        response = api.submit_pate(dataset["id"], public_id)
+        public_id = api.upload_public(key=admin)["id"]
+        response = api.submit_pate(dataset["id"], public_id, key=admin)
     elif method == "promptdpsgd":
         params = {"steps": 2, "batch_size": 2, "prompt_length": 2}
-        response = api.submit(dataset["id"], 4.0, method=method, params=params)
+        response = api.submit(dataset["id"], 4.0, key=admin, method=method, params=params)
     else:
-        response = api.submit(dataset["id"], 4.0, method=method, params=FAST_PARAMS)
+        response = api.submit(dataset["id"], 4.0, key=admin, method=method, params=FAST_PARAMS)
     assert response.status_code == 201, response.text
     job_id = response.json()["id"]
     if method == "promptdpsgd":
         api.run_worker(job_id, api.backend)  # the tiny model (dpsgd_api)
     else:
         api.run_job(job_id)
-    job = _get(api, f"/v1/jobs/{job_id}", api.admin)
+    job = _get(api, f"/v1/jobs/{job_id}", admin)
     assert job["status"] == "succeeded", job
     return {
         "submitted": response.json(),
         "job": job,
-        "prompt": _get(api, f"/v1/prompts/{job['prompt_id']}", api.reader),
-        "prompts": _get(api, f"/v1/prompts?dataset_id={dataset['id']}", api.reader),
-        "budget": _get(api, f"/v1/datasets/{dataset['id']}/budget", api.admin),
+        "prompt": _get(api, f"/v1/prompts/{job['prompt_id']}", reader),
+        "prompts": _get(api, f"/v1/prompts?dataset_id={dataset['id']}", reader),
+        "budget": _get(api, f"/v1/datasets/{dataset['id']}/budget", admin),
     }
 
 
@@ -168,8 +186,7 @@ def test_neighbouring_datasets_give_the_same_job_but_for_its_dp_outputs(
     request: pytest.FixtureRequest, method: str, released: list[dict[str, int]]
 ) -> None:
     api: Api = request.getfixturevalue("dpsgd_api" if method == "promptdpsgd" else "api")
-    public_id = api.upload_public()["id"] if method == "promptpate" else None
-    seen = {name: _run(api, method, rows, public_id) for name, rows in _neighbours().items()}
+    seen = {name: _run(api, method, rows) for name, rows in _neighbours().items()}
     for name in ("D minus one", "D relabelled"):
         assert _lines(seen[name]) == _lines(seen["D"]), name
     body = seen["D"]["job"]
@@ -195,5 +212,5 @@ def test_the_comparison_sees_a_count_that_leaks(
 
     del released  # replaced: a release that gives the exact counts
     _patch_release(monkeypatch, lambda exact: {k: float(v) for k, v in exact.items()})
-    bodies = {name: _run(api, "tang", rows, None) for name, rows in _neighbours().items()}
+    bodies = {name: _run(api, "tang", rows) for name, rows in _neighbours().items()}
     assert _strip(bodies["D minus one"]) != _strip(bodies["D"])

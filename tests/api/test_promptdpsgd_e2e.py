@@ -11,6 +11,7 @@ and ``/complete`` with a soft prompt checked against the scorer run directly.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import time
 import uuid
 from collections.abc import Iterator
@@ -51,9 +52,15 @@ TINY: dict[str, Any] = {"steps": 2, "batch_size": 2, "prompt_length": 2}
 QUERY = "an amazing and touching movie"
 
 
+_UPLOADS = itertools.count()
+
+
 def rows() -> list[dict[str, str]]:
+    """Records of their own on each call: a tenant's records uploaded again are refused
+    (records_seen, docs/privacy.md "Budgets follow the records")."""
+    n = next(_UPLOADS)
     return [
-        {"text": f"{text} {MARKER}{i}", "label": label}
+        {"text": f"{text} {MARKER}{i}x{n}", "label": label}
         for label, texts in (("positive", POSITIVE), ("negative", NEGATIVE))
         for i, text in enumerate(texts)
     ]

@@ -81,8 +81,12 @@ def test_trec_train_txt_through_the_api_is_converted_as_the_cli_does(
     with session_scope(api.url) as session:
         assert load_records(session, body["id"]) == expected  # same texts, labels and order
     assert not any(question in response.text for question in _questions(sample))
-    named = _post(api, "train.txt", sample, task="TREC", name="questions")
+    again = _post(api, "train.txt", sample, task="TREC", name="questions")
+    assert again.status_code == 409 and again.json()["error"]["code"] == "records_seen"
+    # the same records again: only on the budget they already have (budget_of, by name too)
+    named = _post(api, "train.txt", sample, task="TREC", name="questions", budget_of="trec")
     assert named.status_code == 201 and named.json()["name"] == "questions"
+    assert named.json()["budget_dataset_id"] == body["id"]
 
 
 def test_other_builtin_formats_and_a_table_for_agnews_still_a_table(

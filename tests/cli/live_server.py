@@ -4,6 +4,7 @@ small synthesis settings, and helpers."""
 
 from __future__ import annotations
 
+import itertools
 import socket
 import threading
 import time
@@ -76,8 +77,17 @@ def serving_with_worker(
         queue.close()
 
 
+_UPLOADS = itertools.count()
+
+
 def upload(dpsyn, path: Path) -> str:
-    """Upload a TREC file with the ``dpsyn`` fixture; the new dataset's ID."""
-    result = dpsyn("datasets", "upload", str(path), "--task", "trec", "-q")
+    """Upload a TREC file with the ``dpsyn`` fixture; the new dataset's ID. Each call sends
+    records of its own (a word added to each question): a tenant's records uploaded again
+    are refused (docs/privacy.md, "Budgets follow the records")."""
+    n = next(_UPLOADS)
+    own = path.with_name(f"{path.stem}-{n}{path.suffix}")
+    lines = path.read_text().splitlines()
+    own.write_text("".join(f"{line.rstrip()} u{n}\n" for line in lines if line.strip()))
+    result = dpsyn("datasets", "upload", str(own), "--task", "trec", "-q")
     assert result.exit_code == 0, result.output
     return result.output.strip()

@@ -408,9 +408,17 @@ def test_an_upload_without_a_name_is_named_after_its_task(dpsyn, tmp_path, trec_
     unnamed = dpsyn("datasets", "upload", str(train), "--task", "trec", "--json")
     assert unnamed.exit_code == 0, unnamed.output
     assert httpx.Response(200, content=unnamed.stdout).json()["name"] == "trec"
-    named = dpsyn("datasets", "upload", str(train), "--task", "trec", "--name", "q", "--json")
+    again = dpsyn("datasets", "upload", str(train), "--task", "trec", "--name", "q", "--json")
+    assert again.exit_code != 0 and "records_seen" in again.output, again.output
+    # the same records again, on the budget they already have (issue 51)
+    named = dpsyn(
+        "datasets", "upload", str(train), "--task", "trec", "--name", "q", "--budget-of", "trec",
+        "--json",
+    )  # fmt: skip
     assert named.exit_code == 0, named.output
-    assert httpx.Response(200, content=named.stdout).json()["name"] == "q"
+    shown = httpx.Response(200, content=named.stdout).json()
+    assert shown["name"] == "q"
+    assert shown["budget_dataset_id"] == httpx.Response(200, content=unnamed.stdout).json()["id"]
 
 
 def test_budget_warn_threshold_and_spend_per_label_group(dpsyn, trec_file):

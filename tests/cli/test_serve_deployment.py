@@ -27,6 +27,7 @@ from tests.cli.live_server import free_port
 ROOT = Path(__file__).resolve().parents[2]
 ADMIN_KEY = "dpsyn_admin-key-of-the-production-test-0123456789"
 UI_SECRET = "u" * 40
+FINGERPRINT_KEY = "f" * 40
 PG_URL = "postgresql+psycopg://dpsyn@127.0.0.1:5432/dpsyn"  # never reached by these unit tests
 
 
@@ -120,11 +121,19 @@ def test_production_settings_cannot_serve_without_the_ui_secret() -> None:
     )
     with pytest.raises(ValueError, match="DPSYN_UI_SECRET"):
         production.check_serving()
+    with pytest.raises(ValueError, match="DPSYN_FINGERPRINT_KEY"):
+        Settings(
+            environment="production",
+            database_url=PG_URL,
+            bootstrap_api_key=ADMIN_KEY,
+            ui_secret=UI_SECRET,
+        ).check_serving()
     Settings(
         environment="production",
         database_url=PG_URL,
         bootstrap_api_key=ADMIN_KEY,
         ui_secret=UI_SECRET,
+        fingerprint_key=FINGERPRINT_KEY,
     ).check_serving()
     Settings(database_url=PG_URL).check_serving()  # development keeps one in its folder
 
@@ -152,8 +161,10 @@ def test_production_serve_with_the_ui_secret_starts(tmp_path, postgres_url) -> N
         DPSYN_DATABASE_URL=postgres_url,
         DPSYN_BOOTSTRAP_API_KEY=ADMIN_KEY,
         DPSYN_UI_SECRET=UI_SECRET,
+        DPSYN_FINGERPRINT_KEY=FINGERPRINT_KEY,
     )
     with serving(tmp_path, env) as url:
         listed = httpx.get(f"{url}/v1/datasets", headers={"Authorization": f"Bearer {ADMIN_KEY}"})
         assert listed.status_code == 200
     assert not list(tmp_path.rglob("ui_secret"))
+    assert not list(tmp_path.rglob("fingerprint_key"))

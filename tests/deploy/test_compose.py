@@ -31,6 +31,7 @@ FILLED = {
     "POSTGRES_PASSWORD": "0123456789abcdef",
     "DPSYN_BOOTSTRAP_API_KEY": "k" * 40,
     "DPSYN_UI_SECRET": "u" * 40,
+    "DPSYN_FINGERPRINT_KEY": "f" * 40,
 }
 
 
@@ -108,6 +109,9 @@ def test_the_postgres_password_and_ui_secret_are_required_and_no_secret_is_in_th
     without_ui_secret = {**read_env_file(ENV_EXAMPLE), **FILLED, "DPSYN_UI_SECRET": ""}
     with pytest.raises(MissingVariableError, match="DPSYN_UI_SECRET"):
         load(without_ui_secret)  # sessions must survive recreates and cross replicas
+    without_key = {**read_env_file(ENV_EXAMPLE), **FILLED, "DPSYN_FINGERPRINT_KEY": ""}
+    with pytest.raises(MissingVariableError, match="DPSYN_FINGERPRINT_KEY"):
+        load(without_key)  # re-uploaded records must find their budget on every replica
     raw = yaml.safe_load(COMPOSE.read_text())
     for service in raw["services"].values():
         environment = service.get("environment") or {}
@@ -164,6 +168,7 @@ def test_each_service_gets_only_its_own_secrets(compose):
         "POSTGRES_PASSWORD": {"postgres"},
         "DPSYN_BOOTSTRAP_API_KEY": {"migrate"},
         "DPSYN_UI_SECRET": {"api"},
+        "DPSYN_FINGERPRINT_KEY": {"api"},
         "HF_TOKEN": {"vllm", "vllm-cpu"},
     }
     for secret, allowed in holders.items():

@@ -14,6 +14,7 @@ two, so that what takes a minute in production takes seconds here.
 
 from __future__ import annotations
 
+import itertools
 import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -39,6 +40,17 @@ TREC_ROWS = [
     for code in ("ABBR", "ENTY", "DESC", "HUM", "LOC", "NUM")
     for i in range(20)
 ]
+_UPLOADS = itertools.count()
+
+
+def trec_rows() -> list[dict[str, str]]:
+    """TREC_ROWS with records of their own on each call (a number in the first word): a
+    tenant's records uploaded again are refused (docs/privacy.md, "Budgets follow the
+    records")."""
+    n = next(_UPLOADS)
+    return [{**row, "text": row["text"].replace(" ", f"_{n} ", 1)} for row in TREC_ROWS]
+
+
 SHORT_LEASE = {
     "DPSYN_LEASE_DURATION_S": "2",
     "DPSYN_HEARTBEAT_INTERVAL_S": "0.3",
@@ -102,7 +114,7 @@ def wait_until_reading(url: str, job_id: str, worker: Worker) -> None:
 
 def submit(client: TestClient) -> tuple[str, str]:
     """A dataset with a budget and one job on it; returns (dataset ID, job ID)."""
-    records = {"task": "trec", "records": TREC_ROWS}
+    records = {"task": "trec", "records": trec_rows()}
     created = client.post("/v1/datasets", json=records, headers=HEADERS)
     assert created.status_code == 201, created.text
     dataset = created.json()["id"]

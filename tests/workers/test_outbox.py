@@ -40,7 +40,7 @@ from tests.conftest import PG_HOST, PG_PORT, _admin_url, require_service
 from tests.synthesis.fake_backend import FakeBackend
 from tests.workers.factory import get_job, ledger_kinds, prompt_sets
 from tests.workers.processes import ROOT, OwnRedis, Worker, free_port, wait_for
-from tests.workers.test_faults import HEADERS, KEY, TREC_ROWS, wait_until_reading, worker_env
+from tests.workers.test_faults import HEADERS, KEY, trec_rows, wait_until_reading, worker_env
 from workers.celery_app import DEFAULT_QUEUE, CeleryQueue, make_celery
 
 pytestmark = pytest.mark.distributed
@@ -117,7 +117,7 @@ def logs(workers: list[Worker]) -> str:
 
 def create_dataset(client: httpx.Client | TestClient) -> str:
     created = client.post(
-        "/v1/datasets", json={"task": "trec", "records": TREC_ROWS}, headers=HEADERS
+        "/v1/datasets", json={"task": "trec", "records": trec_rows()}, headers=HEADERS
     )
     assert created.status_code == 201, created.text
     dataset = created.json()["id"]

@@ -24,9 +24,10 @@ from app.api.schemas import (
     Limit,
     Offset,
 )
-from app.api.uploads import store_file_upload
+from app.api.uploads import budget_of_ref, store_file_upload
 from app.services import datasets as service
 from app.services.errors import InvalidError, ServiceError, UnsupportedMediaTypeError
+from app.services.fingerprints import fingerprint_key
 from app.settings import Settings
 
 router = APIRouter(prefix="/v1/datasets", tags=["datasets"])
@@ -74,12 +75,13 @@ async def upload_dataset(
             raise service.too_large(limit)
         limited = Request(request.scope, _LimitedReceive(request, limit + _FORM_OVERHEAD))
         try:
-            form = await limited.form(max_files=1, max_fields=10)
+            form = await limited.form(max_files=1, max_fields=12)
         except MultiPartException as err:
             raise InvalidError(f"invalid multipart body: {err.message}") from None
         try:
             upload = form.get("file")
             fields = {k: v for k, v in form.items() if k != "file" and isinstance(v, str)}
+            fields = _with_query_budget_of(fields, request)
             try:
                 meta = DatasetUploadForm.model_validate(fields)
             except ValidationError as err:
@@ -105,6 +107,8 @@ async def upload_dataset(
             raise InvalidError("body: not valid JSON") from None
         except RecursionError:
             raise ServiceError("body: JSON nested too deeply", code="invalid_json") from None
+        if isinstance(payload, dict):
+            payload = _with_query_budget_of(payload, request)
         try:
             meta_json = DatasetCreate.model_validate(payload)
         except ValidationError as err:
@@ -113,6 +117,17 @@ async def upload_dataset(
     raise UnsupportedMediaTypeError(
         "Content-Type: send multipart/form-data (a file) or application/json (records)"
     )
+
+
+def _with_query_budget_of(fields: dict[str, Any], request: Request) -> dict[str, Any]:
+    """The body's fields with ``?budget_of=`` (a query field, as the body's) added; both
+    given and different: 422."""
+    query = request.query_params.get("budget_of")
+    if query is None:
+        return fields
+    if fields.get("budget_of") not in (None, query):
+        raise InvalidError("budget_of: given twice (query and body) with different values")
+    return {**fields, "budget_of": query}
 
 
 def _from_json(
@@ -127,6 +142,8 @@ def _from_json(
         labelled=meta.labelled,
         counts_public=meta.counts_public,
         declared_by=principal.key_id,
+        budget_of=budget_of_ref(session, principal, meta.budget_of),
+        fingerprint_key=fingerprint_key(settings),
         write=service.jsonl_writer(meta.records),
         suffix=".jsonl",
         text_column=meta.text_column,

@@ -56,6 +56,9 @@ class LedgerEventPublic(Documented):
     job_id: str
     """The job the entry charges; for kind counts, the count release's ID (also in
     count_release_id), which names no job."""
+    dataset_id: str | None = None
+    """The dataset the job ran on (or whose counts were released): on a budget that several
+    datasets share, any of them."""
     count_release_id: str | None = None
     """For kind counts, the count release it charges; null otherwise."""
     epsilon: float
@@ -76,6 +79,7 @@ class LedgerEventPublic(Documented):
         return cls(
             kind=row.kind,
             job_id=row.job_id,
+            dataset_id=row.dataset_id,
             count_release_id=row.job_id if row.kind == LedgerKind.COUNTS else None,
             epsilon=row.epsilon,
             delta=row.delta,
@@ -205,6 +209,9 @@ class BudgetPublic(Documented):
     replace-one, of the binding pair); the dataset's spend is the largest."""
     updated_at: Timestamp
     history: list[LedgerEventPublic]
+    linked_datasets: list[str] = Field(default_factory=list)
+    """The datasets that share this budget (linked at upload with budget_of, because their
+    records had been uploaded before); dataset_id is the budget's owner."""
 
     @classmethod
     def from_view(cls, view: BudgetView) -> BudgetPublic:
@@ -234,6 +241,7 @@ class BudgetPublic(Documented):
             ],
             updated_at=view.budget.updated_at,
             history=[LedgerEventPublic.from_row(e) for e in view.history],
+            linked_datasets=list(view.linked),
         )
 
 
@@ -256,6 +264,11 @@ class BudgetSummary(Documented):
     """The dataset's tenant."""
     tenant_name: str | None = None
     """The dataset's tenant's name."""
+    budget_dataset_id: str | None = None
+    """The dataset whose budget this row's is: the row's own, or its owner's when the dataset
+    was linked at upload (budget_of); the spend is then the shared budget's."""
+    linked_datasets: list[str] = Field(default_factory=list)
+    """The datasets that share the budget (they hold records uploaded before)."""
 
     @classmethod
     def from_row(cls, row: DatasetSpend, tenant_name: str | None = None) -> BudgetSummary:
@@ -273,4 +286,6 @@ class BudgetSummary(Documented):
             live_jobs=row.spend.jobs,
             tenant_id=row.dataset.tenant_id,
             tenant_name=tenant_name,
+            budget_dataset_id=row.budget.dataset_id,
+            linked_datasets=list(row.linked),
         )

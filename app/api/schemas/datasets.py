@@ -36,6 +36,13 @@ COUNTS_PUBLIC_DESCRIPTION = (
     "false: every job releases the counts it plans with under DP, charged to the budget."
 )
 
+BUDGET_OF_DESCRIPTION = (
+    "Private only. A dataset's ID (or unique name) whose budget and ledger the new dataset "
+    "charges instead of a budget of its own: needed when some of its records were uploaded "
+    "before (a 409 records_seen names the dataset to give). Always the root owner's budget; "
+    "a dataset sharing no record with the upload may be named too (pooling budgets)."
+)
+
 
 class _UploadOptions(_Request):
     """The fields a JSON upload and a multipart upload share, declared once so that the
@@ -46,6 +53,9 @@ class _UploadOptions(_Request):
     public: bool = Field(False, description=PUBLIC_DESCRIPTION)
     labelled: bool = Field(False, description=LABELLED_DESCRIPTION)
     counts_public: bool = Field(False, description=COUNTS_PUBLIC_DESCRIPTION)
+    budget_of: str | None = Field(
+        None, min_length=1, max_length=DATASET_NAME_MAX_CHARS, description=BUDGET_OF_DESCRIPTION
+    )
     text_column: Column = "text"
     label_column: Column = "label"
     """Ignored for a public dataset unless labelled."""
@@ -95,6 +105,7 @@ _SHARED_UPLOAD_PROPERTIES: dict[str, Any] = {
     "public": _flag(PUBLIC_DESCRIPTION),
     "labelled": _flag(LABELLED_DESCRIPTION),
     "counts_public": _flag(COUNTS_PUBLIC_DESCRIPTION),
+    "budget_of": {**_NAME, "description": BUDGET_OF_DESCRIPTION},
     "name": _NAME,
     "text_column": {**_BOUNDED, "default": "text"},
     "label_column": {**_BOUNDED, "default": "label"},
@@ -181,6 +192,9 @@ class DatasetPublic(Documented):
     null: private by default, never changed."""
     counts_public_by: str | None = None
     """The ID of the API key that chose it (null as counts_public_at)."""
+    budget_dataset_id: str | None = None
+    """The dataset whose budget and ledger this one charges (linked at upload with
+    budget_of, because its records had been uploaded before); null: its own budget."""
     created_at: Timestamp
     deleted_at: Timestamp | None
 
@@ -197,6 +211,7 @@ class DatasetPublic(Documented):
             counts_public=bool(row.counts_public),
             counts_public_at=row.counts_public_at,
             counts_public_by=row.counts_public_by,
+            budget_dataset_id=row.budget_dataset_id,
             created_at=row.created_at,
             deleted_at=row.deleted_at,
         )

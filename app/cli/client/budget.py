@@ -258,6 +258,13 @@ def _print_budgets(rows: list[dict[str, Any]], *, all_tenants: bool) -> None:
             for row in rows
         ],
     )  # fmt: skip
+    for row in rows:  # budgets follow the records: which rows share one budget
+        owner = row.get("budget_dataset_id")
+        if owner and owner != row["dataset_id"]:
+            err.print(f"{row['dataset_id']} shares the budget of {owner}", markup=False)
+        elif row.get("linked_datasets"):
+            shared = ", ".join(row["linked_datasets"])
+            err.print(f"{row['dataset_id']}'s budget is shared with {shared}", markup=False)
     if any(row.get("counts_epsilon") for row in rows):  # a note, beside the table
         err.print(
             "count release: the part of the spend that is the dataset's release of its label "

@@ -182,9 +182,11 @@ def describe_dataset(dataset: dict[str, Any]) -> str:
         )
     counts = ", ".join(f"{label} {n}" for label, n in dataset["label_counts"].items())
     declared = "; counts declared public" if dataset.get("counts_public") else ""
+    owner = dataset.get("budget_dataset_id")
+    shared = f"; charges dataset {owner}'s budget" if owner else ""
     return (
         f"dataset {dataset['id']} '{dataset['name']}': {dataset['record_count']} records, "
-        f"task {task or '?'} ({counts}){declared}"
+        f"task {task or '?'} ({counts}){declared}{shared}"
     )
 
 
@@ -290,6 +292,11 @@ LABELLED = typer.Option(
     help="With --public: keep the labels (read as for a private dataset, --task required): "
     "a validation set for 'jobs submit --validation-dataset'.",
 )
+BUDGET_OF = typer.Option(
+    "--budget-of",
+    help="Private: charge this dataset's budget (its ID or name) instead of a budget of its "
+    "own; needed when some records were uploaded before (the refusal names the dataset).",
+)
 PUBLIC_COUNTS = typer.Option(
     "--public-counts",
     help="Private: declare the records per label public (jobs then plan with the exact counts "
@@ -316,6 +323,7 @@ def datasets_upload(
     ] = False,
     labelled: Annotated[bool, LABELLED] = False,
     public_counts: Annotated[bool, PUBLIC_COUNTS] = False,
+    budget_of: Annotated[str | None, BUDGET_OF] = None,
     name: Annotated[
         str | None,
         typer.Option("--name", help="Default: the task's name (the file name for --public)."),
@@ -335,6 +343,8 @@ def datasets_upload(
         )
     except ClientError as error:
         exit_with(error)
+    if budget_of:
+        fields["budget_of"] = budget_of
     dataset = server.request("POST", "/v1/datasets", data=fields, files={"file": part})
     if quiet and not server.as_json:
         typer.echo(dataset["id"])

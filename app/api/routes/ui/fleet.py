@@ -75,6 +75,9 @@ def fleet_table(session: Session, params: Mapping[str, str]) -> TableView[dict[s
                 "last_job_at": found.jobs.last_job_at,
                 "running": found.jobs.running,
                 "queued": found.jobs.queued,
+                # budgets follow the records: whose budget it charges, who shares it
+                "budget_owner": budget.dataset_id,
+                "linked": list(found.row.linked),
             }
         )
     names = sorted({str(r["tenant_name"]) for r in rows}, key=str.casefold)
