@@ -55,6 +55,7 @@ _OWN = {
     "count_release",  # the dataset's count release, by ID (its ledger entry, the job's plan)
     "count_release_id",
     "submitted_by",  # the submitting key's ID (each neighbour has a tenant of its own)
+    "batch",  # a reserve entry's batch: its own job ID when submitted alone
 }
 # DP outputs: the demonstrations and the prompt built from them, PromptPATE's answered-query
 # count and student choice (post-processing of noisy votes), the soft prompt's hash.

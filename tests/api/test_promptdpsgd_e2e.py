@@ -164,8 +164,10 @@ def test_the_job_runs_every_step_and_is_charged_its_epsilon(
     assert 0 < job["epsilon"] <= 4.0
     counts = budget["counts_epsilon"]
     assert counts == pytest.approx(0.05 * 10.0, rel=1e-3)
-    # (the job composes at the budget's delta less the release's: a little above its own)
-    assert budget["spent"] == pytest.approx(job["epsilon"] + counts, rel=1e-2)
+    # (the tight composition: the job at the budget's delta less the release's, a little above
+    # its own; alone after the release, the ledger's one-batch rule at half the delta)
+    assert budget["composed"] == pytest.approx(job["epsilon"] + counts, rel=1e-2)
+    assert budget["rule"] == "one_batch" and budget["spent"] > budget["composed"]
     assert budget["remaining"] == pytest.approx(10.0 - budget["spent"], rel=1e-9)
     assert budget["remaining"] < budget["epsilon"]
 
@@ -296,6 +298,9 @@ def test_a_running_job_shows_its_steps_and_stops_between_two_when_cancelled(
     budget = server.client.get(f"/v1/datasets/{dataset_id}/budget", headers=server.admin).json()
     # It read the private data, so its charge stands.
     assert [e["kind"] for e in budget["history"]] == ["counts", "reserve", "commit"]
-    assert budget["spent"] == pytest.approx(job["epsilon"] + budget["counts_epsilon"], rel=1e-2)
+    assert budget["composed"] == pytest.approx(
+        job["epsilon"] + budget["counts_epsilon"], rel=1e-2
+    )
+    assert budget["spent"] >= budget["composed"]
     with session_scope(server.url) as session:
         assert session.get(Job, job_id).status == JobStatus.CANCELLED  # type: ignore[union-attr]
