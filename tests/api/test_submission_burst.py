@@ -30,9 +30,10 @@ from sqlalchemy import select
 import app.services.job_plan as job_plan
 from app.db.models import LedgerEntry
 from app.db.session import session_scope
-from app.privacy.accounting import TightPldAccountant
+from app.privacy.accounting import Accounting
 from app.privacy.events import SynthesisEvent, from_dict
 from tests.api.conftest import FAST_PARAMS, Api, auth, error_of, make_api
+from tests.filter_budget import budget_for_exactly, filter_spend
 
 PLAN_S = 0.4
 EPSILON = 0.5  # of every job here: the first plans it, and the planner's caches keep it
@@ -183,7 +184,8 @@ async def _flood(
 
 def test_a_burst_is_admitted_exactly_up_to_the_budget(sqlite_url: str) -> None:
     """Issue 23: admissions reuse the composition of the jobs before them; a burst still
-    stops exactly where composing every live job afresh says the budget ends."""
+    stops exactly where pricing every live job afresh by the ledger's filter says the budget
+    ends."""
     lane = {"planning_concurrency": 2, "planning_per_tenant": 2, "planning_tenant_queue": 12}
     for api in make_api(sqlite_url, request_threads=4, **lane):
         # Counts declared public: every job of the burst has the same event (released
@@ -198,15 +200,16 @@ def test_a_burst_is_admitted_exactly_up_to_the_budget(sqlite_url: str) -> None:
             ).one()
         event = from_dict(stored)
         assert isinstance(event, SynthesisEvent)
-        uncached = TightPldAccountant(cached=False)
-        five = uncached.dataset_epsilon([event] * 5, api_delta(api, dataset_id))
-        six = uncached.dataset_epsilon([event] * 6, api_delta(api, dataset_id))
-        assert api.budget(dataset_id, (five + six) / 2).status_code == 200
+        delta = api_delta(api, dataset_id)
+        budget = budget_for_exactly(Accounting.TIGHT, delta, event, 5)
+        five = filter_spend(Accounting.TIGHT, budget, delta, [event] * 5)
+        assert api.budget(dataset_id, budget).status_code == 200
         answers = asyncio.run(_submissions(api, dataset_id, 12))
         assert Counter(a.status_code for a in answers) == {201: 4, 409: 8}
         refused = [error_of(a) for a in answers if a.status_code == 409]
         assert {e["code"] for e in refused} == {"budget_exceeded"}
-        assert all(e["spent"] == five for e in refused)  # the five jobs, composed exactly
+        # the five jobs, priced exactly as the filter prices them from scratch
+        assert all(e["spent"] == pytest.approx(five, rel=1e-12) for e in refused)
 
 
 def api_delta(api: Api, dataset_id: str) -> float:
