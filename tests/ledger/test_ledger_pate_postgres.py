@@ -10,6 +10,7 @@ from app.db.session import session_scope
 from app.ledger import ledger
 from app.privacy.accounting import Accounting, accountant_for
 from app.privacy.events import PateEvent, from_dict
+from tests.filter_budget import budget_for_exactly, filter_spend, smallest_budget
 from tests.ledger.test_ledger_postgres import (
     DELTA,
     concurrent_admissions,
@@ -23,10 +24,9 @@ PATE = PateEvent(noise_multiplier=2.0, relation="add_or_remove")  # a 0.5-GDP jo
 def test_concurrent_promptpate_admissions_stop_at_the_budget(postgres_url):
     accountant = accountant_for(Accounting.TIGHT)
     epsilon = accountant.dataset_epsilon([PATE], DELTA)
-    five = accountant.dataset_epsilon([PATE] * 5, DELTA)
-    six = accountant.dataset_epsilon([PATE] * 6, DELTA)
-    assert five < six
-    dataset_id = make_dataset(postgres_url, budget_epsilon=(five + six) / 2)
+    budget_epsilon = budget_for_exactly(Accounting.TIGHT, DELTA, PATE, 5)
+    five = filter_spend(Accounting.TIGHT, budget_epsilon, DELTA, [PATE] * 5)
+    dataset_id = make_dataset(postgres_url, budget_epsilon=budget_epsilon)
     admitted = concurrent_admissions(postgres_url, dataset_id, PATE, epsilon, 20, "pate")
     assert sum(admitted) == 5
     with session_scope(postgres_url) as session:
@@ -37,12 +37,16 @@ def test_concurrent_promptpate_admissions_stop_at_the_budget(postgres_url):
 
 
 def test_a_budget_shared_by_both_kinds_of_job_is_their_composition(postgres_url):
+    """A token-loop job and a PromptPATE job, one after the other, priced together by the
+    ledger's filter (their tight composition beside it)."""
     synthesis, synthesis_epsilon = job_event()
     accountant = accountant_for(Accounting.TIGHT)
     pate_epsilon = accountant.dataset_epsilon([PATE], DELTA)
-    both = accountant.dataset_epsilon([synthesis, PATE], DELTA)
-    assert max(synthesis_epsilon, pate_epsilon) < both
-    dataset_id = make_dataset(postgres_url, budget_epsilon=both * 1.001)
+    composed = accountant.dataset_epsilon([synthesis, PATE], DELTA)
+    assert max(synthesis_epsilon, pate_epsilon) < composed
+    budget_epsilon = smallest_budget(Accounting.TIGHT, DELTA, [synthesis, PATE]) * 1.001
+    both = filter_spend(Accounting.TIGHT, budget_epsilon, DELTA, [synthesis, PATE])
+    dataset_id = make_dataset(postgres_url, budget_epsilon=budget_epsilon)
     with session_scope(postgres_url) as session:
         ledger.admit(
             session,
@@ -64,6 +68,7 @@ def test_a_budget_shared_by_both_kinds_of_job_is_their_composition(postgres_url)
             accounting=Accounting.TIGHT,
         )
     assert after.epsilon == pytest.approx(both)
+    assert after.composed == pytest.approx(composed) and composed < both
     with (
         pytest.raises(ledger.BudgetExceededError),
         session_scope(postgres_url) as session,
@@ -83,7 +88,10 @@ def test_a_budget_shared_by_both_kinds_of_job_is_their_composition(postgres_url)
     with session_scope(postgres_url) as session:
         spent = ledger.spend(session, session.get(Budget, dataset_id))
         kinds = [(e.kind, e.event["type"]) for e in ledger.history(session, dataset_id)]
-    assert spent.epsilon == pytest.approx(pate_epsilon) and spent.jobs == 1
+    # the PromptPATE job alone: the one-batch rule, at half the delta
+    alone = filter_spend(Accounting.TIGHT, budget_epsilon, DELTA, [PATE])
+    assert spent.epsilon == pytest.approx(alone) and spent.jobs == 1
+    assert spent.composed == pytest.approx(pate_epsilon) and pate_epsilon < alone
     assert kinds == [
         ("reserve", "synthesis"),
         ("reserve", "pate"),
