@@ -221,10 +221,13 @@ def test_an_admin_walks_through_the_dashboard(
     assert by_id(driver, "query").get_attribute("value") == "one two three"
     shot(driver, "prompt")
 
-    # The dataset's spend: the page's numbers are the API's, composed below the sum.
+    # The dataset's spend: the page's numbers are the API's, priced by the ledger's filter
+    # (two jobs one after the other: the Rényi filter, above their tight composition).
     budget = client.get(f"/v1/datasets/{dataset_id}/budget").json()
-    assert budget["live_jobs"] == 2 and budget["spent"] < budget["plain_sum"]
+    assert budget["live_jobs"] == 2 and budget["composed"] < budget["spent"]
+    assert budget["rule"] == "renyi_filter"
     driver.get(live.base + f"/ui/datasets/{dataset_id}")
+    assert by_id(driver, "budget-spent").get_attribute("data-rule") == "renyi_filter"
     assert float(by_id(driver, "budget-spent").text) == pytest.approx(budget["spent"], rel=1e-3)
     assert float(by_id(driver, "budget-sum").text) == pytest.approx(budget["plain_sum"], rel=1e-3)
     assert len(css(driver, "#spend-chart .marker-reserve")) == 3
