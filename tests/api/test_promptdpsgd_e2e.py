@@ -298,9 +298,7 @@ def test_a_running_job_shows_its_steps_and_stops_between_two_when_cancelled(
     budget = server.client.get(f"/v1/datasets/{dataset_id}/budget", headers=server.admin).json()
     # It read the private data, so its charge stands.
     assert [e["kind"] for e in budget["history"]] == ["counts", "reserve", "commit"]
-    assert budget["composed"] == pytest.approx(
-        job["epsilon"] + budget["counts_epsilon"], rel=1e-2
-    )
+    assert budget["composed"] == pytest.approx(job["epsilon"] + budget["counts_epsilon"], rel=1e-2)
     assert budget["spent"] >= budget["composed"]
     with session_scope(server.url) as session:
         assert session.get(Job, job_id).status == JobStatus.CANCELLED  # type: ignore[union-attr]
