@@ -192,7 +192,7 @@ def submit_adadpsyn(client: httpx.Client, params: dict) -> tuple[str, str]:
     created = client.post("/v1/datasets", json={"task": "trec", "records": TREC_ROWS})
     assert created.status_code == 201, created.text
     dataset = created.json()["id"]
-    assert client.put(f"/v1/datasets/{dataset}/budget", json={"epsilon": 10}).status_code == 200
+    assert client.put(f"/v1/datasets/{dataset}/budget", json={"epsilon": 14}).status_code == 200
     submitted = client.post(
         "/v1/jobs",
         json={"dataset_id": dataset, "method": "adadpsyn", "epsilon": 8, "shots": 2,
