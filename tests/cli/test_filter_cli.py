@@ -40,7 +40,7 @@ def test_a_plan_submitted_as_one_batch_is_priced_by_the_one_batch_rule(
         assert len({row.batch_id for row in rows}) == 1 and rows[0].batch_id not in ids
     shown = dpsyn("budget", "show", dataset)
     assert shown.exit_code == 0, shown.output
-    assert "priced by the count releases and one batch of jobs declared together" in shown.stdout
+    assert "priced by the one-batch rule: the count releases and one batch" in shown.stdout
     assert "the tight composition of the same charges" in shown.stdout
 
 

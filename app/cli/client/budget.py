@@ -50,7 +50,8 @@ def _print_budget(budget: dict[str, Any], *, history: bool) -> None:
 
 
 RULES = {
-    "one_batch": "the count releases and one batch of jobs declared together, composed tightly",
+    "one_batch": "the one-batch rule: the count releases and one batch of jobs declared "
+    "together (a job submitted alone is a batch of one), composed tightly",
     "renyi_filter": "the Rényi filter, valid for jobs chosen one after another",
 }
 
