@@ -157,7 +157,6 @@ def _compose(
     budget: Budget,
     items: Sequence[Item],
     releases: Sequence[LedgerEntry] = (),
-    labels: Sequence[str] = (),
 ) -> Price:
     """The dataset's spend under the ledger's filter (:mod:`app.privacy.filter`): its count
     releases and live jobs, each job with the batch it was declared in."""
@@ -167,7 +166,6 @@ def _compose(
         accountant_for(accounting),
         items,
         [_release(e, accounting) for e in releases],
-        labels,
     )
 
 
@@ -179,14 +177,6 @@ def _items(live: Sequence[LedgerEntry], extra: Item | None = None) -> list[Item]
 def jobs_delta(session: Session, budget: Budget) -> float:
     """The delta the dataset's jobs compose at: the budget's, less its count releases'."""
     return budget.delta - math.fsum(e.delta for e in count_entries(session, budget.dataset_id))
-
-
-def releases_epsilon(session: Session, budget: Budget) -> float:
-    """What the dataset's count releases cost together under the budget's accounting."""
-    accounting = Accounting(budget.accounting)
-    return math.fsum(
-        release_epsilon(e, accounting) for e in count_entries(session, budget.dataset_id)
-    )
 
 
 _EVENT_MEMO_SIZE = 8192  # a few kB each
@@ -509,12 +499,12 @@ def spend_with(
     releases = [e for e in entries if e.kind == LedgerKind.COUNTS]
     new = [events] if not isinstance(events, Sequence) else list(events)
     dataset = dataset_id or budget.dataset_id
-    items = _items(live) + [Item(e, _QUOTED_BATCH, dataset) for e in new]
+    items = _items(live) + [Item(e, QUOTED_BATCH, dataset) for e in new]
     return _spend(budget, items, releases, sum(e.epsilon for e in live) + epsilon)
 
 
 #: The batch a quoted job (or a quoted batch's jobs) is priced in: a name no job ID takes.
-_QUOTED_BATCH = "quoted"
+QUOTED_BATCH = "quoted"
 
 
 #: Most composed values one :func:`timeline` computes. Each is a composition of all the jobs

@@ -469,7 +469,7 @@ def dataset_groups(
     for a quote), at the budget's accounting and delta."""
     items = ledger.live_items(session, dataset.id)
     if extra is not None:
-        items.append(Item(extra, "quoted", dataset.id))
+        items.append(Item(extra, ledger.QUOTED_BATCH, dataset.id))
     labels = [str(label) for label in (dataset.label_counts or {})]
     accounting = Accounting(budget.accounting)
     return label_groups(
