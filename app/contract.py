@@ -26,25 +26,39 @@ suite, not part of any request path, which is why it sits beside ``app.main`` an
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterator, Mapping, Sequence
+import json
+import random
+import re
+import secrets
+from collections import Counter
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any, ClassVar
-from unittest import SkipTest
+from unittest import SkipTest, mock
+
+import numpy as np
 
 from app.llm.base import BackendError, LLMBackend
 from app.llm.fake import FakeBackend
 from app.methods import registry
 from app.methods.base import Counts, Method, MethodPlan, ParamsError
 from app.privacy.accounting import Accounting, accountant_for
+from app.privacy.empirical import AuditBound, epsilon_lower_bound
 from app.privacy.events import from_dict, to_dict
+from app.privacy.releases import recording, uncovered
 from app.privacy.rng import make_rng
 from app.privacy.unit import DEFAULT_DELTA, release_counts
 from app.results import SynthesisResult
 from app.synthesis.data import Record
+from app.synthesis.record_text import RecordText
 from app.synthesis.tasks import TaskKind, TaskSpec
 
 #: In every record's text: it must never be found in an error or a non-DP output.
 CANARY = "CANARYRECORD"
+
+#: Counts of records from this size on are looked for in a run's text (smaller numbers, a
+#: label with one record, are as likely a list's numbering).
+DISTINCT_COUNT = 10
 
 #: The contract's task: two labels the fake backend writes (it answers ``w{n}``).
 CONTRACT_TASK = TaskSpec(
@@ -75,6 +89,13 @@ class MethodContract:
     # The run's stats that are functions of its DP outputs (they may differ between
     # neighbouring datasets); every other stat must not.
     dp_stats: ClassVar[Sequence[str]] = ()
+    # The seeded-run clause: runs compared, each under other global random states.
+    repeats: ClassVar[int] = 8
+    # The empirical audit: runs per dataset, the epsilon its jobs are planned at, and the
+    # chance that an honest method fails it (docs/service.md, "The empirical audit").
+    audit_runs: ClassVar[int] = 12000
+    audit_epsilon: ClassVar[float] = 2.0
+    audit_alpha: ClassVar[float] = 0.01
 
     # --- what the runs are made of (override where the method needs otherwise) ----------
 
@@ -122,6 +143,104 @@ class MethodContract:
         public = self.public() if self.method.reads_public else []
         return plan.run(records, self.backend(), None, public)
 
+    def hard_datasets(self) -> dict[str, list[Record]]:
+        """D, and D with one record that a method may stumble on: a long one, an empty one,
+        one of odd characters and one whose label is not the task's (each with the canary
+        but the empty one), so that every error path's message is read too."""
+        records = self.records()
+        label = self.task.labels[0]
+        odd = f"{CANARY} \u202e\t\u00e9\u0000 \U0001f600 <b>&amp;</b> \\n end"
+        extra = {
+            "long": Record(f"{CANARY} " + "a long private sentence " * 200, label),
+            "empty": Record("", label),
+            "odd": Record(odd, label),
+            "unknown label": Record(f"{CANARY} with a label of its own here", "no-such-label"),
+        }
+        return {"D": records, **{name: [*records, r] for name, r in extra.items()}}
+
+    def everything_said(self, records: list[Record]) -> tuple[str, str]:
+        """All a run on ``records`` says (its result's JSON, its progress, or its error's
+        words), and the part where a number would be a count (demonstrations, prompt and
+        error: stats and plan hold numbers of their own)."""
+        progress: list[tuple[int, int]] = []
+        plan = self.method.plan(self.task, self.config(), self.counts())
+        public = self.public() if self.method.reads_public else []
+        try:
+            result = plan.run(records, self.backend(), lambda d, t: progress.append((d, t)), public)
+        except Exception as error:  # whatever it raises, its words are read
+            words = _words(error)
+            return words, words
+        data = result.to_dict()
+        text = json.dumps([data["demonstrations"], data["prompt"]], ensure_ascii=False)
+        return json.dumps([data, progress], ensure_ascii=False) + "\n" + text, text
+
+    def audit_plan(self, accounting: Accounting, seed: int) -> MethodPlan:
+        """The plan the audit and the release clause run: :attr:`audit_epsilon` under
+        ``accounting`` (paper: the counts declared public, as the service requires);
+        :class:`_NotPlannedError` when the method cannot be planned so."""
+        try:
+            config = self.method.configure(
+                self.task,
+                epsilon=self.audit_epsilon,
+                delta=None,
+                shots=self.shots,
+                accounting=accounting,
+                params=dict(self.params),
+                seed=seed,
+            )
+            counts = self.counts()
+            if accounting is Accounting.PAPER and counts.source is not None:
+                sizes = Counter(r.label for r in self.records())
+                counts = Counts.declared(dict(sizes), counts.public)
+            return self.method.plan(self.task, config, counts)
+        except (ValueError, TypeError) as error:  # refused: the method claims no such plan
+            if accounting is Accounting.TIGHT:
+                raise
+            raise _NotPlannedError(str(error)) from None
+
+    def run_plan(self, plan: MethodPlan, records: list[Record]) -> SynthesisResult:
+        public = self.public() if self.method.reads_public else []
+        return plan.run(records, self.backend(), None, public)
+
+    def audit_views(self, result: SynthesisResult) -> dict[str, Any]:
+        """What the audit compares of a run: the labels released (as a multiset), the
+        demonstrations in order, and the DP stats; coarse views make outputs repeat."""
+        labels = Counter(d.label for d in result.demonstrations)
+        stats = {k: v for k, v in result.stats.items() if k in self.dp_stats}
+        return {
+            "labels": tuple(sorted(labels.items())),
+            "demonstrations": tuple((d.label, d.text) for d in result.demonstrations),
+            "stats": json.dumps(stats, sort_keys=True),
+        }
+
+    def audit(
+        self, accounting: Accounting, first: list[Record], second: list[Record]
+    ) -> tuple[float, AuditBound]:
+        """The claimed epsilon and the audit's bound for ``first`` against ``second``."""
+        claimed = self.audit_plan(accounting, seed=0).epsilon()
+        views: tuple[list[dict[str, Any]], list[dict[str, Any]]] = ([], [])
+        for seed in range(self.audit_runs):
+            plan = self.audit_plan(accounting, seed=10_000 + seed)
+            for sample, records in zip(views, (first, second), strict=True):
+                sample.append(self.audit_views(self.run_plan(plan, records)))
+        bound = epsilon_lower_bound(
+            *views, delta=DEFAULT_DELTA, alpha=self.audit_alpha, select_fraction=0.25
+        )
+        return claimed, bound
+
+    def assert_audit(
+        self, accounting: Accounting, first: list[Record], second: list[Record]
+    ) -> None:
+        try:
+            claimed, bound = self.audit(accounting, first, second)
+        except _NotPlannedError as refused:
+            raise SkipTest(f"not planned under {accounting.value} accounting: {refused}") from None
+        assert bound.epsilon <= claimed, (
+            f"the outputs show epsilon >= {bound.epsilon:.3f} with confidence "
+            f"{1 - self.audit_alpha:g}, the event charges {claimed:.3f} ({bound.view} "
+            f"{bound.event}: {bound.p_first:.4f} on D, {bound.p_second:.4f} on D')"
+        )
+
     # --- the clauses ------------------------------------------------------------------------
 
     def test_the_plan_prices_what_the_ledger_reserves(self) -> None:
@@ -147,9 +266,79 @@ class MethodContract:
         assert stored_row(self.method.rebuild(self.task, rebuilt.stored())) == again
 
     def test_a_seeded_run_repeats(self) -> None:
-        """Fails a run that draws from an unseeded source (the CLI's ``--seed``, the tests)."""
+        """Fails a run that draws from an unseeded source (the CLI's ``--seed``, the tests):
+        :attr:`repeats` runs of one seed, each with Python's and numpy's global generators
+        seeded apart and every unseeded numpy generator or OS draw made apart and noted,
+        must agree, and none may make such a draw."""
         records = self.records()
-        assert self.run(records).to_dict() == self.run(records).to_dict()
+        results, draws = [], []
+        for repeat in range(self.repeats):
+            with _entropy_traps(repeat) as made:
+                results.append(self.run(records).to_dict())
+            draws += made
+        assert not draws, f"the run drew from an unseeded source: {sorted(set(draws))}"
+        for repeat, result in enumerate(results[1:], start=1):
+            assert result == results[0], f"run {repeat} of one seed differs from run 0"
+
+    def test_no_record_or_count_in_any_output(self) -> None:
+        """Fails a method that writes a canary, a record's text (24 characters of it,
+        :mod:`app.synthesis.record_text`) or an exact count of records in anything a run
+        says: its demonstrations, prompt, stats, plan, event, progress or error, on D and on
+        datasets made to reach its error paths (:meth:`hard_datasets`)."""
+        for name, records in self.hard_datasets().items():
+            said, numbers = self.everything_said(records)
+            counts = {len(records), *Counter(r.label for r in records).values()}
+            exact = sorted(n for n in counts if n >= DISTINCT_COUNT)
+            assert CANARY not in said, f"{name}: the canary is in the run's output or error"
+            assert not RecordText.of(records).quoted_in(said), f"{name}: record text in it"
+            counted = [n for n in exact if re.search(rf"(?<![\w.]){n}(?![\w.])", numbers)]
+            assert not counted, f"{name}: an exact count of records ({counted}) in its text"
+
+    def test_the_event_charges_what_ran(self) -> None:
+        """Fails a run that releases more than its plan's event charges: every release is
+        drawn through :mod:`app.privacy.releases` (which records the mechanism, its noise
+        and its sensitivity), and what they cost together, unamplified, must not exceed
+        what the event's primitives cost the same way (:func:`~app.privacy.releases.uncovered`),
+        under each relation the method is planned for; a run that draws no noise through
+        them while its event charges fails too."""
+        for accounting in (Accounting.TIGHT, Accounting.PAPER):
+            try:
+                plan = self.audit_plan(accounting, seed=11)
+            except _NotPlannedError:
+                continue
+            with recording() as log:
+                self.run_plan(plan, self.records())
+            relation = accountant_for(accounting).relation.value
+            problem = uncovered(plan.event(), log, relation)
+            assert problem is None, f"{accounting.value} accounting: {problem}"
+
+    def test_the_outputs_show_no_more_than_add_or_remove_charges(self) -> None:
+        """Fails a method whose outputs on D and on D minus one record, over
+        :attr:`audit_runs` seeded runs each, show a larger epsilon than its event charges,
+        with confidence ``1 - audit_alpha`` (:func:`app.privacy.empirical.epsilon_lower_bound`).
+        Catches an event that undercounts the releases, a wrong sensitivity, noise from a
+        generator the seed does not set, and a leak the other clauses cannot name."""
+        records = self.records()
+        self.assert_audit(Accounting.TIGHT, records, records[:-1])
+
+    def test_the_outputs_show_no_more_than_replace_one_charges(self) -> None:
+        """As the add/remove audit, for a method planned under paper accounting
+        (replace-one): D against D with its last record relabelled, or, for a method whose
+        run refuses records other than the declared counts it was planned on, with its last
+        record's text replaced (skipped when the method cannot be planned so)."""
+        records = self.records()
+        last = records[-1]
+        relabelled = [*records[:-1], Record(last.text, self.task.labels[0])]
+        try:
+            self.run_plan(self.audit_plan(Accounting.PAPER, seed=0), relabelled)
+        except _NotPlannedError:
+            pass  # assert_audit skips
+        except ValueError:  # a plan bound to the declared counts: keep them, swap the text
+            relabelled = [
+                *records[:-1],
+                Record(f"{CANARY} another record {last.label}", last.label),
+            ]
+        self.assert_audit(Accounting.PAPER, records, relabelled)
 
     def test_only_dp_outputs_differ_between_neighbours(self) -> None:
         """Fails a method that writes anything but its DP outputs differently for D, D with
@@ -212,6 +401,46 @@ class MethodContract:
             assert param.name in fields, f"{param.name}: not in the dashboard's job form"
             for command, flags in options.items():  # jobs submit: any flag (forwarded)
                 assert param.flag in flags, f"{param.flag}: not an option of dpsyn {command}"
+
+
+class _NotPlannedError(Exception):
+    """The method cannot be planned under this accounting (it claims no such relation)."""
+
+
+@contextmanager
+def _entropy_traps(repeat: int) -> Iterator[list[str]]:
+    """Python's and numpy's global generators seeded by ``repeat``; an unseeded numpy
+    generator (``np.random.default_rng()``) or an OS draw (``secrets``) made from a seed of
+    ``repeat``'s and noted in the list yielded. A run that repeats across these is seeded."""
+    made: list[str] = []
+    default_rng = np.random.default_rng
+
+    def unseeded_rng(seed: Any = None) -> np.random.Generator:
+        if seed is None:
+            made.append("numpy.random.default_rng()")
+            seed = [repeat, 7]
+        return default_rng(seed)
+
+    def noted(name: str, real: Callable[..., Any]) -> Callable[..., Any]:
+        def draw(*args: Any, **kwargs: Any) -> Any:
+            made.append(name)
+            return real(*args, **kwargs)
+
+        return draw
+
+    state = random.getstate(), np.random.get_state()
+    random.seed(repeat)
+    np.random.seed(repeat)
+    try:
+        with (
+            mock.patch("numpy.random.default_rng", unseeded_rng),
+            mock.patch("secrets.randbits", noted("secrets.randbits", secrets.randbits)),
+            mock.patch("secrets.token_bytes", noted("secrets.token_bytes", secrets.token_bytes)),
+        ):
+            yield made
+    finally:
+        random.setstate(state[0])
+        np.random.set_state(state[1])
 
 
 def stored_row(plan: MethodPlan) -> dict[str, Any]:

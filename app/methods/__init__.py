@@ -74,6 +74,14 @@ _EXPORTS = {
     "Progress": "app.results",
     "SynthesisResult": "app.results",
     "demonstration_prompt": "app.synthesis.prompts",
+    "public_prompt": "app.synthesis.prompts",
+    # privacy noise: the job's generator, and the mechanism functions that draw from it and
+    # record each release (the method contract holds the record to the plan's event)
+    "make_rng": "app.privacy.rng",
+    "gaussian_release": "app.privacy.releases",
+    "laplace_release": "app.privacy.releases",
+    "report_noisy_max": "app.privacy.releases",
+    "randomized_response": "app.privacy.releases",
 }
 __all__ = [
     "COUNT_RELEASE_SHARE",
@@ -112,12 +120,18 @@ __all__ = [
     "count_noise_multiplier",
     "declare",
     "demonstration_prompt",
+    "gaussian_release",
+    "laplace_release",
     "local_release",
+    "make_rng",
     "plan_local",
     "posterior_mean",
+    "public_prompt",
+    "randomized_response",
     "register",
     "registered",
     "release_counts",
+    "report_noisy_max",
     "smallest_noise",
     "to_dict",
     "unregister",
@@ -141,6 +155,13 @@ if TYPE_CHECKING:  # the same names, for type checkers (at run time: __getattr__
         to_dict,
     )
     from app.privacy.noise_search import CalibrationError, smallest_noise
+    from app.privacy.releases import (
+        gaussian_release,
+        laplace_release,
+        randomized_response,
+        report_noisy_max,
+    )
+    from app.privacy.rng import make_rng
     from app.privacy.unit import (
         COUNT_RELEASE_SHARE,
         DEFAULT_DELTA,
@@ -152,7 +173,7 @@ if TYPE_CHECKING:  # the same names, for type checkers (at run time: __getattr__
     )
     from app.results import Demonstration, Progress, SynthesisResult
     from app.synthesis.data import Record
-    from app.synthesis.prompts import demonstration_prompt
+    from app.synthesis.prompts import demonstration_prompt, public_prompt
     from app.synthesis.tasks import TaskSpec
 
     from .base import (

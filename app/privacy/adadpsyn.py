@@ -18,6 +18,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from app.privacy import releases
+from app.privacy.events import GaussianEvent, Sensitivity
 from app.privacy.geometry import (
     SIMPLEX_RADIUS,
     clip_towards_uniform,
@@ -219,12 +221,15 @@ def pooled_aggregate_steps(
             values = np.where(has_ball[:, None], projected, means)
         radius = np.where(has_ball, ball_radius, start)
         std = 2.0 * radius * params.sigma1 / M  # projected_mean_mechanism's, per step
-        noisy = values + rng.normal(0.0, std[:, None], size=(S, K))
+        mechanisms = _mean_mechanisms(has_ball, radius, M, K, params)
+        noisy = releases.gaussian_release_rows(
+            values, [_drawn(m, s) for m, s in zip(mechanisms, std, strict=True)], rng
+        )
         radii[:, j] = radius
         weighted = weighted + noisy / radius[:, None] ** 2
         weight = weight + 1.0 / radius**2
         if released is not None:
-            released.extend(_mean_mechanisms(has_ball, radius, M, K, params))
+            released.extend(mechanisms)
         return project_onto_simplex(weighted / weight[:, None])
 
     centre = release_means(0)
@@ -241,7 +246,8 @@ def pooled_aggregate_steps(
         active &= ~too_big
         live = rows[active]
         if live.size:
-            noisy = coverage.release(counts_within(probs[live], centre[live], candidate[live]), rng)
+            within = counts_within(probs[live], centre[live], candidate[live])
+            noisy = coverage.release(within, rng, rows=live.size)
             if released is not None:
                 released.extend(coverage for _ in live)
             passed = noisy >= threshold
@@ -255,6 +261,12 @@ def pooled_aggregate_steps(
 
     rounds = np.count_nonzero(checks == 1, axis=1)
     return PooledSteps(centre, radii, checks, rounds, list(stopped), targets)
+
+
+def _drawn(mechanism: GaussianMechanism, std: float) -> GaussianEvent:
+    """A step's mean as drawn: noise ``std`` (the projected mean's formula, per step) on a
+    query of ``mechanism``'s sensitivity, so the record shows any gap between the two."""
+    return GaussianEvent(float(std), sensitivity=Sensitivity(*[mechanism.sensitivity] * 2))
 
 
 def _mean_mechanisms(

@@ -32,10 +32,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from app.privacy import releases
 from app.privacy.accounting import Accounting, accountant_for, sampling_for
 from app.privacy.budget import is_epsilon
 from app.privacy.calibration import MAX_MULTIPLIER, MIN_MULTIPLIER, CalibrationError
-from app.privacy.events import DpsgdEvent, GaussianEvent
+from app.privacy.events import DpsgdEvent, GaussianEvent, Sensitivity
 from app.privacy.noise_search import smallest_noise
 from app.privacy.sampling import Sampling
 
@@ -178,6 +179,6 @@ def noisy_clipped_sum(
         raise ValueError(f"per-example gradients must be B x D, got shape {grads.shape}")
     total = clip_rows(grads, clip_norm).sum(axis=0)
     std = noise_multiplier * clip_norm
-    if std > 0:
-        total = total + rng.normal(0.0, std, size=total.shape)
+    sensitivity = Sensitivity(add_or_remove=clip_norm, replace_one=2 * clip_norm)  # CLIPPED_SUM
+    total = releases.gaussian_release(total, GaussianEvent(std, sensitivity=sensitivity), rng)
     return total.reshape(shape) if shape is not None else total

@@ -16,7 +16,8 @@ from enum import StrEnum
 
 import numpy as np
 
-from app.privacy.events import GaussianEvent
+from app.privacy import releases
+from app.privacy.events import GaussianEvent, Sensitivity
 
 
 class Relation(StrEnum):
@@ -52,12 +53,22 @@ class GaussianMechanism:
         """Standard deviation of the added noise."""
         return self.noise_multiplier * self.sensitivity
 
-    def release(self, value: np.ndarray | float, rng: np.random.Generator) -> np.ndarray:
-        """Return ``value`` plus fresh Gaussian noise of standard deviation :attr:`std`."""
+    def release(
+        self, value: np.ndarray | float, rng: np.random.Generator, rows: int = 1
+    ) -> np.ndarray:
+        """Return ``value`` plus fresh Gaussian noise of standard deviation :attr:`std`,
+        drawn through :func:`app.privacy.releases.gaussian_release` (which records it). ``rows``:
+        ``value`` holds that many separate releases of this mechanism, one per entry along
+        its first axis (the token loop's stacked steps), each of this sensitivity."""
         value = np.asarray(value, dtype=float)
-        if self.std == 0.0:
-            return value.copy()
-        return value + rng.normal(0.0, self.std, size=value.shape)
+        return releases.gaussian_release(value, self.described(), rng, rows=rows)
+
+    def described(self) -> GaussianEvent:
+        """One release as a primitive event in the noise's units: std :attr:`std`, L2
+        sensitivity :attr:`sensitivity` under the relation in force (stated for both: each
+        caller's docstring says which relation it analysed)."""
+        both = Sensitivity(self.sensitivity, self.sensitivity)
+        return GaussianEvent(self.std, sensitivity=both)
 
     def event(self) -> GaussianEvent:
         """What the accountant needs to know about one release."""

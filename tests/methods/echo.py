@@ -21,6 +21,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+import numpy as np
 from pydantic import Field
 
 from app.methods import (
@@ -41,6 +42,8 @@ from app.methods import (
     accountant_for,
     declare,
     demonstration_prompt,
+    gaussian_release,
+    make_rng,
     to_dict,
 )
 
@@ -74,8 +77,8 @@ class EchoPlan(MethodPlan):
     def event(self) -> GaussianEvent:
         """The charge of a Gaussian histogram of the label counts at :data:`NOISE`: L2
         sensitivity 1 under add/remove (one count moves by 1) and sqrt(2) under replace-one
-        (two counts move by 1). A stand-in: no mechanism reads a record, what the job
-        releases is the task's label names, public text."""
+        (two counts move by 1). The run draws it and releases nothing of it: what the job
+        says is the task's label names, public text."""
         return GaussianEvent(NOISE, sensitivity=Sensitivity(add_or_remove=1.0, replace_one=2**0.5))
 
     def epsilon(self) -> float:
@@ -102,7 +105,12 @@ class EchoPlan(MethodPlan):
         progress: Progress | None,
         public: Sequence[str] = (),
     ) -> SynthesisResult:
-        del records, public  # what it releases is public text only
+        del public
+        # The release its event charges: the label counts with Gaussian noise, drawn through
+        # the project's mechanism function (which records it). Echo then says public text
+        # only, so the noisy counts go no further.
+        counts = np.array([sum(r.label == label for r in records) for label in self.task.labels])
+        gaussian_release(counts, self.event(), make_rng(self.config.seed))
         demos = []
         for i in range(self.config.shots):
             label = self.task.labels[i % len(self.task.labels)]

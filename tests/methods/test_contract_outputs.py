@@ -1,0 +1,37 @@
+"""The contract's clauses on what a method releases (issue 52), on the noisy-majority plug-in
+(tests/methods/noisy_max.py): the honest method passes every clause, and each bug issue 52's
+reviewer planted fails the clause that names it."""
+
+from __future__ import annotations
+
+import pytest
+
+from app.contract import MethodContract
+from tests.methods.noisy_max import NOISY_MAJORITY, NoisyMajority
+
+
+class TestNoisyMajority(MethodContract):
+    method = NOISY_MAJORITY
+    dp_stats = ("demonstrations",)
+
+
+#: Each planted bug, and the clauses that must fail it.
+CAUGHT_BY = {
+    "one_event_many_releases": (
+        "test_the_event_charges_what_ran",
+        "test_the_outputs_show_no_more_than_add_or_remove_charges",
+    ),
+    "replace_one_sensitivity": ("test_the_outputs_show_no_more_than_replace_one_charges",),
+    "count_in_text": ("test_no_record_or_count_in_any_output",),
+    "record_as_demo": ("test_no_record_or_count_in_any_output",),
+    "record_in_data_check": ("test_no_record_or_count_in_any_output",),
+    "unseeded_shuffle": ("test_a_seeded_run_repeats",),
+    "unseeded_noise": ("test_a_seeded_run_repeats",),
+}
+
+
+@pytest.mark.parametrize(("flaw", "clause"), [(f, c) for f, cs in CAUGHT_BY.items() for c in cs])
+def test_each_planted_bug_fails_its_clause(flaw: str, clause: str) -> None:
+    contract = type("Contract", (TestNoisyMajority,), {"method": NoisyMajority(flaw)})()
+    with pytest.raises(AssertionError):
+        getattr(contract, clause)()
