@@ -14,6 +14,7 @@ accountant charges and combines them (docs/privacy.md, "AdaDPSyn variants").
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -221,15 +222,11 @@ def pooled_aggregate_steps(
             values = np.where(has_ball[:, None], projected, means)
         radius = np.where(has_ball, ball_radius, start)
         std = 2.0 * radius * params.sigma1 / M  # projected_mean_mechanism's, per step
-        mechanisms = _mean_mechanisms(has_ball, radius, M, K, params)
-        noisy = releases.gaussian_release_rows(
-            values, [_drawn(m, s) for m, s in zip(mechanisms, std, strict=True)], rng
-        )
+        _note_means(lambda: _mean_mechanisms(has_ball, radius, M, K, params), std, released)
+        noisy = values + rng.normal(0.0, std[:, None], size=(S, K))
         radii[:, j] = radius
         weighted = weighted + noisy / radius[:, None] ** 2
         weight = weight + 1.0 / radius**2
-        if released is not None:
-            released.extend(mechanisms)
         return project_onto_simplex(weighted / weight[:, None])
 
     centre = release_means(0)
@@ -263,10 +260,23 @@ def pooled_aggregate_steps(
     return PooledSteps(centre, radii, checks, rounds, list(stopped), targets)
 
 
-def _drawn(mechanism: GaussianMechanism, std: float) -> GaussianEvent:
-    """A step's mean as drawn: noise ``std`` (the projected mean's formula, per step) on a
-    query of ``mechanism``'s sensitivity, so the record shows any gap between the two."""
-    return GaussianEvent(float(std), sensitivity=Sensitivity(*[mechanism.sensitivity] * 2))
+def _note_means(
+    mechanisms_of: Callable[[], list[GaussianMechanism]],
+    std: np.ndarray,
+    released: list[GaussianMechanism] | None,
+) -> None:
+    """Record each step's mean as drawn (:mod:`app.privacy.releases`): noise ``std`` (the
+    projected mean's formula, per step) on a query of its mechanism's sensitivity, so the
+    record shows any gap between the two; and hand the mechanisms to ``released``. Only
+    when someone listens: the planner runs thousands of steps through here."""
+    if released is None and not releases.recording_now():
+        return
+    mechanisms = mechanisms_of()
+    for mechanism, drawn in zip(mechanisms, std, strict=True):
+        both = Sensitivity(mechanism.sensitivity, mechanism.sensitivity)
+        releases.record(GaussianEvent(float(drawn), sensitivity=both))
+    if released is not None:
+        released.extend(mechanisms)
 
 
 def _mean_mechanisms(

@@ -7,8 +7,7 @@ through the functions below, each given the primitive event that describes that 
 (its noise and its sensitivity under each relation) and the job's generator
 (:func:`app.privacy.rng.make_rng`, from the config's seed: none in production):
 
-* :func:`gaussian_release` (and :func:`gaussian_release_rows`): ``value + N(0, sigma^2)``
-  per coordinate, a :class:`GaussianEvent`;
+* :func:`gaussian_release`: ``value + N(0, sigma^2)`` per coordinate, a :class:`GaussianEvent`;
 * :func:`laplace_release`: ``value + Laplace(b)`` per coordinate, a :class:`LaplaceEvent`;
 * :func:`report_noisy_max`: the index of the largest of ``scores + Laplace(1/epsilon)``, a
   :class:`PureDpEvent` (the scores move by at most ``sensitivity`` in L1 between neighbours:
@@ -74,6 +73,11 @@ def recording() -> Iterator[list[Release]]:
         _log.reset(token)
 
 
+def recording_now() -> bool:
+    """Whether a :func:`recording` context is open here (to skip building what it notes)."""
+    return _log.get() is not None
+
+
 def record(event: Single, rows: int = 1) -> None:
     """Note ``rows`` releases, each described by ``event`` (a no-op unless recording)."""
     log = _log.get()
@@ -99,21 +103,6 @@ def gaussian_release(
     if event.noise_multiplier == 0.0:
         return value.copy()
     return value + rng.normal(0.0, event.noise_multiplier, size=value.shape)
-
-
-def gaussian_release_rows(
-    values: np.ndarray, events: list[GaussianEvent], rng: np.random.Generator
-) -> np.ndarray:
-    """Each row of ``values`` plus its own event's Gaussian noise: ``len(events)`` releases,
-    drawn at once (the token loop's stacked steps)."""
-    values = np.asarray(values, dtype=float)
-    if values.shape[0] != len(events):
-        raise ValueError(f"{values.shape[0]} rows but {len(events)} events")
-    for event in events:
-        _one(event)
-        record(event)
-    std = np.array([event.noise_multiplier for event in events])
-    return values + rng.normal(0.0, std.reshape(-1, *([1] * (values.ndim - 1))), size=values.shape)
 
 
 def laplace_release(

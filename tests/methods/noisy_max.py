@@ -72,6 +72,7 @@ class NoisyMajorityPlan(MethodPlan):
     task: TaskSpec
     config: NoisyMajorityConfig
     flaw: str = ""
+    factor: float = 1.0  # each release runs at this many times what its event says
 
     @property
     def delta(self) -> float:
@@ -127,7 +128,7 @@ class NoisyMajorityPlan(MethodPlan):
         rng = (
             np.random.default_rng() if self.flaw == "unseeded_noise" else make_rng(self.config.seed)
         )
-        release = PureDpEvent(self.unit, sensitivity=self.sensitivity)
+        release = PureDpEvent(self.unit * self.factor, sensitivity=self.sensitivity)
         demos = []
         for i in range(self.config.shots):
             label = self.task.labels[report_noisy_max(scores, release, rng)]
@@ -171,17 +172,20 @@ class NoisyMajority(Method):
     verb = "picking"
     public_stat_names = ("demonstrations",)
 
-    def __init__(self, flaw: str = "") -> None:
+    def __init__(self, flaw: str = "", factor: float = 1.0) -> None:
+        """``flaw``: one of :data:`FLAWS` planted ("": none); ``factor``: every release
+        runs at that many times the epsilon its event states (under-priced by it; the
+        audit's power is measured on it, bench/contract_audit.py)."""
         if flaw and flaw not in FLAWS:
             raise ValueError(f"no such flaw: {flaw}")
-        self.flaw = flaw
+        self.flaw, self.factor = flaw, factor
 
     def plan(self, task: TaskSpec, config: NoisyMajorityConfig, counts: Counts) -> MethodPlan:
         del counts
-        return NoisyMajorityPlan(task, config, self.flaw)
+        return NoisyMajorityPlan(task, config, self.flaw, self.factor)
 
     def rebuild(self, task: TaskSpec, stored: Stored) -> MethodPlan:
-        return NoisyMajorityPlan(task, self.stored_config(stored), self.flaw)
+        return NoisyMajorityPlan(task, self.stored_config(stored), self.flaw, self.factor)
 
 
 NOISY_MAJORITY = NoisyMajority()

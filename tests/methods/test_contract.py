@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from app.contract import FailingBackend, MethodContract
-from app.methods import declare
+from app.methods import Demonstration, declare, gaussian_release, make_rng
 from app.methods.registry import get_method
 from tests.methods.echo import ECHO, Echo, EchoConfig, EchoPlan
 
@@ -102,6 +102,13 @@ class _BrokenPlan(EchoPlan):
             result.stats["records"] = len(records)
         if self.flaw == "unseeded":
             result.stats["draw"] = float(np.random.default_rng().random())
+        if self.flaw == "leak":  # a record said as a demonstration
+            result.demonstrations[0] = Demonstration(records[0].label, records[0].text)
+        if self.flaw == "releases":  # draws its histogram once more than its event charges
+            gaussian_release(np.zeros(2), self.event(), make_rng(0))
+        if self.flaw == "tells":  # a demonstration that says whether the dataset is whole
+            whole = len(records) == 2 * 16
+            result.demonstrations[0] = Demonstration(self.task.labels[whole], "echo")
         if self.flaw == "error":
             try:
                 for record in records:  # asks the model about each record
@@ -128,6 +135,9 @@ def _broken(flaw: str, flags: dict[str, str] | None = None) -> Echo:
         ("counts", "test_only_dp_outputs_differ_between_neighbours"),
         ("unseeded", "test_a_seeded_run_repeats"),
         ("error", "test_no_record_reaches_an_error"),
+        ("leak", "test_no_record_or_count_in_any_output"),
+        ("releases", "test_the_event_charges_what_ran"),
+        ("tells", "test_the_outputs_show_no_more_than_add_or_remove_charges"),
     ],
 )
 def test_each_clause_fails_the_method_that_breaks_it(flaw: str, clause: str) -> None:

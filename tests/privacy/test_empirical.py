@@ -92,13 +92,6 @@ def test_clopper_pearson_matches_scipys_exact_binomial_interval(
     assert (lower == 0.0) == (k == 0) and (upper == 1.0) == (k == n)
 
 
-def test_clopper_pearson_matches_statsmodels() -> None:
-    proportion = pytest.importorskip("statsmodels.stats.proportion")
-    for k, n, alpha in GRID:
-        low, high = proportion.proportion_confint(k, n, alpha=2 * alpha, method="beta")
-        assert clopper_pearson(k, n, alpha) == pytest.approx((low, high), rel=1e-9, abs=1e-12)
-
-
 def test_clopper_pearson_covers_at_its_level() -> None:
     """Coverage from the definition, by exact binomial sums: P(p < lower) <= alpha."""
     n, alpha = 40, 0.05
