@@ -175,16 +175,17 @@ class MethodContract:
         text = json.dumps([data["demonstrations"], data["prompt"]], ensure_ascii=False)
         return json.dumps([data, progress], ensure_ascii=False) + "\n" + text, text
 
-    def audit_plan(self, accounting: Accounting, seed: int) -> MethodPlan:
+    def audit_plan(self, accounting: Accounting, seed: int, shots: int | None = None) -> MethodPlan:
         """The plan the audit and the release clause run: :attr:`audit_epsilon` under
-        ``accounting`` (paper: the counts declared public, as the service requires);
-        :class:`_NotPlannedError` when the method cannot be planned so."""
+        ``accounting`` (paper: the counts declared public, as the service requires) with
+        ``shots`` (None: :attr:`shots`); :class:`_NotPlannedError` when the method cannot
+        be planned so."""
         try:
             config = self.method.configure(
                 self.task,
                 epsilon=self.audit_epsilon,
                 delta=None,
-                shots=self.shots,
+                shots=self.shots if shots is None else shots,
                 accounting=accounting,
                 params=dict(self.params),
                 seed=seed,
@@ -215,13 +216,17 @@ class MethodContract:
         }
 
     def audit(
-        self, accounting: Accounting, first: list[Record], second: list[Record]
+        self,
+        accounting: Accounting,
+        first: list[Record],
+        second: list[Record],
+        shots: int | None = None,
     ) -> tuple[float, AuditBound]:
         """The claimed epsilon and the audit's bound for ``first`` against ``second``."""
-        claimed = self.audit_plan(accounting, seed=0).epsilon()
+        claimed = self.audit_plan(accounting, seed=0, shots=shots).epsilon()
         views: tuple[list[dict[str, Any]], list[dict[str, Any]]] = ([], [])
         for seed in range(self.audit_runs):
-            plan = self.audit_plan(accounting, seed=self.audit_seed + seed)
+            plan = self.audit_plan(accounting, seed=self.audit_seed + seed, shots=shots)
             for sample, records in zip(views, (first, second), strict=True):
                 sample.append(self.audit_views(self.run_plan(plan, records)))
         bound = epsilon_lower_bound(
@@ -230,10 +235,14 @@ class MethodContract:
         return claimed, bound
 
     def assert_audit(
-        self, accounting: Accounting, first: list[Record], second: list[Record]
+        self,
+        accounting: Accounting,
+        first: list[Record],
+        second: list[Record],
+        shots: int | None = None,
     ) -> None:
         try:
-            claimed, bound = self.audit(accounting, first, second)
+            claimed, bound = self.audit(accounting, first, second, shots)
         except _NotPlannedError as refused:
             raise SkipTest(f"not planned under {accounting.value} accounting: {refused}") from None
         assert bound.epsilon <= claimed, (
@@ -326,12 +335,15 @@ class MethodContract:
         """As the add/remove audit, for a method planned under paper accounting
         (replace-one): D against D with its last record relabelled, or, for a method whose
         run refuses records other than the declared counts it was planned on, with its last
-        record's text replaced (skipped when the method cannot be planned so)."""
+        record's text replaced (skipped when the method cannot be planned so). One shot
+        (for a method with shots): a wrong sensitivity shows most where the whole budget
+        is on one release, as an undercounted release shows most with several."""
         records = self.records()
         last = records[-1]
         relabelled = [*records[:-1], Record(last.text, self.task.labels[0])]
+        shots = 1 if self.method.shots_param is not None else None
         try:
-            self.run_plan(self.audit_plan(Accounting.PAPER, seed=0), relabelled)
+            self.run_plan(self.audit_plan(Accounting.PAPER, seed=0, shots=shots), relabelled)
         except _NotPlannedError:
             pass  # assert_audit skips
         except ValueError:  # a plan bound to the declared counts: keep them, swap the text
@@ -339,7 +351,7 @@ class MethodContract:
                 *records[:-1],
                 Record(f"{CANARY} another record {last.label}", last.label),
             ]
-        self.assert_audit(Accounting.PAPER, records, relabelled)
+        self.assert_audit(Accounting.PAPER, records, relabelled, shots)
 
     def test_only_dp_outputs_differ_between_neighbours(self) -> None:
         """Fails a method that writes anything but its DP outputs differently for D, D with

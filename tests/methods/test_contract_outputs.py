@@ -6,13 +6,21 @@ from __future__ import annotations
 
 import pytest
 
-from app.contract import MethodContract
+from app.contract import FailingBackend, MethodContract
 from tests.methods.noisy_max import NOISY_MAJORITY, NoisyMajority
 
 
 class TestNoisyMajority(MethodContract):
     method = NOISY_MAJORITY
     dp_stats = ("demonstrations",)
+
+    def test_no_record_reaches_an_error(self) -> None:
+        """It asks no model: a failing one changes nothing (the contract's clause skips)."""
+        plan = self.plan()
+        failing = FailingBackend(self.backend())
+        assert plan.run(self.records(), failing, None) == plan.run(
+            self.records(), self.backend(), None
+        )
 
 
 #: Each planted bug, and the clauses that must fail it.
