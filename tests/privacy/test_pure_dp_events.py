@@ -185,8 +185,10 @@ def test_they_compose_round_trip_and_read_in_a_dataset_event():
     )
     assert from_dict(to_dict(job)) == job
     assert describe_event(job) == (
-        "PartitionEvent('billing', ComposedEvent(GaussianEvent(4), PureDpEvent(0.2, count=5), "
-        "RandomizedResponseEvent(0.5, num_buckets=3)))"
+        "PartitionEvent('billing', ComposedEvent(GaussianEvent(4; L2 sensitivity add/remove 1, "
+        "replace-one 1), PureDpEvent(0.2, count=5; sensitivity add/remove 1, replace-one 1), "
+        "RandomizedResponseEvent(0.5, num_buckets=3; one bucket change under add/remove, "
+        "replace-one)))"
     )
     tight = TightPldAccountant()
     alone = tight.epsilon(ComposedEvent((GaussianEvent(4.0),)), DELTA)
