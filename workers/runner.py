@@ -149,7 +149,7 @@ class DatabaseUnavailableError(Exception):
 EXPECTED = (NotRunnableError, JobTimeoutError, *BACKEND_FAILURES)
 # Failures recorded with their own message (PateError is a SynthesisError), once it passed
 # the record-text check: method code raises them, a plug-in's as much as ours, so what the
-# message says is the method author's choice and is checked, not trusted (issue 52).
+# message says is the method author's choice and is checked, not trusted.
 OWN_MESSAGE = (NotRunnableError, SynthesisError, CalibrationError, TaskError, ScoringError)
 
 
@@ -333,9 +333,10 @@ def _describe(
 
 
 def _log_failure(err: Exception, job_id: str, message: str) -> None:
-    """The worker log's line for a failed job: ``message`` (:func:`_describe`'s, checked for
-    record text), and for an error that is not :data:`EXPECTED` where it was raised (file,
-    line, function: code, not data). Never the exception's own message."""
+    """The worker log's line for a failed job: ``message`` (:func:`_describe`'s: a method's
+    own message once checked for record text, else our words), and for an error that is not
+    :data:`EXPECTED` where it was raised (file, line, function: code, not data). Never an
+    exception's message unchecked."""
     if isinstance(err, EXPECTED):
         log.warning("job %s: failed: %s", job_id, message)
         return

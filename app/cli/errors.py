@@ -10,7 +10,7 @@ message of an exception it came from) quotes one loses its traceback's messages 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
 import click
@@ -55,9 +55,9 @@ class PrivateRecords:
     records: an error raised before then cannot quote them."""
 
     def __init__(self) -> None:
-        self._read: list[Iterable[Record]] = []
+        self._read: list[Sequence[Record]] = []
 
-    def read(self, *records: Iterable[Record]) -> None:
+    def read(self, *records: Sequence[Record]) -> None:
         """The command has read ``records`` (its private set; eval's test split too)."""
         self._read.extend(records)
 

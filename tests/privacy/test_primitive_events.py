@@ -19,6 +19,7 @@ from app.privacy.accounting import (
     UnsupportedEventError,
     accountant_for,
 )
+from app.privacy.event_text import describe_event
 from app.privacy.events import (
     RELATIONS,
     ComposedEvent,
@@ -36,7 +37,6 @@ from app.privacy.events import (
     SelfComposedEvent,
     Sensitivity,
     SynthesisEvent,
-    describe_event,
     event_parts,
     from_dict,
     noise_multipliers,

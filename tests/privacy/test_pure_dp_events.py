@@ -20,6 +20,7 @@ from dp_accounting.rdp import rdp_privacy_accountant
 
 from app.privacy.accounting import PaperRdpAccountant, TightPldAccountant
 from app.privacy.composition import UnsupportedEventError
+from app.privacy.event_text import describe_event
 from app.privacy.events import (
     RELATIONS,
     ComposedEvent,
@@ -29,7 +30,6 @@ from app.privacy.events import (
     PureDpEvent,
     RandomizedResponseEvent,
     Sensitivity,
-    describe_event,
     from_dict,
     to_dict,
 )
