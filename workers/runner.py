@@ -48,7 +48,11 @@ same run, by :mod:`app.llm.retry` (the only retry layer; a final error such as H
 at once): the call is deterministic in its inputs, so a retry does not change what the
 mechanism releases. Nothing here logs or stores record text or prompts; errors of unknown
 kind are reported by type name only, and a backend's failure by a code, a fixed sentence and
-its HTTP status, never its message (model servers quote their input in errors).
+its HTTP status, never its message (model servers quote their input in errors). A method's
+own error (:data:`OWN_MESSAGE`: a plug-in's too) is recorded with its message only once that
+message passed the record-text check against the job's private records
+(:mod:`app.synthesis.record_text`); one that quotes a record is recorded, shown and logged as
+withheld.
 """
 
 from __future__ import annotations
@@ -58,7 +62,7 @@ import logging
 import threading
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -97,6 +101,7 @@ from app.services.prompts import (
 )
 from app.services.rows import stored_plan
 from app.synthesis.data import Record
+from app.synthesis.record_text import RecordText
 from app.synthesis.scoring import ScoringError
 from app.synthesis.tasks import TaskError, TaskSpec
 from workers.lease import Heartbeat, LeaseConfig, is_connection_error, new_owner
@@ -142,6 +147,10 @@ class DatabaseUnavailableError(Exception):
 
 # Failures whose message is safe and whose stack trace is of no interest.
 EXPECTED = (NotRunnableError, JobTimeoutError, *BACKEND_FAILURES)
+# Failures recorded with their own message (PateError is a SynthesisError), once it passed
+# the record-text check: method code raises them, a plug-in's as much as ours, so what the
+# message says is the method author's choice and is checked, not trusted.
+OWN_MESSAGE = (NotRunnableError, SynthesisError, CalibrationError, TaskError, ScoringError)
 
 
 @dataclass(frozen=True)
@@ -240,6 +249,9 @@ def _attempt(
     """Steps 2 to 5 of a claimed job, and recording how it ended; True if it succeeded."""
     job_id, database_url = claim.job.id, fence.database_url
     started = time.monotonic()
+    # The private records while step 4 runs: a failure's message is checked against them
+    # (_describe). Empty before they are loaded, and again once the run returned.
+    records: list[Record] = []
     try:
         if claim.job.cancel_requested:
             raise JobCancelled
@@ -264,7 +276,7 @@ def _attempt(
             lost=lost,
         )
         result = work.run(records, backend, progress)
-        del records
+        records = []  # dropped: what is stored from here on is the run's DP output
         fence.succeed(result)
         log.info("job %s: succeeded in %.1f s", job_id, time.monotonic() - started)
         return True
@@ -284,19 +296,9 @@ def _attempt(
         except JobSupersededError:
             log.info("job %s: superseded by another attempt; not recording it", job_id)
     except Exception as err:  # every failure ends the job; the ledger decides the charge
-        message = _describe(err, job_id, timeout_s)
-        if not isinstance(err, EXPECTED):
-            log.error(
-                "job %s: failed with %s at %s",
-                job_id,
-                type(err).__name__,
-                " <- ".join(
-                    f"{frame.filename}:{frame.lineno} in {frame.name}"
-                    for frame in reversed(traceback.extract_tb(err.__traceback__))
-                ),
-            )
-        else:
-            log.warning("job %s: failed: %s", job_id, message)
+        message = _describe(err, job_id, timeout_s, records)
+        del records  # nothing below needs them
+        _log_failure(err, job_id, message)
         try:
             fence.finish(JobStatus.FAILED, message)
         except JobSupersededError:
@@ -304,21 +306,48 @@ def _attempt(
     return False
 
 
-def _describe(err: Exception, job_id: str, timeout_s: float | None) -> str:
-    """A one-line error for the job's record and the API: never record text or prompts."""
+def _describe(
+    err: Exception, job_id: str, timeout_s: float | None, records: Sequence[Record] = ()
+) -> str:
+    """A one-line error for the job's record, the API and the log: never record text or
+    prompts.
+
+    An error of :data:`OWN_MESSAGE` keeps its message unless it quotes one of ``records``,
+    the job's private records (:class:`~app.synthesis.record_text.RecordText`, built here on
+    the failure path only: the success path pays nothing); then it is
+    :data:`~app.synthesis.record_text.WITHHELD`. ``records`` is empty where none is at hand:
+    before step 3 loads them (the plan is rebuilt and the backend checked without them, so
+    a message raised then cannot quote one), and in step 6, whose scorer reads the stored
+    DP prompt and public validation records only.
+    """
     if isinstance(err, BACKEND_FAILURES):
         return _describe_backend(err)
     if isinstance(err, JobTimeoutError):
         return f"the job ran longer than the limit of {timeout_s:g} s"
     if isinstance(err, WorkerStoppingError):
         return "the worker stopped while the job was running"
-    if isinstance(
-        err, NotRunnableError | SynthesisError | CalibrationError | TaskError | ScoringError
-    ):
-        # These messages name counts, labels of the public task and parameters only
-        # (PateError is a SynthesisError).
-        return str(err)
+    if isinstance(err, OWN_MESSAGE):
+        message = str(err)
+        return RecordText.of(records).scrub(message) if records else message
     return f"internal error ({type(err).__name__}) in job {job_id}; see the worker log"
+
+
+def _log_failure(err: Exception, job_id: str, message: str) -> None:
+    """The worker log's line for a failed job: ``message`` (:func:`_describe`'s: a method's
+    own message once checked for record text, else our words), and for an error that is not
+    :data:`EXPECTED` where it was raised (file, line, function: code, not data). Never an
+    exception's message unchecked."""
+    if isinstance(err, EXPECTED):
+        log.warning("job %s: failed: %s", job_id, message)
+        return
+    where = " <- ".join(
+        f"{frame.filename}:{frame.lineno} in {frame.name}"
+        for frame in reversed(traceback.extract_tb(err.__traceback__))
+    )
+    if isinstance(err, OWN_MESSAGE):
+        log.error("job %s: failed with %s at %s: %s", job_id, type(err).__name__, where, message)
+    else:
+        log.error("job %s: failed with %s at %s", job_id, type(err).__name__, where)
 
 
 def _validate(job: Job, database_url: str, provider: BackendProvider, retry: RetryPolicy) -> None:

@@ -159,7 +159,7 @@ def advise_command(
         counts = tuple(int(s) for s in shots.split(",")) if shots else ()
     except ValueError:
         raise fail(f"--shots takes comma-separated whole numbers, got {shots!r}") from None
-    with reported_errors():
+    with reported_errors() as private:
         config = AdviceConfig(
             methods=chosen,
             shots=counts,
@@ -169,6 +169,7 @@ def advise_command(
             params=parse_params(param, {}),
         )
         task_spec, records = _records(dataset, data, options)
+        private.read(records)  # they stand for the private set: a method's error is checked
         check(task_spec, config)  # before the model loads
         texts = _public(config, dataset, public)
         quiet_progress_bars()

@@ -201,7 +201,7 @@ def _audit(
         quick, {"trials": trials, "method_trials": method_trials, "candidates": candidates}
     )
     started = time.perf_counter()
-    with reported_errors():
+    with reported_errors() as private:
         chosen = attacks(methods, base["method_trials"], quick, given_options(method_options))
         config = AuditConfig(
             trials=base["trials"],
@@ -216,6 +216,7 @@ def _audit(
         records = load_dataset(
             BUILTIN_TASKS[name], (data_dir or default_data_dir()) / TRAIN_FILES[name]
         )
+        private.read(records)  # the members the audit attacks: a method's error is checked
         quiet_progress_bars()
         llm = make_backend(BackendKind.TRANSFORMERS, model=model, url=None, dtype=dtype)
         summaries = run_audit(BUILTIN_TASKS[name], records, llm, config, _progress)

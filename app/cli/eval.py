@@ -321,9 +321,10 @@ def _eval(
         public_counts=public_counts,
     )
     started = time.perf_counter()
-    with reported_errors():
+    with reported_errors() as private:
         check_config(BUILTIN_TASKS[dataset], config)  # before the data and the model load
         records = load_split(dataset, data_dir)
+        private.read(*records)  # the training split stands for a private set
         texts = _public(config, dataset, public, data_dir, public_field)
         backend = _backend(config, model, dtype)
         runs = _evaluate(dataset, config, records, texts, backend)

@@ -45,9 +45,9 @@ from app.methods.registry import (
     kinds_where,
 )
 from app.privacy.accounting import Accounting, accountant_for
+from app.privacy.event_text import describe_event
 from app.privacy.events import (
     DatasetEvent,
-    describe_event,
     event_parts,
     noise_by_partition,
     noise_multipliers,

@@ -152,7 +152,7 @@ def _synthesize(
     to --out, as .safetensors.
     """
     options = TaskOptions(task, spec, custom, columns, candidates)
-    with reported_errors():
+    with reported_errors() as private:
         chosen = get_method(method)
         given = given_options(method_options)
         _check_options(chosen, given, instruction_only=instruction_only, public=public)
@@ -160,6 +160,7 @@ def _synthesize(
         _check_counts(accounting, public_counts)
         target = 0.0 if instruction_only else _parse_epsilon(epsilon)
         spec_task, records = task_and_records(data, options)
+        private.read(records)  # from here on, an error that quotes one is withheld
         shots, params = method_inputs(chosen, given)
         config = chosen.configure(
             spec_task,

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from app.privacy.sampling import FixedSizeSampling, PoissonSampling, Sampling, sampling_from_dict
@@ -160,19 +160,37 @@ class RandomizedResponseEvent:
     data: with probability 1 - ``noise_parameter`` the query's bucket, else one of the
     ``num_buckets`` buckets uniformly (dp_accounting's ``RandomizedResponseDpEvent``).
 
-    Neighbouring relation: under either relation one record may change the query's bucket to
-    any other, so the privacy loss is that between two distinct buckets (dp_accounting's
-    replace-one analysis), epsilon = log(1 + k (1 - p) / p); a query that one record cannot
-    move by more than one bucket change is the only assumption, stated by ``relations``
-    (a relation left out is refused). Both accountants price it exactly: the PLD of the two
-    bucket distributions, and their Renyi divergence (:func:`app.privacy.rdp.
-    randomized_response_rdp`).
+    Sensitivity: one record changes the query's bucket to any other (one bucket change), so
+    the privacy loss is that between two distinct buckets, epsilon = log(1 + k (1 - p) / p).
+    Both accountants price it exactly: the PLD of the two bucket distributions, and their
+    Renyi divergence (:func:`app.privacy.rdp.randomized_response_rdp`).
+
+    Neighbouring relation: ``relations`` is required (keyword-only, no default): the caller
+    names the relations it analysed, and an accountant of a relation left out refuses the
+    event (fail closed). Which hold depends on what is randomized:
+
+    * a query of the **whole dataset** (one bucket computed from all records, then
+      randomized): adding, removing or replacing one record moves the bucket by at most one
+      change, and the output is the same single response either way. Both relations:
+      ``relations=RELATIONS``.
+    * a **per-record randomizer** (each record's own bucket randomized and released): only
+      ``("replace_one",)``. Replacing a record changes one response's bucket, which is the
+      analysis above; adding one adds a response of its own, an output with no counterpart
+      in the neighbour, which this analysis does not cover. dp_accounting (0.6.0) refuses
+      ``RandomizedResponseDpEvent`` under ``ADD_OR_REMOVE_ONE`` in both its PLD and RDP
+      accountants ("neighboring_relation must be REPLACE_ONE or REPLACE_SPECIAL"), prices
+      it under ``REPLACE_ONE`` exactly as here, and under ``REPLACE_SPECIAL`` (a record
+      swapped for a special one answered uniformly), which this project does not offer.
+
+    Stored form (:func:`to_dict`) always carries ``relations``: it has since the event was
+    introduced, so every stored event names the relations it was priced under and
+    :func:`from_dict` reads them as stored (a dict without them is refused, not defaulted).
     """
 
     noise_parameter: float
     num_buckets: int
     count: int = 1
-    relations: tuple[str, ...] = RELATIONS
+    relations: tuple[str, ...] = field(kw_only=True)
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.noise_parameter <= 1.0:
@@ -589,6 +607,19 @@ def _release(data: dict[str, Any], what: str) -> GaussianEvent | None:
     return release
 
 
+def _randomized_response(data: dict[str, Any]) -> RandomizedResponseEvent:
+    """Its relations as stored: :func:`to_dict` has written them since the event existed,
+    so none is assumed for a dict without them (the ledger prices what was reserved)."""
+    if "relations" not in data:
+        raise ValueError("a stored randomized-response event must name its relations")
+    return RandomizedResponseEvent(
+        float(data["noise_parameter"]),
+        int(data["num_buckets"]),
+        int(data["count"]),
+        relations=tuple(str(r) for r in data["relations"]),
+    )
+
+
 def _sampled(data: dict[str, Any]) -> SampledEvent:
     rebuilt = [from_dict(m) for m in data["mechanisms"]]
     mechanisms = tuple(m for m in rebuilt if isinstance(m, GaussianEvent | LaplaceEvent))
@@ -617,12 +648,7 @@ _READERS: dict[str, Any] = {
     "gaussian": _gaussian,
     "laplace": _laplace,
     "pure_dp": lambda d: PureDpEvent(float(d["epsilon"]), int(d["count"]), _sensitivity(d)),
-    "randomized_response": lambda d: RandomizedResponseEvent(
-        float(d["noise_parameter"]),
-        int(d["num_buckets"]),
-        int(d["count"]),
-        tuple(str(r) for r in d["relations"]),
-    ),
+    "randomized_response": _randomized_response,
     "sampled": _sampled,
     "composed": lambda d: ComposedEvent(tuple(from_dict(e) for e in d["events"])),
     "self_composed": lambda d: SelfComposedEvent(from_dict(d["event"]), int(d["count"])),
@@ -640,67 +666,6 @@ def from_dict(data: dict[str, Any]) -> Event:
         raise ValueError(f"unknown event type {data.get('type')!r}")
     event: Event = reader(data)
     return event
-
-
-# --- for people ----------------------------------------------------------------------------
-# What a job would charge, as ``dpsyn privacy quote`` shows it: the primitives' constructor
-# notation of docs/privacy.md (dp_accounting's DpEvent reprs read alike), a named event as
-# what it is made of, the accountants' view. Numbers to 4 significant digits.
-
-
-def _sampling_text(sampling: Sampling) -> str:
-    if isinstance(sampling, PoissonSampling):
-        return f"PoissonSampling(rate={sampling.rate:.4g}, groups={sampling.groups})"
-    return (
-        f"FixedSizeSampling(population={sampling.population}, groups={sampling.groups}, "
-        f"group_size={sampling.group_size})"
-    )
-
-
-def _noise_text(event: Noise) -> str:
-    extra = f", count={event.count}" if event.count != 1 else ""
-    if event.sensitivity != UNIT:
-        stated = ", ".join(
-            f"{relation}={value:.4g}"
-            for relation in RELATIONS
-            if (value := event.sensitivity.under(relation)) is not None
-        )
-        extra += f", sensitivity=Sensitivity({stated})"
-    return f"{type(event).__name__}({event.noise_multiplier:.4g}{extra})"
-
-
-def describe_event(event: Event) -> str:
-    """``event`` in one line of the primitives' notation (:func:`to_dict` is its stored
-    form): e.g. ``PartitionEvent('a', ComposedEvent(GaussianEvent(12.3), SampledEvent(
-    PoissonSampling(rate=0.1, groups=10), (GaussianEvent(1.05),), steps=30)))``."""
-    match event:
-        case NamedEvent():
-            return describe_event(event.primitive())
-        case GaussianEvent() | LaplaceEvent():
-            return _noise_text(event)
-        case PureDpEvent():
-            extra = f", count={event.count}" if event.count != 1 else ""
-            return f"PureDpEvent({event.epsilon:.4g}{extra})"
-        case RandomizedResponseEvent():
-            extra = f", count={event.count}" if event.count != 1 else ""
-            return (
-                f"RandomizedResponseEvent({event.noise_parameter:.4g}, "
-                f"num_buckets={event.num_buckets}{extra})"
-            )
-        case SampledEvent():
-            inner = ", ".join(describe_event(m) for m in event.mechanisms)
-            comma = "," if len(event.mechanisms) == 1 else ""  # a tuple, as Python writes it
-            return (
-                f"SampledEvent({_sampling_text(event.sampling)}, ({inner}{comma}), "
-                f"steps={event.steps})"
-            )
-        case ComposedEvent():
-            return f"ComposedEvent({', '.join(describe_event(e) for e in event.events)})"
-        case SelfComposedEvent():
-            return f"SelfComposedEvent({describe_event(event.event)}, count={event.count})"
-        case PartitionEvent():
-            return f"PartitionEvent({event.label!r}, {describe_event(event.event)})"
-    raise TypeError(f"not an event: {event!r}")
 
 
 def event_parts(event: Event) -> tuple[Event, ...]:
@@ -766,7 +731,6 @@ __all__ = [
     "SelfComposedEvent",
     "Sensitivity",
     "SynthesisEvent",
-    "describe_event",
     "effective_noise_multiplier",
     "event_parts",
     "from_dict",

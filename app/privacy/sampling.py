@@ -18,7 +18,7 @@ Both return a list of index arrays, one per group, into the partition's records.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -26,6 +26,10 @@ import numpy as np
 @dataclass(frozen=True)
 class PoissonSampling:
     """Independent inclusion with probability ``rate``, into a uniformly chosen group."""
+
+    #: The neighbouring relation its amplification is analysed for (the tight accountant's,
+    #: which requires this sampling: :mod:`app.privacy.accounting`).
+    relation: ClassVar[str] = "add_or_remove"
 
     rate: float
     groups: int
@@ -49,6 +53,10 @@ class PoissonSampling:
 @dataclass(frozen=True)
 class FixedSizeSampling:
     """``groups * group_size`` records without replacement from ``population`` records."""
+
+    #: The neighbouring relation its amplification is analysed for (the paper accountant's,
+    #: which requires this sampling: :mod:`app.privacy.accounting`).
+    relation: ClassVar[str] = "replace_one"
 
     population: int
     groups: int

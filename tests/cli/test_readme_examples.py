@@ -4,7 +4,9 @@ README shows ``dpsyn privacy epsilon``, ``privacy calibrate``, ``privacy plan`` 
 quote`` with the answer under some of them as a comment (``# {"epsilon": 10.28, ...}``, ``#
 tang: epsilon = 3.9996 ...``). They drifted once (7.678 printed as 7.679): each command here is
 read from README itself, run through the CLI, and every number of its comment must be in what
-it prints (the JSON one compared as JSON).
+it prints (the JSON one compared as JSON), and so must every label it names in quotes and
+every sensitivity it shows (issue 52: the quote's example named a label the command no longer
+printed).
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ from app.cli import app as cli
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 NUMBER = re.compile(r"(?<![\w.])\d+\.\d+(?:e-?\d+)?")
+QUOTED = re.compile(r"'[^']+'")
+SENSITIVITY = re.compile(r"L[12] sensitivity [^)]*")
 
 
 def examples() -> list[tuple[list[str], list[str]]]:
@@ -76,6 +80,12 @@ def test_a_readme_example_prints_what_readme_says(words: list[str], comments: li
     printed = result.stdout
     for number in NUMBER.findall(" ".join(comments)):
         assert number in printed, f"README says {number}; the command printed:\n{printed}"
+    # the labels it names ('Location' was shown where the command printed 'Number'), and the
+    # sensitivity each mechanism is shown with
+    for quoted in QUOTED.findall(" ".join(comments)):
+        assert quoted in printed, f"README says {quoted}; the command printed:\n{printed}"
+    for stated in SENSITIVITY.findall(" ".join(c.strip() for c in comments)):
+        assert stated in printed, f"README says {stated}; the command printed:\n{printed}"
 
 
 def _as_shown(value: object, shown: object) -> object:

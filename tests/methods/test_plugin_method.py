@@ -285,3 +285,16 @@ def test_the_api_refuses_it_once_unregistered(sqlite_url) -> None:
         sign_in(api.client, api.admin)
         page = api.client.get(f"/ui/datasets/{dataset['id']}").text
         assert '<option value="echo"' not in page and "param_repeat" not in page
+
+
+def test_the_walkthrough_says_how_long_echo_is() -> None:
+    """docs/service.md's walkthrough gives Echo's length (it said about 140 lines of a
+    169-line module, issue 52): the count it states is the module's."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    walkthrough = (root / "docs" / "service.md").read_text(encoding="utf-8")
+    stated = re.search(r"it is one module of (\d+) lines", walkthrough)
+    assert stated is not None, "the walkthrough no longer states Echo's length"
+    lines = (root / "tests" / "methods" / "echo.py").read_text(encoding="utf-8").splitlines()
+    assert int(stated.group(1)) == len(lines)

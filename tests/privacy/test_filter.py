@@ -36,6 +36,7 @@ from scipy.stats import norm
 
 from app.privacy.accounting import TightPldAccountant
 from app.privacy.events import (
+    RELATIONS,
     DatasetEvent,
     GaussianEvent,
     RandomizedResponseEvent,
@@ -100,7 +101,8 @@ def event_of(node: Node) -> DatasetEvent:
     if isinstance(node, Sampled):
         return SampledEvent(PoissonSampling(node.rate, 1), (GaussianEvent(node.sigma),), 1)
     assert isinstance(node, RRThen)
-    return RandomizedResponseEvent(2.0 / (math.exp(node.epsilon) + 1.0), 2)
+    # one randomized answer about the whole dataset: both relations
+    return RandomizedResponseEvent(2.0 / (math.exp(node.epsilon) + 1.0), 2, relations=RELATIONS)
 
 
 def gaussian_hs(sigma: float, e: np.ndarray) -> np.ndarray:

@@ -29,6 +29,7 @@ from scipy.stats import norm
 from app.privacy import rdp
 from app.privacy.accounting import TightPldAccountant
 from app.privacy.events import (
+    RELATIONS,
     DatasetEvent,
     GaussianEvent,
     LaplaceEvent,
@@ -163,7 +164,7 @@ def _job(sigma: float, rate: float = 0.1, steps: int = 10) -> SampledEvent:
     [
         GaussianEvent(3.0),
         _job(1.1),
-        RandomizedResponseEvent(0.3, 4),
+        RandomizedResponseEvent(0.3, 4, relations=RELATIONS),
         PartitionEvent("a", _job(0.9, 0.05, 30)),
     ],
     ids=["gaussian", "sampled", "randomized_response", "partition"],
@@ -236,7 +237,8 @@ def _random_event(rng: np.random.Generator) -> DatasetEvent:
             float(rng.uniform(0.8, 3.0)), float(rng.uniform(0.05, 0.5)), int(rng.integers(1, 6))
         )
     elif kind == 2:
-        event = RandomizedResponseEvent(float(rng.uniform(0.3, 0.9)), int(rng.integers(2, 5)))
+        p, k = float(rng.uniform(0.3, 0.9)), int(rng.integers(2, 5))
+        event = RandomizedResponseEvent(p, k, relations=RELATIONS)
     elif kind == 3:
         event = PureDpEvent(float(rng.uniform(0.05, 0.5)))
     else:

@@ -5,6 +5,7 @@ edit to app/privacy; and the three built-in job kinds are exactly their composit
 from __future__ import annotations
 
 import math
+import re
 
 import dp_accounting
 import pytest
@@ -18,18 +19,24 @@ from app.privacy.accounting import (
     UnsupportedEventError,
     accountant_for,
 )
+from app.privacy.event_text import describe_event
 from app.privacy.events import (
+    RELATIONS,
     ComposedEvent,
+    DpsgdEvent,
     GaussianEvent,
+    LabelEvent,
     LaplaceEvent,
     NamedEvent,
     PartitionEvent,
     PateEvent,
     PoissonSampling,
+    PureDpEvent,
+    RandomizedResponseEvent,
     SampledEvent,
     SelfComposedEvent,
     Sensitivity,
-    describe_event,
+    SynthesisEvent,
     event_parts,
     from_dict,
     noise_multipliers,
@@ -215,15 +222,90 @@ def test_an_event_in_words_and_its_noise() -> None:
     part = PartitionEvent("a", ComposedEvent((LaplaceEvent(2.0, count=3), rounds)))
     added = GaussianEvent(1.5, sensitivity=Sensitivity.only("add_or_remove"))
     event = ComposedEvent((part, SelfComposedEvent(added, 2)))
+    unit = "add/remove 1, replace-one 1"
     assert describe_event(part) == (
-        "PartitionEvent('a', ComposedEvent(LaplaceEvent(2, count=3), SampledEvent("
-        "FixedSizeSampling(population=100, groups=2, group_size=5), (GaussianEvent(1.5), "
-        "GaussianEvent(3)), steps=4)))"
+        f"PartitionEvent('a', ComposedEvent(LaplaceEvent(2, count=3; L1 sensitivity {unit}), "
+        "SampledEvent(FixedSizeSampling(population=100, groups=2, group_size=5), "
+        f"(GaussianEvent(1.5; L2 sensitivity {unit}), GaussianEvent(3; L2 sensitivity {unit})), "
+        "steps=4; sampling analysed for replace-one only)))"
     )
     assert describe_event(event_parts(event)[1]) == (
-        "SelfComposedEvent(GaussianEvent(1.5, sensitivity=Sensitivity(add_or_remove=1)), count=2)"
+        "SelfComposedEvent(GaussianEvent(1.5; L2 sensitivity add/remove 1, replace-one not "
+        "analysed), count=2)"
     )
     assert noise_multipliers(event) == (2.0, 1.5, 3.0)
     pate = PateEvent(0.5, "replace_one")
     assert event_parts(pate) == (pate.primitive(),)
-    assert describe_event(pate) == "GaussianEvent(0.5, sensitivity=Sensitivity(replace_one=1))"
+    assert describe_event(pate) == (
+        "GaussianEvent(0.5; L2 sensitivity replace-one 1, add/remove not analysed)"
+    )
+
+
+def _kinds() -> dict[str, tuple[object, list[str]]]:
+    """Each kind of event ``describe_event`` covers, with what its line must name: the
+    sensitivity under each relation (or that a relation was not analysed), and the relation
+    a sampling is analysed for."""
+    poisson = PoissonSampling(0.1, 2)
+    rounds = SampledEvent(poisson, (GaussianEvent(1.2),), 3)
+    both = "add/remove 1, replace-one 1"
+    return {
+        "gaussian": (gaussian_histogram(5.0), ["L2 sensitivity add/remove 1, replace-one 1.414"]),
+        "laplace": (LaplaceEvent(2.0), [f"L1 sensitivity {both}"]),
+        "pure_dp": (
+            PureDpEvent(0.5, 4, Sensitivity(add_or_remove=None, replace_one=2.0)),
+            ["sensitivity replace-one 2, add/remove not analysed"],
+        ),
+        "randomized_response (whole dataset)": (
+            RandomizedResponseEvent(0.2, 3, relations=RELATIONS),
+            ["one bucket change under add/remove, replace-one"],
+        ),
+        "randomized_response (per record)": (
+            RandomizedResponseEvent(0.2, 3, relations=("replace_one",)),
+            ["one bucket change under replace-one, add/remove not analysed"],
+        ),
+        "sampled (poisson)": (rounds, [f"L2 sensitivity {both}", "analysed for add/remove only"]),
+        "sampled (fixed size)": (
+            SampledEvent(FixedSizeSampling(50, 2, 5), (LaplaceEvent(3.0),), 2),
+            [f"L1 sensitivity {both}", "analysed for replace-one only"],
+        ),
+        "pate": (
+            PateEvent(0.5, "add_or_remove"),
+            ["L2 sensitivity add/remove 1, replace-one not analysed"],
+        ),
+        "dpsgd": (
+            DpsgdEvent(1.1, PoissonSampling(0.01, 1), 100, GaussianEvent(20.0)),
+            [
+                f"GaussianEvent(20; L2 sensitivity {both})",  # the count release
+                "L2 sensitivity add/remove 1, replace-one 2",  # CLIPPED_SUM
+                "analysed for add/remove only",
+            ],
+        ),
+        "token loop": (
+            SynthesisEvent((LabelEvent("a", rounds, GaussianEvent(9.0)),)),
+            [f"GaussianEvent(9; L2 sensitivity {both})", "analysed for add/remove only"],
+        ),
+        "composed": (
+            SelfComposedEvent(ComposedEvent((LaplaceEvent(2.0), PureDpEvent(0.1))), 2),
+            [f"L1 sensitivity {both}", f"PureDpEvent(0.1; sensitivity {both})"],
+        ),
+    }
+
+
+@pytest.mark.parametrize("kind", list(_kinds()))
+def test_each_event_kind_says_its_sensitivity_and_relations(kind: str) -> None:
+    """``dpsyn privacy quote`` printed ``PureDpEvent(0.5, count=4)`` with no sensitivity
+    (issue 52): every mechanism's line names its sensitivity under each relation, or that it
+    was not analysed there, and every sampling the relation it is analysed for."""
+    event, said = _kinds()[kind]
+    line = describe_event(event)  # type: ignore[arg-type]
+    for words in said:
+        assert words in line, (kind, line)
+    mechanisms = re.findall(r"\b(?:Gaussian|Laplace|PureDp|RandomizedResponse)Event\(", line)
+    assert line.count("sensitivity") + line.count("bucket change") == len(mechanisms), line
+
+
+def test_each_sampling_names_the_relation_of_the_accountant_that_requires_it() -> None:
+    """The quote's "sampling analysed for" is the relation of the accountant whose sampling
+    it is (not a second list to keep in step)."""
+    for accountant in (TightPldAccountant(), PaperRdpAccountant()):
+        assert accountant.sampling_type.relation == accountant.relation.value
