@@ -5,6 +5,7 @@ methods: each clause fails the method that breaks it."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from dataclasses import dataclass
 from typing import ClassVar
 from unittest import SkipTest
@@ -85,7 +86,15 @@ class _Broken(Echo):
         return _BrokenPlan(**vars(super().plan(task, config, counts)), flaw=self.flaw)
 
     def rebuild(self, task, stored):
-        return _BrokenPlan(**vars(super().rebuild(task, stored)), flaw=self.flaw)
+        plan = _BrokenPlan(**vars(super().rebuild(task, stored)), flaw=self.flaw)
+        if self.flaw == "rebuild":  # the worker runs other settings than admission priced
+            return dataclasses.replace(plan, config=plan.config.model_copy(update={"shots": 9}))
+        return plan
+
+    def configure(self, task, *, params, **fields):
+        if self.flaw == "lenient":  # drops what it does not know instead of refusing it
+            params = {k: v for k, v in (params or {}).items() if k == "repeat"}
+        return super().configure(task, params=params, **fields)
 
 
 @dataclass(frozen=True)
@@ -109,6 +118,8 @@ class _BrokenPlan(EchoPlan):
         if self.flaw == "tells":  # a demonstration that says whether the dataset is whole
             whole = len(records) == 2 * 16
             result.demonstrations[0] = Demonstration(self.task.labels[whole], "echo")
+        if self.flaw == "tells_label":  # a demonstration that says the last record's label
+            result.demonstrations[0] = Demonstration(records[-1].label, "echo")
         if self.flaw == "error":
             try:
                 for record in records:  # asks the model about each record
@@ -138,6 +149,9 @@ def _broken(flaw: str, flags: dict[str, str] | None = None) -> Echo:
         ("leak", "test_no_record_or_count_in_any_output"),
         ("releases", "test_the_event_charges_what_ran"),
         ("tells", "test_the_outputs_show_no_more_than_add_or_remove_charges"),
+        ("tells_label", "test_the_outputs_show_no_more_than_replace_one_charges"),
+        ("rebuild", "test_the_worker_rebuilds_the_plan_admission_made"),
+        ("lenient", "test_a_wrong_parameter_is_refused_by_name"),
     ],
 )
 def test_each_clause_fails_the_method_that_breaks_it(flaw: str, clause: str) -> None:
