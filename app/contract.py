@@ -223,14 +223,15 @@ class MethodContract:
         shots: int | None = None,
     ) -> tuple[float, AuditBound]:
         """The claimed epsilon and the audit's bound for ``first`` against ``second``."""
-        claimed = self.audit_plan(accounting, seed=0, shots=shots).epsilon()
+        planned = self.audit_plan(accounting, seed=0, shots=shots)
+        claimed = planned.epsilon()
         views: tuple[list[dict[str, Any]], list[dict[str, Any]]] = ([], [])
         for seed in range(self.audit_runs):
             plan = self.audit_plan(accounting, seed=self.audit_seed + seed, shots=shots)
             for sample, records in zip(views, (first, second), strict=True):
                 sample.append(self.audit_views(self.run_plan(plan, records)))
         bound = epsilon_lower_bound(
-            *views, delta=DEFAULT_DELTA, alpha=self.audit_alpha, select_fraction=0.25
+            *views, delta=planned.delta, alpha=self.audit_alpha, select_fraction=0.25
         )
         return claimed, bound
 

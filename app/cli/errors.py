@@ -13,7 +13,6 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
-import click
 import typer
 from pydantic import ValidationError
 from rich.console import Console
@@ -99,7 +98,7 @@ def reported_errors() -> Iterator[PrivateRecords]:
         raise fail(private.scrub(f"{where}: {first['msg']}")) from None
     except USER_ERRORS as error:
         raise fail(private.scrub(str(error))) from None
-    except (click.exceptions.Exit, click.ClickException, click.Abort):
+    except (typer.Exit, typer.Abort, typer.TyperException):
         raise  # a command's own exit (fail() and typer's), already reported
     except Exception as error:
         if not private.quoted_in_chain(error):
