@@ -20,6 +20,7 @@ from sqlalchemy.orm import sessionmaker
 from app.api.deps import bearer_tenant, renew_keys_forever
 from app.api.errors import install_error_handlers
 from app.api.limits import install_limits
+from app.api.openai_errors import install_openai_errors
 from app.api.openapi import declare_errors, install_openapi
 from app.api.overload import install_overload_protection
 from app.api.planning_lane import install_planning_lane
@@ -139,6 +140,7 @@ def create_app(
     for module in (datasets, budgets, jobs, prompts, keys, advice, openai, health):
         declare_errors(module.router)
         app.include_router(module.router)
+    install_openai_errors(app, openai.router)  # OpenAI's statuses on its routes, the /v1 hint
     app.include_router(ui.router)  # the web dashboard (docs/dashboard.md), not in the schema
     install_dashboard(app, settings)
     install_openapi(app)

@@ -9,7 +9,7 @@ no finite epsilon covers) is written as null (``app.api.responses``), never a 50
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from http import HTTPStatus
 from typing import Any
 
@@ -18,7 +18,9 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from sqlalchemy import exc as sa_exc
 from starlette.exceptions import HTTPException
+from starlette.types import Scope
 
+from app.api.openai_errors import answers_as_openai, missing_prefix_hint, openai_param
 from app.api.responses import FiniteJSONResponse
 from app.llm.base import BackendError, TransientBackendError
 from app.log_redaction import describe_exception
@@ -83,23 +85,36 @@ def _location(loc: tuple[Any, ...]) -> str:
     return ".".join(parts) or "request"
 
 
-def describe_request_errors(errors: list[Any]) -> tuple[str, list[dict[str, str]]]:
+def describe_request_errors(
+    errors: list[Any], locate: Callable[[Mapping[str, Any]], str] | None = None
+) -> tuple[str, list[dict[str, str]]]:
+    """One message naming each failing field and its rule, and the fields as a list;
+    ``locate`` names an error's field (by default the location, dotted)."""
     fields = []
     for item in errors:
         message = str(item.get("msg", "invalid")).removeprefix("Value error, ")
-        fields.append({"field": _location(tuple(item.get("loc", ()))), "message": message})
+        field = locate(item) if locate else _location(tuple(item.get("loc", ())))
+        fields.append({"field": field, "message": message})
     text = "; ".join(f"{f['field']}: {f['message']}" for f in fields)
     return text.replace("\n", " ") or "invalid request", fields
 
 
-async def _service_error(_request: Request, exc: Exception) -> JSONResponse:
+def invalid_status(scope: Scope) -> int:
+    """The status of an invalid request: OpenAI's 400 on the OpenAI-compatible routes (an
+    SDK raises ``BadRequestError`` on it), the service's 422 elsewhere
+    (``app.api.openai_errors``)."""
+    return 400 if answers_as_openai(scope) else 422
+
+
+async def _service_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, ServiceError)
-    headers = {"WWW-Authenticate": "Bearer"} if exc.status == 401 else None
-    if exc.status == 503:
+    status = invalid_status(request.scope) if exc.status == 422 else exc.status
+    headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
+    if status == 503:
         headers = {"Retry-After": str(DATABASE_RETRY_AFTER_S)}
-    if exc.status == 429 and "retry_after_s" in exc.extra:
+    if status == 429 and "retry_after_s" in exc.extra:
         headers = {"Retry-After": str(exc.extra["retry_after_s"])}
-    return error_response(exc.status, exc.error_code, exc.message, headers, **exc.extra)
+    return error_response(status, exc.error_code, exc.message, headers, **exc.extra)
 
 
 # What FastAPI says when a JSON body cannot be decoded other than by a syntax error (a
@@ -107,21 +122,39 @@ async def _service_error(_request: Request, exc: Exception) -> JSONResponse:
 _FASTAPI_BODY_ERROR = "There was an error parsing the body"
 
 
-async def _http_error(_request: Request, exc: Exception) -> JSONResponse:
+async def _http_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, HTTPException)
     message = exc.detail if isinstance(exc.detail, str) else _status_code_name(exc.status_code)
     if exc.status_code == 400 and message == _FASTAPI_BODY_ERROR:
         message = "body: cannot be parsed as JSON (bad encoding, or nested too deeply)"
         return error_response(400, "invalid_json", message)
+    hint = missing_prefix_hint(request.scope) if exc.status_code == 404 else None
+    if hint is not None:  # an OpenAI client whose base URL lacks /v1
+        return error_response(404, "base_url_without_v1", hint)
     return error_response(
         exc.status_code, _status_code_name(exc.status_code), message, exc.headers or None
     )
 
 
-async def _validation_error(_request: Request, exc: Exception) -> JSONResponse:
+async def _validation_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, RequestValidationError)
-    message, fields = describe_request_errors(list(exc.errors()))
+    errors = list(exc.errors())
+    if answers_as_openai(request.scope):
+        return _openai_invalid(errors, exc.body)
+    message, fields = describe_request_errors(errors)
     return error_response(422, "invalid", message, fields=fields)
+
+
+def _openai_invalid(errors: list[Any], body: Any) -> JSONResponse:
+    """OpenAI's 400 ``invalid_request_error``: fields written as OpenAI writes them, and
+    ``param`` the first failing one (OpenAI's body names one)."""
+
+    def locate(error: Mapping[str, Any]) -> str:
+        return openai_param(error, body) or "body"
+
+    message, fields = describe_request_errors(errors, locate)
+    param = next((p for e in errors if (p := openai_param(e, body)) is not None), None)
+    return error_response(400, "invalid", message, fields=fields, param=param)
 
 
 def _unavailable(code: str, what: str, exc: Exception) -> JSONResponse:

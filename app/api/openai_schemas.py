@@ -1,7 +1,7 @@
 """The OpenAI-compatible endpoint's bodies (``app.api.routes.openai``): the subset of OpenAI's
 chat and text completion requests that the service answers, and their answers.
 
-A field this subset does not carry out is refused by name (422) rather than ignored, except
+A field this subset does not carry out is refused by name (400) rather than ignored, except
 those that change nothing here (``user``; ``n``, the penalties and ``logprobs`` at their
 defaults): an app that asks for tools or several choices learns at once that it gets none.
 """

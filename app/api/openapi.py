@@ -3,7 +3,8 @@
 FastAPI documents the success response and 422 of a route; the service's other errors come
 from dependencies (401/403 from the key, 503 from the database), from the request checks
 (404/413/422, ``app.api.request_checks``), the rate limits (429, ``app.api.limits``) and from
-services (404/409/413/415/422).
+services (404/409/413/415/422). The OpenAI-compatible routes answer 400 where the others
+answer 422 (``app.api.openai_errors``).
 Clients and contract testers (schemathesis checks that every status it sees is declared)
 need the full list, so it is derived here from what each route is made of -- whether it
 takes a key, an admin key, path parameters, query parameters, a body -- plus the few
@@ -15,7 +16,7 @@ route-specific cases in ``_SPECIFIC``; ``declare_errors`` adds them to each rout
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from fastapi import APIRouter, FastAPI
@@ -24,6 +25,7 @@ from fastapi.routing import APIRoute
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.api.deps import SCOPE_CHECKS, dataset_ref, get_principal
+from app.api.openai_errors import OpenAIRoute
 from app.api.schemas import ErrorBody
 
 _DESCRIPTIONS = {
@@ -70,6 +72,16 @@ _SPECIFIC: dict[tuple[str, str], set[int]] = {
     # ?dataset_id= by a name several of the tenant's datasets share
     ("GET", "/v1/jobs"): {409},
     ("GET", "/v1/prompts"): {409},
+    # The body's model names a prompt (404 unknown) that may be a soft prompt the engine
+    # cannot take, or have no chat form (409); the model server refused the call (502).
+    ("POST", "/v1/chat/completions"): {404, 409, 502},
+    ("POST", "/v1/completions"): {404, 409, 502},
+}
+# On the OpenAI-compatible routes an invalid request is OpenAI's 400 (app.api.openai_errors).
+_OPENAI_DESCRIPTIONS = {
+    400: "Invalid request (OpenAI's invalid_request_error, as OpenAI and vLLM answer it): "
+    "the message names the field and the rule, param the field (messages[0].content, "
+    "max_tokens, ...); or a body that is not JSON.",
 }
 
 
@@ -84,7 +96,9 @@ def _has_path_params(dependant: Dependant) -> bool:
 def error_statuses(route: APIRoute, method: str) -> set[int]:
     """The error statuses ``route`` answers ``method`` with."""
     dependant = route.dependant
-    statuses = {422, 503}  # 422: any query with a NUL character (app.api.request_checks)
+    # 422 (400 on the OpenAI-compatible routes): any query with a NUL character
+    # (app.api.request_checks)
+    statuses = {400 if isinstance(route, OpenAIRoute) else 422, 503}
     if _calls(dependant, get_principal):
         statuses |= {401, 429}
     if any(_calls(dependant, check) for check in SCOPE_CHECKS):
@@ -102,9 +116,10 @@ def error_statuses(route: APIRoute, method: str) -> set[int]:
     return statuses
 
 
-def _error_response(status: int) -> dict[str, Any]:
+def _error_response(status: int, openai: bool) -> dict[str, Any]:
+    descriptions = {**_DESCRIPTIONS, **_OPENAI_DESCRIPTIONS} if openai else _DESCRIPTIONS
     response: dict[str, Any] = {
-        "description": _DESCRIPTIONS[status],
+        "description": descriptions[status],
         "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorBody"}}},
     }
     if status in (429, 503):
@@ -121,7 +136,7 @@ def declare_errors(router: APIRouter) -> None:
         for method in route.methods or ():
             statuses |= error_statuses(route, method)
         for status in sorted(statuses):
-            route.responses[status] = _error_response(status)
+            route.responses[status] = _error_response(status, isinstance(route, OpenAIRoute))
 
 
 _DATASET = "/v1/datasets/{dataset_id}"
@@ -250,6 +265,15 @@ class AllowHeader:
         await self.app(scope, receive, send_with_allow)
 
 
+def _drop_fastapi_422(document: dict[str, Any], routes: Iterable[APIRoute]) -> None:
+    """FastAPI declares a 422 on every route with a body or parameters; the OpenAI-compatible
+    routes never answer it (their invalid requests are 400s), so it is not declared there."""
+    for route in routes:
+        for method in route.methods or ():
+            operation = document["paths"].get(route.path, {}).get(method.lower(), {})
+            operation.get("responses", {}).pop("422", None)
+
+
 def install_openapi(app: FastAPI) -> None:
     """Put the error body the declared responses refer to into the document's schemas, and
     the links between operations (an ID one returns is a parameter of others)."""
@@ -263,6 +287,7 @@ def install_openapi(app: FastAPI) -> None:
         error_schema = ErrorBody.model_json_schema(ref_template="#/components/schemas/{model}")
         schemas.update(error_schema.pop("$defs", {}))
         schemas["ErrorBody"] = error_schema
+        _drop_fastapi_422(document, getattr(app.state, "openai_routes", ()))
         _add_links(document)
         app.openapi_schema = document
         return document

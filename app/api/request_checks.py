@@ -8,7 +8,8 @@ size.
 
 * Path: a NUL character, or a segment longer than ``MAX_SEGMENT`` (IDs are 32 characters),
   answers 404 ``not_found`` without echoing it.
-* Query: a NUL character in a parameter answers 422 ``invalid`` naming the parameter.
+* Query: a NUL character in a parameter answers 422 ``invalid`` naming the parameter (400 on
+  the OpenAI-compatible routes, ``app.api.openai_errors``).
 * Body: ``DPSYN_MAX_BODY_BYTES`` on every route but the dataset uploads (the API's and the
   dashboard's form), which have
   ``DPSYN_MAX_UPLOAD_BYTES`` (plus room for the multipart framing). A declared
@@ -28,7 +29,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from app.api.errors import error_response
+from app.api.errors import error_response, invalid_status
 from app.settings import Settings
 
 MAX_SEGMENT = 128
@@ -100,10 +101,11 @@ class RequestLimits:
                 if "\x00" in name or "\x00" in value:
                     shown = name.replace("\x00", "?")[:MAX_SEGMENT]
                     return error_response(
-                        422,
+                        invalid_status(scope),
                         "invalid",
                         f"{shown} (query): contains a NUL character (U+0000)",
                         fields=[{"field": f"{shown} (query)", "message": "contains NUL"}],
+                        param=shown,
                     )
         return None
 

@@ -152,11 +152,11 @@ def test_each_answer_is_counted_for_its_key(prompts: Prompts) -> None:
 @pytest.mark.parametrize(
     ("body", "status", "code", "param"),
     [
-        ({"max_tokens": 13}, 422, "max_tokens_too_large", "max_tokens"),
-        ({"max_completion_tokens": 100}, 422, "max_tokens_too_large", "max_tokens"),
-        ({"messages": [{"role": "user", "content": "x" * 201}]}, 422, "input_too_long", "messages"),
-        ({"n": 2}, 422, "invalid", None),
-        ({"tools": []}, 422, "invalid", None),
+        ({"max_tokens": 13}, 400, "max_tokens_too_large", "max_tokens"),
+        ({"max_completion_tokens": 100}, 400, "max_tokens_too_large", "max_tokens"),
+        ({"messages": [{"role": "user", "content": "x" * 201}]}, 400, "input_too_long", "messages"),
+        ({"n": 2}, 400, "invalid", "n"),
+        ({"tools": []}, 400, "invalid", "tools"),
         ({"model": "0" * 32}, 404, "not_found", None),
     ],
 )

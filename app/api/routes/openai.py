@@ -23,6 +23,7 @@ from fastapi import APIRouter, Request, Response
 from fastapi.responses import StreamingResponse
 
 from app.api.deps import AnyKey, ProviderDep, SessionDep
+from app.api.openai_errors import OPENAI_PREFIX, OpenAIRoute
 from app.api.openai_schemas import (
     ChatCompletion,
     ChatCompletionRequest,
@@ -38,7 +39,7 @@ from app.services import prompts
 from app.services.openai_compat import Answer, Limits
 
 log = logging.getLogger(__name__)
-router = APIRouter(prefix="/v1", tags=["openai"])
+router = APIRouter(prefix=OPENAI_PREFIX, tags=["openai"], route_class=OpenAIRoute)
 
 #: The most prompt sets ``GET /v1/models`` lists (newest first; OpenAI's list has no pages).
 MODELS_LISTED = 1000
