@@ -21,6 +21,7 @@ from tests.api.conftest import Api, auth, error_of, make_api
 from tests.api.test_prompt_messages import Prompts, make_prompts
 
 QUESTION = {"role": "user", "content": "Question: where is the river ?"}
+TEXT = {"type": "text"}  # free text (a classification prompt answers a label by default)
 
 
 @pytest.fixture(scope="module")
@@ -68,7 +69,7 @@ def test_models_are_the_prompts_the_key_may_read(prompts: Prompts) -> None:
 
 def test_a_chat_answer_follows_the_prompts_messages(prompts: Prompts) -> None:
     api = prompts.api
-    response = chat(api, model=prompts.classification)
+    response = chat(api, model=prompts.classification, response_format=TEXT)
     assert response.status_code == 200, response.text
     body = response.json()
     assert body["object"] == "chat.completion" and body["model"] == prompts.classification
@@ -92,7 +93,12 @@ def test_a_text_completion_continues_the_prompts_text(prompts: Prompts) -> None:
     text = "Question: where is the river ?\nType:"
     response = api.client.post(
         "/v1/completions",
-        json={"model": prompts.classification, "prompt": text, "max_tokens": 3},
+        json={
+            "model": prompts.classification,
+            "prompt": text,
+            "max_tokens": 3,
+            "response_format": TEXT,
+        },  # fmt: skip
         headers=auth(api.reader),
     )
     assert response.status_code == 200, response.text
@@ -104,9 +110,13 @@ def test_a_text_completion_continues_the_prompts_text(prompts: Prompts) -> None:
 
 def test_a_stream_sends_the_same_answer_in_pieces(prompts: Prompts) -> None:
     api = prompts.api
-    whole = chat(api, model=prompts.classification).json()
+    whole = chat(api, model=prompts.classification, response_format=TEXT).json()
     response = chat(
-        api, model=prompts.classification, stream=True, stream_options={"include_usage": True}
+        api,
+        model=prompts.classification,
+        response_format=TEXT,
+        stream=True,
+        stream_options={"include_usage": True},
     )
     assert response.status_code == 200
     assert response.headers["content-type"].startswith("text/event-stream")
@@ -125,10 +135,11 @@ def test_a_stream_sends_the_same_answer_in_pieces(prompts: Prompts) -> None:
 
 def test_a_stop_string_ends_the_answer_and_is_left_out(prompts: Prompts) -> None:
     api = prompts.api
-    full = chat(api, model=prompts.classification).json()["choices"][0]["message"]["content"]
-    words = full.split(" ")
+    free = chat(api, model=prompts.classification, response_format=TEXT).json()
+    words = free["choices"][0]["message"]["content"].split(" ")
     assert len(words) >= 2
-    cut = chat(api, model=prompts.classification, stop=[" " + words[1]]).json()
+    cut = chat(api, model=prompts.classification, response_format=TEXT, stop=[" " + words[1]])
+    cut = cut.json()
     assert cut["choices"][0]["message"]["content"] == words[0]
     assert cut["choices"][0]["finish_reason"] == "stop"
 
@@ -136,8 +147,10 @@ def test_a_stop_string_ends_the_answer_and_is_left_out(prompts: Prompts) -> None
 def test_each_answer_is_counted_for_its_key(prompts: Prompts) -> None:
     api = prompts.api
     before = usage_of(api)
-    body = chat(api, model=prompts.classification, max_tokens=2).json()
-    streamed = chat(api, model=prompts.classification, max_tokens=3, stream=True)
+    body = chat(api, model=prompts.classification, max_tokens=2, response_format=TEXT).json()
+    streamed = chat(
+        api, model=prompts.classification, max_tokens=3, stream=True, response_format=TEXT
+    )
     assert streamed.status_code == 200
     after = usage_of(api)
     assert after["usage_requests"] == before["usage_requests"] + 2
