@@ -183,13 +183,12 @@ def complete(
     if form.form is Form.LABEL:
         query = question(source.task, prompt, "prompt")
         return _label(source, query, params, provider, form, spaced=True)
+    text = source.prompt + prompt
     if provider.kind is BackendKind.VLLM:
         if source.soft_prompt is not None:
-            return _vllm_soft(source, source.prompt + prompt, params, provider, form)
-        text = source.prompt + prompt
+            return _vllm_soft(source, text, params, provider, form)
         return Answer(source.id, _vllm(provider).complete(text, params, form.constraint))
     backend = scoring_backend(source, provider, COMPLETE_RETRY, context="/v1/completions")
-    text = source.prompt + prompt
     if form.form is Form.CHOICE:
         answer = choice_answer(backend, text, form.choices, params, prefix="", param=form.param)
         return Answer(source.id, answer)
