@@ -17,8 +17,10 @@ questions of each TREC label (``../shared/data/trec/test.txt``; 5 gives 30) thro
 
 An answer is right when it is the question's label word (the label's verbaliser,
 case-insensitive) and "not a label" when it is none of the prompt's label words; a refused
-request counts as neither right nor a label. Every route answers the same questions with the
-same prompt, one at a time, and the table shows seconds per question too.
+request counts as neither right nor a label. "Same answer as" counts the questions a route
+answers exactly as ``/complete`` does (calibrated: as ``/complete``, calibrated). Every route
+answers the same questions with the same prompt, one at a time, and the table shows seconds
+per question too (wall time: it moves with the machine's other work).
 
 The prompt is the README's job (``scripts/quickstart.sh``: all of TREC's training file, a
 budget of epsilon 10, AdaDPSyn at epsilon 8 with the method's defaults: one demonstration per
@@ -171,23 +173,26 @@ def route_answers(base: str, key: str, prompt_id: str) -> dict[str, Callable[[st
 
 
 def measure(answer: Callable[[str], str], records: list[Record]) -> dict[str, Any]:
-    """Right, not a label, refused, seconds per question, and the answers that are no label."""
-    right = not_label = refused = 0
-    strays: list[str] = []
+    """Each answer (None: refused), right, not a label, refused, seconds per question."""
+    answers: list[str | None] = []
     start_s = time.perf_counter()
     for record in records:
         try:
-            said = answer(record.text).casefold()
+            answers.append(answer(record.text).casefold())
         except (openai.APIStatusError, httpx.HTTPStatusError):
-            refused += 1
-            continue
-        right += said == TREC.verbalise(record.label).casefold()
-        if said not in WORDS:
-            not_label += 1
-            strays.append(said)
+            answers.append(None)
     seconds = (time.perf_counter() - start_s) / len(records)
-    return {"right": right, "not_label": not_label, "refused": refused,
-            "s_per_question": seconds, "not_label_answers": strays}  # fmt: skip
+    given = [a for a in answers if a is not None]
+    truth = [TREC.verbalise(r.label).casefold() for r in records]
+    right = sum(a == t for a, t in zip(answers, truth, strict=True))
+    return {"right": right, "not_label": sum(a not in WORDS for a in given),
+            "refused": len(answers) - len(given), "s_per_question": seconds,
+            "answers": answers}  # fmt: skip
+
+
+#: The route each row's answers are compared with: the same decision, by label scoring.
+SAME_AS = {"chat app (docs/client.md)": "/complete", "/v1/completions": "/complete",
+           "chat app, calibrated": "/complete, calibrated"}  # fmt: skip
 
 
 def main() -> None:
@@ -223,15 +228,22 @@ def main() -> None:
 
 
 def report(results: dict[str, dict[str, Any]], n: int, commit: str) -> None:
+    """The table of docs/results.md, and the answers that are no label."""
     print(f"\n{n} TREC test questions, the server of {commit}")
-    print("| route | right | not a label | refused | s per question |")
-    print("|---|---|---|---|---|")
+    print("| route | right | not a label | refused | same answer as | s per question |")
+    print("|---|---|---|---|---|---|")
     for name, r in results.items():
+        other = SAME_AS.get(name)
+        same = ""
+        if other is not None:
+            pairs = zip(r["answers"], results[other]["answers"], strict=True)
+            same = f"{sum(a == b for a, b in pairs)}/{n} {other}"
         print(f"| {name} | {r['right']}/{n} | {r['not_label']}/{n} | {r['refused']}/{n} | "
-              f"{r['s_per_question']:.2f} |")  # fmt: skip
+              f"{same} | {r['s_per_question']:.2f} |")  # fmt: skip
     for name, r in results.items():
-        if r["not_label_answers"]:
-            print(f"{name}, answers that are no label: {', '.join(r['not_label_answers'])}")
+        strays = [a for a in r["answers"] if a is not None and a not in WORDS]
+        if strays:
+            print(f"{name}, answers that are no label: {', '.join(strays)}")
 
 
 if __name__ == "__main__":
