@@ -13,14 +13,16 @@ questions of each TREC label (``../shared/data/trec/test.txt``; 5 gives 30) thro
 * **chat app, calibrated**: the same with ``extra_body={"calibrated": True}``;
 * **completions**: ``/v1/completions`` with the prompt's own form,
   ``"Question: ...\\nAnswer Type:"``, ``max_tokens=8``, the first line of the text stripped;
-* **/complete** and **/complete, calibrated**: the service's label scoring (``dpsyn-client``).
+* **/complete** and **/complete, calibrated**: the service's label scoring
+  (``POST /v1/prompts/{id}/complete``).
 
 An answer is right when it is the question's label word (the label's verbaliser,
 case-insensitive) and "not a label" when it is none of the prompt's label words; a refused
 request counts as neither right nor a label. "Same answer as" counts the questions a route
 answers exactly as ``/complete`` does (calibrated: as ``/complete``, calibrated). Every route
 answers the same questions with the same prompt, one at a time, and the table shows seconds
-per question too (wall time: it moves with the machine's other work).
+per question too (the median wall time; the routes take turns on each question, so the
+machine's other work weighs on all alike).
 
 The prompt is the README's job (``scripts/quickstart.sh``: all of TREC's training file, a
 budget of epsilon 10, AdaDPSyn at epsilon 8 with the method's defaults: one demonstration per
@@ -36,6 +38,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -172,22 +175,39 @@ def route_answers(base: str, key: str, prompt_id: str) -> dict[str, Callable[[st
     }
 
 
-def measure(answer: Callable[[str], str], records: list[Record]) -> dict[str, Any]:
-    """Each answer (None: refused), right, not a label, refused, seconds per question."""
-    answers: list[str | None] = []
+def ask(answer: Callable[[str], str], question: str) -> tuple[str | None, float]:
+    """One route's answer (None: refused) and its seconds."""
     start_s = time.perf_counter()
+    try:
+        said: str | None = answer(question).casefold()
+    except (openai.APIStatusError, httpx.HTTPStatusError):
+        said = None
+    return said, time.perf_counter() - start_s
+
+
+def measure(routes: dict[str, Callable[[str], str]], records: list[Record]) -> dict[str, Any]:
+    """Every route on every question, the routes in turn on each question (so that the
+    machine's other work weighs on all alike), after one warm-up answer (the server loads
+    the model on its first): each route's answers, right, not a label, refused, and median
+    seconds per question."""
+    routes["/complete"](records[0].text)
+    asked: dict[str, list[tuple[str | None, float]]] = {name: [] for name in routes}
     for record in records:
-        try:
-            answers.append(answer(record.text).casefold())
-        except (openai.APIStatusError, httpx.HTTPStatusError):
-            answers.append(None)
-    seconds = (time.perf_counter() - start_s) / len(records)
-    given = [a for a in answers if a is not None]
+        for name, answer in routes.items():
+            asked[name].append(ask(answer, record.text))
     truth = [TREC.verbalise(r.label).casefold() for r in records]
-    right = sum(a == t for a, t in zip(answers, truth, strict=True))
-    return {"right": right, "not_label": sum(a not in WORDS for a in given),
-            "refused": len(answers) - len(given), "s_per_question": seconds,
-            "answers": answers}  # fmt: skip
+    results = {}
+    for name, pairs in asked.items():
+        answers = [a for a, _ in pairs]
+        given = [a for a in answers if a is not None]
+        results[name] = {
+            "right": sum(a == t for a, t in zip(answers, truth, strict=True)),
+            "not_label": sum(a not in WORDS for a in given),
+            "refused": len(answers) - len(given),
+            "s_per_question": statistics.median(seconds for _, seconds in pairs),
+            "answers": answers,
+        }
+    return results
 
 
 #: The route each row's answers are compared with: the same decision, by label scoring.
@@ -219,7 +239,7 @@ def main() -> None:
                 prompt_id, key = store(url, json.loads(args.prompt.read_text()))
                 get_engine(url).dispose()
                 routes = route_answers(base, key, prompt_id)
-                results = {name: measure(answer, records) for name, answer in routes.items()}
+                results = measure(routes, records)
             finally:
                 stop_server(server)
     report(results, len(records), commit)
@@ -230,7 +250,7 @@ def main() -> None:
 def report(results: dict[str, dict[str, Any]], n: int, commit: str) -> None:
     """The table of docs/results.md, and the answers that are no label."""
     print(f"\n{n} TREC test questions, the server of {commit}")
-    print("| route | right | not a label | refused | same answer as | s per question |")
+    print("| route | right | not a label | refused | same answer as | s per question (median) |")
     print("|---|---|---|---|---|---|")
     for name, r in results.items():
         other = SAME_AS.get(name)
