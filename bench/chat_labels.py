@@ -22,7 +22,8 @@ request counts as neither right nor a label. "Same answer as" counts the questio
 answers exactly as ``/complete`` does (calibrated: as ``/complete``, calibrated). Every route
 answers the same questions with the same prompt, one at a time, and the table shows seconds
 per question too (the median wall time; the routes take turns on each question, so the
-machine's other work weighs on all alike).
+machine's other work weighs on all alike). Exit status 1 when the chat app's answer differs
+from ``/complete``'s on any question (the target of issue 53).
 
 The prompt is the README's job (``scripts/quickstart.sh``: all of TREC's training file, a
 budget of epsilon 10, AdaDPSyn at epsilon 8 with the method's defaults: one demonstration per
@@ -245,6 +246,11 @@ def main() -> None:
     report(results, len(records), commit)
     if args.json:
         args.json.write_text(json.dumps({"commit": commit, "results": results}, indent=1))
+    chat, scored = (results[name]["answers"] for name in ("chat app (docs/client.md)", "/complete"))
+    same = sum(a == b for a, b in zip(chat, scored, strict=True))
+    print(f"verdict: the chat app answers as /complete on {same} of {len(records)} questions")
+    if same < len(records):
+        sys.exit(1)
 
 
 def report(results: dict[str, dict[str, Any]], n: int, commit: str) -> None:
