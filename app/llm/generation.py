@@ -9,8 +9,10 @@ that reads a DP prompt through ``POST /v1/chat/completions`` needs text. Two eng
   scope so that each token costs one incremental forward pass;
 * vLLM (production): its own OpenAI server, which streams (``VLLMHttpBackend.generate``).
 
-Both yield the answer as pieces of text, then one :class:`Finished`. Nothing here reads
-private data: the prompt is a DP output and the app's messages are the app's own.
+Both yield the answer as pieces of text, then one :class:`Finished`; when the request asks for
+log-probabilities (``GenerationParams.logprobs``), each piece of text is preceded by the
+:class:`Logprobs` of the tokens that wrote it. Nothing here reads private data: the prompt is a
+DP output and the app's messages are the app's own.
 
 Chat messages become text the model was trained on when it has a chat template (the
 tokenizer's, applied by transformers or by vLLM); a base model without one (the packaged
@@ -47,6 +49,8 @@ class GenerationParams(BaseModel):
     top_p: float = Field(1.0, gt=0.0, le=1.0)
     stop: tuple[str, ...] = ()
     seed: int | None = None
+    logprobs: int | None = Field(None, ge=0, le=20)
+    """Each answer token's log-probability and this many alternatives' (None: not asked)."""
 
 
 @dataclass(frozen=True)
@@ -58,7 +62,45 @@ class Finished:
     completion_tokens: int
 
 
-Generated = Iterator["str | Finished"]
+@dataclass(frozen=True)
+class TokenLogprob:
+    """One answer token (its text), its log-probability, and the most probable tokens at
+    its place with theirs (most probable first)."""
+
+    token: str
+    logprob: float
+    top: tuple[tuple[str, float], ...] = ()
+
+
+@dataclass(frozen=True)
+class Logprobs:
+    """The tokens of the piece of text that follows, with their log-probabilities."""
+
+    tokens: tuple[TokenLogprob, ...]
+
+
+Generated = Iterator["str | Logprobs | Finished"]
+
+#: The log-probability written for a probability of 0 (JSON has no -inf; OpenAI's floor).
+LOGPROB_FLOOR = -9999.0
+
+
+def logprob(p: float) -> float:
+    """``log(p)``, at least :data:`LOGPROB_FLOOR`."""
+    return float(max(np.log(p), LOGPROB_FLOOR)) if p > 0 else LOGPROB_FLOOR
+
+
+def draw(probs: np.ndarray, params: GenerationParams, rng: np.random.Generator) -> int:
+    """The index of one draw from ``probs`` at the request's temperature and ``top_p``: the
+    probabilities raised to 1 / temperature and cut to the smallest set holding ``top_p``;
+    the most probable (the first of equal ones) at temperature 0."""
+    if params.temperature == 0.0:
+        return int(np.argmax(probs))
+    weights = np.power(np.clip(probs, 1e-300, None), 1.0 / params.temperature)
+    weights /= weights.sum()
+    order = np.argsort(-weights, kind="stable")
+    keep = order[: int(np.searchsorted(np.cumsum(weights[order]), params.top_p)) + 1]
+    return int(rng.choice(keep, p=weights[keep] / weights[keep].sum()))
 
 
 def transcript(messages: Sequence[ChatMessage]) -> str:
@@ -78,47 +120,61 @@ def local_generate(backend: LLMBackend, prompt: str, params: GenerationParams) -
     """Decode ``params.max_tokens`` tokens at most after ``prompt`` on a local backend.
 
     Temperature 0 takes the most probable text token (greedy, one forward pass a token);
-    otherwise a token is drawn from the :data:`SAMPLE_TOP_K` most probable, their
-    probabilities raised to 1 / temperature and cut to the smallest set holding ``top_p``.
+    otherwise a token is drawn from the :data:`SAMPLE_TOP_K` most probable (:func:`draw`).
     Ends at the model's end-of-sequence token or at a stop string (left out of the text)."""
     rng = np.random.default_rng(params.seed)
     context = backend.tokenize(prompt)
     answer: list[int] = []
+    pending: list[TokenLogprob] = []  # the log-probabilities of tokens not yet sent as text
     sent = ""
     reason: Literal["stop", "length"] = "length"
     with kv_scope(backend) as scoped:
         for _ in range(params.max_tokens):
-            token = _next_token(scoped, context + answer, params, rng)
+            token, entry = _next_token(scoped, context + answer, params, rng)
             if token == scoped.eos_id:
                 reason = "stop"
                 break
             answer.append(token)
+            pending.extend([entry] if entry is not None else [])
             text, stopped = _cut_at_stop(scoped.detokenize(answer), params.stop)
             if len(text) > len(sent) and not _partial_stop(text, params.stop):
-                yield text[len(sent) :]
+                yield from _piece(text[len(sent) :], pending, params)
                 sent = text
             if stopped:
                 reason = "stop"
                 break
     text, _ = _cut_at_stop(backend.detokenize(answer), params.stop)
     if len(text) > len(sent):
-        yield text[len(sent) :]
+        yield from _piece(text[len(sent) :], pending, params)
     yield Finished(reason, len(context), len(answer))
+
+
+def _piece(text: str, pending: list[TokenLogprob], params: GenerationParams) -> Generated:
+    """``text``, after the log-probabilities of the tokens that wrote it when asked for
+    (``pending`` is emptied)."""
+    if params.logprobs is not None:
+        yield Logprobs(tuple(pending))
+        pending.clear()
+    yield text
 
 
 def _next_token(
     backend: LLMBackend, context: list[int], params: GenerationParams, rng: np.random.Generator
-) -> int:
-    if params.temperature == 0.0:
-        return int(backend.top_k([context], 1)[0, 0])
+) -> tuple[int, TokenLogprob | None]:
+    """The next token, and its log-probability entry when the request asks for them: among
+    the :data:`SAMPLE_TOP_K` most probable text tokens, the set a token is drawn from."""
+    if params.temperature == 0.0 and params.logprobs is None:
+        return int(backend.top_k([context], 1)[0, 0]), None
     top = backend.top_k([context], SAMPLE_TOP_K)
-    probs = backend.next_token_probs([context], top)[0]
-    weights = np.power(np.clip(probs, 1e-300, None), 1.0 / params.temperature)
-    weights /= weights.sum()
-    order = np.argsort(-weights)
-    keep = order[: int(np.searchsorted(np.cumsum(weights[order]), params.top_p)) + 1]
-    chosen = rng.choice(keep, p=weights[keep] / weights[keep].sum())
-    return int(top[0, chosen])
+    probs = np.asarray(backend.next_token_probs([context], top)[0], dtype=np.float64)
+    chosen = draw(probs, params, rng)
+    token = int(top[0, chosen])
+    if params.logprobs is None:
+        return token, None
+    words = [backend.detokenize([int(t)]) for t in top[0, : params.logprobs]]
+    alternatives = tuple((w, logprob(p)) for w, p in zip(words, probs, strict=False))
+    entry = TokenLogprob(backend.detokenize([token]), logprob(probs[chosen]), alternatives)
+    return token, entry
 
 
 def _cut_at_stop(text: str, stops: Sequence[str]) -> tuple[str, bool]:

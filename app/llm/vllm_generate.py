@@ -7,23 +7,31 @@ vLLM answer 400; from then on this server's chat requests are sent as a plain tr
 (:func:`app.llm.generation.transcript`) to ``/v1/completions``, as the local engine does.
 Errors name the server and the status in our words, never the server's text (which may quote
 the request), as :mod:`app.llm.vllm_http` does.
+
+A constraint on the answer (``constraint``: vLLM's ``structured_outputs`` or OpenAI's
+``response_format``, as the app wrote them) is sent as it is, so vLLM's own structured-output
+decoding writes the answer. Log-probabilities asked for (``GenerationParams.logprobs``) are
+asked of vLLM in each endpoint's words and come back as :class:`Logprobs` before each piece.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import httpx
 
 from app.llm.base import BackendError, TransientBackendError
 from app.llm.generation import (
+    LOGPROB_FLOOR,
     TRANSCRIPT_STOPS,
     ChatMessage,
     Finished,
     Generated,
     GenerationParams,
+    Logprobs,
+    TokenLogprob,
     transcript,
 )
 
@@ -42,29 +50,41 @@ class VLLMGenerator:
     def close(self) -> None:
         self._client.close()
 
-    def chat(self, messages: Sequence[ChatMessage], params: GenerationParams) -> Generated:
+    def chat(
+        self,
+        messages: Sequence[ChatMessage],
+        params: GenerationParams,
+        constraint: Mapping[str, Any] | None = None,
+    ) -> Generated:
         """The answer to ``messages``: through the served model's chat template, or as a
         transcript when it has none."""
         if self._has_template is not False:
             try:
-                body = {"messages": list(messages)}
+                body = {"messages": list(messages), **(constraint or {})}
                 yield from self._stream(CHAT, body, params)
                 self._has_template = True
                 return
             except _NoChatTemplateError:
                 self._has_template = False
         stops = (*params.stop, *TRANSCRIPT_STOPS)
-        yield from self.complete(transcript(messages), params.model_copy(update={"stop": stops}))
+        params = params.model_copy(update={"stop": stops})
+        yield from self.complete(transcript(messages), params, constraint)
 
-    def complete(self, prompt: str | dict[str, Any], params: GenerationParams) -> Generated:
+    def complete(
+        self,
+        prompt: str | dict[str, Any],
+        params: GenerationParams,
+        constraint: Mapping[str, Any] | None = None,
+    ) -> Generated:
         """The continuation of ``prompt``: a text, or the request field that carries it
         (``VLLMHttpBackend.text_prompt``: a soft prompt's embeddings in front)."""
         field = {"prompt": prompt} if isinstance(prompt, str) else prompt
-        yield from self._stream(COMPLETIONS, field, params)
+        yield from self._stream(COMPLETIONS, {**field, **(constraint or {})}, params)
 
     def _stream(self, endpoint: str, body: dict[str, Any], params: GenerationParams) -> Generated:
         request = {
             **body,
+            **_logprobs_fields(endpoint, params.logprobs),
             "model": self.model,
             "max_tokens": params.max_tokens,
             "temperature": params.temperature,
@@ -88,6 +108,15 @@ class VLLMGenerator:
             ) from None
 
 
+def _logprobs_fields(endpoint: str, asked: int | None) -> dict[str, Any]:
+    """The request fields that ask ``endpoint`` for ``asked`` alternatives per token."""
+    if asked is None:
+        return {}
+    if endpoint == CHAT:
+        return {"logprobs": True, "top_logprobs": asked}
+    return {"logprobs": asked}
+
+
 class _NoChatTemplateError(Exception):
     """The served model has no chat template (vLLM's 400 says so)."""
 
@@ -107,7 +136,8 @@ def _refused(response: httpx.Response, where: str, endpoint: str) -> None:
 
 
 def _events(lines: Iterator[str], where: str) -> Generated:
-    """The pieces of text of a server-sent event stream, then :class:`Finished`."""
+    """The pieces of text of a server-sent event stream (each after its :class:`Logprobs`
+    when the stream has them), then :class:`Finished`."""
     reason, usage = "length", {"prompt_tokens": 0, "completion_tokens": 0}
     for line in lines:
         if not line.startswith("data:"):
@@ -125,6 +155,8 @@ def _events(lines: Iterator[str], where: str) -> Generated:
             text = choice.get("text")
             if text is None:
                 text = (choice.get("delta") or {}).get("content")
+            if choice.get("logprobs"):
+                yield _logprobs(choice["logprobs"])
             if text:
                 yield text
             if choice.get("finish_reason"):
@@ -134,3 +166,30 @@ def _events(lines: Iterator[str], where: str) -> Generated:
         int(usage.get("prompt_tokens") or 0),
         int(usage.get("completion_tokens") or 0),
     )
+
+
+def _logprobs(given: dict[str, Any]) -> Logprobs:
+    """A chunk's ``logprobs``, in the chat endpoint's shape (``content``: one entry a token,
+    with its ``top_logprobs``) or the completions endpoint's (``tokens``,
+    ``token_logprobs``, ``top_logprobs``: one mapping a token)."""
+    if "content" in given:
+        return Logprobs(tuple(_chat_entry(entry) for entry in given["content"] or []))
+    tokens, values = given["tokens"], given["token_logprobs"]
+    tops = given.get("top_logprobs") or [None] * len(tokens)
+    entries = zip(tokens, values, tops, strict=True)
+    return Logprobs(tuple(_completion_entry(*entry) for entry in entries))
+
+
+def _chat_entry(entry: dict[str, Any]) -> TokenLogprob:
+    top = tuple((str(t["token"]), _floor(t["logprob"])) for t in entry.get("top_logprobs") or [])
+    return TokenLogprob(str(entry["token"]), _floor(entry["logprob"]), top)
+
+
+def _completion_entry(token: str, value: Any, top: dict[str, Any] | None) -> TokenLogprob:
+    pairs = sorted(((str(t), _floor(v)) for t, v in (top or {}).items()), key=lambda p: -p[1])
+    return TokenLogprob(str(token), _floor(value), tuple(pairs))
+
+
+def _floor(value: Any) -> float:
+    """A log-probability from vLLM (``-inf``, or null for none), at least the floor."""
+    return LOGPROB_FLOOR if value is None else max(float(value), LOGPROB_FLOOR)

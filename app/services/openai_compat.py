@@ -12,6 +12,12 @@ bounded here: ``max_tokens`` at most :attr:`Limits.max_tokens`, the app's text a
 (:func:`record_usage`, shown to the tenant's admins in ``GET /v1/keys``). The per-key request
 rate is the API's (``app.api.limits``), as for ``/complete``.
 
+The answer's form (:mod:`app.services.answer_forms`): a classification prompt answers with
+one of its labels, by ``/complete``'s decision on the app's question, unless the app asks for
+free text (``response_format: {"type": "text"}``) or its own choices (``guided_choice``,
+``structured_outputs.choice``, a ``response_format`` JSON schema of fixed strings), which the
+embedded engine scores (:mod:`app.services.fixed_answers`) and vLLM decodes itself.
+
 What is read here is public: the prompt set is a DP output, the app's messages its own (they
 are never stored or logged; errors name fields and limits, not content).
 """
@@ -43,7 +49,9 @@ from app.llm.generation import (
 from app.llm.provider import BackendProvider
 from app.llm.vllm_generate import VLLMGenerator
 from app.llm.vllm_http import VLLMHttpBackend
+from app.services.answer_forms import AnswerForm, AskedForm, Form, answer_form
 from app.services.errors import ConflictError, InvalidError
+from app.services.fixed_answers import chat_question, choice_answer, label_answer, question
 from app.services.prompts import COMPLETE_RETRY, PromptSource, scoring_backend, soft_prompted
 
 log = logging.getLogger(__name__)
@@ -83,6 +91,7 @@ def decoding(
     top_p: float | None,
     stop: Sequence[str],
     seed: int | None,
+    logprobs: int | None = None,
 ) -> GenerationParams:
     """The request's decoding, within the limits. A prompt answers a label or a value, so
     unset settings mean greedy decoding (what ``/complete`` does) and the cap's length."""
@@ -98,6 +107,7 @@ def decoding(
         top_p=1.0 if top_p is None else top_p,
         stop=tuple(stop),
         seed=seed,
+        logprobs=logprobs,
     )
 
 
@@ -118,52 +128,101 @@ def chat(
     messages: Sequence[ChatMessage],
     params: GenerationParams,
     provider: BackendProvider,
+    asked: AskedForm,
 ) -> Answer:
-    """The prompt's chat messages, then the app's ``messages``, answered by the engine."""
+    """The prompt's chat messages, then the app's ``messages``, answered by the engine in
+    the form the app asked for (a label by default for a classification prompt)."""
     source = PromptSource.from_row(row)
-    if source.soft_prompt is not None:
-        # A soft prompt has no text demonstrations: its embeddings go in front, then the
-        # task's instruction and the app's messages.
-        instruction = {"role": "system", "content": source.task.icl_instruction}
-        conversation = [instruction, *messages]
-    else:
-        try:
-            conversation = [*chat_messages(prompt_json(row)), *messages]
-        except NoChatFormError as err:  # a task spec without the fields a chat form needs
-            raise ConflictError(str(err), code="no_chat_form") from None
+    form = answer_form(asked, source.task, provider.kind)
+    if form.form is Form.LABEL:
+        query = chat_question(source.task, messages)
+        return _label(source, query, params, provider, form, spaced=False)
+    conversation = _conversation(source, row, messages)
     if provider.kind is BackendKind.VLLM:
         if source.soft_prompt is not None:  # embeddings: the transcript, as a base model's
             stops = (*params.stop, *TRANSCRIPT_STOPS)
             params = params.model_copy(update={"stop": stops})
-            return _vllm_soft(source, transcript(conversation), params, provider)
-        return Answer(source.id, _vllm(provider).chat(conversation, params))
+            return _vllm_soft(source, transcript(conversation), params, provider, form)
+        return Answer(source.id, _vllm(provider).chat(conversation, params, form.constraint))
     backend = scoring_backend(source, provider, COMPLETE_RETRY, context="/v1/chat/completions")
     text, stops = _local_chat_text(provider.get(), conversation)
+    if form.form is Form.CHOICE:  # a transcript writes a space before the answer
+        prefix = " " if stops else ""
+        answer = choice_answer(backend, text, form.choices, params, prefix=prefix, param=form.param)
+        return Answer(source.id, answer)
     params = params.model_copy(update={"stop": (*params.stop, *stops)})
     return Answer(source.id, local_generate(backend, text, params))
 
 
+def _conversation(
+    source: PromptSource, row: PromptSet, messages: Sequence[ChatMessage]
+) -> list[ChatMessage]:
+    """The prompt's chat messages, then the app's. A soft prompt has no text
+    demonstrations: its embeddings go in front, then the task's instruction and the app's
+    messages."""
+    if source.soft_prompt is not None:
+        return [{"role": "system", "content": source.task.icl_instruction}, *messages]
+    try:
+        return [*chat_messages(prompt_json(row)), *messages]
+    except NoChatFormError as err:  # a task spec without the fields a chat form needs
+        raise ConflictError(str(err), code="no_chat_form") from None
+
+
 def complete(
-    row: PromptSet, prompt: str, params: GenerationParams, provider: BackendProvider
+    row: PromptSet,
+    prompt: str,
+    params: GenerationParams,
+    provider: BackendProvider,
+    asked: AskedForm,
 ) -> Answer:
-    """The prompt's text, then the app's ``prompt``, continued by the engine."""
+    """The prompt's text, then the app's ``prompt``, continued by the engine in the form the
+    app asked for (a label by default for a classification prompt, after a space as the
+    prompt's answer lines write it)."""
     source = PromptSource.from_row(row)
+    form = answer_form(asked, source.task, provider.kind)
+    if form.form is Form.LABEL:
+        query = question(source.task, prompt, "prompt")
+        return _label(source, query, params, provider, form, spaced=True)
+    text = source.prompt + prompt
     if provider.kind is BackendKind.VLLM:
         if source.soft_prompt is not None:
-            return _vllm_soft(source, source.prompt + prompt, params, provider)
-        return Answer(source.id, _vllm(provider).complete(source.prompt + prompt, params))
+            return _vllm_soft(source, text, params, provider, form)
+        return Answer(source.id, _vllm(provider).complete(text, params, form.constraint))
     backend = scoring_backend(source, provider, COMPLETE_RETRY, context="/v1/completions")
-    return Answer(source.id, local_generate(backend, source.prompt + prompt, params))
+    if form.form is Form.CHOICE:
+        answer = choice_answer(backend, text, form.choices, params, prefix="", param=form.param)
+        return Answer(source.id, answer)
+    return Answer(source.id, local_generate(backend, text, params))
+
+
+def _label(
+    source: PromptSource,
+    query: str,
+    params: GenerationParams,
+    provider: BackendProvider,
+    form: AnswerForm,
+    *,
+    spaced: bool,
+) -> Answer:
+    """The prompt's label for ``query``: ``/complete``'s decision, on either engine."""
+    backend = scoring_backend(source, provider, COMPLETE_RETRY, context="/v1 label answer")
+    answer = label_answer(source, backend, query, params, calibrated=form.calibrated, spaced=spaced)
+    return Answer(source.id, answer)
 
 
 def _vllm_soft(
-    source: PromptSource, text: str, params: GenerationParams, provider: BackendProvider
+    source: PromptSource,
+    text: str,
+    params: GenerationParams,
+    provider: BackendProvider,
+    form: AnswerForm,
 ) -> Answer:
     """``text`` after the soft prompt, answered by vLLM from prompt embeddings; the refusals
     (another model, no embedding table) before anything is sent."""
     model = soft_prompted(source, source.soft_prompt, provider)  # type: ignore[arg-type]
     assert isinstance(model, VLLMHttpBackend)
-    return Answer(source.id, _vllm(provider).complete(model.text_prompt(text), params))
+    generator = _vllm(provider)
+    return Answer(source.id, generator.complete(model.text_prompt(text), params, form.constraint))
 
 
 def _local_chat_text(

@@ -233,19 +233,13 @@ def complete(
     A soft prompt is put in front of the prompt text by :class:`SoftPromptedBackend` and
     the same scorer runs on top; its forward passes take the provider's lock like any other
     (the retry layer holds it), as they use the same model. ``calibrated`` (classification):
-    the label scores divided by the prompt's content-free scores and renormalised
-    (contextual calibration, Zhao et al. 2021; :func:`content_free_scores`)."""
+    see :func:`classify`."""
     task = source.task
     if calibrated and task.kind != TaskKind.CLASSIFICATION:
         raise InvalidError("calibrated: contextual calibration applies to classification prompts")
     backend = scoring_backend(source, provider, COMPLETE_RETRY, context="/complete")
     if task.kind == TaskKind.CLASSIFICATION:
-        try:
-            scores = label_scores(backend, task, source.prompt, query)
-            if calibrated:
-                scores = _calibrated(scores, content_free_scores(source, backend))
-        except ScoringError as err:
-            raise InvalidError(str(err)) from None
+        scores = classify(source, backend, query, calibrated=calibrated)
         return Completion(
             task.kind,
             label=max(scores, key=scores.__getitem__),
@@ -254,6 +248,22 @@ def complete(
         )
     [value] = extract_values(backend, task, source.prompt, [query])
     return Completion(task.kind, value=value)
+
+
+def classify(
+    source: PromptSource, backend: LLMBackend, query: str, *, calibrated: bool
+) -> dict[str, float]:
+    """A classification prompt's scores of ``query``, by label: the one decision of
+    ``/complete`` and of the OpenAI-compatible routes' label answers (the label is the first
+    of the highest). ``calibrated``: divided by the prompt's content-free scores and
+    renormalised (contextual calibration, Zhao et al. 2021; :func:`content_free_scores`)."""
+    try:
+        scores = label_scores(backend, source.task, source.prompt, query)
+        if calibrated:
+            scores = _calibrated(scores, content_free_scores(source, backend))
+    except ScoringError as err:
+        raise InvalidError(str(err)) from None
+    return scores
 
 
 #: The content-free label distributions of prompts, by (prompt ID, model): a function of the

@@ -30,7 +30,7 @@ Query texts go to the backend only; nothing here logs, stores or puts them in an
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 
@@ -48,7 +48,16 @@ class ScoringError(ValueError):
 
 def answer_sequences(backend: LLMBackend, task: TaskSpec) -> dict[str, list[int]]:
     """Token ids of each label's answer, made prefix-free with a newline when needed."""
-    seqs = {label: backend.tokenize(answer_text(task, label)) for label in task.labels}
+    return choice_sequences(backend, {label: answer_text(task, label) for label in task.labels})
+
+
+def choice_sequences(
+    backend: LLMBackend, answers: Mapping[str, str], what: str = "labels"
+) -> dict[str, list[int]]:
+    """Token ids of each answer text (by its key), made prefix-free with a newline when
+    needed: a label's answer, or any fixed set of answers (the OpenAI routes' choices).
+    ``what`` names the keys in the error for two answers with the same tokens."""
+    seqs = {key: backend.tokenize(text) for key, text in answers.items()}
     values = list(seqs.values())
     prefix_clash = any(
         i != j and len(a) <= len(b) and b[: len(a)] == a
@@ -57,15 +66,15 @@ def answer_sequences(backend: LLMBackend, task: TaskSpec) -> dict[str, list[int]
     )
     if prefix_clash or any(not s for s in values):
         end = (backend.tokenize("\n") or [backend.eos_id])[:1]
-        seqs = {label: [*s, *end] for label, s in seqs.items()}
+        seqs = {key: [*s, *end] for key, s in seqs.items()}
     seen: dict[tuple[int, ...], str] = {}
-    for label, seq in seqs.items():
+    for key, seq in seqs.items():
         if tuple(seq) in seen:
             raise ScoringError(
-                f"labels {seen[tuple(seq)]!r} and {label!r} have the same tokens for this "
+                f"{what} {seen[tuple(seq)]!r} and {key!r} have the same tokens for this "
                 "model: they cannot be told apart"
             )
-        seen[tuple(seq)] = label
+        seen[tuple(seq)] = key
     return seqs
 
 
@@ -89,30 +98,40 @@ def label_probabilities(
     if not queries:
         return np.zeros((0, len(task.labels)))
     seqs = answer_sequences(backend, task)
-    points = _branch_points(seqs)
+    contexts = [backend.tokenize(prompt + query_suffix(task, query)) for query in queries]
+    return sequence_probabilities(backend, contexts, [seqs[label] for label in task.labels])
+
+
+def sequence_probabilities(
+    backend: LLMBackend, contexts: Sequence[Sequence[int]], seqs: Sequence[Sequence[int]]
+) -> np.ndarray:
+    """C x S array: each context's distribution over the prefix-free token sequences
+    ``seqs`` (:func:`choice_sequences`), by the trie walk the module describes (one backend
+    call for every context and branching point)."""
+    points = _branch_points({str(k): list(seq) for k, seq in enumerate(seqs)})
+    if not points:  # one sequence: nothing to choose
+        return np.ones((len(contexts), len(seqs)))
     width = max(len(options) for _, options in points)
     # Pad short rows with a repeat of their first token; padded columns are dropped below.
     row_sets = [options + [options[0]] * (width - len(options)) for _, options in points]
     prompts: list[list[int]] = []
     sets: list[list[int]] = []
-    for query in queries:
-        context = backend.tokenize(prompt + query_suffix(task, query))
+    for context in contexts:
         for (node, _), row in zip(points, row_sets, strict=True):
-            prompts.append(context + list(node))
+            prompts.append([*context, *node])
             sets.append(row)
     probs = np.asarray(backend.next_token_probs(prompts, np.array(sets)), dtype=np.float64)
-    probs = probs.reshape(len(queries), len(points), width)
-    out = np.ones((len(queries), len(task.labels)))
+    probs = probs.reshape(len(contexts), len(points), width)
+    out = np.ones((len(contexts), len(seqs)))
     index = {node: k for k, (node, _) in enumerate(points)}
-    for q in range(len(queries)):
+    for q in range(len(contexts)):
         step: dict[tuple[tuple[int, ...], int], float] = {}
         for k, (node, options) in enumerate(points):
             p = probs[q, k, : len(options)]
             total = p.sum()
             p = p / total if total > 0 else np.full(len(options), 1.0 / len(options))
             step.update({(node, t): float(v) for t, v in zip(options, p, strict=True)})
-        for col, label in enumerate(task.labels):
-            seq = seqs[label]
+        for col, seq in enumerate(seqs):
             for j in range(len(seq)):
                 if tuple(seq[:j]) in index:
                     out[q, col] *= step[(tuple(seq[:j]), seq[j])]

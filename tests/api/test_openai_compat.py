@@ -10,6 +10,7 @@ length, so an answer's token counts show what the engine was given.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterator
 
 import pytest
@@ -21,6 +22,7 @@ from tests.api.conftest import Api, auth, error_of, make_api
 from tests.api.test_prompt_messages import Prompts, make_prompts
 
 QUESTION = {"role": "user", "content": "Question: where is the river ?"}
+TEXT = {"type": "text"}  # free text (a classification prompt answers a label by default)
 
 
 @pytest.fixture(scope="module")
@@ -68,7 +70,7 @@ def test_models_are_the_prompts_the_key_may_read(prompts: Prompts) -> None:
 
 def test_a_chat_answer_follows_the_prompts_messages(prompts: Prompts) -> None:
     api = prompts.api
-    response = chat(api, model=prompts.classification)
+    response = chat(api, model=prompts.classification, response_format=TEXT)
     assert response.status_code == 200, response.text
     body = response.json()
     assert body["object"] == "chat.completion" and body["model"] == prompts.classification
@@ -92,7 +94,12 @@ def test_a_text_completion_continues_the_prompts_text(prompts: Prompts) -> None:
     text = "Question: where is the river ?\nType:"
     response = api.client.post(
         "/v1/completions",
-        json={"model": prompts.classification, "prompt": text, "max_tokens": 3},
+        json={
+            "model": prompts.classification,
+            "prompt": text,
+            "max_tokens": 3,
+            "response_format": TEXT,
+        },
         headers=auth(api.reader),
     )
     assert response.status_code == 200, response.text
@@ -104,9 +111,13 @@ def test_a_text_completion_continues_the_prompts_text(prompts: Prompts) -> None:
 
 def test_a_stream_sends_the_same_answer_in_pieces(prompts: Prompts) -> None:
     api = prompts.api
-    whole = chat(api, model=prompts.classification).json()
+    whole = chat(api, model=prompts.classification, response_format=TEXT).json()
     response = chat(
-        api, model=prompts.classification, stream=True, stream_options={"include_usage": True}
+        api,
+        model=prompts.classification,
+        response_format=TEXT,
+        stream=True,
+        stream_options={"include_usage": True},
     )
     assert response.status_code == 200
     assert response.headers["content-type"].startswith("text/event-stream")
@@ -125,10 +136,11 @@ def test_a_stream_sends_the_same_answer_in_pieces(prompts: Prompts) -> None:
 
 def test_a_stop_string_ends_the_answer_and_is_left_out(prompts: Prompts) -> None:
     api = prompts.api
-    full = chat(api, model=prompts.classification).json()["choices"][0]["message"]["content"]
-    words = full.split(" ")
+    free = chat(api, model=prompts.classification, response_format=TEXT).json()
+    words = free["choices"][0]["message"]["content"].split(" ")
     assert len(words) >= 2
-    cut = chat(api, model=prompts.classification, stop=[" " + words[1]]).json()
+    cut = chat(api, model=prompts.classification, response_format=TEXT, stop=[" " + words[1]])
+    cut = cut.json()
     assert cut["choices"][0]["message"]["content"] == words[0]
     assert cut["choices"][0]["finish_reason"] == "stop"
 
@@ -136,8 +148,10 @@ def test_a_stop_string_ends_the_answer_and_is_left_out(prompts: Prompts) -> None
 def test_each_answer_is_counted_for_its_key(prompts: Prompts) -> None:
     api = prompts.api
     before = usage_of(api)
-    body = chat(api, model=prompts.classification, max_tokens=2).json()
-    streamed = chat(api, model=prompts.classification, max_tokens=3, stream=True)
+    body = chat(api, model=prompts.classification, max_tokens=2, response_format=TEXT).json()
+    streamed = chat(
+        api, model=prompts.classification, max_tokens=3, stream=True, response_format=TEXT
+    )
     assert streamed.status_code == 200
     after = usage_of(api)
     assert after["usage_requests"] == before["usage_requests"] + 2
@@ -191,3 +205,164 @@ def test_a_revoked_key_is_refused(prompts: Prompts) -> None:
     response = chat(api, created["key"], model=prompts.classification)
     assert response.status_code == 401
     assert error_of(response)["type"] == "authentication_error"
+
+
+# --- answers in the prompt's vocabulary (issue 53) ----------------------------------------------
+# The real model's decisions are tested in tests/api/test_openai_labels.py; these check the
+# forms, shapes and refusals on the fake backend.
+
+
+def label_of(api: Api, prompt_id: str, query: str, calibrated: bool = False) -> dict:
+    response = api.client.post(
+        f"/v1/prompts/{prompt_id}/complete",
+        json={"query": query, "calibrated": calibrated},
+        headers=auth(api.reader),
+    )
+    assert response.status_code == 200, response.text
+    return response.json()
+
+
+def test_a_classification_prompt_answers_its_label_by_default(prompts: Prompts) -> None:
+    api = prompts.api
+    expected = label_of(api, prompts.classification, "where is the river ?")
+    body = chat(api, model=prompts.classification, max_tokens=1).json()
+    [choice] = body["choices"]
+    # the whole label, though max_tokens is 1 and the reply is one piece
+    assert choice["message"]["content"] == expected["label"] and choice["finish_reason"] == "stop"
+    assert choice["logprobs"] is None
+    prompt = api.client.get(f"/v1/prompts/{prompts.classification}", headers=auth(api.reader))
+    scored = prompt.json()["prompt"] + "Question: where is the river ?\nType:"
+    assert body["usage"]["prompt_tokens"] == len(api.backend.tokenize(scored))  # /complete's
+    assert body["usage"]["completion_tokens"] == 1
+    text = api.client.post(
+        "/v1/completions",
+        json={"model": prompts.classification, "prompt": "where is the river ?"},
+        headers=auth(api.reader),
+    ).json()
+    assert text["choices"][0]["text"] == " " + expected["label"]  # the answer line, continued
+    assert text["usage"] == body["usage"]
+
+
+def test_label_logprobs_in_each_routes_shape(prompts: Prompts) -> None:
+    api = prompts.api
+    scores = label_of(api, prompts.classification, "where is the river ?")["scores"]
+    body = chat(api, model=prompts.classification, logprobs=True, top_logprobs=1).json()
+    [token] = body["choices"][0]["logprobs"]["content"]
+    best = max(scores, key=scores.__getitem__)
+    assert token["token"] == best and token["bytes"] == list(best.encode())
+    assert token["logprob"] == pytest.approx(math.log(scores[best]))
+    assert [t["token"] for t in token["top_logprobs"]] == [best]  # top_logprobs 1
+    streamed = chat(api, model=prompts.classification, logprobs=True, stream=True)
+    chunks = [e for e in events(streamed.text) if isinstance(e, dict)]
+    pieces = [c["choices"][0] for c in chunks if c["choices"][0]["delta"].get("content")]
+    assert len(pieces) == 1 and pieces[0]["logprobs"]["content"][0]["token"] == best
+    assert pieces[0]["logprobs"]["content"][0]["top_logprobs"] == []  # top_logprobs 0
+    text = api.client.post(
+        "/v1/completions",
+        json={"model": prompts.classification, "prompt": "where is the river ?", "logprobs": 2},
+        headers=auth(api.reader),
+    ).json()["choices"][0]["logprobs"]
+    assert text["tokens"] == [" " + best] and text["text_offset"] == [0]
+    assert text["top_logprobs"] == [
+        {" " + label: pytest.approx(math.log(p)) for label, p in scores.items()}
+    ]
+
+
+def test_free_text_logprobs_follow_the_tokens(prompts: Prompts) -> None:
+    api = prompts.api
+    body = chat(
+        api, model=prompts.classification, response_format=TEXT, logprobs=True, top_logprobs=2
+    ).json()
+    choice = body["choices"][0]
+    tokens = choice["logprobs"]["content"]
+    assert len(tokens) == body["usage"]["completion_tokens"] == 4
+    assert " ".join(t["token"] for t in tokens) == choice["message"]["content"]
+    assert all(len(t["top_logprobs"]) == 2 for t in tokens)
+    assert all(t["logprob"] <= 0 for t in tokens)
+    streamed = chat(
+        api, model=prompts.classification, response_format=TEXT, logprobs=True, stream=True
+    )
+    chunks = [e for e in events(streamed.text) if isinstance(e, dict) and e["choices"]]
+    sent = [t["token"] for c in chunks if c["choices"][0]["logprobs"]
+            for t in c["choices"][0]["logprobs"]["content"]]  # fmt: skip
+    assert sent == [t["token"] for t in tokens]  # each piece carries its own tokens
+
+
+def test_an_extraction_prompt_answers_free_text(prompts: Prompts) -> None:
+    api = prompts.api
+    body = chat(api, model=prompts.extraction, max_tokens=3).json()
+    assert body["choices"][0]["finish_reason"] == "length"
+    assert body["usage"]["completion_tokens"] == 3
+
+
+def test_guided_choice_is_one_of_the_choices_on_the_embedded_engine(prompts: Prompts) -> None:
+    api = prompts.api
+    choices = ["w3 w9", "w0", "nothing"]
+    body = chat(
+        api, model=prompts.classification, guided_choice=choices, logprobs=True, top_logprobs=3
+    ).json()
+    content = body["choices"][0]["message"]["content"]
+    assert content in choices
+    [token] = body["choices"][0]["logprobs"]["content"]
+    assert {t["token"] for t in token["top_logprobs"]} == set(choices)
+    assert sum(math.exp(t["logprob"]) for t in token["top_logprobs"]) == pytest.approx(1.0)
+    schema = {"type": "object", "properties": {"kind": {"enum": ["w5", "w7"]}},
+              "required": ["kind"], "additionalProperties": False}  # fmt: skip
+    response_format = {"type": "json_schema", "json_schema": {"name": "k", "schema": schema}}
+    answer = chat(api, model=prompts.classification, response_format=response_format).json()
+    assert json.loads(answer["choices"][0]["message"]["content"]) in (
+        {"kind": "w5"},
+        {"kind": "w7"},
+    )
+    same = chat(api, model=prompts.classification, structured_outputs={"choice": choices}).json()
+    assert same["choices"][0]["message"]["content"] == content
+
+
+@pytest.mark.parametrize(
+    ("body", "code", "param"),
+    [
+        ({"calibrated": True, "response_format": TEXT}, "calibration_not_applicable", "calibrated"),
+        (
+            {"guided_choice": ["a"], "response_format": {"type": "json_object"}},
+            "conflicting_constraints",
+            "response_format",
+        ),
+        ({"response_format": {"type": "json_object"}}, "unsupported_constraint", "response_format"),
+        (
+            {"structured_outputs": {"regex": "w[0-9]"}},
+            "unsupported_constraint",
+            "structured_outputs",
+        ),
+        ({"guided_choice": ["a", "a"]}, "invalid_choices", "guided_choice"),
+        ({"guided_choice": ["x" * 201]}, "invalid_choices", "guided_choice"),
+        ({"top_logprobs": 2}, "logprobs_not_asked", "top_logprobs"),
+        (
+            {"messages": [QUESTION, {"role": "assistant", "content": "w5"}]},
+            "no_question",
+            "messages",
+        ),
+        ({"messages": [{"role": "user", "content": "Question:  "}]}, "empty_question", "messages"),
+    ],
+)
+def test_forms_it_cannot_answer_are_refused_by_name(
+    prompts: Prompts, body: dict, code: str, param: str
+) -> None:
+    api = prompts.api
+    before = requests_counted(api)
+    response = chat(api, **{"model": prompts.classification, **body})
+    assert response.status_code in (400, 422), response.text
+    error = error_of(response)
+    assert (error["code"], error["param"]) == (code, param)
+    assert error["message"].startswith(param)
+    assert requests_counted(api) == before  # a refusal asks nothing of the engine
+
+
+def requests_counted(api: Api) -> int:
+    keys = api.client.get("/v1/keys", headers=auth(api.admin)).json()
+    return sum(key["usage_requests"] for key in keys)
+
+
+def test_calibrated_applies_to_classification_prompts_only(prompts: Prompts) -> None:
+    response = chat(prompts.api, model=prompts.extraction, calibrated=True)
+    assert response.status_code in (400, 422)
+    assert error_of(response)["param"] == "calibrated"

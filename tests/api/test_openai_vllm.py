@@ -8,6 +8,8 @@ and the service then sends the conversation as a transcript to vLLM's completion
 
 from __future__ import annotations
 
+import json
+import math
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 
@@ -25,6 +27,7 @@ from tests.api.conftest import Api, auth, make_api
 from tests.api.test_prompt_messages import Prompts, make_prompts
 
 QUESTION = [{"role": "user", "content": "Question: What city is the capital of France ?"}]
+TEXT = {"type": "text"}  # free text (a classification prompt answers a label by default)
 
 
 @dataclass
@@ -75,7 +78,7 @@ def sdk(api: Api, key: str | None = None) -> openai.OpenAI:
 def test_the_openai_package_reads_a_prompt_answered_by_vllm(prompts: Prompts) -> None:
     client = sdk(prompts.api)
     answer = client.chat.completions.create(
-        model=prompts.classification, messages=QUESTION, max_tokens=8
+        model=prompts.classification, messages=QUESTION, max_tokens=8, response_format=TEXT
     )
     text = answer.choices[0].message.content
     assert text and "User:" not in text  # the transcript's next turn is not part of it
@@ -86,6 +89,7 @@ def test_the_openai_package_reads_a_prompt_answered_by_vllm(prompts: Prompts) ->
         model=prompts.classification,
         messages=QUESTION,
         max_tokens=8,
+        response_format=TEXT,
         stream=True,
         stream_options={"include_usage": True},
     )
@@ -107,7 +111,10 @@ def test_the_openai_package_reads_a_prompt_answered_by_vllm(prompts: Prompts) ->
 def test_a_text_completion_through_vllm(prompts: Prompts) -> None:
     api = prompts.api
     completion = sdk(api).completions.create(
-        model=prompts.classification, prompt="Question: Who wrote Hamlet ?\nType:", max_tokens=3
+        model=prompts.classification,
+        prompt="Question: Who wrote Hamlet ?\nType:",
+        max_tokens=3,
+        extra_body={"response_format": TEXT},
     )
     assert completion.choices[0].text
     assert completion.usage is not None and completion.usage.completion_tokens <= 3
@@ -118,7 +125,9 @@ def test_a_text_completion_through_vllm(prompts: Prompts) -> None:
 
 def test_a_soft_prompt_answers_through_vllm_prompt_embeddings(served: Served) -> None:
     api = served.prompts.api
-    answer = sdk(api).chat.completions.create(model=served.soft, messages=QUESTION, max_tokens=4)
+    answer = sdk(api).chat.completions.create(
+        model=served.soft, messages=QUESTION, max_tokens=4, response_format=TEXT
+    )
     assert answer.choices[0].message.content
     assert answer.usage is not None and answer.usage.prompt_tokens > 0
     complete = api.client.post(
@@ -129,6 +138,10 @@ def test_a_soft_prompt_answers_through_vllm_prompt_embeddings(served: Served) ->
     assert complete.status_code == 200, complete.text
     assert complete.json()["label"] in ("w5", "w7")
     assert sum(complete.json()["scores"].values()) == pytest.approx(1.0)
+    label = sdk(api).chat.completions.create(
+        model=served.soft, messages=[{"role": "user", "content": "Question: Where is Paris ?"}]
+    )
+    assert label.choices[0].message.content == complete.json()["label"]  # the same scorer
 
 
 def test_a_soft_prompt_of_another_model_is_a_409(prompts: Prompts) -> None:
@@ -143,3 +156,59 @@ def test_an_unknown_prompt_is_openais_404(prompts: Prompts) -> None:
     with pytest.raises(openai.NotFoundError) as raised:
         sdk(prompts.api).chat.completions.create(model="0" * 32, messages=QUESTION)
     assert raised.value.body["type"] == "not_found_error"  # type: ignore[index]
+
+
+# --- answers in the prompt's vocabulary (issue 53) ----------------------------------------------
+
+
+def test_a_label_answer_through_vllm_is_completes_decision(prompts: Prompts) -> None:
+    api = prompts.api
+    complete = api.client.post(
+        f"/v1/prompts/{prompts.classification}/complete",
+        json={"query": "What city is the capital of France ?"},
+        headers=auth(api.reader),
+    ).json()
+    answer = sdk(api).chat.completions.create(
+        model=prompts.classification, messages=QUESTION, logprobs=True, top_logprobs=2
+    )
+    assert answer.choices[0].message.content == complete["label"]  # the toy's words: labels
+    [token] = answer.choices[0].logprobs.content
+    shown = {t.token: math.exp(t.logprob) for t in token.top_logprobs}
+    # vLLM's scores of two requests differ in the last digits (batching): close, not equal
+    assert shown == pytest.approx(complete["scores"], abs=1e-3)
+
+
+def test_guided_choice_and_schemas_pass_to_vllm(prompts: Prompts) -> None:
+    client = sdk(prompts.api)
+    choices = ["alpha", "beta"]  # words the prompt never answers: only the constraint writes them
+    guided = client.chat.completions.create(
+        model=prompts.classification, messages=QUESTION, extra_body={"guided_choice": choices}
+    )
+    assert guided.choices[0].message.content in choices
+    schema = {"type": "object", "properties": {"year": {"type": "integer"}},
+              "required": ["year"], "additionalProperties": False}  # fmt: skip
+    response_format = {"type": "json_schema", "json_schema": {"name": "y", "schema": schema}}
+    written = client.chat.completions.create(
+        model=prompts.classification, messages=QUESTION, max_tokens=16,
+        response_format=response_format,
+    )  # fmt: skip
+    assert isinstance(json.loads(written.choices[0].message.content)["year"], int)
+    text = client.completions.create(
+        model=prompts.classification, prompt="Question: Who wrote Hamlet ?\nType:",
+        extra_body={"guided_choice": choices},
+    )  # fmt: skip
+    assert text.choices[0].text in choices
+
+
+def test_free_text_log_probabilities_come_from_vllm(prompts: Prompts) -> None:
+    answer = sdk(prompts.api).chat.completions.create(
+        model=prompts.classification,
+        messages=QUESTION,
+        max_tokens=4,
+        response_format={"type": "text"},
+        logprobs=True,
+        top_logprobs=2,
+    )
+    tokens = answer.choices[0].logprobs.content
+    assert tokens and "".join(t.token for t in tokens) == answer.choices[0].message.content
+    assert all(len(t.top_logprobs) >= 2 and t.logprob <= 0 for t in tokens)

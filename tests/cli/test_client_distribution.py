@@ -161,7 +161,9 @@ def test_the_openai_package_reads_a_dp_prompt_through_the_service(
     )  # fmt: skip
     assert run.returncode == 0, run.stderr
     out = json.loads(run.stdout)
-    assert out["answer"] and out["streamed"] == out["answer"]  # greedy: the same answer
+    assert out["streamed"] == out["answer"]  # greedy: the same answer
+    trec = BUILTIN_TASKS["trec"]
+    assert out["answer"] in [trec.verbalise(label) for label in trec.labels]  # a label's word
     assert out["usage"] > 3
     assert out["errors"] == [
         ["NotFoundError", 404, "not_found"],

@@ -8,7 +8,14 @@ from __future__ import annotations
 import pytest
 import torch
 
-from app.llm.generation import Finished, GenerationParams, local_generate, transcript
+from app.llm.generation import (
+    SAMPLE_TOP_K,
+    Finished,
+    GenerationParams,
+    Logprobs,
+    local_generate,
+    transcript,
+)
 
 PROMPT = (
     "Question: What is the capital of France?\nAnswer: Paris\n"
@@ -76,3 +83,23 @@ def test_sampling_is_repeatable_under_a_seed_and_varies_without(backend) -> None
     assert first == again
     others = {run(backend, "Once upon a time", **{**params, "seed": s})[0] for s in range(3)}
     assert len(others) > 1
+
+
+def test_log_probabilities_are_the_models_among_the_candidates(backend) -> None:
+    """Asked for, they change no token; each is the token's probability among the
+    SAMPLE_TOP_K most probable text tokens (what a token is drawn from), checked on the first
+    token against a direct forward pass."""
+    plain, _, _ = run(backend, PROMPT, max_tokens=3)
+    items = list(local_generate(backend, PROMPT, GenerationParams(max_tokens=3, logprobs=2)))
+    entries = [t for item in items if isinstance(item, Logprobs) for t in item.tokens]
+    assert "".join(item for item in items if isinstance(item, str)) == plain
+    assert len(entries) == 3 and "".join(e.token for e in entries) == plain
+    top = backend.top_k([backend.tokenize(PROMPT)], SAMPLE_TOP_K)[0]
+    with torch.inference_mode():
+        ids = [backend.tokenizer.bos_token_id, *backend.tokenize(PROMPT)]
+        logits = backend.model(input_ids=torch.tensor([ids])).logits[0, -1].float()
+    probs = torch.softmax(logits, dim=-1)[torch.tensor(top)]
+    expected = (probs / probs.sum()).log().tolist()
+    assert entries[0].logprob == pytest.approx(expected[0], abs=1e-4)
+    assert [word for word, _ in entries[0].top] == [backend.detokenize([t]) for t in top[:2]]
+    assert [value for _, value in entries[0].top] == pytest.approx(expected[:2], abs=1e-4)

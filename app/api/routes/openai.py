@@ -6,8 +6,11 @@ after the prompt's chat messages, ``POST /v1/completions`` continues the prompt'
 followed by the app's, both streamed as server-sent events on ``"stream": true``;
 ``GET /v1/models`` lists the prompts the key may read. The engine is the service's own
 (:mod:`app.services.openai_compat`); the limits, the usage count and what is read are
-described there. Errors have OpenAI's shape (``app.api.errors``): an unknown prompt is a
-404 ``not_found_error``, a revoked key a 401, a soft prompt on vLLM a 409.
+described there. A classification prompt answers with one of its labels unless the app asks
+for free text or its own choices (:mod:`app.services.answer_forms`); ``logprobs`` come back in
+OpenAI's shape of each route (a label answer's: the label distribution). Errors have OpenAI's
+shape (``app.api.errors``): an unknown prompt is a 404 ``not_found_error``, a revoked key a
+401, a soft prompt on vLLM a 409.
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ from app.api.openai_schemas import (
     Usage,
 )
 from app.llm.base import BackendError
-from app.llm.generation import Finished, GenerationParams
+from app.llm.generation import Finished, GenerationParams, Logprobs, TokenLogprob
 from app.services import openai_compat as service
 from app.services import prompts
 from app.services.openai_compat import Answer, Limits
@@ -79,9 +82,9 @@ def chat_completions(
     messages = [message.message() for message in body.messages]
     params = _decoding(request, body, [m["content"] for m in messages], "messages")
     row = prompts.get_prompt_set(session, principal.tenant_id, body.model)
-    answer = service.chat(row, messages, params, provider)
+    answer = service.chat(row, messages, params, provider, body.asked_form())
     session.rollback()  # hold no transaction while the model runs
-    return _respond(request, principal.key_id, answer, body.stream, body.usage_in_stream(), "chat")
+    return _respond(request, principal.key_id, answer, body, "chat")
 
 
 @router.post(
@@ -99,9 +102,9 @@ def completions(
 ) -> Response:
     params = _decoding(request, body, [body.prompt], "prompt")
     row = prompts.get_prompt_set(session, principal.tenant_id, body.model)
-    answer = service.complete(row, body.prompt, params, provider)
+    answer = service.complete(row, body.prompt, params, provider, body.asked_form())
     session.rollback()
-    return _respond(request, principal.key_id, answer, body.stream, body.usage_in_stream(), "text")
+    return _respond(request, principal.key_id, answer, body, "text")
 
 
 def _decoding(
@@ -120,40 +123,73 @@ def _decoding(
         top_p=body.top_p,
         stop=body.stops(),
         seed=body.seed,
+        logprobs=body.logprobs_asked(),
     )
 
 
 class _Reply:
     """One answer in OpenAI's words: a chat completion or a text completion."""
 
-    def __init__(self, answer: Answer, kind: str) -> None:
-        self.answer, self.kind = answer, kind
+    def __init__(self, answer: Answer, kind: str, logprobs: bool) -> None:
+        self.answer, self.kind, self.logprobs = answer, kind, logprobs
         prefix = "chatcmpl" if kind == "chat" else "cmpl"
         self.id, self.created = f"{prefix}-{secrets.token_hex(12)}", int(time.time())
+        self.offset = 0  # where the next text completion token starts in the answer
 
     def _base(self, object_: str) -> dict[str, Any]:
         return {"id": self.id, "object": object_, "created": self.created,
                 "model": self.answer.prompt_id}  # fmt: skip
 
-    def whole(self, text: str, finished: Finished) -> dict[str, Any]:
+    def whole(self, text: str, tokens: list[TokenLogprob], finished: Finished) -> dict[str, Any]:
+        logprobs = self._logprobs(tokens)
         if self.kind == "chat":
             choice = {"index": 0, "message": {"role": "assistant", "content": text},
-                      "finish_reason": finished.reason}  # fmt: skip
+                      "logprobs": logprobs, "finish_reason": finished.reason}  # fmt: skip
             return {**self._base("chat.completion"), "choices": [choice], "usage": _usage(finished)}
-        choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": finished.reason}
+        choice = {"index": 0, "text": text, "logprobs": logprobs, "finish_reason": finished.reason}
         return {**self._base("text_completion"), "choices": [choice], "usage": _usage(finished)}
 
-    def chunk(self, text: str | None, reason: str | None) -> dict[str, Any]:
+    def chunk(
+        self, text: str | None, tokens: list[TokenLogprob], reason: str | None
+    ) -> dict[str, Any]:
+        logprobs = self._logprobs(tokens) if text is not None else None
         if self.kind == "chat":
             delta = {"role": "assistant", "content": text} if text is not None else {}
-            choice = {"index": 0, "delta": delta, "finish_reason": reason}
+            choice = {"index": 0, "delta": delta, "logprobs": logprobs, "finish_reason": reason}
             return {**self._base("chat.completion.chunk"), "choices": [choice]}
-        choice = {"index": 0, "text": text or "", "logprobs": None, "finish_reason": reason}
+        choice = {"index": 0, "text": text or "", "logprobs": logprobs, "finish_reason": reason}
         return {**self._base("text_completion"), "choices": [choice]}
 
     def usage_chunk(self, finished: Finished) -> dict[str, Any]:
         object_ = "chat.completion.chunk" if self.kind == "chat" else "text_completion"
         return {**self._base(object_), "choices": [], "usage": _usage(finished)}
+
+    def _logprobs(self, tokens: list[TokenLogprob]) -> dict[str, Any] | None:
+        """``tokens`` in the route's shape: chat's ``content`` list, or a text completion's
+        parallel lists (``text_offset`` counting from the answer's start); None when the app
+        did not ask."""
+        if not self.logprobs:
+            return None
+        if self.kind == "chat":
+            return {"content": [_chat_logprob(t) for t in tokens], "refusal": None}
+        offsets = []
+        for token in tokens:
+            offsets.append(self.offset)
+            self.offset += len(token.token)
+        return {
+            "tokens": [t.token for t in tokens],
+            "token_logprobs": [t.logprob for t in tokens],
+            "top_logprobs": [dict(t.top) for t in tokens],
+            "text_offset": offsets,
+        }
+
+
+def _chat_logprob(token: TokenLogprob) -> dict[str, Any]:
+    def entry(text: str, value: float) -> dict[str, Any]:
+        return {"token": text, "logprob": value, "bytes": list(text.encode())}
+
+    top = [entry(text, value) for text, value in token.top]
+    return {**entry(token.token, token.logprob), "top_logprobs": top}
 
 
 def _usage(finished: Finished) -> dict[str, int]:
@@ -167,50 +203,64 @@ def _usage(finished: Finished) -> dict[str, int]:
 
 
 def _respond(
-    request: Request, key_id: str, answer: Answer, stream: bool, usage: bool, kind: str
+    request: Request,
+    key_id: str,
+    answer: Answer,
+    body: ChatCompletionRequest | CompletionRequest,
+    kind: str,
 ) -> Response:
-    reply = _Reply(answer, kind)
+    reply = _Reply(answer, kind, body.logprobs_asked() is not None)
     pieces = iter(answer.pieces)
     first = next(pieces)  # the engine's first answer: an early error is still an HTTP status
     sessions = request.app.state.sessions
-    if not stream:
+    if not body.stream:
         texts: list[str] = []
-        item: str | Finished = first
+        tokens: list[TokenLogprob] = []
+        item: str | Logprobs | Finished = first
         while not isinstance(item, Finished):
-            texts.append(item)
+            if isinstance(item, Logprobs):
+                tokens.extend(item.tokens)
+            else:
+                texts.append(item)
             item = next(pieces)
         service.record_usage(sessions, key_id, item)
-        body = json.dumps(reply.whole("".join(texts), item))
-        return Response(body, media_type="application/json")
+        content = json.dumps(reply.whole("".join(texts), tokens, item))
+        return Response(content, media_type="application/json")
 
     def record(done: Finished) -> None:
         service.record_usage(sessions, key_id, done)
 
-    events = _events(reply, first, pieces, usage, record)
+    events = _events(reply, first, pieces, body.usage_in_stream(), record)
     headers = {"Cache-Control": "no-store"}
     return StreamingResponse(events, media_type="text/event-stream", headers=headers)
 
 
 def _events(
     reply: _Reply,
-    first: str | Finished,
-    rest: Iterator[str | Finished],
+    first: str | Logprobs | Finished,
+    rest: Iterator[str | Logprobs | Finished],
     usage: bool,
     record: Callable[[Finished], None],
 ) -> Iterator[str]:
-    """The answer as server-sent events, then ``[DONE]``; an engine failure mid-answer is an
-    ``error`` event (the status was sent with the first piece)."""
+    """The answer as server-sent events, then ``[DONE]``; each piece of text carries the
+    log-probabilities of its tokens; an engine failure mid-answer is an ``error`` event (the
+    status was sent with the first piece)."""
     item = first
+    tokens: list[TokenLogprob] = []
     try:
         while not isinstance(item, Finished):
-            yield _event(reply.chunk(item, None))
+            if isinstance(item, Logprobs):
+                tokens.extend(item.tokens)
+            else:
+                yield _event(reply.chunk(item, tokens, None))
+                tokens = []
             item = next(rest)
     except BackendError as err:
         error = {"message": str(err), "type": "server_error", "param": None}
         yield _event({"error": {**error, "code": "model_backend_error"}})
         return
     record(item)
-    yield _event(reply.chunk(None, item.reason))
+    yield _event(reply.chunk(None, [], item.reason))
     if usage:
         yield _event(reply.usage_chunk(item))
     yield "data: [DONE]\n\n"
