@@ -137,8 +137,15 @@ def _refused(response: httpx.Response, where: str, endpoint: str) -> None:
 
 def _events(lines: Iterator[str], where: str) -> Generated:
     """The pieces of text of a server-sent event stream (each after its :class:`Logprobs`
-    when the stream has them), then :class:`Finished`."""
+    when the stream has them), then :class:`Finished`.
+
+    vLLM sends a token's log-probability when it makes the token, but holds back text that
+    may begin a stop string, and then sends it in pieces of its own (seen: tokens `` Paris``,
+    ``\n``, ``User``, ``:`` with texts "", "", " Par", "is" before the stop ``\nUser:``). So a
+    token goes out with the first piece of text that reaches into it (:class:`_Spelled`),
+    and the tokens of the stop string, whose text never comes, are left out."""
     reason, usage = "length", {"prompt_tokens": 0, "completion_tokens": 0}
+    spelled = _Spelled()
     for line in lines:
         if not line.startswith("data:"):
             continue
@@ -156,9 +163,9 @@ def _events(lines: Iterator[str], where: str) -> Generated:
             if text is None:
                 text = (choice.get("delta") or {}).get("content")
             if choice.get("logprobs"):
-                yield _logprobs(choice["logprobs"])
+                spelled.add(_logprobs(choice["logprobs"]).tokens)
             if text:
-                yield text
+                yield from spelled.piece(text)
             if choice.get("finish_reason"):
                 reason = "stop" if choice["finish_reason"] == "stop" else "length"
     yield Finished(
@@ -166,6 +173,29 @@ def _events(lines: Iterator[str], where: str) -> Generated:
         int(usage.get("prompt_tokens") or 0),
         int(usage.get("completion_tokens") or 0),
     )
+
+
+class _Spelled:
+    """Tokens waiting for their text: each with where it starts in the answer's text."""
+
+    def __init__(self) -> None:
+        self.waiting: list[tuple[int, TokenLogprob]] = []
+        self.tokens_end = 0  # characters the tokens so far spell
+        self.sent = 0  # characters of text sent so far
+
+    def add(self, tokens: Sequence[TokenLogprob]) -> None:
+        for token in tokens:
+            self.waiting.append((self.tokens_end, token))
+            self.tokens_end += len(token.token)
+
+    def piece(self, text: str) -> Generated:
+        """``text``, after the tokens it reaches into (when the stream has any)."""
+        self.sent += len(text)
+        reached = [token for start, token in self.waiting if start < self.sent]
+        if reached:
+            self.waiting = self.waiting[len(reached) :]
+            yield Logprobs(tuple(reached))
+        yield text
 
 
 def _logprobs(given: dict[str, Any]) -> Logprobs:

@@ -74,3 +74,42 @@ def test_nothing_is_asked_that_the_app_did_not_ask() -> None:
     sent: list[dict] = []
     list(generator([USAGE], sent).complete("Capital:", GenerationParams(max_tokens=1)))
     assert "logprobs" not in sent[0] and "response_format" not in sent[0]
+
+
+def test_a_stop_strings_tokens_are_left_out_and_held_back_ones_go_with_their_text() -> None:
+    def chunk(text: str, *tokens: str) -> dict:
+        entries = [{"token": t, "logprob": -1.0, "top_logprobs": []} for t in tokens]
+        return {"choices": [{"delta": {"content": text}, "logprobs": {"content": entries}}]}
+
+    # " A", then "\n" held back (a stop's beginning), released with " B"; then the stop itself
+    chunks = [chunk(" A", " A"), chunk("", "\n"), chunk("\n B", " B"), chunk("", "\n", "User", ":")]
+    items = list(generator([*chunks, USAGE], []).chat([], GenerationParams(max_tokens=8)))
+    logprobs = [[t.token for t in item.tokens] for item in items if isinstance(item, Logprobs)]
+    assert logprobs == [[" A"], ["\n", " B"]]
+    assert "".join(item for item in items if isinstance(item, str)) == " A\n B"
+
+
+def test_a_stop_strings_tokens_sent_with_the_text_before_it_are_left_out() -> None:
+    """vLLM held " France" back until "\\nUser:" ended the answer, then sent the text alone
+    with the four tokens' log-probabilities (seen on the CPU build)."""
+    entries = [{"token": t, "logprob": -1.0, "top_logprobs": []}
+               for t in (" France", "\\n", "User", ":")]  # fmt: skip
+    stopped = {"choices": [{"delta": {"content": " France"}, "logprobs": {"content": entries},
+                            "finish_reason": "stop"}]}  # fmt: skip
+    items = list(generator([stopped, USAGE], []).chat([], GenerationParams(max_tokens=8)))
+    [logprobs] = [item for item in items if isinstance(item, Logprobs)]
+    assert [t.token for t in logprobs.tokens] == [" France"]
+
+
+def test_text_held_back_and_sent_in_pieces_of_its_own_carries_its_tokens() -> None:
+    """The CPU build's stream before the stop "\\nUser:": the tokens come first, the text
+    " Paris" later, cut elsewhere than the tokens."""
+
+    def chunk(text: str, token: str) -> dict:
+        entry = {"tokens": [token], "token_logprobs": [-1.0], "top_logprobs": [{token: -1.0}]}
+        return {"choices": [{"text": text, "logprobs": entry, "finish_reason": None}]}
+
+    chunks = [chunk("", " Paris"), chunk("", "\n"), chunk(" Par", "User"), chunk("is", ":")]
+    items = list(generator([*chunks, USAGE], []).complete("x", GenerationParams(max_tokens=4)))
+    assert [[t.token for t in i.tokens] for i in items if isinstance(i, Logprobs)] == [[" Paris"]]
+    assert [i for i in items if isinstance(i, str)] == [" Par", "is"]
