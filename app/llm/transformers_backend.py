@@ -554,6 +554,7 @@ class KVScope(SameTokenizer, LastLogitsAnswers):
         self._budget = int(kv_cache_mb * 2**20)
         self._store: KVStore | None = KVStore(self._budget) if self._budget > 0 else None
         self._trie: TokenTrie | None = TokenTrie() if count_distinct else None
+        self._stream: Stream | None = None  # one sequence decoded token by token
         self.tokens_sent = 0
         self.tokens_computed = 0
         self.closed = False
@@ -572,6 +573,7 @@ class KVScope(SameTokenizer, LastLogitsAnswers):
         if self._store is not None:
             self._store.clear()
         self._store = None
+        self._stream = None
         self.closed = True
 
     def diagnostics(self) -> KVDiagnostics:
@@ -587,11 +589,14 @@ class KVScope(SameTokenizer, LastLogitsAnswers):
         try:
             if self._store is None:
                 logits = backend._batched_logits(seqs)
+            elif self._streams(seqs):
+                logits = self._stream_logits(seqs[0])
             else:
                 logits = backend._incremental_logits(seqs, self._store)
         except BaseException:
             if self._store is not None:
                 self._store.clear()  # possibly half-written: the retry starts from scratch
+            self._stream = None
             raise
         finally:
             self.tokens_computed += backend.tokens_computed - before
@@ -601,6 +606,66 @@ class KVScope(SameTokenizer, LastLogitsAnswers):
             for seq in seqs:
                 self._trie.add(seq)
         return logits
+
+    def _streams(self, seqs: list[list[int]]) -> bool:
+        """Whether one sequence goes on (or starts) the scope's stream: it extends the
+        stream, or nothing stored is a prefix of it (a new answer's prompt, which the stream
+        takes from the start). Batches, and single prompts that branch off a stored one (a
+        job's), take the store."""
+        if len(seqs) != 1 or self._store is None:
+            return False
+        seq = seqs[0]
+        if self._stream is not None and self._stream.continues(seq):
+            return True
+        return self._store.longest(seq)[0] == 0 or not self._backend._fits_window(len(seq))
+
+    def _stream_logits(self, seq: list[int]) -> torch.Tensor:
+        backend = self._backend
+        if self._stream is None or not self._stream.continues(seq):
+            self._stream = Stream(DynamicCache(config=backend.model.config))
+        logits = self._stream.extend(backend, seq)
+        return logits[None, :]
+
+
+class Stream:
+    """One sequence's live KV cache, extended in place: how an answer is decoded.
+
+    The store's entries are copies cut to each prompt's slots, which the sliding-window layers
+    of the packaged Gemma (512 slots) cannot hold past the window: there every answer token
+    recomputed the whole prompt (a 1,678-token prompt took 2.3 s a token). The model's own
+    cache keeps a sliding layer's last window of slots and a global layer's all, as
+    transformers' ``generate`` does, so a token past the window costs one token's pass, and a
+    long prompt can be sent in pieces (:func:`app.llm.generation.local_generate` does, so that
+    other answers run between them). One row, no padding: the model builds its own masks."""
+
+    def __init__(self, cache: DynamicCache) -> None:
+        self.cache = cache
+        self.tokens: list[int] = []
+        self.logits: torch.Tensor | None = None  # after ``tokens``
+
+    def continues(self, seq: Sequence[int]) -> bool:
+        """Whether ``seq`` is the stream's sequence, or it followed by more tokens."""
+        n = len(self.tokens)
+        return n > 0 and len(seq) >= n and list(seq[:n]) == self.tokens
+
+    def extend(self, backend: TransformersBackend, seq: list[int]) -> torch.Tensor:
+        """The last logits after ``seq`` (a row), computing only its tokens past the stream."""
+        start = len(self.tokens)
+        if start == len(seq) and self.logits is not None:
+            return self.logits
+        new = torch.tensor([seq[start:]], device=backend.device)
+        out = backend.model(
+            input_ids=new,
+            attention_mask=torch.ones((1, len(seq)), dtype=torch.long, device=backend.device),
+            position_ids=torch.arange(start, len(seq), device=backend.device)[None, :],
+            use_cache=True,
+            logits_to_keep=1,
+            **{backend._cache_arg: self.cache},
+        )
+        backend.tokens_computed += len(seq) - start
+        self.tokens = list(seq)
+        self.logits = out.logits[0, -1, :].float().cpu()
+        return self.logits
 
 
 class TokenTrie:

@@ -399,3 +399,24 @@ def test_kv_scope_counts_distinct_tokens_for_diagnostics(backend):
     # BOS 5 6 7 8 9: six trie nodes; 4 + 4 + 5 tokens sent (BOS included).
     assert report.distinct == 6 and report.sent == 13
     assert report.computed == scope.tokens_computed and report.ratio == report.computed / 6
+
+
+def test_one_prompt_past_the_sliding_window_is_read_once_and_extended_by_its_new_tokens(backend):
+    # An answer's prompt past Gemma's 512-slot window: the store cannot keep a sliding
+    # layer's slots there, so every answer token used to rerun the whole prompt (2.3 s a
+    # token at 1,678 tokens). The scope's stream reads the prompt in pieces, then one token
+    # at a time, and each step answers as a direct pass over the whole sequence does.
+    window = backend.model.config.sliding_window
+    words = " ".join(f"item {i} is {TEXTS[i % len(TEXTS)]}" for i in range(200))
+    prompt = backend.tokenize(words)[: window + 150]
+    with backend.kv_scope() as scope:
+        for end in range(128, len(prompt), 128):
+            scope.top_k([prompt[:end]], 1)
+        seq = list(prompt)
+        for step in range(3):
+            ours = scope.last_logits([seq])[0].double()
+            assert torch.allclose(ours, direct_logits(backend, seq), atol=2e-3), step
+            seq.append(int(ours.argmax()))
+        again = scope.last_logits([seq[:-1]])[0].double()  # the same sequence: no new pass
+        assert scope.tokens_computed == len(seq)  # BOS and each token once, the last not yet
+    assert torch.allclose(again, ours)
