@@ -8,6 +8,7 @@ from typing import Protocol
 from app import heap
 from app.llm.base import DEFAULT_KV_CACHE_MB, LLMBackend
 from app.llm.factory import BackendKind, make_backend
+from app.llm.fair_lock import FairLock
 
 
 class BackendProvider:
@@ -30,8 +31,9 @@ class BackendProvider:
         self.embeddings_dir = embeddings_dir
         self._backend: LLMBackend | None = None
         self._lock = threading.Lock()
-        # Forward passes of one local model are not re-entrant across threads; serialise them.
-        self.use_lock = threading.Lock()
+        # Forward passes of one local model are not re-entrant across threads; serialise
+        # them, handing the model to whoever has had it least (app.llm.fair_lock).
+        self.use_lock = FairLock()
 
     def get(self) -> LLMBackend:
         with self._lock:

@@ -19,10 +19,9 @@ recomputes from scratch rather than extending caches a failed call may have half
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager, nullcontext
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -68,7 +67,8 @@ class RetryPolicy:
 
 class RetryingBackend:
     """An :class:`LLMBackend` whose calls are retried by ``retry`` and, when a ``lock`` is
-    given, serialised on it (a local model's forward passes are not re-entrant). The lock is
+    given, serialised on it (a local model's forward passes are not re-entrant: the
+    provider's :class:`~app.llm.fair_lock.FairLock`, or one user's share of it). The lock is
     held for one attempt, never while waiting to retry."""
 
     def __init__(
@@ -76,7 +76,7 @@ class RetryingBackend:
         backend: LLMBackend,
         *,
         retry: RetryPolicy,
-        lock: threading.Lock | None = None,
+        lock: AbstractContextManager[object] | None = None,
         context: str = "backend",
     ) -> None:
         self._backend, self._retry, self._lock, self._context = backend, retry, lock, context

@@ -355,7 +355,8 @@ def scoring_backend(
         if source.soft_prompt is None
         else soft_prompted(source, source.soft_prompt, provider)
     )
-    return RetryingBackend(model, retry=retry, lock=provider.use_lock, context=context)
+    share = provider.use_lock.share(context)  # each answer its own account of engine time
+    return RetryingBackend(model, retry=retry, lock=share, context=context)
 
 
 def score_prompt(
