@@ -18,6 +18,7 @@ from fastapi.concurrency import run_in_threadpool
 from sqlalchemy.orm import sessionmaker
 
 from app.api.deps import bearer_tenant, renew_keys_forever
+from app.api.engine_gate import EngineGate, EngineLimits
 from app.api.errors import install_error_handlers
 from app.api.limits import install_limits
 from app.api.openai_errors import install_openai_errors
@@ -128,6 +129,7 @@ def create_app(
     app.state.queue = queue
     app.state.backend_provider = provider
     app.state.advice = advice_runner
+    app.state.engine_gate = EngineGate(EngineLimits.of(settings))
     app.state.metrics = make_registry(sessions, per_dataset=settings.metrics_token is not None)
     install_error_handlers(app)
     install_prompt_fast_path(app)  # the first middleware added: it runs last, before routing

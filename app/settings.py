@@ -89,6 +89,20 @@ class Settings(BaseSettings):
     openai_max_input_chars: int = Field(16_000, ge=1)
     """The OpenAI-compatible endpoint: the most characters of the app's own messages (or prompt)
     in one request, the DP prompt not counted."""
+    # --- Engine time (app/api/engine_gate.py; docs/service.md, "Engine time") -------------
+    generations_per_key: int | None = Field(None, ge=0)
+    """Answers of one API key running at once on the model routes (chat and text completions,
+    /complete). None: the engine's default (embedded 2, vLLM 32); 0: no bound."""
+    generations_per_tenant: int | None = Field(None, ge=0)
+    """Answers of one tenant at once. None: the engine's default (embedded 3, vLLM 128)."""
+    engine_generations: int | None = Field(None, ge=0)
+    """Answers at once on the engine in all. None: the engine's default (embedded 4, vLLM no
+    bound)."""
+    generation_wait_s: float = Field(10.0, ge=0)
+    """Longest wait of an answer past those bounds before 429 engine_busy."""
+    prompt_tokens_per_minute: int | None = Field(None, ge=0)
+    """Prompt tokens one key's answers may have the engine read a minute (chat and text
+    completions). None: the engine's default (embedded 20,000, vLLM no bound); 0: no bound."""
     limits_redis_url: str | None = None
     """Redis holding the limits' buckets, shared by all API processes. Default: broker_url when
     it is a Redis URL; without either each process counts in memory."""

@@ -38,7 +38,8 @@ _DESCRIPTIONS = {
     413: "Request body, upload, record count or one record over its limit.",
     415: "Unsupported Content-Type.",
     422: "Invalid parameters or body; the message names the field and the rule.",
-    429: "Rate limit of this API key, or this tenant's share of job planning, exceeded; see "
+    429: "Rate limit of this API key, this tenant's share of job planning, or this key's or "
+    "tenant's share of the model (answers at once, prompt tokens a minute) exceeded; see "
     "Retry-After.",
     502: "The model server refused the request (its HTTP status is named); asking again "
     "fails the same way.",

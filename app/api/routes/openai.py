@@ -26,6 +26,7 @@ from fastapi import APIRouter, Request, Response
 from fastapi.responses import StreamingResponse
 
 from app.api.deps import AnyKey, ProviderDep, SessionDep
+from app.api.engine_gate import EngineSlot, Slot
 from app.api.openai_errors import OPENAI_PREFIX, OpenAIRoute
 from app.api.openai_schemas import (
     ChatCompletion,
@@ -75,6 +76,7 @@ def _card(row: Any) -> ModelCard:
 def chat_completions(
     body: ChatCompletionRequest,
     principal: AnyKey,
+    slot: EngineSlot,
     session: SessionDep,
     provider: ProviderDep,
     request: Request,
@@ -82,9 +84,10 @@ def chat_completions(
     messages = [message.message() for message in body.messages]
     params = _decoding(request, body, [m["content"] for m in messages], "messages")
     row = prompts.get_prompt_set(session, principal.tenant_id, body.model)
-    answer = service.chat(row, messages, params, provider, body.asked_form())
-    session.rollback()  # hold no transaction while the model runs
-    return _respond(request, principal.key_id, answer, body, "chat")
+    answer = service.chat(row, messages, params, provider, body.asked_form())  # lazy: no pass yet
+    session.rollback()  # hold no transaction while waiting for the engine or running it
+    slot.enter()
+    return _respond(request, slot, answer, body, "chat")
 
 
 @router.post(
@@ -96,6 +99,7 @@ def chat_completions(
 def completions(
     body: CompletionRequest,
     principal: AnyKey,
+    slot: EngineSlot,
     session: SessionDep,
     provider: ProviderDep,
     request: Request,
@@ -104,7 +108,8 @@ def completions(
     row = prompts.get_prompt_set(session, principal.tenant_id, body.model)
     answer = service.complete(row, body.prompt, params, provider, body.asked_form())
     session.rollback()
-    return _respond(request, principal.key_id, answer, body, "text")
+    slot.enter()
+    return _respond(request, slot, answer, body, "text")
 
 
 def _decoding(
@@ -204,7 +209,7 @@ def _usage(finished: Finished) -> dict[str, int]:
 
 def _respond(
     request: Request,
-    key_id: str,
+    slot: Slot,
     answer: Answer,
     body: ChatCompletionRequest | CompletionRequest,
     kind: str,
@@ -213,6 +218,11 @@ def _respond(
     pieces = iter(answer.pieces)
     first = next(pieces)  # the engine's first answer: an early error is still an HTTP status
     sessions = request.app.state.sessions
+
+    def record(done: Finished) -> None:
+        service.record_usage(sessions, slot.key_id, done)
+        slot.prompt_tokens = done.prompt_tokens  # charged to the key's rate as the slot ends
+
     if not body.stream:
         texts: list[str] = []
         tokens: list[TokenLogprob] = []
@@ -223,12 +233,9 @@ def _respond(
             else:
                 texts.append(item)
             item = next(pieces)
-        service.record_usage(sessions, key_id, item)
+        record(item)
         content = json.dumps(reply.whole("".join(texts), tokens, item))
         return Response(content, media_type="application/json")
-
-    def record(done: Finished) -> None:
-        service.record_usage(sessions, key_id, done)
 
     events = _events(reply, first, pieces, body.usage_in_stream(), record)
     headers = {"Cache-Control": "no-store"}

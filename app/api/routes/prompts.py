@@ -30,6 +30,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
 from app.api.deps import AnyKey, ProviderDep, SessionDep
+from app.api.engine_gate import EngineSlot
 from app.api.responses import json_bytes
 from app.api.schemas import (
     CompletionPublic,
@@ -308,6 +309,7 @@ def complete(
     prompt_id: str,
     body: CompletionRequest,
     principal: AnyKey,
+    slot: EngineSlot,
     session: SessionDep,
     provider: ProviderDep,
 ) -> CompletionPublic:
@@ -315,6 +317,7 @@ def complete(
         service.get_prompt_set(session, principal.tenant_id, prompt_id)
     )
     session.rollback()  # hold no transaction (SQLite: no write lock) while the model runs
+    slot.enter()
     result = service.complete(source, body.query, provider, calibrated=body.calibrated)
     return CompletionPublic(
         prompt_id=source.id,

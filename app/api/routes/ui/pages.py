@@ -22,6 +22,7 @@ from fastapi.routing import APIRoute
 from sqlalchemy.orm import Session
 
 from app.api.deps import AdviceDep, ProviderDep, QueueDep, SessionDep, SettingsDep
+from app.api.engine_gate import engine_gate
 from app.api.errors import describe_request_errors
 from app.api.limits import RateLimitedError, client_address
 from app.api.responses import FiniteJSONResponse
@@ -535,9 +536,15 @@ async def complete(
     await run_in_threadpool(session.rollback)
     # A model call: a stricter limit than the key's pages.
     await limiter.charge(limiter.model_calls, ui.principal.key_id)
-    result = await run_in_threadpool(
-        functools.partial(prompt_service.complete, calibrated=calibrated), source, query, provider
-    )
+    principal = ui.principal
+    async with engine_gate(request).hold(principal.key_id, principal.tenant_id) as slot:
+        await slot.gate.enter(slot)
+        result = await run_in_threadpool(
+            functools.partial(prompt_service.complete, calibrated=calibrated),
+            source,
+            query,
+            provider,
+        )
     answer = {
         "kind": result.kind.value,
         "label": result.label,
