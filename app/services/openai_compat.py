@@ -92,14 +92,17 @@ def decoding(
     stop: Sequence[str],
     seed: int | None,
     logprobs: int | None = None,
+    max_tokens_field: str = "max_tokens",
 ) -> GenerationParams:
     """The request's decoding, within the limits. A prompt answers a label or a value, so
-    unset settings mean greedy decoding (what ``/complete`` does) and the cap's length."""
+    unset settings mean greedy decoding (what ``/complete`` does) and the cap's length.
+    ``max_tokens_field`` is the field the app set it with (``max_completion_tokens`` too)."""
     if max_tokens is not None and max_tokens > limits.max_tokens:
         raise InvalidError(
-            f"max_tokens: at most {limits.max_tokens} on this server (DPSYN_OPENAI_MAX_TOKENS)",
+            f"{max_tokens_field}: at most {limits.max_tokens} on this server "
+            "(DPSYN_OPENAI_MAX_TOKENS)",
             code="max_tokens_too_large",
-            param="max_tokens",
+            param=max_tokens_field,
         )
     return GenerationParams(
         max_tokens=max_tokens or limits.max_tokens,

@@ -167,7 +167,7 @@ def test_each_answer_is_counted_for_its_key(prompts: Prompts) -> None:
     ("body", "status", "code", "param"),
     [
         ({"max_tokens": 13}, 400, "max_tokens_too_large", "max_tokens"),
-        ({"max_completion_tokens": 100}, 400, "max_tokens_too_large", "max_tokens"),
+        ({"max_completion_tokens": 100}, 400, "max_tokens_too_large", "max_completion_tokens"),
         ({"messages": [{"role": "user", "content": "x" * 201}]}, 400, "input_too_long", "messages"),
         ({"n": 2}, 400, "invalid", "n"),
         ({"tools": []}, 400, "invalid", "tools"),

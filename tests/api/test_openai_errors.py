@@ -69,6 +69,7 @@ COMPLETION_REFUSALS = [
     ({"temperature": 2.5}, "temperature", "invalid"),
     ({"top_p": 0}, "top_p", "invalid"),
     ({"stop": ["a", "b", "c", "d", "e"]}, "stop", "invalid"),
+    ({"stop": [""]}, "stop", "invalid"),  # the schema says so too (minLength 1)
     ({"stop": 5}, "stop", "invalid"),  # a union (str | list[str]): its members not named
     ({"prompt": "x" * 201}, "prompt", "input_too_long"),
 ]

@@ -120,7 +120,8 @@ def _decoding(
     settings = request.app.state.settings
     limits = Limits(settings.openai_max_tokens, settings.openai_max_input_chars)
     service.check_input(limits, texts, field)
-    asked = getattr(body, "max_completion_tokens", None) or body.max_tokens
+    newer = getattr(body, "max_completion_tokens", None)
+    asked = newer or body.max_tokens
     return service.decoding(
         limits,
         max_tokens=asked,
@@ -129,6 +130,7 @@ def _decoding(
         stop=body.stops(),
         seed=body.seed,
         logprobs=body.logprobs_asked(),
+        max_tokens_field="max_completion_tokens" if newer else "max_tokens",
     )
 
 
