@@ -24,6 +24,7 @@ Role = Literal["system", "user", "assistant", "developer"]
 #: One stop string: the schema says what the validation checks (schemathesis sent ``[""]``).
 StopString = Annotated[str, Field(min_length=1)]
 
+
 class JsonSchemaFormat(Documented):
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
