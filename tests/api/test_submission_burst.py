@@ -149,8 +149,9 @@ def test_one_tenants_flood_of_quotes_leaves_another_tenant_unhurt(
         assert [status for status, _ in b_quotes] == [200] * len(b_quotes)
         # A quote plans twice (its config checked, then the plan: 2 PLAN_S alone). Before,
         # quotes were not in the lane: A's held every request slot, and B's waited behind
-        # them; with one lane for all, B's quote waited behind A's sixteen.
-        assert max(seconds for _, seconds in b_quotes) < 4 * PLAN_S, b_quotes
+        # them; with one lane for all, B's quote waited behind A's sixteen (16 PLAN_S). The
+        # bound leaves 4x for a loaded machine (a bound of 4 PLAN_S once failed at 1.62 s).
+        assert max(seconds for _, seconds in b_quotes) < 8 * PLAN_S, b_quotes
         assert set(b_reads) == {200}, b_reads
 
 
