@@ -29,6 +29,14 @@ fresh validation teachers, behind Tang's mean in no regime and no family member 
 one paired standard error and a tenth of a point (:func:`_passes`); see :func:`choose`.
 Everything it reads is public: the shape and fixed public seeds. The result depends on (M,
 K, sigma rounded to a 2% grid) and is cached.
+
+Where it runs. Never on a request path while the shipped table is current: the shapes that
+matter are computed ahead (:func:`shipped_choices`), and every other shape the service
+accepts (M up to 200, K up to 1000) is read from the table's nearest shape at Tang's
+multiplier scaled by the ratio of the Ms (:func:`nearest_choice`), a lookup, where a
+simulation took 2 to 18 s at M 7 to 30 and minutes at M 200 / K 1000. Only the choice of
+constants is approximate; the job's price is the accountant's on the constants chosen,
+whichever they are. What the approximation costs in agreement: docs/service.md.
 """
 
 from __future__ import annotations
@@ -229,6 +237,9 @@ def remembered_choice(M: int, K: int, bucket: int) -> Choice:
     shipped = shipped_choices().get((M, K, bucket))
     if shipped is not None:
         return shipped
+    near = nearest_choice(M, K, bucket)
+    if near is not None:
+        return near
     store = planner_cache.current_store()
     if store is None:
         return choose(M, K, bucket)
@@ -272,6 +283,62 @@ def shipped_choices() -> dict[tuple[int, int, int], Choice]:
                 CANDIDATES[index], SIGMA_GRID**bucket, agreement, tang_agreement
             )
     return out
+
+
+# The table last read by _anchors and its anchors, replaced as one tuple (request threads).
+_ANCHORS: tuple[object, dict[int, dict[int, range]]] = (None, {})
+
+
+def _anchors() -> dict[int, dict[int, range]]:
+    """The shipped table's shapes (:func:`shipped_choices`): for each K, each M's span of
+    buckets; worked out once per table read."""
+    global _ANCHORS
+    table = shipped_choices()
+    held, anchors = _ANCHORS
+    if held is not table:
+        spans: dict[int, dict[int, list[int]]] = {}
+        for M, K, bucket in table:
+            spans.setdefault(K, {}).setdefault(M, []).append(bucket)
+        anchors = {
+            K: {M: range(min(b), max(b) + 1) for M, b in sorted(Ms.items())}
+            for K, Ms in sorted(spans.items())
+        }
+        _ANCHORS = (table, anchors)
+    return anchors
+
+
+def anchor(M: int, K: int) -> tuple[int, int] | None:
+    """The table's shape that plans (M, K) when the table does not hold it: the nearest K
+    (by ratio; a tie goes to the larger), then the nearest M at that K (by ratio; a tie to
+    the larger). None when there is no table."""
+    anchors = _anchors()
+    if not anchors:
+        return None
+    K_a = min(anchors, key=lambda k: (abs(math.log(k / K)), -k))
+    M_a = min(anchors[K_a], key=lambda m: (abs(math.log(m / M)), -m))
+    return M_a, K_a
+
+
+def nearest_choice(M: int, K: int, bucket: int) -> Choice | None:
+    """The choice for a shape the table does not hold, read from the table (no simulation):
+    its :func:`anchor` (M_a, K_a) at Tang's multiplier scaled by M_a / M, clamped to the
+    table's range of multipliers. None when there is no table.
+
+    Why scaled: a T = 0 step releases the teachers' mean plus Gaussian noise of standard
+    deviation sigma * diameter / M, so M teachers at sigma and M_a at sigma * M_a / M put
+    the same noise on the same kind of mean; they differ only in how much the teachers'
+    own spread averages out. The table agrees: each candidate's range of sigma / M is
+    within about 20% from M 6 to M 40. What it costs against the exact simulation of the
+    shape: docs/service.md ("Shapes off the table"), bench/planner_anchors.py.
+    """
+    found = anchor(M, K)
+    if found is None:
+        return None
+    M_a, K_a = found
+    span = _anchors()[K_a][M_a]
+    shifted = bucket + round(math.log(M_a / M) / math.log(SIGMA_GRID))
+    near = shipped_choices()[(M_a, K_a, min(max(shifted, span.start), span.stop - 1))]
+    return dataclasses.replace(near, sigma=SIGMA_GRID**bucket)
 
 
 def _encoded(choice: Choice) -> dict[str, Any]:

@@ -8,6 +8,10 @@ process (an LRU) and, where the service installs one with :func:`planner_store`,
 store (the database, :mod:`app.services.calibrations`), so that a shape planned once by any
 API process or replica is a lookup for all of them, after restarts too.
 
+Since the planner reads every shape off its table from the table's nearest shape
+(:func:`app.privacy.planner.nearest_choice`), the simulation, and so this store, serve only a
+process whose table is missing or stale (computed by another planner).
+
 The key hashes the shape and everything the simulation reads (:func:`choice_key`); bump
 :data:`PLANNER_CACHE_VERSION` whenever the simulation changes what it computes in a way the
 constants hashed do not show. This module does no I/O itself.
