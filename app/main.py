@@ -4,7 +4,9 @@ Singletons are built once here and kept on ``app.state``: settings, the session 
 job queue, the backend provider (the model loads on first use) and the metrics registry.
 At start-up the database is migrated (Alembic is the only way the schema changes; not when
 ``DPSYN_MIGRATE_ON_START=false``, for replicas behind a one-shot ``dpsyn migrate``) and, if
-``DPSYN_BOOTSTRAP_API_KEY`` is set, it becomes an admin key of the tenant "default".
+``DPSYN_BOOTSTRAP_API_KEY`` is set, it becomes an admin key of the tenant "default". The
+ledger's hash chains are verified and compared with their exported heads
+(:func:`app.ledger.heads.check_at_start`): a dataset whose database is behind them is held.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from app.api.routes.prompts import preload_prompts
 from app.api.routes.ui.session import session_tenant
 from app.db.migrate import upgrade
 from app.db.session import PoolLimits, get_engine
+from app.ledger.heads import check_at_start
 from app.llm.provider import BackendProvider, provider_for
 from app.log_redaction import install_log_redaction
 from app.methods.registry import import_method_modules
@@ -61,6 +64,9 @@ def _startup(settings: Settings, sessions: sessionmaker) -> None:
         upgrade(settings.database_url)
     with sessions() as session:  # runs whose runner died (lease run out), failed once
         fail_interrupted(session)
+        session.commit()
+    with sessions() as session:  # a hand-edited ledger, a database behind its exported heads
+        check_at_start(session, settings.database_url)
         session.commit()
     if settings.bootstrap_api_key:
         with sessions() as session:

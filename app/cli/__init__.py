@@ -10,6 +10,7 @@ import typer
 import typer.main
 
 from app.cli.admin import admin_app
+from app.cli.admin_ledger import ledger_app
 from app.cli.advise import advise_command
 from app.cli.audit import audit_command
 from app.cli.client import budget_app, datasets_app, jobs_app, prompts_app
@@ -50,6 +51,7 @@ app.add_typer(keys_app, name="keys")
 app.command("eval")(eval_command)
 app.command("audit")(audit_command)
 app.command("advise")(advise_command)
+admin_app.add_typer(ledger_app, name="ledger")
 app.add_typer(admin_app, name="admin")
 app.add_typer(config_app, name="config")
 

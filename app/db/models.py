@@ -27,6 +27,7 @@ from sqlalchemy import (
     DateTime,
     Float,
     ForeignKey,
+    Index,
     Integer,
     LargeBinary,
     String,
@@ -331,11 +332,39 @@ class LedgerEntry(Base):
     # Migration 0019: the batch the job was declared in (a reserve entry; its own job ID
     # when submitted alone). NULL on older rows: read as the job's own ID (``batch_of``).
     batch_id: Mapped[str | None] = mapped_column(String(32), nullable=True)
+    # Migration 0021: the entry's place in its dataset's hash chain (``app.ledger.chain``):
+    # its position (1, 2, ...; unique per dataset, so two writers can never fork a chain),
+    # the SHA-256 of its content and of the previous entry's hash, and ``chain_origin``:
+    # NULL when chained as it was written, "migration" for the rows that existed when the
+    # chains were started (vouched for from then on only), "restored" for an entry an
+    # operator re-applied from the exported heads after a restore. NULL in the first two
+    # columns: a row inserted by hand (``dpsyn admin ledger verify`` reports it).
+    chain_seq: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    chain_hash: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    chain_origin: Mapped[str | None] = mapped_column(String(16), nullable=True)
+
+    __table_args__ = (Index("uq_ledger_chain", "dataset_id", "chain_seq", unique=True),)
 
     @property
     def batch_of(self) -> str:
         """The declared batch of this entry's job (its own ID when it was alone)."""
         return self.batch_id or self.job_id
+
+
+class LedgerHold(Base):
+    """Migration 0021: a dataset whose ledger is behind (or other than) the head exported
+    outside the database (``app.ledger.heads``): found at start, e.g. after a restore of an
+    older backup. Admissions charging its budget are refused while ``acknowledged_at`` is
+    NULL; ``dpsyn admin ledger acknowledge`` re-applies the missing entries and sets it."""
+
+    __tablename__ = "ledger_holds"
+    dataset_id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    detected_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=now)
+    database_seq: Mapped[int] = mapped_column(Integer)  # the chain's length in the database
+    exported_seq: Mapped[int] = mapped_column(Integer)  # the exported head's position
+    exported_hash: Mapped[str] = mapped_column(String(64))
+    acknowledged_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    reapplied: Mapped[int | None] = mapped_column(Integer, nullable=True)
 
 
 class CountReleaseRow(Base):

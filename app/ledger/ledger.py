@@ -37,7 +37,8 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from app.db.models import Budget, Dataset, Job, LedgerEntry, LedgerKind
+from app.db.models import Budget, Dataset, Job, LedgerEntry, LedgerHold, LedgerKind
+from app.ledger.chain import append
 from app.ledger.owners import budget_owner_id, members_clause
 from app.privacy.accounting import Accounting, accountant_for
 from app.privacy.budget import fits_budget, round_up, spend_text
@@ -52,6 +53,35 @@ class LedgerError(ValueError):
 
 class NoBudgetError(LedgerError):
     pass
+
+
+class LedgerHeldError(LedgerError):
+    """A charge on a budget whose ledger is held: the database is behind the ledger's
+    exported heads (restored from an older backup?) and an operator has not acknowledged it
+    yet (:mod:`app.ledger.heads`)."""
+
+    def __init__(self, dataset_id: str) -> None:
+        self.dataset_id = dataset_id
+        super().__init__(
+            f"the ledger of dataset {dataset_id} is behind the heads it exported (the "
+            "database was restored from an older backup?): nothing more is charged to its "
+            "budget until an operator re-applies the missing spend with "
+            f"'dpsyn admin ledger acknowledge {dataset_id}'"
+        )
+
+
+def refuse_held(session: Session, owner_id: str) -> None:
+    """Raise :class:`LedgerHeldError` if the ledger of any dataset charging ``owner_id``'s
+    budget is held."""
+    held = session.scalar(
+        select(LedgerHold.dataset_id)
+        .where(
+            members_clause(LedgerHold.dataset_id, owner_id), LedgerHold.acknowledged_at.is_(None)
+        )
+        .limit(1)
+    )
+    if held is not None:
+        raise LedgerHeldError(held)
 
 
 class BudgetExceededError(LedgerError):
@@ -307,6 +337,7 @@ def admit(
         )
     if delta > budget.delta:
         raise LedgerError(f"the job's delta {delta:g} exceeds the budget's delta {budget.delta:g}")
+    refuse_held(session, budget.dataset_id)
     entries = _entries(session, dataset_id)
     live = _live_of(entries)
     releases = [e for e in entries if e.kind == LedgerKind.COUNTS]
@@ -317,7 +348,8 @@ def admit(
         raise BudgetExceededError(
             requested=epsilon, spent=before, total=budget.epsilon, adds=after - before
         )
-    session.add(
+    append(
+        session,
         LedgerEntry(
             dataset_id=dataset_id,
             job_id=job_id,
@@ -326,7 +358,7 @@ def admit(
             delta=delta,
             event=to_dict(event),
             batch_id=batch_id,
-        )
+        ),
     )
     return _spend(budget, items, releases, sum(e.epsilon for e in live) + epsilon)
 
@@ -347,6 +379,7 @@ def charge_count_release(
     the budget row locked (:func:`lock_budget`) and commits the release with the entry.
     ``dataset_id``: the dataset released (default the budget's own), which may be one that
     shares the budget; the entry keeps its ID."""
+    refuse_held(session, budget.dataset_id)
     entries = _entries(session, budget.dataset_id)
     releases = [e for e in entries if e.kind == LedgerKind.COUNTS]
     entry = LedgerEntry(
@@ -364,8 +397,7 @@ def charge_count_release(
         raise BudgetExceededError(
             requested=epsilon, spent=before, total=budget.epsilon, adds=after - before
         )
-    session.add(entry)
-    return entry
+    return append(session, entry)
 
 
 def _close(
@@ -392,8 +424,7 @@ def _close(
         delta=reserve.delta,
         event=reserve.event if reason is None else {**reserve.event, REASON_KEY: reason},
     )
-    session.add(entry)
-    return entry
+    return append(session, entry)
 
 
 #: Where a commit or release entry keeps its plain-words reason, inside its ``event`` JSON

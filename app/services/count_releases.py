@@ -136,6 +136,9 @@ def _new_release(session: Session, dataset: Dataset, budget: Budget) -> CountRel
             delta=delta,
             dataset_id=dataset.id,  # its own ID, on the budget it charges (maybe shared)
         )
+    except ledger.LedgerHeldError as err:
+        session.rollback()
+        raise ConflictError(str(err), code="ledger_rolled_back") from None
     except ledger.BudgetExceededError as err:
         session.rollback()
         raise ConflictError(

@@ -589,9 +589,10 @@ def _admit_all(
     except ledger.NoBudgetError:
         session.rollback()
         raise _no_budget(dataset_id) from None
-    except ledger.LedgerError as err:  # the budget changed since it was read
+    except ledger.LedgerError as err:  # the budget changed since it was read, or is held
         session.rollback()
-        raise ConflictError(str(err), code="budget_changed") from None
+        code = "ledger_rolled_back" if isinstance(err, ledger.LedgerHeldError) else "budget_changed"
+        raise ConflictError(str(err), code=code) from None
     except BaseException:
         session.rollback()
         raise
