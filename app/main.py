@@ -32,6 +32,7 @@ from app.api.request_checks import install_request_checks
 from app.api.routes import advice, budgets, datasets, health, jobs, keys, openai, prompts, ui
 from app.api.routes.prompts import preload_prompts
 from app.api.routes.ui.session import session_tenant
+from app.db import record_keys
 from app.db.migrate import upgrade
 from app.db.session import PoolLimits, get_engine
 from app.ledger.heads import check_at_start
@@ -95,6 +96,7 @@ def create_app(
     install_log_redaction()
     settings = settings or get_settings()
     import_method_modules(settings.method_module_names())  # plug-ins, before the schema
+    record_keys.configure(settings.record_keys_dir, settings.record_kek)  # before migrations
     provider = backend_provider or provider_for(settings)
     if queue is None:
         if settings.migrate_on_start:  # an in-process queue reads unfinished jobs at once

@@ -103,6 +103,13 @@ class Settings(BaseSettings):
     prompt_tokens_per_minute: int | None = Field(None, ge=0)
     """Prompt tokens one key's answers may have the engine read a minute (chat and text
     completions). None: the engine's default (embedded 20,000, vLLM no bound); 0: no bound."""
+    # --- Records at rest (app/db/record_keys.py; docs/service.md, "Records at rest") -------
+    record_keys_dir: str | None = None
+    """The folder of the datasets' data keys, outside the database (every API and worker
+    process must see the same one). None: ./.dpsyn/record_keys."""
+    record_kek: str | None = Field(None, repr=False)
+    """The key-encryption key (32 bytes, base64) that wraps the data keys. None: the key
+    folder's own kek file, made on first use."""
     limits_redis_url: str | None = None
     """Redis holding the limits' buckets, shared by all API processes. Default: broker_url when
     it is a Redis URL; without either each process counts in memory."""

@@ -13,6 +13,7 @@ import os
 import re
 import socket
 import sys
+import tempfile
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -27,6 +28,13 @@ PG_HOST = os.environ.get("DPSYN_TEST_PG_HOST", "127.0.0.1")
 PG_PORT = int(os.environ.get("DPSYN_TEST_PG_PORT", "5432"))
 PG_USER = os.environ.get("DPSYN_TEST_PG_USER", "postgres")
 REDIS_URL = os.environ.get("DPSYN_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
+
+# The data keys of the records the tests upload, in a folder of this test process (servers
+# and workers the tests start inherit it), not in the checkout's ./.dpsyn/record_keys.
+os.environ.setdefault("DPSYN_RECORD_KEYS_DIR", tempfile.mkdtemp(prefix="dpsyn-record-keys-"))
+# The ledger's exported heads: off, but in the tests of the heads themselves (which name a
+# file), so that the tests leave no heads file in the checkout.
+os.environ.setdefault("DPSYN_LEDGER_HEADS_PATH", "off")
 
 # absl (dp_accounting logs through it) makes its handler when imported, writing to the
 # sys.stderr of that moment: under pytest, the capture stream of the collection phase. Any

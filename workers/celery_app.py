@@ -35,6 +35,7 @@ from celery import Celery, Task
 from celery.signals import worker_process_init, worker_ready, worker_shutdown
 from sqlalchemy.orm import sessionmaker
 
+from app.db import record_keys
 from app.db.session import get_engine
 from app.llm.fake import FakeBackend, SlowBackend
 from app.llm.provider import BackendProvider, StaticProvider, provider_for
@@ -109,6 +110,7 @@ install_log_redaction()  # exception messages can quote private records: types a
 logger = logging.getLogger(__name__)
 settings = get_settings()
 import_method_modules(settings.method_module_names())  # the plug-ins the API admits
+record_keys.configure(settings.record_keys_dir, settings.record_kek)  # the API's key folder
 app = make_celery(settings) if settings.broker_url else Celery("dpsyn", set_as_current=False)
 lease = LeaseConfig.from_settings(settings)
 reaper = Reaper(settings.database_url, lease)

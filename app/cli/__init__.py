@@ -11,6 +11,7 @@ import typer.main
 
 from app.cli.admin import admin_app
 from app.cli.admin_ledger import ledger_app
+from app.cli.admin_records import records_app
 from app.cli.advise import advise_command
 from app.cli.audit import audit_command
 from app.cli.client import budget_app, datasets_app, jobs_app, prompts_app
@@ -52,6 +53,7 @@ app.command("eval")(eval_command)
 app.command("audit")(audit_command)
 app.command("advise")(advise_command)
 admin_app.add_typer(ledger_app, name="ledger")
+admin_app.add_typer(records_app, name="records")
 app.add_typer(admin_app, name="admin")
 app.add_typer(config_app, name="config")
 

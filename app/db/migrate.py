@@ -28,11 +28,34 @@ def alembic_config(url: str) -> Config:
     return config
 
 
+#: The migration that sealed the records: an SQLite file migrated past it is vacuumed.
+SEALED_RECORDS = "0022"
+
+
 def upgrade(url: str) -> None:
     """Apply every migration in ``app/db/migrations/`` to the database at ``url`` (a new
     SQLite file is created private first)."""
     create_private_sqlite_file(url)
+    before = current_revision(url)
     command.upgrade(alembic_config(url), "head")
+    if before is not None and before < SEALED_RECORDS and url.startswith("sqlite"):
+        _compact_sqlite(url)
+
+
+def _compact_sqlite(url: str) -> None:
+    """Rewrite an SQLite file and empty its WAL (outside any transaction, which VACUUM
+    needs), so that no page of the plain records sealed by migration 0022 is left behind."""
+    from app.db.session import get_engine
+
+    raw = get_engine(url).raw_connection()
+    try:
+        cursor = raw.cursor()
+        cursor.execute("PRAGMA secure_delete=ON")
+        cursor.execute("VACUUM")
+        cursor.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        cursor.close()
+    finally:
+        raw.close()
 
 
 def head_revision() -> str | None:

@@ -153,12 +153,19 @@ class RecordFingerprint(Base):
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=now)
 
 
+#: Characters of a record's label: also the bound on a task's labels and candidates, which
+#: become record labels (a 500-character column until the records were sealed).
+LABEL_MAX_CHARS = 500
+
+
 class DatasetRecord(Base):
+    """One record, sealed (migration 0022): its text and label as one AES-GCM value under
+    its dataset's data key, which lives outside the database (``app.db.record_keys``)."""
+
     __tablename__ = "dataset_records"
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     dataset_id: Mapped[str] = mapped_column(ForeignKey("datasets.id"), index=True)
-    text: Mapped[str] = mapped_column(Text)
-    label: Mapped[str] = mapped_column(String(500))
+    sealed: Mapped[bytes] = mapped_column(LargeBinary)
 
 
 #: A budget's default warn threshold: the share of its epsilon at which it is flagged.

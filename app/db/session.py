@@ -51,6 +51,9 @@ def get_engine(url: str, *, readonly: bool = False, pool: PoolLimits | None = No
         cursor = dbapi_conn.cursor()
         cursor.execute("PRAGMA foreign_keys=ON")
         cursor.execute("PRAGMA journal_mode=WAL")
+        # Freed pages are zeroed: a deleted row (a dataset's sealed records, a data key's
+        # trace) leaves nothing behind in the file.
+        cursor.execute("PRAGMA secure_delete=ON")
         cursor.close()
 
     @event.listens_for(engine, "begin")

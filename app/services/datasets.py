@@ -34,6 +34,7 @@ from sqlalchemy import delete, func, insert, or_, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
+from app.db import record_keys
 from app.db.models import (
     ACTIVE_STATUSES,
     Dataset,
@@ -484,11 +485,12 @@ def _store(
     session.flush()
     if prints:
         fingerprints.store_new(session, dataset.tenant_id, dataset.id, prints)
+    keys = record_keys.current()
     for start in range(0, len(records), _INSERT_BATCH):
         batch = records[start : start + _INSERT_BATCH]
+        sealed = keys.seal_records(dataset.id, [(r.text, r.label) for r in batch])
         session.execute(
-            insert(DatasetRecord),
-            [{"dataset_id": dataset.id, "text": r.text, "label": r.label} for r in batch],
+            insert(DatasetRecord), [{"dataset_id": dataset.id, "sealed": v} for v in sealed]
         )
     session.commit()
     return dataset
@@ -595,6 +597,9 @@ def delete_dataset(session: Session, tenant_id: str, dataset_id: str) -> Dataset
     session.execute(delete(DatasetRecord).where(DatasetRecord.dataset_id == dataset.id))
     dataset.deleted_at = now()
     session.commit()
+    # After the commit: a deletion that failed keeps its key. Without the key, the records
+    # in every backup of the database stay sealed for good.
+    record_keys.current().destroy(dataset.id)
     return dataset
 
 
@@ -677,23 +682,23 @@ def record_count(session: Session, dataset_id: str) -> int:
     return session.scalar(query.where(DatasetRecord.dataset_id == dataset_id)) or 0
 
 
-def load_records(session: Session, dataset_id: str) -> list[Record]:
-    """The dataset's private records, in upload order (workers only)."""
-    rows = session.execute(
-        select(DatasetRecord.text, DatasetRecord.label)
+def _opened(session: Session, dataset_id: str) -> list[tuple[str, str]]:
+    """The dataset's records as (text, label), in upload order, opened in memory with its
+    data key (``app.db.record_keys``)."""
+    sealed = session.scalars(
+        select(DatasetRecord.sealed)
         .where(DatasetRecord.dataset_id == dataset_id)
         .order_by(DatasetRecord.id)
-    )
-    return [Record(text, label) for text, label in rows]
+    ).all()
+    return record_keys.current().open_records(dataset_id, sealed) if sealed else []
+
+
+def load_records(session: Session, dataset_id: str) -> list[Record]:
+    """The dataset's private records, in upload order (workers only)."""
+    return [Record(text, label) for text, label in _opened(session, dataset_id)]
 
 
 def load_public_texts(session: Session, dataset_id: str) -> list[str]:
     """A public dataset's texts in upload order (workers only): a fixed order, so that the
     inputs a job draws depend on its generator only, not on how the database returns rows."""
-    return list(
-        session.scalars(
-            select(DatasetRecord.text)
-            .where(DatasetRecord.dataset_id == dataset_id)
-            .order_by(DatasetRecord.id)
-        )
-    )
+    return [text for text, _ in _opened(session, dataset_id)]

@@ -19,7 +19,8 @@ from typing import Any
 
 from sqlalchemy.orm import InstrumentedAttribute
 
-from app.db.models import Dataset, DatasetRecord, Tenant
+from app.db.models import LABEL_MAX_CHARS as LABEL_MAX_CHARS  # its home: the model
+from app.db.models import Dataset, Tenant
 
 
 def column_size(column: InstrumentedAttribute[Any]) -> int:
@@ -30,9 +31,6 @@ def column_size(column: InstrumentedAttribute[Any]) -> int:
     return length
 
 
-# Characters of a record's label: also the bound on a task's labels and candidates, which
-# become record labels.
-LABEL_MAX_CHARS = column_size(DatasetRecord.label)
 DATASET_NAME_MAX_CHARS = column_size(Dataset.name)
 TENANT_NAME_MAX_CHARS = column_size(Tenant.name)
 

@@ -11,7 +11,7 @@ from sqlalchemy import func, select
 from app.db.models import Budget, DatasetRecord, Job, LedgerEntry
 from app.db.session import session_scope
 from app.privacy.unit import DEFAULT_DELTA
-from app.services.datasets import record_count
+from app.services.datasets import load_records, record_count
 from tests.api.conftest import MARKER, PATE_PARAMS, PUBLIC, Api, auth, error_of, public_rows
 from tests.synthesis.fake_backend import FakeBackend
 
@@ -36,11 +36,7 @@ def test_public_upload_json_and_file_text_column_only(api: Api) -> None:
     assert created["label_counts"] == {} and created["task"] == {}
     assert created["name"] == "public"
     with session_scope(api.url) as session:
-        labels = set(
-            session.scalars(
-                select(DatasetRecord.label).where(DatasetRecord.dataset_id == created["id"])
-            )
-        )
+        labels = {record.label for record in load_records(session, created["id"])}
     assert labels == {""}  # the file's label column was ignored
     private = api.upload()
     assert private["kind"] == "private"

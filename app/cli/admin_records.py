@@ -1,0 +1,42 @@
+"""``dpsyn admin records``: the key-encryption key of the records' data keys
+(:mod:`app.db.record_keys`; docs/service.md, "Records at rest").
+
+``rotate-kek`` wraps every dataset's data key with a new key-encryption key; the records are
+not touched (each stays sealed by its own data key). Where the KEK is the key folder's own
+file (the embedded default), the file is replaced; where it comes from ``DPSYN_RECORD_KEK``,
+the new one is printed once, to be set there before the next start of every process.
+"""
+
+from __future__ import annotations
+
+import base64
+import secrets
+
+import typer
+
+from app.cli.admin import _say
+
+records_app = typer.Typer(
+    help="The key-encryption key of the records' data keys: rotate it.", no_args_is_help=True
+)
+
+
+@records_app.command("rotate-kek")
+def rotate_kek() -> None:
+    """Wrap every dataset's data key with a new key-encryption key (records untouched).
+
+    Example: dpsyn admin records rotate-kek
+    """
+    from app.db import record_keys
+    from app.settings import Settings
+
+    settings = Settings()
+    keys = record_keys.configure(settings.record_keys_dir, settings.record_kek)
+    keys.kek  # noqa: B018 (read or made before the rotation)
+    new_kek = secrets.token_bytes(record_keys.KEY_BYTES)
+    from_settings = settings.record_kek is not None
+    count = keys.rewrap(new_kek, keep_file=not from_settings)
+    _say(f"ok: {count} data keys rewrapped in {keys.folder}")
+    if from_settings:
+        _say("set DPSYN_RECORD_KEK to this new key in every API and worker process (shown once):")
+        typer.echo(base64.b64encode(new_kek).decode())
