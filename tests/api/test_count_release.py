@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 from sqlalchemy import select
 
+from app.db import record_keys
 from app.db.models import CountReleaseRow, Dataset, DatasetRecord, Job, LedgerEntry, LedgerKind
 from app.db.session import session_scope
 from app.privacy import unit
@@ -42,6 +43,12 @@ JSON = {"Accept": "application/json"}
 def api(request: pytest.FixtureRequest) -> Iterator[Api]:
     url = request.getfixturevalue("sqlite_url" if request.param == "sqlite" else "postgres_url")
     yield from make_api(url)
+
+
+def _sealed(dataset_id: str, words: str) -> bytes:
+    """One more record of label w5 for the dataset, sealed as an upload seals it."""
+    [value] = record_keys.current().seal_records(dataset_id, [(f"{MARKER} {words}", "w5")])
+    return value
 
 
 def _request(dataset_id: str, epsilon: float = 1.0, **kw: Any) -> dict[str, Any]:
@@ -181,7 +188,7 @@ def _change_records(api: Api, dataset_id: str) -> None:
     with session_scope(api.url) as session:
         dataset = session.get(Dataset, dataset_id)
         assert dataset is not None
-        session.add(DatasetRecord(dataset_id=dataset_id, text=f"{MARKER} one more", label="w5"))
+        session.add(DatasetRecord(dataset_id=dataset_id, sealed=_sealed(dataset_id, "one more")))
         counts = dict(dataset.label_counts or {})
         counts["w5"] = int(counts["w5"]) + 1
         dataset.label_counts = counts
@@ -338,7 +345,7 @@ def test_no_exact_count_in_a_quote_a_refusal_or_a_job_record(
     # Records changed behind the service's back after admission: the worker refuses the job
     # in words that name no count (it once wrote "the dataset has 91 records but ...").
     with session_scope(api.url) as session:
-        session.add(DatasetRecord(dataset_id=dataset["id"], text=f"{MARKER} x", label="w5"))
+        session.add(DatasetRecord(dataset_id=dataset["id"], sealed=_sealed(dataset["id"], "x")))
     api.run_worker(job.json()["id"])
     bodies["refused run"] = api.client.get(
         f"/v1/jobs/{job.json()['id']}", headers=auth(api.admin)
