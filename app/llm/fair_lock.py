@@ -12,7 +12,9 @@ least so far (least attained service, ties first come first served). A user is a
 every job and advice run in the process. A request that just arrived has held the engine
 for nothing, so its calls go first, and it waits at most one call of a longer user per call
 (a piece of a long prompt, :data:`app.llm.generation.PREFILL_CHUNK` tokens, or one answer
-token); a long answer goes on whenever nobody newer waits. Jobs share one account whose time
+token) before its calls run one after another: at a release, the least-served user keeps the
+engine for :data:`KEEP_S` so that its next call, a few Python steps later, is not overtaken.
+A long answer goes on whenever nobody newer waits. Jobs share one account whose time
 only grows, so they yield to answers at every call and take the engine when it is free.
 """
 
@@ -22,6 +24,10 @@ import itertools
 import threading
 import time
 from types import TracebackType
+
+#: How long the least-served user keeps the engine after a call for its next one: longer
+#: than the Python between two calls of one answer, far shorter than a call (50 ms or more).
+KEEP_S = 0.02
 
 
 class Share:
@@ -55,6 +61,7 @@ class FairLock:
         self._since = 0.0
         self._tickets = itertools.count()
         self._waiting: list[tuple[Share, int]] = []
+        self._kept: tuple[Share, float] | None = None  # who may take it first, until when
         self.background = Share(self, "background")
 
     def share(self, name: str) -> Share:
@@ -65,15 +72,37 @@ class FairLock:
         with self._state:
             entry = (share, next(self._tickets))
             self._waiting.append(entry)
-            while self._held or self._first() is not entry:
-                self._state.wait()
+            while (wait := self._wait_for(entry)) != 0:
+                self._state.wait(timeout=wait)
             self._waiting.remove(entry)
             self._held, self._since = True, time.monotonic()
+            self._kept = None
+
+    def _wait_for(self, entry: tuple[Share, int]) -> float | None:
+        """0 when ``entry`` may take the lock now; else the longest wait before asking again
+        (None: until a release)."""
+        if self._held:
+            return None
+        if self._kept is not None:
+            share, until = self._kept
+            if share is entry[0]:
+                return 0
+            left = until - time.monotonic()
+            if left > 0:
+                return left
+        return 0 if self._first() is entry else None
 
     def release(self, share: Share) -> None:
         with self._state:
             share.held_s += time.monotonic() - self._since
             self._held = False
+            # The user that has had the engine least keeps it for a moment: its next call
+            # comes a few Python steps later, and without this a waiting longer user takes
+            # the engine in that gap, once per call (a short answer then waited one long
+            # call per call of its own instead of one in all).
+            others = [waiter.held_s for waiter, _ in self._waiting if waiter is not share]
+            keep = others and share.held_s < min(others)
+            self._kept = (share, time.monotonic() + KEEP_S) if keep else None
             self._state.notify_all()
 
     def _first(self) -> tuple[Share, int]:
