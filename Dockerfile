@@ -98,9 +98,12 @@ RUN groupadd --system --gid 10001 dpsyn \
         --shell /usr/sbin/nologin dpsyn
 COPY --from=build /opt/dpsyn /opt/dpsyn
 COPY --from=build --chown=dpsyn:dpsyn /opt/dpsyn-cache /var/cache/dpsyn
-# The records' data keys (docker-compose.yml mounts one volume here in the API, the workers
-# and the migration): owned by the service's user, so a new volume is too.
-RUN mkdir -p /var/lib/dpsyn/keys && chown dpsyn:dpsyn /var/lib/dpsyn/keys && chmod 0700 /var/lib/dpsyn/keys
+# The records' data keys and the ledger's exported heads (docker-compose.yml mounts a volume
+# on each in the API, the workers and the migration): owned by the service's user, so that a
+# new volume is too.
+RUN mkdir -p /var/lib/dpsyn/keys /var/lib/dpsyn/ledger \
+    && chown dpsyn:dpsyn /var/lib/dpsyn/keys /var/lib/dpsyn/ledger \
+    && chmod 0700 /var/lib/dpsyn/keys /var/lib/dpsyn/ledger
 ENV PATH=/opt/dpsyn/bin:$PATH \
     PYTHONUNBUFFERED=1 \
     PYTHONDONTWRITEBYTECODE=1 \
