@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import base64
 import secrets
+from pathlib import Path
 
 import typer
 
-from app.cli.admin import _say
+from app.cli.admin import DataDirOpt, _say
 
 records_app = typer.Typer(
     help="The key-encryption key of the records' data keys: rotate it.", no_args_is_help=True
@@ -22,7 +23,7 @@ records_app = typer.Typer(
 
 
 @records_app.command("rotate-kek")
-def rotate_kek() -> None:
+def rotate_kek(data_dir: DataDirOpt = Path(".dpsyn")) -> None:
     """Wrap every dataset's data key with a new key-encryption key (records untouched).
 
     Example: dpsyn admin records rotate-kek
@@ -31,7 +32,8 @@ def rotate_kek() -> None:
     from app.settings import Settings
 
     settings = Settings()
-    keys = record_keys.configure(settings.record_keys_dir, settings.record_kek)
+    folder = settings.record_keys_dir or str(data_dir / "record_keys")  # as dpsyn serve's
+    keys = record_keys.configure(folder, settings.record_kek)
     keys.kek  # noqa: B018 (read or made before the rotation)
     new_kek = secrets.token_bytes(record_keys.KEY_BYTES)
     from_settings = settings.record_kek is not None

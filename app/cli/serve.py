@@ -117,6 +117,7 @@ def write_client_url(data_dir: Path, host: str, port: int) -> Path:
 def prepare(settings: Settings, *, data_dir: Path, migrate: bool) -> tuple[Settings, str | None]:
     """Migrate the database and make sure an admin key exists; returns the settings to serve
     with and the raw key if it was created now (to print once)."""
+    from app.db import record_keys
     from app.db.migrate import upgrade
     from app.db.session import session_scope
     from app.services.tenants import ensure_bootstrap_key
@@ -143,6 +144,9 @@ def prepare(settings: Settings, *, data_dir: Path, migrate: bool) -> tuple[Setti
         database = make_url(settings.database_url).database
         if database and database != ":memory:":
             Path(database).parent.mkdir(parents=True, exist_ok=True)
+    if settings.record_keys_dir is None:  # the records' data keys: in the data folder too
+        settings = settings.model_copy(update={"record_keys_dir": str(data_dir / "record_keys")})
+    record_keys.configure(settings.record_keys_dir, settings.record_kek)  # before 0022 runs
     if migrate:
         upgrade(settings.database_url)
     if settings.bootstrap_api_key:
