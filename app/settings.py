@@ -110,6 +110,10 @@ class Settings(BaseSettings):
     record_kek: str | None = Field(None, repr=False)
     """The key-encryption key (32 bytes, base64) that wraps the data keys. None: the key
     folder's own kek file, made on first use."""
+    record_retention_days: float | None = Field(None, gt=0)
+    """Days after a private dataset's last job ended (with none queued or running) after which
+    its records are dropped and their data key destroyed; its budget, ledger and prompts are
+    kept. None: records are kept until the dataset is deleted."""
     limits_redis_url: str | None = None
     """Redis holding the limits' buckets, shared by all API processes. Default: broker_url when
     it is a Redis URL; without either each process counts in memory."""

@@ -13,7 +13,8 @@ a lease on its job row (owner and expiry, set when the job is claimed):
   ``reaper_interval_s`` it ends the running jobs whose lease expired, through
   :func:`app.services.job_leases.reap_job` (failed, charged if they read the data, else released).
   It leaves alone the attempts its own process runs: they renew as soon as the database lets
-  them.
+  them. Once an hour it also drops the records past the retention period
+  (``DPSYN_RECORD_RETENTION_DAYS``: :mod:`app.services.retention`), where one is set.
 
 Queued jobs have their own watchman: :class:`Dispatcher`, run beside the reaper (and in every
 API process), sends the task of a queued job again once its last send is older than a bound,
@@ -31,6 +32,7 @@ import logging
 import os
 import socket
 import threading
+import time
 import uuid
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
@@ -43,6 +45,7 @@ from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 from app.db.models import now
 from app.db.session import session_scope
 from app.services.job_leases import expired_job_ids, reap_job, redispatch_due, renew_lease
+from app.services.retention import expire_records
 
 if TYPE_CHECKING:
     from app.settings import Settings
@@ -59,6 +62,7 @@ class LeaseConfig:
     reaper_interval_s: float = 15.0
     store_retry_s: float = 120.0  # how long an attempt retries storing its outcome
     alive_file: str | None = None  # touched on each lease renewal and reaper round
+    retention_days: float | None = None  # records dropped this long after a dataset's last job
 
     def mark_alive(self) -> None:
         """Touch ``alive_file``: the worker's health signal (``dpsyn worker-health``).
@@ -82,6 +86,7 @@ class LeaseConfig:
             reaper_interval_s=settings.reaper_interval_s,
             store_retry_s=settings.final_store_retry_s,
             alive_file=settings.worker_alive_file,
+            retention_days=settings.record_retention_days,
         )
 
     def expiry(self) -> datetime:
@@ -212,6 +217,10 @@ class _Periodic:
             self._stop.wait(self._interval_s())
 
 
+#: How often a reaper drops the records past the retention period.
+RETENTION_INTERVAL_S = 3600.0
+
+
 class Reaper(_Periodic):
     """A daemon thread ending running jobs whose lease expired (see the module docstring).
 
@@ -230,6 +239,7 @@ class Reaper(_Periodic):
     ) -> None:
         super().__init__()
         self.database_url, self.config, self.spare = database_url, config, spare
+        self._next_expiry = 0.0  # time.monotonic() of the next retention round
 
     def reap_once(self) -> list[str]:
         """End every job whose lease expired now; returns their IDs."""
@@ -256,9 +266,28 @@ class Reaper(_Periodic):
             )
         return reaped
 
+    def expire_once(self, at: datetime | None = None) -> list[str]:
+        """Drop the records past the retention period (none without one); returns the IDs of
+        their datasets."""
+        days = self.config.retention_days
+        if days is None:
+            return []
+        with session_scope(self.database_url) as session:
+            dropped = expire_records(session, days, at=at)
+        for dataset_id in dropped:
+            log.info(
+                "dataset %s: no job for %g days; records dropped, data key destroyed",
+                dataset_id,
+                days,
+            )
+        return dropped
+
     def _round(self) -> None:
         self.reap_once()
         self.config.mark_alive()
+        if time.monotonic() >= self._next_expiry:  # hourly; a failed round waits its hour
+            self._next_expiry = time.monotonic() + RETENTION_INTERVAL_S
+            self.expire_once()
 
     def _interval_s(self) -> float:
         return self.config.reaper_interval_s

@@ -99,6 +99,7 @@ from app.services.prompts import (
     score_prompt,
     validation_is_final,
 )
+from app.services.record_reads import Reader, ReaderKind
 from app.services.rows import stored_plan
 from app.synthesis.data import Record
 from app.synthesis.record_text import RecordText
@@ -232,7 +233,7 @@ def run_job(
                 lease.store_retry_s,
             )
     if succeeded:  # step 6, past the lease: the job is final, its heartbeat has stopped
-        _validate(claim.job, database_url, provider, retry or RetryPolicy())
+        _validate(claim.job, database_url, provider, retry or RetryPolicy(), owner)
 
 
 def _attempt(
@@ -255,7 +256,7 @@ def _attempt(
     try:
         if claim.job.cancel_requested:
             raise JobCancelled
-        work = _prepare(claim, database_url)
+        work = _prepare(claim, database_url, fence.reader())
         context = f"job {job_id}"
         backend = RetryingBackend(
             retry.call(provider.get, what="building the backend", context=context),
@@ -267,7 +268,7 @@ def _attempt(
             raise WorkerStoppingError
         work.check_backend(backend)  # e.g. PromptDPSGD on vLLM: fail before touching data
         fence.touch(planned=work.planned)
-        records = _load_records(database_url, claim.job.dataset_id)
+        records = _load_records(database_url, claim.job.dataset_id, fence.reader())
         progress = _ProgressWriter(
             fence,
             interval_s=progress_interval_s,
@@ -350,7 +351,13 @@ def _log_failure(err: Exception, job_id: str, message: str) -> None:
         log.error("job %s: failed with %s at %s", job_id, type(err).__name__, where)
 
 
-def _validate(job: Job, database_url: str, provider: BackendProvider, retry: RetryPolicy) -> None:
+def _validate(
+    job: Job,
+    database_url: str,
+    provider: BackendProvider,
+    retry: RetryPolicy,
+    owner: str | None = None,
+) -> None:
     """Step 6: score the stored prompt on the job's validation set and record the outcome.
 
     Runs after the job succeeded and its private records were dropped: the scorer gets the
@@ -365,7 +372,8 @@ def _validate(job: Job, database_url: str, provider: BackendProvider, retry: Ret
         with session_scope(database_url) as session:
             row = session.scalars(select(PromptSet).where(PromptSet.job_id == job.id)).one()
             prompt_id, source = row.id, PromptSource.from_row(row)
-            records = load_validation_records(session, job.validation_dataset_id)
+            reader = Reader.of(ReaderKind.VALIDATION, job.id, owner)
+            records = load_validation_records(session, job.validation_dataset_id, reader)
         outcome = score_prompt(source, records, provider, retry)
     except Exception as err:
         outcome = {"reason": _validation_reason(err, job.id)}
@@ -386,7 +394,8 @@ def _finish_pending_validation(
 ) -> None:
     """Another delivery of a succeeded job whose worker stopped between storing the prompt
     and scoring it (step 6 left ``pending``): score it now. Nothing else of the job is run
-    or written; a score written meanwhile by another worker is kept (written once)."""
+    or written; a score written meanwhile by another worker is kept (written once). Its read
+    of the validation set is recorded under this process (host:pid): it holds no lease."""
     try:
         with session_scope(database_url) as session:
             job = session.get(Job, job_id)
@@ -494,7 +503,7 @@ def _canonical(value: Any) -> Any:
     return json.loads(json.dumps(value, sort_keys=True))
 
 
-def _prepare(claim: _Claim, database_url: str) -> _Work:
+def _prepare(claim: _Claim, database_url: str, reader: Reader) -> _Work:
     """The job's plan as admission stored it, checked to still describe the reservation; and
     the public texts of a method that reads some (never charged, so read before the job
     touches data)."""
@@ -509,7 +518,7 @@ def _prepare(claim: _Claim, database_url: str) -> _Work:
     if _canonical(to_dict(plan.event())) != _canonical(job.event):
         raise NotRunnableError("the job's stored plan does not match the privacy event it reserved")
     expected = plan.public_records
-    texts = _load_public_texts(database_url, job, expected) if expected is not None else []
+    texts = _load_public_texts(database_url, job, expected, reader) if expected is not None else []
     return _Work(
         planned=plan.progress_total,
         run=lambda records, backend, progress: plan.run(records, backend, progress, texts),
@@ -517,13 +526,14 @@ def _prepare(claim: _Claim, database_url: str) -> _Work:
     )
 
 
-def _load_public_texts(database_url: str, job: Job, expected: int) -> list[str]:
-    """A job's public texts, checked against the count it was admitted for."""
+def _load_public_texts(database_url: str, job: Job, expected: int, reader: Reader) -> list[str]:
+    """A job's public texts, checked against the count it was admitted for (the read
+    recorded as the job's)."""
     with session_scope(database_url) as session:
         dataset = session.get(Dataset, job.public_dataset_id) if job.public_dataset_id else None
         if dataset is None or dataset.deleted_at is not None:
             raise NotRunnableError("the public dataset was deleted before the job started")
-        texts = load_public_texts(session, dataset.id)
+        texts = load_public_texts(session, dataset.id, reader)
     if len(texts) != expected:
         raise NotRunnableError(
             f"the public dataset has {len(texts)} records but the job was admitted for {expected}"
@@ -531,9 +541,11 @@ def _load_public_texts(database_url: str, job: Job, expected: int) -> list[str]:
     return texts
 
 
-def _load_records(database_url: str, dataset_id: str) -> list[Record]:
+def _load_records(database_url: str, dataset_id: str, reader: Reader) -> list[Record]:
+    """The job's private records, the read recorded first (a read that cannot be recorded
+    fails the job before any record is opened)."""
     with session_scope(database_url) as session:
-        return load_records(session, dataset_id)
+        return load_records(session, dataset_id, reader)
 
 
 def _locked_job(session: Session, job_id: str) -> Job | None:
@@ -559,6 +571,10 @@ class _Fence:
     ) -> None:
         self.database_url, self.job_id, self.attempt = database_url, job_id, attempt
         self.owner, self.lease, self.sleep = owner, lease, sleep
+
+    def reader(self) -> Reader:
+        """The attempt as a reader of records: the job, by the worker its lease names."""
+        return Reader.of(ReaderKind.JOB, self.job_id, self.owner)
 
     def durably(self, write: Callable[[], T], what: str = "storing its outcome") -> T:
         """Run ``write`` (one transaction), retried with backoff while the database is

@@ -138,6 +138,12 @@ class Dataset(Base):
     # the root owner, never a chain. NULL: its own budget. ``app.ledger.owners``.
     # No foreign key (as ``jobs.validation_dataset_id``): SQLite then drops it in place.
     budget_dataset_id: Mapped[str | None] = mapped_column(String(32), index=True, nullable=True)
+    # Migration 0023: when the retention setting (``DPSYN_RECORD_RETENTION_DAYS``) dropped the
+    # records and destroyed their data key; the row, budget, ledger and prompts stay. NULL:
+    # the records are kept (or were deleted by the owner: ``deleted_at``).
+    records_dropped_at: Mapped[datetime | None] = mapped_column(
+        DateTime(timezone=True), nullable=True
+    )
 
 
 class RecordFingerprint(Base):
@@ -166,6 +172,22 @@ class DatasetRecord(Base):
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     dataset_id: Mapped[str] = mapped_column(ForeignKey("datasets.id"), index=True)
     sealed: Mapped[bytes] = mapped_column(LargeBinary)
+
+
+class RecordRead(Base):
+    """Migration 0023: one read of a dataset's records (``app.services.record_reads``),
+    written before the records are opened: who read (a job, an advice run or a validation,
+    as kind and ID), the process that read (host:pid, and the attempt's token where the
+    reader holds a lease), how many records and when. Never a record's text. Append-only."""
+
+    __tablename__ = "record_reads"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    dataset_id: Mapped[str] = mapped_column(ForeignKey("datasets.id"), index=True)
+    reader_kind: Mapped[str] = mapped_column(String(16))
+    reader_id: Mapped[str] = mapped_column(String(32))
+    process: Mapped[str] = mapped_column(String(200))
+    record_count: Mapped[int] = mapped_column(Integer)
+    read_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=now)
 
 
 #: A budget's default warn threshold: the share of its epsilon at which it is flagged.

@@ -39,6 +39,8 @@ from app.llm.retry import RetryingBackend
 from app.services.datasets import get_live_dataset, load_records
 from app.services.errors import ConflictError, InvalidError, NotFoundError, TooManyError
 from app.services.prompts import COMPLETE_RETRY
+from app.services.record_reads import Reader, ReaderKind
+from app.synthesis.data import Record
 from app.synthesis.tasks import TaskSpec
 
 log = logging.getLogger(__name__)
@@ -250,14 +252,21 @@ def run(
 ) -> None:
     """Run one claimed advice run to its end and store what it measured (or why it failed:
     never a record, only the kind of error), while ``owner`` still owns it."""
-    with sessions() as session:
-        row = session.get(AdviceRun, advice_id)
-        if row is None or row.owner != owner or row.status != AdviceStatus.RUNNING:
-            return
-        dataset = session.get(Dataset, row.dataset_id)
-        config = AdviceConfig.model_validate(row.config)
-        records = load_records(session, row.dataset_id)
-        task = TaskSpec.model_validate(dataset.task if dataset is not None else {})
+    try:
+        read = _read(sessions, advice_id, owner)
+    except Exception as err:  # e.g. its read could not be recorded: nothing was opened
+        _owned_write(
+            sessions,
+            advice_id,
+            owner,
+            status=AdviceStatus.FAILED.value,
+            error=f"the advice run could not read its dataset ({type(err).__name__})",
+            finished_at=now(),
+        )
+        return
+    if read is None:
+        return
+    task, config, records = read
     backend = RetryingBackend(
         provider.get(), retry=COMPLETE_RETRY, lock=provider.use_lock, context="advice"
     )
@@ -289,6 +298,22 @@ def run(
         result=result.to_dict(),
         finished_at=now(),
     )
+
+
+def _read(
+    sessions: sessionmaker[Session], advice_id: str, owner: str
+) -> tuple[TaskSpec, AdviceConfig, list[Record]] | None:
+    """The claimed run's task, config and records (the read recorded first, as the advice
+    run's, by this runner); None if the run is no longer ``owner``'s."""
+    with sessions() as session:
+        row = session.get(AdviceRun, advice_id)
+        if row is None or row.owner != owner or row.status != AdviceStatus.RUNNING:
+            return None
+        dataset = session.get(Dataset, row.dataset_id)
+        config = AdviceConfig.model_validate(row.config)
+        task = TaskSpec.model_validate(dataset.task if dataset is not None else {})
+        reader = Reader.of(ReaderKind.ADVICE, advice_id, owner)
+        return task, config, load_records(session, row.dataset_id, reader)
 
 
 def runner_name() -> str:

@@ -26,6 +26,7 @@ from __future__ import annotations
 import json
 import tempfile
 from collections.abc import Iterable, Mapping, Sequence
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -56,9 +57,10 @@ from app.synthesis.data import (
 from app.synthesis.generator import partition_sizes
 from app.synthesis.tasks import BUILTIN_TASKS, TaskSpec, describe_validation_error
 
-from . import fingerprints
+from . import fingerprints, record_reads
 from .errors import ConflictError, InvalidError, TooLargeError
 from .job_end import close_job, lease_expired
+from .record_reads import Reader
 from .rows import tenant_page, tenant_row
 from .storable import DATASET_NAME_MAX_CHARS, LABEL_MAX_CHARS, text_problem, too_long
 
@@ -533,11 +535,20 @@ def get_dataset(
 def get_live_dataset(
     session: Session, tenant_id: str, dataset_id: str, *, lock: bool = False
 ) -> Dataset:
-    """The tenant's dataset, refusing one whose records were deleted (409)."""
+    """The tenant's dataset, refusing one whose records were deleted (409
+    ``dataset_deleted``) or dropped by the retention setting (409 ``records_dropped``)."""
     dataset = get_dataset(session, tenant_id, dataset_id, lock=lock)
     if dataset.deleted_at is not None:
         raise ConflictError(
             f"dataset {dataset_id!r} was deleted: its records are gone", code="dataset_deleted"
+        )
+    if dataset.records_dropped_at is not None:
+        raise ConflictError(
+            f"dataset {dataset_id!r}: its records were dropped on "
+            f"{dataset.records_dropped_at:%Y-%m-%d} by the retention setting "
+            "(DPSYN_RECORD_RETENTION_DAYS: no job had run on them for that long); its budget, "
+            "ledger and prompts are kept, but no job can read it again: upload the records anew",
+            code="records_dropped",
         )
     return dataset
 
@@ -594,13 +605,48 @@ def delete_dataset(session: Session, tenant_id: str, dataset_id: str) -> Dataset
             else "cancelled: its public dataset was deleted"
         )
         close_job(session, job, status=JobStatus.CANCELLED, error=error)
-    session.execute(delete(DatasetRecord).where(DatasetRecord.dataset_id == dataset.id))
     dataset.deleted_at = now()
-    session.commit()
-    # After the commit: a deletion that failed keeps its key. Without the key, the records
-    # in every backup of the database stay sealed for good.
-    record_keys.current().destroy(dataset.id)
+    erase_records(session, dataset)
     return dataset
+
+
+def erase_records(session: Session, dataset: Dataset) -> None:
+    """Delete the dataset's records, commit (with whatever the caller marked on it), then
+    destroy its data key. The one way records go: deletion and the retention setting.
+
+    The caller holds the locks of :func:`_lock_for_deletion`. The key goes after the commit:
+    an erasure that failed keeps its key. Without the key, the records in every backup of
+    the database stay sealed for good."""
+    session.execute(delete(DatasetRecord).where(DatasetRecord.dataset_id == dataset.id))
+    session.commit()
+    record_keys.current().destroy(dataset.id)
+
+
+def drop_idle_records(
+    session: Session, dataset_id: str, ended_before: datetime, at: datetime
+) -> bool:
+    """The retention setting's erasure of one dataset (``app.services.retention``): drop
+    its records and destroy its key if, under the locks of deletion, it still has records,
+    no queued or running job, and its last job ended before ``ended_before``; commits. Keeps
+    the row (marked ``records_dropped_at`` = ``at``), budget, ledger, prompts and
+    fingerprints. True if dropped."""
+    dataset = session.get(Dataset, dataset_id)
+    if dataset is None:
+        return False
+    active = _lock_for_deletion(session, dataset)
+    last = session.scalar(select(func.max(Job.finished_at)).where(Job.dataset_id == dataset_id))
+    kept = dataset.deleted_at is not None or dataset.records_dropped_at is not None
+    if kept or active or last is None or _aware(last) >= ended_before:
+        session.rollback()
+        return False
+    dataset.records_dropped_at = at
+    erase_records(session, dataset)
+    return True
+
+
+def _aware(at: datetime) -> datetime:
+    """A stored time as UTC-aware (SQLite returns it naive)."""
+    return at if at.tzinfo is not None else at.replace(tzinfo=UTC)
 
 
 _DELETION_LOCK_TRIES = 3
@@ -682,23 +728,29 @@ def record_count(session: Session, dataset_id: str) -> int:
     return session.scalar(query.where(DatasetRecord.dataset_id == dataset_id)) or 0
 
 
-def _opened(session: Session, dataset_id: str) -> list[tuple[str, str]]:
+def _opened(session: Session, dataset_id: str, reader: Reader) -> list[tuple[str, str]]:
     """The dataset's records as (text, label), in upload order, opened in memory with its
-    data key (``app.db.record_keys``)."""
+    data key (``app.db.record_keys``) once ``reader``'s read is recorded and committed
+    (:func:`app.services.record_reads.record_read`: the session's transaction ends; a read
+    that cannot be recorded raises, and nothing is opened)."""
     sealed = session.scalars(
         select(DatasetRecord.sealed)
         .where(DatasetRecord.dataset_id == dataset_id)
         .order_by(DatasetRecord.id)
     ).all()
+    record_reads.record_read(session, dataset_id, reader, len(sealed))
     return record_keys.current().open_records(dataset_id, sealed) if sealed else []
 
 
-def load_records(session: Session, dataset_id: str) -> list[Record]:
-    """The dataset's private records, in upload order (workers only)."""
-    return [Record(text, label) for text, label in _opened(session, dataset_id)]
+def load_records(session: Session, dataset_id: str, reader: Reader) -> list[Record]:
+    """The dataset's records, in upload order (workers only), read by ``reader`` (recorded
+    first; commits the session)."""
+    return [Record(text, label) for text, label in _opened(session, dataset_id, reader)]
 
 
-def load_public_texts(session: Session, dataset_id: str) -> list[str]:
-    """A public dataset's texts in upload order (workers only): a fixed order, so that the
-    inputs a job draws depend on its generator only, not on how the database returns rows."""
-    return [text for text, _ in _opened(session, dataset_id)]
+def load_public_texts(session: Session, dataset_id: str, reader: Reader) -> list[str]:
+    """A public dataset's texts in upload order (workers only), read by ``reader`` (recorded
+    first, as private records are: an upload marked public may still hold what its owner
+    would not publish; commits the session). A fixed order, so that the inputs a job draws
+    depend on its generator only, not on how the database returns rows."""
+    return [text for text, _ in _opened(session, dataset_id, reader)]

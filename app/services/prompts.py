@@ -55,6 +55,7 @@ from app.synthesis.tasks import TaskKind, TaskSpec
 from .datasets import load_records
 from .errors import ConflictError, InvalidError, NotFoundError
 from .key_cache import LruCache
+from .record_reads import Reader
 from .rows import stored_plan, tenant_page, tenant_row
 
 #: Transient backend failures (vLLM restarting, overloaded) are retried twice within a request,
@@ -330,18 +331,18 @@ def validation_sample(
 
 
 def load_validation_records(
-    session: Session, dataset_id: str, limit: int = VALIDATION_MAX_RECORDS
+    session: Session, dataset_id: str, reader: Reader, limit: int = VALIDATION_MAX_RECORDS
 ) -> list[Record]:
     """The sample a prompt is scored on. Refuses anything but a live public labelled
     dataset (:class:`ValidationUnavailableError`, naming no record): admission checked it,
     and checking again here means no private record ever reaches the scorer, even from an
-    edited job row."""
+    edited job row. The read is recorded as ``reader``'s (``app.services.record_reads``)."""
     dataset = session.get(Dataset, dataset_id)
     if dataset is None or dataset.deleted_at is not None:
         raise ValidationUnavailableError("the validation dataset was deleted")
     if dataset.kind != DatasetKind.PUBLIC or not dataset.label_counts:
         raise ValidationUnavailableError("the validation dataset is not a public labelled dataset")
-    return validation_sample(load_records(session, dataset.id), limit)
+    return validation_sample(load_records(session, dataset.id, reader), limit)
 
 
 def scoring_backend(

@@ -22,10 +22,13 @@ from app.llm.provider import BackendProvider, StaticProvider
 from app.main import create_app
 from app.results import SynthesisResult
 from app.services.jobs import store_result
+from app.services.record_reads import Reader, ReaderKind
 from app.services.tenants import create_api_key, create_tenant
 from app.settings import Settings
 from tests.synthesis.fake_backend import FakeBackend
 
+#: Who a test's own read of records is (recorded as every read is).
+TEST_READER = Reader.of(ReaderKind.JOB, "pytest")
 MARKER = "PRIVATEMARKER"  # in every uploaded text; must never appear in a response
 BOOTSTRAP_KEY = "bootstrap-key-for-the-api-tests-0123456789"
 

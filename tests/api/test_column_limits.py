@@ -42,6 +42,7 @@ from app.services.tenants import create_tenant, hash_key
 from tests.api.conftest import (
     FAST_PARAMS,
     MARKER,
+    TEST_READER,
     TOY_TASK,
     Api,
     RecordingClient,
@@ -96,6 +97,10 @@ NOT_USER_WRITABLE: dict[Column, str] = {
     ("ledger_holds", "dataset_id"): "the ID of a dataset the service found behind its heads",
     ("ledger_holds", "exported_hash"): "a digest read from the exported heads file",
     ("dataset_records", "dataset_id"): "the ID of the dataset the upload just created",
+    ("record_reads", "dataset_id"): "the ID of the dataset a worker reads",
+    ("record_reads", "reader_kind"): "set by the service (a ReaderKind), never by a request",
+    ("record_reads", "reader_id"): "the ID of the job or advice run that reads (generated)",
+    ("record_reads", "process"): "written by a worker (host:pid:token), never by a request",
     ("jobs", "id"): _GENERATED,
     ("jobs", "tenant_id"): _OWNER,
     ("jobs", "dataset_id"): _LOOKED_UP,
@@ -463,14 +468,15 @@ def _stored(url: str) -> dict[str, int]:
 
 def _records_of(url: str, dataset_id: str) -> list[tuple[str, str]]:
     with session_scope(url) as session:
-        return [(r.text, r.label) for r in load_records(session, dataset_id)]
+        return [(r.text, r.label) for r in load_records(session, dataset_id, TEST_READER)]
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda case: case.id)
 def test_an_over_long_value_is_refused_naming_field_and_limit(world: World, case: Case) -> None:
     limit = sized_columns()[case.column]
     value = long_value(limit + 1, private=case.private)
-    before, kept = _stored(world.api.url), _records_of(world.api.url, world.dataset_id)
+    kept = _records_of(world.api.url, world.dataset_id)  # a read: recorded, so first
+    before = _stored(world.api.url)
     outcome = case.send(world, value)
     assert outcome.status == case.expect, outcome.text[:500]
     assert case.field in outcome.text, outcome.text[:500]

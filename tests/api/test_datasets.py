@@ -30,6 +30,7 @@ METADATA = {
     "label_counts",
     "labelled",
     "budget_dataset_id",
+    "records_dropped_at",
     "record_count",
     "counts_public",  # the owner's opt-in (issue 32), with when and by which key
     "counts_public_at",

@@ -12,7 +12,16 @@ from app.db.models import Budget, DatasetRecord, Job, LedgerEntry
 from app.db.session import session_scope
 from app.privacy.unit import DEFAULT_DELTA
 from app.services.datasets import load_records, record_count
-from tests.api.conftest import MARKER, PATE_PARAMS, PUBLIC, Api, auth, error_of, public_rows
+from tests.api.conftest import (
+    MARKER,
+    PATE_PARAMS,
+    PUBLIC,
+    TEST_READER,
+    Api,
+    auth,
+    error_of,
+    public_rows,
+)
 from tests.synthesis.fake_backend import FakeBackend
 
 
@@ -36,7 +45,7 @@ def test_public_upload_json_and_file_text_column_only(api: Api) -> None:
     assert created["label_counts"] == {} and created["task"] == {}
     assert created["name"] == "public"
     with session_scope(api.url) as session:
-        labels = {record.label for record in load_records(session, created["id"])}
+        labels = {record.label for record in load_records(session, created["id"], TEST_READER)}
     assert labels == {""}  # the file's label column was ignored
     private = api.upload()
     assert private["kind"] == "private"

@@ -21,7 +21,7 @@ from app.db.models import Base, DatasetRecord
 from app.db.record_keys import RecordKeyError
 from app.db.session import session_scope
 from app.services.datasets import load_records
-from tests.api.conftest import auth, make_api, toy_rows
+from tests.api.conftest import TEST_READER, auth, make_api, toy_rows
 from tests.api.test_migration_0002 import empty_url  # noqa: F401 (the fixture)
 
 MARK = "zqxj"  # in every record text here, and in no other string the service stores
@@ -56,7 +56,7 @@ def test_no_record_text_in_the_embedded_data_folder_and_jobs_still_read_them(
     for api in make_api(url):
         dataset = api.upload(_rows())
         with session_scope(url) as session:  # what the workers read: the records, opened
-            opened = load_records(session, dataset["id"])
+            opened = load_records(session, dataset["id"], TEST_READER)
         assert [r.text for r in opened] == [r["text"] for r in _rows()]
         assert api.budget(dataset["id"], 3.0).status_code == 200
         job = api.submit(dataset["id"]).json()
@@ -73,7 +73,7 @@ def test_no_record_text_in_a_postgresql_dump(postgres_url: str) -> None:
     for api in make_api(postgres_url):
         dataset = api.upload(_rows())
         with session_scope(postgres_url) as session:
-            assert len(load_records(session, dataset["id"])) == len(_rows())
+            assert len(load_records(session, dataset["id"], TEST_READER)) == len(_rows())
         dump = _pg_dump(postgres_url)
         assert b"dataset_records" in dump and MARK.encode() not in dump
 
@@ -132,7 +132,7 @@ def test_0022_seals_existing_records_and_leaves_no_plain_copy(empty_url: str) ->
     _old_records(empty_url)
     upgrade(empty_url)  # the service's own upgrade (it compacts an SQLite file after 0022)
     with session_scope(empty_url) as session:
-        opened = load_records(session, "d")
+        opened = load_records(session, "d", TEST_READER)
         assert [r.text for r in opened] == [f"{MARK} old record {i}" for i in range(3)]
         assert len(session.scalars(select(DatasetRecord.sealed)).all()) == 3
     engine = create_engine(empty_url)

@@ -23,7 +23,17 @@ from app.services.datasets import load_public_texts, load_records
 from app.synthesis.data import load_dataset
 from app.synthesis.generator import partition_sizes
 from app.synthesis.tasks import BUILTIN_TASKS
-from tests.api.conftest import MARKER, TOY_TASK, Api, auth, csv_bytes, error_of, make_api, toy_rows
+from tests.api.conftest import (
+    MARKER,
+    TEST_READER,
+    TOY_TASK,
+    Api,
+    auth,
+    csv_bytes,
+    error_of,
+    make_api,
+    toy_rows,
+)
 from tests.conftest import require_shared_data
 
 TREC = BUILTIN_TASKS["trec"]
@@ -79,7 +89,8 @@ def test_trec_train_txt_through_the_api_is_converted_as_the_cli_does(
     assert body["record_count"] == len(expected) == 60
     assert body["label_counts"] == partition_sizes(TREC, expected)
     with session_scope(api.url) as session:
-        assert load_records(session, body["id"]) == expected  # same texts, labels and order
+        opened = load_records(session, body["id"], TEST_READER)
+    assert opened == expected  # same texts, labels and order
     assert not any(question in response.text for question in _questions(sample))
     again = _post(api, "train.txt", sample, task="TREC", name="questions")
     assert again.status_code == 409 and again.json()["error"]["code"] == "records_seen"
@@ -130,7 +141,7 @@ def test_public_uploads_of_a_task_format_and_of_plain_text_lines(api: Api) -> No
     assert plain.status_code == 201, plain.text
     assert plain.json()["name"] == "texts" and plain.json()["record_count"] == 2
     with session_scope(api.url) as session:
-        assert load_public_texts(session, plain.json()["id"]) == [
+        assert load_public_texts(session, plain.json()["id"], TEST_READER) == [
             "first public text",
             "second public text",
         ]
@@ -183,7 +194,7 @@ def test_a_file_that_does_not_parse_names_the_line_never_its_text(api: Api) -> N
         assert not any(question in bad.text for question in _questions(sample))
     assert _stored(api) == before
     with session_scope(api.url) as session:
-        assert len(load_records(session, kept["id"])) == kept["record_count"]
+        assert len(load_records(session, kept["id"], TEST_READER)) == kept["record_count"]
 
 
 # --- the dashboard's upload form -------------------------------------------------------------

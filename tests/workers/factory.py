@@ -14,6 +14,7 @@ from functools import lru_cache
 import numpy as np
 from sqlalchemy import select
 
+from app.db import record_keys
 from app.db.models import (
     Budget,
     CountReleaseRow,
@@ -112,11 +113,8 @@ def make_dataset(url: str, *, budget: float = 100.0) -> str:
         )
         session.add(dataset)
         session.flush()
-        session.add_all(
-            DatasetRecord(dataset_id=dataset.id, text=f"{SECRET}{label}_{i}", label=label)
-            for label in TREC.labels
-            for i in range(PER_LABEL)
-        )
+        rows = [(f"{SECRET}{label}_{i}", label) for label in TREC.labels for i in range(PER_LABEL)]
+        _add_sealed(session, dataset.id, rows)
         row = Budget(
             dataset_id=dataset.id,
             epsilon=budget,
@@ -207,10 +205,7 @@ def make_public_dataset(url: str, dataset_id: str, n: int = PUBLIC_TEXTS) -> str
         )
         session.add(public)
         session.flush()
-        session.add_all(
-            DatasetRecord(dataset_id=public.id, text=f"public_{i} what is it", label="")
-            for i in range(n)
-        )
+        _add_sealed(session, public.id, [(f"public_{i} what is it", "") for i in range(n)])
         return public.id
 
 
@@ -267,3 +262,9 @@ def ledger_kinds(url: str, job_id: str) -> list[str]:
 def prompt_sets(url: str, job_id: str) -> list[PromptSet]:
     with session_scope(url) as session:
         return list(session.scalars(select(PromptSet).where(PromptSet.job_id == job_id)))
+
+
+def _add_sealed(session, dataset_id: str, rows: list[tuple[str, str]]) -> None:
+    """Records as an upload stores them: sealed under the dataset's data key (migration 0022)."""
+    sealed = record_keys.current().seal_records(dataset_id, rows)
+    session.add_all(DatasetRecord(dataset_id=dataset_id, sealed=value) for value in sealed)

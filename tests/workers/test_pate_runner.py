@@ -8,6 +8,7 @@ import logging
 import pytest
 from sqlalchemy import delete
 
+from app.db import record_keys
 from app.db.models import Dataset, DatasetRecord, JobStatus, now
 from app.db.session import session_scope
 from app.llm.provider import StaticProvider
@@ -127,7 +128,8 @@ def test_a_deleted_public_dataset_fails_the_job_before_touching_and_releases(sql
 def test_public_records_that_changed_fail_the_job_before_touching(sqlite_url, ids):
     _, public, job_id = ids
     with session_scope(sqlite_url) as session:
-        session.add(DatasetRecord(dataset_id=public, text="one more", label=""))
+        [sealed] = record_keys.current().seal_records(public, [("one more", "")])
+        session.add(DatasetRecord(dataset_id=public, sealed=sealed))
     run(sqlite_url, job_id)
     job = get_job(sqlite_url, job_id)
     assert job.status == JobStatus.FAILED and not job.touched_data

@@ -23,9 +23,11 @@ from app.api.schemas import (
     DatasetUploadForm,
     Limit,
     Offset,
+    RecordReadPublic,
 )
 from app.api.uploads import budget_of_ref, store_file_upload
 from app.services import datasets as service
+from app.services import record_reads
 from app.services.errors import InvalidError, ServiceError, UnsupportedMediaTypeError
 from app.services.fingerprints import fingerprint_key
 from app.settings import Settings
@@ -172,6 +174,26 @@ def list_datasets(
 @router.get("/{dataset_id}", response_model=DatasetPublic)
 def get_dataset(dataset_id: DatasetRef, principal: AdminKey, session: SessionDep) -> DatasetPublic:
     return DatasetPublic.from_row(service.get_dataset(session, principal.tenant_id, dataset_id))
+
+
+@router.get(
+    "/{dataset_id}/reads",
+    response_model=list[RecordReadPublic],
+    summary="Who read the dataset's records: each read by a job, advice run or validation, "
+    "with the process and time (the latest first; never a record)",
+)
+def get_reads(
+    dataset_id: DatasetRef,
+    principal: AdminKey,
+    session: SessionDep,
+    limit: Limit = 100,
+    offset: Offset = 0,
+) -> list[RecordReadPublic]:
+    """Read by the keys that read the dataset's ledger (admin keys of its tenant); another
+    tenant's dataset is not found."""
+    service.get_dataset(session, principal.tenant_id, dataset_id)
+    rows = record_reads.list_reads(session, dataset_id, limit=limit, offset=offset)
+    return [RecordReadPublic.from_row(row) for row in rows]
 
 
 @router.put(

@@ -42,6 +42,7 @@ from app.api.schemas.datasets import (  # noqa: F401
     DatasetCreate,
     DatasetPublic,
     DatasetUploadForm,
+    RecordReadPublic,
 )
 from app.api.schemas.jobs import (  # noqa: F401
     GroupQuote,

@@ -13,8 +13,10 @@ from app.api.schemas.common import COLUMN_NAME_MAX_CHARS, Column, Name, Timestam
 from app.db.models import (
     Dataset,
     DatasetKind,
+    RecordRead,
 )
 from app.documented import Documented
+from app.services.record_reads import ReaderKind
 from app.services.storable import DATASET_NAME_MAX_CHARS
 
 # --- datasets -------------------------------------------------------------------------------
@@ -197,6 +199,10 @@ class DatasetPublic(Documented):
     budget_of, because its records had been uploaded before); null: its own budget."""
     created_at: Timestamp
     deleted_at: Timestamp | None
+    records_dropped_at: Timestamp | None = None
+    """When the retention setting (DPSYN_RECORD_RETENTION_DAYS) dropped the records and
+    destroyed their data key, because no job had run on them for that long; its budget, ledger
+    and prompts are kept, and a new job on it is refused (409 records_dropped). Null: kept."""
 
     @classmethod
     def from_row(cls, row: Dataset) -> DatasetPublic:
@@ -214,6 +220,37 @@ class DatasetPublic(Documented):
             budget_dataset_id=row.budget_dataset_id,
             created_at=row.created_at,
             deleted_at=row.deleted_at,
+            records_dropped_at=row.records_dropped_at,
+        )
+
+
+class RecordReadPublic(Documented):
+    """One read of the dataset's records (``GET /v1/datasets/{id}/reads``): who read, from
+    which process, how many records, when. Never a record."""
+
+    dataset_id: str
+    reader_kind: ReaderKind
+    """job: a job's worker read them (its private dataset, or its public texts); advice: an
+    advice run; validation: a job's prompt scored on its validation set."""
+    reader_id: str
+    """The job's ID (for job and validation) or the advice run's."""
+    process: str
+    """The process that read them: host:pid, then the attempt's lease token where it held
+    one (as the job's lease names its worker)."""
+    record_count: int
+    """How many records it read."""
+    read_at: Timestamp
+    """When (recorded before the records were opened)."""
+
+    @classmethod
+    def from_row(cls, row: RecordRead) -> RecordReadPublic:
+        return cls(
+            dataset_id=row.dataset_id,
+            reader_kind=ReaderKind(row.reader_kind),
+            reader_id=row.reader_id,
+            process=row.process,
+            record_count=row.record_count,
+            read_at=row.read_at,
         )
 
 

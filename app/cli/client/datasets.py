@@ -1,4 +1,4 @@
-"""``dpsyn datasets ...``: upload, list, show, delete, counts-public."""
+"""``dpsyn datasets ...``: upload, list, show, reads, delete, counts-public."""
 
 from __future__ import annotations
 
@@ -444,6 +444,46 @@ def _print_dataset_dates(dataset: dict[str, Any]) -> None:
     typer.echo(f"created {dataset['created_at'][:19]}")
     if dataset.get("deleted_at"):
         typer.echo(f"records deleted {dataset['deleted_at'][:19]} (its ledger stays)")
+    if dataset.get("records_dropped_at"):
+        typer.echo(
+            f"records dropped {dataset['records_dropped_at'][:19]} by the retention setting "
+            "(its budget, ledger and prompts stay)"
+        )
+
+
+@datasets_app.command("reads")
+def datasets_reads(
+    dataset_id: DatasetIdArg,
+    limit: Annotated[int, typer.Option(help="At most this many, the latest first.")] = 100,
+    *,
+    server: Reply,
+) -> None:
+    """Who read a dataset's records: each job, advice run or validation that read them, the
+    process (host:pid) and when; never a record. Beside its ledger (dpsyn budget show).
+
+    Example: dpsyn datasets reads trec
+    """
+    rows = server.request("GET", f"/v1/datasets/{dataset_id}/reads", params={"limit": limit})
+    server.show(rows, _print_reads)
+
+
+def _print_reads(rows: list[dict[str, Any]]) -> None:
+    if not rows:
+        typer.echo("no read of its records is recorded")
+        return
+    print_rows(
+        ["time (UTC)", "reader", "id", "process", "records"],
+        [
+            [
+                r["read_at"][:19],
+                r["reader_kind"],
+                r["reader_id"],
+                r["process"],
+                str(r["record_count"]),
+            ]
+            for r in rows
+        ],
+    )
 
 
 @datasets_app.command("delete")

@@ -53,6 +53,7 @@ from app.api.schemas import (
     JobPublic,
     PromptPublic,
     PromptSummary,
+    RecordReadPublic,
 )
 from app.api.uploads import store_file_upload
 from app.db.models import TERMINAL_STATUSES, DatasetKind, PromptSet
@@ -61,6 +62,7 @@ from app.services import budgets as budget_service
 from app.services import datasets as dataset_service
 from app.services import jobs as job_service
 from app.services import prompts as prompt_service
+from app.services import record_reads
 from app.services.errors import NotFoundError, ServiceError
 from app.services.rows import asked_epsilon
 from app.synthesis.tasks import BUILTIN_TASKS
@@ -266,6 +268,10 @@ def dataset_page(request: Request, dataset_id: str, ui: AdminUi, session: Sessio
         points=points,
         chart=spend_chart(points, budget.epsilon) if budget is not None and points else None,
         jobs=JobPublic.from_rows(jobs, job_service.job_charges(session, jobs)),
+        reads=[
+            RecordReadPublic.from_row(r)
+            for r in record_reads.list_reads(session, dataset_id, limit=50, offset=0)
+        ],
         publics=_public_datasets(session, tenant),
         terminal=_terminal(),
         default_delta=budget_service.default_delta(),
