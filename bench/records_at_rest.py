@@ -36,6 +36,11 @@ from app.settings import Settings
 from app.synthesis.data import load_dataset
 from app.synthesis.tasks import BUILTIN_TASKS
 
+try:  # a commit with record reads: say who reads (the job's start, as the worker does)
+    from app.services.record_reads import Reader, ReaderKind
+    reader = (Reader.of(ReaderKind.JOB, "bench"),)
+except ImportError:
+    reader = ()
 url, repeat = sys.argv[1], int(sys.argv[2])
 upgrade(url)
 records = load_dataset(BUILTIN_TASKS["trec"], Path(sys.argv[3]))
@@ -53,7 +58,7 @@ with TestClient(app) as client:
         for _ in range(2):
             started = time.perf_counter()
             with session_scope(url) as session:
-                n = len(load_records(session, made.json()["id"]))
+                n = len(load_records(session, made.json()["id"], *reader))
             reads.append(time.perf_counter() - started)
         assert n == len(records)
 print(json.dumps({"records": len(records), "upload_s": statistics.median(uploads),
