@@ -18,7 +18,7 @@ from pathlib import Path
 
 import typer
 
-from app.cli.admin import DataDirOpt, _say
+from app.cli.admin import DataDirOpt, _say, database_url
 
 records_app = typer.Typer(
     help="The records' keys: rotate the key-encryption key; drop records past the retention "
@@ -37,8 +37,9 @@ def rotate_kek(data_dir: DataDirOpt = Path(".dpsyn")) -> None:
     from app.settings import Settings
 
     settings = Settings()
-    folder = settings.record_keys_dir or str(data_dir / "record_keys")  # as dpsyn serve's
-    keys = record_keys.configure(folder, settings.record_kek)
+    keys = record_keys.configure(
+        settings.record_keys_dir, settings.record_kek, database_url(data_dir)
+    )
     keys.kek  # noqa: B018 (read or made before the rotation)
     new_kek = secrets.token_bytes(record_keys.KEY_BYTES)
     from_settings = settings.record_kek is not None

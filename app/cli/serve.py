@@ -144,9 +144,8 @@ def prepare(settings: Settings, *, data_dir: Path, migrate: bool) -> tuple[Setti
         database = make_url(settings.database_url).database
         if database and database != ":memory:":
             Path(database).parent.mkdir(parents=True, exist_ok=True)
-    if settings.record_keys_dir is None:  # the records' data keys: in the data folder too
-        settings = settings.model_copy(update={"record_keys_dir": str(data_dir / "record_keys")})
-    record_keys.configure(settings.record_keys_dir, settings.record_kek)  # before 0022 runs
+    # The records' data keys (beside an SQLite database: in the data folder), before 0022 runs.
+    record_keys.configure(settings.record_keys_dir, settings.record_kek, settings.database_url)
     if migrate:
         upgrade(settings.database_url)
     if settings.bootstrap_api_key:

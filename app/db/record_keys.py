@@ -218,10 +218,25 @@ def _make_kek(path: Path) -> None:
 _CURRENT: RecordKeys | None = None
 
 
-def configure(folder: str | Path | None, kek: str | None) -> RecordKeys:
+def default_folder(database_url: str | None) -> Path:
+    """Where the data keys are kept when no folder is set: beside an SQLite database file
+    (``record_keys/`` in its folder: ``dpsyn serve``'s data folder, and a ``dpsyn worker`` of
+    the same database finds them too), else ``./.dpsyn/record_keys``."""
+    if database_url and database_url.startswith("sqlite"):
+        from sqlalchemy.engine import make_url
+
+        database = make_url(database_url).database
+        if database and database != ":memory:" and not database.startswith("file:"):
+            return Path(database).resolve().parent / "record_keys"
+    return DEFAULT_DIR
+
+
+def configure(
+    folder: str | Path | None, kek: str | None, database_url: str | None = None
+) -> RecordKeys:
     """Make the process's key folder the settings' (the API at start, each worker)."""
     global _CURRENT
-    where = Path(folder) if folder else DEFAULT_DIR
+    where = Path(folder) if folder else default_folder(database_url)
     given = base64.b64decode(kek) if kek else None
     if given is not None and len(given) != KEY_BYTES:
         raise ValueError(f"DPSYN_RECORD_KEK: {KEY_BYTES} bytes in base64")
@@ -238,4 +253,4 @@ def current() -> RecordKeys:
     from app.settings import Settings  # here: the settings import the storage layer
 
     settings = Settings()
-    return configure(settings.record_keys_dir, settings.record_kek)
+    return configure(settings.record_keys_dir, settings.record_kek, settings.database_url)

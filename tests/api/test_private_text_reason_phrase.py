@@ -94,6 +94,8 @@ def _env(vllm_url: str, tmp_path: Path, **settings: str) -> dict[str, str]:
         "DPSYN_MODEL": MODEL,
         "DPSYN_BOOTSTRAP_API_KEY": KEY,
         "DPSYN_DATABASE_URL": f"sqlite:///{tmp_path / 'dpsyn.db'}",
+        # One key folder for the server and the worker (each inherits other variables).
+        "DPSYN_RECORD_KEYS_DIR": str(tmp_path / "record_keys"),
         **settings,
     }
 

@@ -13,7 +13,7 @@ starts them anew from the rows as they are).
 import sqlalchemy as sa
 from alembic import op
 
-from app.ledger.chain import GENESIS, Content, Origin, entry_hash, timestamp
+from app.db.ledger_hash import GENESIS, Content, Origin, entry_hash, timestamp
 
 revision = "0021"
 down_revision = "0020"
