@@ -96,9 +96,7 @@ def create_app(
     install_log_redaction()
     settings = settings or get_settings()
     import_method_modules(settings.method_module_names())  # plug-ins, before the schema
-    record_keys.configure(
-        settings.record_keys_dir, settings.record_kek, settings.database_url
-    )  # before migrations
+    record_keys.configure_from(settings)  # the records' data keys, before migrations
     provider = backend_provider or provider_for(settings)
     if queue is None:
         if settings.migrate_on_start:  # an in-process queue reads unfinished jobs at once

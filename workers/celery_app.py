@@ -110,9 +110,7 @@ install_log_redaction()  # exception messages can quote private records: types a
 logger = logging.getLogger(__name__)
 settings = get_settings()
 import_method_modules(settings.method_module_names())  # the plug-ins the API admits
-record_keys.configure(
-    settings.record_keys_dir, settings.record_kek, settings.database_url
-)  # the API's key folder
+record_keys.configure_from(settings)  # the API's key folder
 app = make_celery(settings) if settings.broker_url else Celery("dpsyn", set_as_current=False)
 lease = LeaseConfig.from_settings(settings)
 reaper = Reaper(settings.database_url, lease)

@@ -72,7 +72,7 @@ def expire(
     if days is None:
         _say("nothing to do: no retention period (set DPSYN_RECORD_RETENTION_DAYS or --days)")
         return
-    record_keys.configure(settings.record_keys_dir, settings.record_kek)
+    record_keys.configure_from(settings)
     with session_scope(settings.database_url) as session:
         dropped = expire_records(session, days)
     _say(f"ok: records of {len(dropped)} dataset(s) dropped after {days:g} days without jobs")

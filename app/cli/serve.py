@@ -145,7 +145,7 @@ def prepare(settings: Settings, *, data_dir: Path, migrate: bool) -> tuple[Setti
         if database and database != ":memory:":
             Path(database).parent.mkdir(parents=True, exist_ok=True)
     # The records' data keys (beside an SQLite database: in the data folder), before 0022 runs.
-    record_keys.configure(settings.record_keys_dir, settings.record_kek, settings.database_url)
+    record_keys.configure_from(settings)
     if migrate:
         upgrade(settings.database_url)
     if settings.bootstrap_api_key:

@@ -32,6 +32,7 @@ import secrets
 import threading
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Protocol
 
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
@@ -245,6 +246,24 @@ def configure(
     return _CURRENT
 
 
+class KeySettings(Protocol):
+    """The settings a key folder is configured from (``app.settings.Settings`` has them)."""
+
+    @property
+    def record_keys_dir(self) -> str | None: ...
+
+    @property
+    def record_kek(self) -> str | None: ...
+
+    @property
+    def database_url(self) -> str: ...
+
+
+def configure_from(settings: KeySettings) -> RecordKeys:
+    """:func:`configure` with the settings' folder, KEK and database."""
+    return configure(settings.record_keys_dir, settings.record_kek, settings.database_url)
+
+
 def current() -> RecordKeys:
     """The process's key folder: the one :func:`configure` set, else the environment's
     settings' (a script or a test that made no app)."""
@@ -252,5 +271,4 @@ def current() -> RecordKeys:
         return _CURRENT
     from app.settings import Settings  # here: the settings import the storage layer
 
-    settings = Settings()
-    return configure(settings.record_keys_dir, settings.record_kek, settings.database_url)
+    return configure_from(Settings())
