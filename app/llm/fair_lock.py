@@ -23,7 +23,6 @@ from __future__ import annotations
 import itertools
 import threading
 import time
-from types import TracebackType
 
 #: How long the least-served user keeps the engine after a call for its next one: longer
 #: than the Python between two calls of one answer, far shorter than a call (50 ms or more).
@@ -41,12 +40,7 @@ class Share:
         self.lock.acquire(self)
         return self
 
-    def __exit__(
-        self,
-        kind: type[BaseException] | None,
-        error: BaseException | None,
-        trace: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *raised: object) -> None:
         self.lock.release(self)
 
 
@@ -117,10 +111,5 @@ class FairLock:
         self.acquire(self.background)
         return self
 
-    def __exit__(
-        self,
-        kind: type[BaseException] | None,
-        error: BaseException | None,
-        trace: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *raised: object) -> None:
         self.release(self.background)

@@ -224,19 +224,22 @@ def _owned_write(
         return getattr(written, "rowcount", 0) == 1
 
 
+def _end(
+    sessions: sessionmaker[Session], advice_id: str, owner: str, status: AdviceStatus, error: str
+) -> bool:
+    """End the run with ``status`` and ``error`` (a message naming no record), if still
+    ``owner``'s."""
+    return _owned_write(
+        sessions, advice_id, owner, status=status.value, error=error, finished_at=now()
+    )
+
+
 def renew(sessions: sessionmaker[Session], advice_id: str, owner: str, lease_s: float) -> None:
     """Extend the lease, or :class:`LostRunError`; a cancellation asked meanwhile ends it."""
     with sessions() as session:
         asked = session.scalar(select(AdviceRun.cancel_requested).where(AdviceRun.id == advice_id))
     if asked:
-        _owned_write(
-            sessions,
-            advice_id,
-            owner,
-            status=AdviceStatus.CANCELLED.value,
-            error=CANCELLED,
-            finished_at=now(),
-        )
+        _end(sessions, advice_id, owner, AdviceStatus.CANCELLED, CANCELLED)
         raise LostRunError
     until = now() + timedelta(seconds=lease_s)
     if not _owned_write(sessions, advice_id, owner, lease_expires_at=until):
@@ -255,14 +258,8 @@ def run(
     try:
         read = _read(sessions, advice_id, owner)
     except Exception as err:  # e.g. its read could not be recorded: nothing was opened
-        _owned_write(
-            sessions,
-            advice_id,
-            owner,
-            status=AdviceStatus.FAILED.value,
-            error=f"the advice run could not read its dataset ({type(err).__name__})",
-            finished_at=now(),
-        )
+        error = f"the advice run could not read its dataset ({type(err).__name__})"
+        _end(sessions, advice_id, owner, AdviceStatus.FAILED, error)
         return
     if read is None:
         return
@@ -281,13 +278,12 @@ def run(
         log.info("advice %s: cancelled or no longer this runner's; stopped", advice_id)
         return
     except Exception as err:  # stored for the user; the message never carries a record
-        _owned_write(
+        _end(
             sessions,
             advice_id,
             owner,
-            status=AdviceStatus.FAILED.value,
-            error=f"the advice run failed ({type(err).__name__})",
-            finished_at=now(),
+            AdviceStatus.FAILED,
+            f"the advice run failed ({type(err).__name__})",
         )
         return
     _owned_write(

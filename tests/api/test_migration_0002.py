@@ -22,6 +22,23 @@ def _config(url: str) -> Config:
     return alembic_config(url)
 
 
+def seed_datasets(conn, datasets: tuple[str, ...] = ("d",), records: int = 0) -> None:
+    """Tenant ``t`` and its private ``datasets``, each of ``records`` records of label ``a``,
+    written as a schema of revision 0012 or later holds them (``counts_public`` exists)."""
+    now = {"now": "2026-01-01 00:00:00"}
+    conn.execute(text("INSERT INTO tenants (id, name, created_at) VALUES ('t', 't', :now)"), now)
+    counts = f'{{"a": {records}}}' if records else "{}"
+    for dataset in datasets:
+        conn.execute(
+            text(
+                "INSERT INTO datasets (id, tenant_id, name, kind, task, label_counts, "
+                "record_count, created_at, counts_public) VALUES (:d, 't', 'n', 'private', "
+                "'{}', :counts, :records, :now, :false)"
+            ),
+            {**now, "d": dataset, "counts": counts, "records": records, "false": False},
+        )
+
+
 @pytest.fixture(params=["sqlite", "postgresql"])
 def empty_url(request, tmp_path) -> Iterator[str]:
     if request.param == "sqlite":

@@ -18,7 +18,7 @@ from app.db.session import session_scope
 from app.ledger import chain, ledger
 from app.privacy.accounting import Accounting
 from app.privacy.events import to_dict
-from tests.api.test_migration_0002 import empty_url  # noqa: F401 (the fixture)
+from tests.api.test_migration_0002 import empty_url, seed_datasets  # noqa: F401 (the fixture)
 from tests.ledger.test_ledger_postgres import DELTA, job_event
 
 NOW = {"now": "2026-01-01 00:00:00.123456"}
@@ -27,16 +27,7 @@ EVENT = json.dumps(to_dict(job_event()[0]))
 
 
 def _seed(conn) -> None:
-    conn.execute(text("INSERT INTO tenants (id, name, created_at) VALUES ('t', 't', :now)"), NOW)
-    for dataset in ("d", "e"):
-        conn.execute(
-            text(
-                "INSERT INTO datasets (id, tenant_id, name, kind, task, label_counts, "
-                "record_count, created_at, counts_public) VALUES (:d, 't', 'n', 'private', "
-                "'{}', '{\"a\": 1}', 1, :now, :false)"
-            ),
-            {**NOW, "d": dataset, "false": False},
-        )
+    seed_datasets(conn, ("d", "e"), records=1)
     conn.execute(
         text(
             "INSERT INTO budgets (dataset_id, epsilon, delta, accounting, updated_at, "

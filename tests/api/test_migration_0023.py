@@ -11,7 +11,7 @@ from sqlalchemy import create_engine, inspect, text
 
 from app.db.migrate import alembic_config
 from app.db.models import Base
-from tests.api.test_migration_0002 import empty_url  # noqa: F401 (the fixture)
+from tests.api.test_migration_0002 import empty_url, seed_datasets  # noqa: F401 (the fixture)
 
 NOW = {"now": "2026-01-01 00:00:00"}
 
@@ -27,17 +27,7 @@ def test_0023_adds_the_reads_and_the_dropped_mark_and_downgrades(
     engine = create_engine(empty_url)
     try:
         with engine.begin() as conn:
-            conn.execute(
-                text("INSERT INTO tenants (id, name, created_at) VALUES ('t', 't', :now)"), NOW
-            )
-            conn.execute(
-                text(
-                    "INSERT INTO datasets (id, tenant_id, name, kind, task, label_counts, "
-                    "record_count, created_at, counts_public) VALUES ('d', 't', 'n', 'private', "
-                    "'{}', '{}', 0, :now, :false)"
-                ),
-                {**NOW, "false": False},
-            )
+            seed_datasets(conn)
         command.upgrade(config, "0023")
         with engine.connect() as conn:
             assert compare_metadata(MigrationContext.configure(conn), Base.metadata) == []

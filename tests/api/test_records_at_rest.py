@@ -22,7 +22,7 @@ from app.db.record_keys import RecordKeyError
 from app.db.session import session_scope
 from app.services.datasets import load_records
 from tests.api.conftest import TEST_READER, auth, make_api, toy_rows
-from tests.api.test_migration_0002 import empty_url  # noqa: F401 (the fixture)
+from tests.api.test_migration_0002 import empty_url, seed_datasets  # noqa: F401 (the fixture)
 
 MARK = "zqxj"  # in every record text here, and in no other string the service stores
 
@@ -104,20 +104,9 @@ def test_a_deleted_datasets_records_cannot_be_read_from_an_earlier_backup(
 
 def _old_records(url: str) -> None:
     """A tenant, a dataset and three plain records, as a deployment at 0021 holds them."""
-    now = {"now": "2026-01-01 00:00:00"}
     engine = create_engine(url)
     with engine.begin() as conn:
-        conn.execute(
-            text("INSERT INTO tenants (id, name, created_at) VALUES ('t', 't', :now)"), now
-        )
-        conn.execute(
-            text(
-                "INSERT INTO datasets (id, tenant_id, name, kind, task, label_counts, "
-                "record_count, created_at, counts_public) VALUES ('d', 't', 'n', 'private', "
-                "'{}', '{\"a\": 3}', 3, :now, :false)"
-            ),
-            {**now, "false": False},
-        )
+        seed_datasets(conn, records=3)
         for i in range(3):
             conn.execute(
                 text("INSERT INTO dataset_records (dataset_id, text, label) VALUES ('d', :t, 'a')"),
