@@ -4,6 +4,12 @@
 # ~/.cache/dpsyn; about a minute the first time), so that no test or first job waits for it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# Each step says how long it took (docs/testing.md keeps the clean clone's figures).
+STEP_START=$SECONDS
+step_done() {
+  echo "setup.sh: $1 took $((SECONDS - STEP_START)) s" >&2
+  STEP_START=$SECONDS
+}
 # The dashboard's browser tests (tests/ui) drive Debian's Chromium through its chromedriver,
 # and tests/deploy checks docker-compose.yml with docker-compose itself: install what is
 # missing (apt-get needs root: sudo when not root, if there is one).
@@ -17,6 +23,7 @@ if ! command -v chromium >/dev/null 2>&1 || ! command -v chromedriver >/dev/null
     echo "setup.sh: could not install chromium, chromium-driver and docker-compose: the" \
       "browser and compose tests will skip (and fail under REQUIRE_SERVICES=1)" >&2
   fi
+  step_done "apt packages (chromium, chromedriver, docker-compose)"
 fi
 PYTHON=${PYTHON:-python3.11}
 command -v "$PYTHON" >/dev/null 2>&1 || PYTHON=python3
@@ -43,8 +50,10 @@ install_vllm() {
     .venv-vllm/bin/python -m pip uninstall --quiet --yes torchvision torchaudio torchcodec
     .venv-vllm/bin/python -c "import vllm" # fails here, not at the first server start
     touch "$VLLM_STAMP"
+    echo "setup.sh: .venv-vllm (in the background) took $((SECONDS - VLLM_START)) s" >&2
   fi
 }
+VLLM_START=$SECONDS
 install_vllm &
 VLLM_PID=$!
 trap 'kill "$VLLM_PID" 2>/dev/null || true' EXIT  # a failure below stops it too
@@ -72,6 +81,7 @@ if [ ! -f "$SETUP_STAMP" ]; then
   .venv/bin/python -m pip download --quiet --dest .venv/client-wheels "httpx>=0.23" "openai>=1.50"
   rm -f .venv/.dpsyn-setup-*
   touch "$SETUP_STAMP"
+  step_done ".venv (pip install)"
 fi
 # Convert the packaged models once, now, rather than in the first test or job that loads one
 # (app/llm/conversion.py: safe under concurrency either way). Skipped without starting Python
@@ -81,6 +91,8 @@ if [ ! -f "$MODELS_DIR/gemma-3-270m/config.json" ] || [ ! -f "$MODELS_DIR/smollm
   echo "setup.sh: converting the packaged models once into $MODELS_DIR (about a minute)" >&2
   .venv/bin/python -c 'import sys; from app.llm.transformers_backend import model_folder
 for model in sys.argv[1:]: model_folder(model)' gemma-3-270m smollm2-135m
+  step_done "model conversion"
 fi
 # The engine's install, started above.
 wait "$VLLM_PID"
+step_done "waiting for .venv-vllm"

@@ -6,11 +6,15 @@ cd "$(dirname "$0")/.."
 # so a test that finds one missing fails (its message names the piece and what installs it)
 # instead of skipping. REQUIRE_SERVICES=0, set explicitly, lets those tests skip instead.
 export REQUIRE_SERVICES=${REQUIRE_SERVICES:-1}
+STARTED=$SECONDS
 scripts/setup.sh
+echo "test.sh: setup took $((SECONDS - STARTED)) s" >&2
+STARTED=$SECONDS
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
 # Type check app/ and workers/ ([tool.mypy] in pyproject.toml).
 .venv/bin/mypy
+echo "test.sh: lint, format and types took $((SECONDS - STARTED)) s" >&2
 # Two pytest-xdist workers by default (DPSYN_TEST_WORKERS=0: one process): much of the suite
 # waits on subprocesses, servers and the database, and tests/conftest.py shares the tests out
 # by module (pytest_xdist_make_scheduler) so that each module's fixtures, and the vLLM
