@@ -21,6 +21,7 @@ from app.cli.synthesize import SpecOpt, TaskOpt, TaskOptions, task_and_records
 from app.eval.advice import DEFAULT_METHODS, Advice, AdviceConfig, advise, check
 from app.eval.datasets import DATASETS, load_split, public_path
 from app.eval.methods import get
+from app.eval.verdict import CONFIDENCE
 from app.llm.factory import BackendKind, Dtype, make_backend
 from app.synthesis.data import Record
 from app.synthesis.tasks import BUILTIN_TASKS, TaskSpec
@@ -112,19 +113,23 @@ def print_advice(advice: Advice) -> None:
         + (f" (calibrated {calibrated:.1%})" if calibrated is not None else "")
         + (f", majority label {advice.majority:.1%}" if advice.majority is not None else "")
     )
-    typer.echo("| method | shots | ε | accuracy (mean ± SE) | beats zero-shot | calibrated |")
+    typer.echo("| method | shots | ε | accuracy (mean ± SE) | against the baselines | calibrated |")
     typer.echo("|---|---|---|---|---|---|")
     for c in sorted(advice.candidates, key=lambda c: (c.epsilon, -c.mean)):
         cal = f"{sum(c.calibrated) / len(c.calibrated):.1%}" if c.calibrated else "-"
         typer.echo(
             f"| {c.method} | {c.shots} | {c.epsilon:g} | {c.mean:.1%} ± {c.se:.1%} "
-            f"| {'yes' if c.beats(advice.zero_shot) else 'no'} | {cal} |"
+            f"| {c.against(advice.bar).outcome.words} | {cal} |"
         )
     if calibrated is not None:
         typer.echo(
             "calibrated: contextual calibration of the same runs' answers, as 'dpsyn prompts "
             "complete --calibrated' answers (no privacy cost)"
         )
+    typer.echo(
+        f"against the baselines: ahead, behind or cannot tell at {CONFIDENCE}, against the "
+        "better of zero-shot and the majority label"
+    )
     typer.echo(advice.summary())
 
 

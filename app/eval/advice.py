@@ -12,7 +12,8 @@ set and held-out queries. Every candidate (method, shots, epsilon) runs as a job
 stand-in with several seeds, each scored on the held-out queries by the evaluation's own
 scorer (:mod:`app.eval.experiment`), beside zero-shot (the instruction alone) and the
 majority label. The recommendation (:func:`recommend`) is the smallest epsilon at which
-some candidate beats zero-shot by more than one standard error of its mean, and the best
+some candidate is ahead of both zero-shot and the majority label by more than two standard
+errors of its mean (:mod:`app.eval.verdict`, the verdict validation gives too), and the best
 candidate there; none if no candidate does, which is advice too: do not spend.
 
 Limits (docs/advice.md): the stand-in's size, label balance and style may differ from the
@@ -39,6 +40,7 @@ from app.eval.experiment import (
     check_config,
     run_experiment,
 )
+from app.eval.verdict import Outcome, Verdict, verdict
 from app.llm.base import LLMBackend
 from app.privacy.budget import is_epsilon
 from app.synthesis.config import DEFAULT_K, GENERIC_DEFAULTS, TASK_DEFAULTS
@@ -188,22 +190,27 @@ class Candidate:
         queries = p * (1.0 - p) / self.n_queries if self.n_queries else 0.0
         return math.sqrt(seeds + queries)
 
+    def against(self, accuracy: float) -> Verdict:
+        """Ahead of, behind, or cannot tell from ``accuracy`` at two standard errors
+        (:func:`app.eval.verdict.verdict`, as a prompt's validation says it), over two seeds at
+        least: one seed measures no spread, so it cannot tell (one seed once "beat" the
+        majority label it only tied, with "± 0.0 %")."""
+        return verdict(self.mean, accuracy, self.se if len(self.accuracies) >= 2 else None)
+
     def beats(self, accuracy: float) -> bool:
-        """Ahead of ``accuracy`` by more than two standard errors, over two seeds at least:
-        a verdict the measurement can carry (one seed once "beat" the majority
-        label it only tied, with "± 0.0 %")."""
-        return len(self.accuracies) >= 2 and self.mean - 2.0 * self.se > accuracy
+        """Ahead of ``accuracy`` (:meth:`against`)."""
+        return self.against(accuracy).outcome is Outcome.AHEAD
 
     def to_tell(self, accuracy: float) -> tuple[int, int] | None:
         """(queries, seeds) at which this candidate's lead over ``accuracy``, if it held,
         would be two standard errors: both scaled by the factor (2 SE / lead)^2 that shrinks
         the SE enough (each part of the variance falls as its count grows). None when it is
         not ahead (more data would not make it a win) or nothing was measured."""
-        lead = self.mean - accuracy
-        if lead <= 0 or not self.n_queries or self.se == 0:
+        factor = verdict(self.mean, accuracy, self.se).factor()
+        if self.mean <= accuracy or not self.n_queries or factor is None:
             return None
-        factor = max(1.0, (2.0 * self.se / lead) ** 2)
         seeds = max(2, len(self.accuracies))
+        factor = max(1.0, factor)
         return math.ceil(self.n_queries * factor), math.ceil(seeds * factor)
 
 
@@ -222,6 +229,11 @@ class Advice:
     shape_note: str | None = None  # AdviceConfig.shape_note: what differs from a job
     zero_shot_calibrated: float | None = None
 
+    @property
+    def bar(self) -> float:
+        """The better baseline: a candidate must beat zero-shot and the majority label."""
+        return max(self.zero_shot, self.majority or 0.0)
+
     def summary(self) -> str:
         """One plain sentence a user can act on, and what the measurement left out."""
         return " ".join(part for part in (self._verdict(), self.shape_note) if part)
@@ -231,12 +243,20 @@ class Advice:
         seeds = len(best.accuracies)
         if seeds < 2:
             return "one seed cannot tell a prompt from noise; ask for more seeds"
-        bar = max(self.zero_shot, self.majority or 0.0)
+        bar = self.bar
+        judged = best.against(bar)
+        size = f"{judged.lead:+.1%} against a margin of ±{judged.margin:.1%}"
+        if judged.outcome is Outcome.BEHIND:
+            return (
+                f"it is behind the better baseline ({bar:.1%}) by more than two standard "
+                f"errors ({size}): more data would not make it a win"
+            )
         needed = best.to_tell(bar)
         if needed is None:
             return (
-                f"it is not ahead of the better baseline ({bar:.1%}): more data would not "
-                "change that"
+                f"{self.n_queries} queries and {seeds} seeds cannot tell it from the better "
+                f"baseline ({bar:.1%}; {size}), and it measured no lead over it for more data "
+                "to confirm"
             )
         queries, more_seeds = needed
         return (
@@ -273,14 +293,18 @@ class Advice:
             "zero_shot": self.zero_shot,
             "zero_shot_calibrated": self.zero_shot_calibrated,
             "majority": self.majority,
-            "candidates": [_candidate_dict(c) for c in self.candidates],
-            "recommended": None if self.recommended is None else _candidate_dict(self.recommended),
+            "candidates": [_candidate_dict(c, self.bar) for c in self.candidates],
+            "recommended": (
+                None if self.recommended is None else _candidate_dict(self.recommended, self.bar)
+            ),
             "shape_note": self.shape_note,
             "summary": self.summary(),
         }
 
 
-def _candidate_dict(c: Candidate) -> dict[str, object]:
+def _candidate_dict(c: Candidate, bar: float) -> dict[str, object]:
+    """``verdict``: :meth:`Candidate.against` the better baseline, as the recommendation
+    judges it (ahead, behind, cannot_tell)."""
     return {
         "method": c.method,
         "shots": c.shots,
@@ -290,6 +314,7 @@ def _candidate_dict(c: Candidate) -> dict[str, object]:
         "accuracies": list(c.accuracies),
         "calibrated_mean": float(np.mean(c.calibrated)) if c.calibrated else None,
         "calibrated_accuracies": list(c.calibrated),
+        "verdict": c.against(bar).outcome.value,
     }
 
 

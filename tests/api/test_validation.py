@@ -16,10 +16,16 @@ from unittest import mock
 import pytest
 
 from app.api.routes.prompts import prompt_cache
-from app.api.schemas import ValidationBaselines, validation_verdict
+from app.api.schemas import (
+    ValidationBaselines,
+    ValidationPublic,
+    validation_outcome,
+    validation_verdict,
+)
 from app.db.models import Job, PromptSet
 from app.db.session import session_scope
 from app.eval.icl import evaluate
+from app.eval.verdict import Outcome
 from app.llm.provider import StaticProvider
 from app.llm.retry import RetryPolicy
 from app.services import prompts as prompt_service
@@ -143,29 +149,37 @@ def test_the_stored_accuracy_is_the_scorers_on_the_same_records(api: Api) -> Non
             "majority_label": "w7",
             "zero_shot_calibrated": zero.calibrated_accuracy,
         },
-        "verdict": "does not beat zero-shot (0.750 against 0.750)",
-        "calibrated_verdict": "does not beat zero-shot (0.750 against 0.750)",
+        # a tie on 4 records: no verdict either way (issue 55, item 1)
+        "verdict": "cannot tell on 4 records: level with zero-shot, within the ±0.500 that 4 "
+        "records allow",
+        "outcome": "cannot_tell",
+        "calibrated_verdict": prompt["validation"]["calibrated_verdict"],
+        "calibrated_outcome": prompt["validation"]["calibrated_outcome"],
     }
     assert direct.calibrated_accuracy is not None and zero.calibrated_accuracy is not None
     listed = api.client.get("/v1/prompts", headers=auth(api.reader)).json()
     (row,) = [p for p in listed if p["id"] == prompt["id"]]
     assert (row["validation_accuracy"], row["beats_zero_shot"]) == (0.75, False)
+    assert row["validation_outcome"] == "cannot_tell"
 
 
 @pytest.mark.parametrize(
     ("accuracy", "zero", "majority", "verdict"),
     [
-        (0.8, 0.6, 0.5, "beats zero-shot and the majority label (by +0.200 over zero-shot)"),
+        (0.8, 0.6, 0.5, "beats zero-shot and the majority label (by +0.200 over zero-shot, "
+         "beyond the ±0.025 that 1000 records allow)"),
         (0.7, 0.6, 0.65, "beats zero-shot and the majority label (by +0.050 over the "
-         "majority label)"),
-        (0.485, 0.547, 0.5, "does not beat zero-shot (0.485 against 0.547): the instruction "
-         "alone answers these records better than this prompt"),
-        (0.55, 0.5, 0.6, "does not beat the majority label (0.550 against 0.600)"),
+         "majority label, beyond the ±0.029 that 1000 records allow)"),
+        (0.485, 0.547, 0.5, "is behind zero-shot (0.485 against 0.547, beyond the ±0.032 that "
+         "1000 records allow): the instruction alone answers these records better than this "
+         "prompt"),
+        (0.55, 0.5, 0.6, "is behind the majority label (0.550 against 0.600, beyond the ±0.031 "
+         "that 1000 records allow)"),
     ],
 )  # fmt: skip
 def test_the_verdict_says_what_the_prompt_beats(accuracy, zero, majority, verdict) -> None:
     baselines = ValidationBaselines(zero_shot=zero, majority=majority, majority_label="a")
-    assert validation_verdict(accuracy, baselines) == verdict
+    assert validation_verdict(accuracy, baselines, n=1000) == verdict
 
 
 def test_a_lead_the_records_cannot_carry_is_no_verdict() -> None:
@@ -177,6 +191,67 @@ def test_a_lead_the_records_cannot_carry_is_no_verdict() -> None:
     assert needed > 1000  # a 2-point lead needs thousands of records
     # a lead well outside the records' noise is still a verdict
     assert validation_verdict(0.9, baselines, n=48).startswith("beats zero-shot and the")
+
+
+def test_a_deficit_the_records_cannot_carry_is_no_verdict_either() -> None:
+    """Issue 55: "does not beat zero-shot (0.396 against 0.458)" was said of 3 records in 48,
+    inside the same margin that made a lead "cannot tell"."""
+    baselines = ValidationBaselines(zero_shot=0.458, majority=0.25, majority_label="billing")
+    verdict = validation_verdict(0.396, baselines, n=48)
+    assert verdict.startswith("cannot tell on 48 records: behind zero-shot by -0.062, within")
+    assert verdict.endswith("records would tell a deficit of this size")
+    assert validation_outcome(0.396, baselines, 48) is Outcome.CANNOT_TELL
+    # the calibrated line is judged by the same rule, against calibrated zero-shot
+    scored = ValidationPublic(
+        dataset_id="d", status="scored", n=48, accuracy=0.6, calibrated_accuracy=0.396,
+        baselines={**baselines.model_dump(), "zero_shot": 0.2, "zero_shot_calibrated": 0.458},
+    )  # fmt: skip
+    assert scored.outcome == "ahead" and scored.calibrated_outcome == "cannot_tell"
+    assert scored.calibrated_verdict == verdict
+    # a deficit beyond the margin is one: 0.292 on 48 is 8 records behind
+    behind = validation_verdict(0.292, baselines, n=48)
+    assert behind.startswith("is behind zero-shot (0.292 against 0.458, beyond the ±0.131")
+    assert validation_outcome(0.292, baselines, 48) is Outcome.BEHIND
+
+
+def _stored(api: Api, accuracy: float, zero: float, n: int) -> dict:
+    """A scored prompt whose stored validation has these numbers (as the worker writes them),
+    read back through the API: (its listed row, its prompt)."""
+    job = _job(api, upload_validation(api)["id"])
+    with mock.patch.object(runner, "_validate"):
+        api.run_worker(job["id"])
+    prompt_id = api.client.get(f"/v1/jobs/{job['id']}", headers=auth(api.admin)).json()["prompt_id"]
+    with session_scope(api.url) as session:
+        row = session.get(PromptSet, prompt_id)
+        assert row is not None
+        baselines = {"zero_shot": zero, "majority": 0.25, "majority_label": "w5"}
+        row.validation = {**(row.validation or {}), "status": "scored", "n": n,
+                          "accuracy": accuracy, "baselines": baselines}  # fmt: skip
+    listed = api.client.get("/v1/prompts", headers=auth(api.reader)).json()
+    (summary,) = [p for p in listed if p["id"] == prompt_id]
+    return {"summary": summary, "prompt": _prompt_of(api, job["id"])}
+
+
+@pytest.mark.parametrize(
+    ("accuracy", "zero", "n", "outcome", "words"),
+    [
+        (0.5, 0.458, 48, "cannot_tell", "cannot tell on 48 records: ahead of zero-shot"),
+        (0.396, 0.458, 48, "cannot_tell", "cannot tell on 48 records: behind zero-shot"),
+        (0.292, 0.458, 48, "behind", "is behind zero-shot"),
+        (0.9, 0.458, 48, "ahead", "beats zero-shot and the majority label"),
+    ],
+)  # fmt: skip
+def test_the_boolean_the_outcome_and_the_verdict_agree(
+    api: Api, accuracy: float, zero: float, n: int, outcome: str, words: str
+) -> None:
+    """Issue 55: ``"beats_zero_shot": true`` stood beside "cannot tell on 48 records"; an app
+    filtering on the boolean shipped a prompt whose lead was within the noise."""
+    read = _stored(api, accuracy, zero, n)
+    summary, validation = read["summary"], read["prompt"]["validation"]
+    assert validation["verdict"].startswith(words)
+    assert validation["outcome"] == summary["validation_outcome"] == outcome
+    assert read["prompt"]["validation_outcome"] == outcome
+    assert summary["beats_zero_shot"] is read["prompt"]["beats_zero_shot"] is (outcome == "ahead")
 
 
 def test_the_sample_is_capped_evenly_spaced_and_deterministic() -> None:

@@ -114,6 +114,38 @@ def test_prompts_list_shows_method_and_dataset_name(dpsyn, server, trec_file):
     assert SECRET not in listed.output
 
 
+@pytest.mark.parametrize(
+    ("accuracy", "mark", "said"),
+    [
+        (0.292, "behind", "is behind zero-shot"),
+        (0.396, "cannot tell", "cannot tell on 48 records: behind zero-shot"),
+        (0.5, "cannot tell", "cannot tell on 48 records: ahead of zero-shot"),
+        (0.9, "ahead", "beats zero-shot and the majority label"),
+    ],
+)
+def test_prompts_list_marks_every_score_by_its_verdict(
+    dpsyn, trec_file, sqlite_url, accuracy, mark, said
+):
+    """Issue 55: 0.292 against zero-shot's 0.458 on 48 records printed unmarked (its boolean
+    was the plain comparison with zero-shot only, and only false was marked)."""
+    dataset = upload(dpsyn, trec_file)
+    dpsyn("budget", "set", dataset, "--epsilon", "10")
+    _, prompt_id = _finished_job(dpsyn, dataset)
+    baselines = {"zero_shot": 0.458, "majority": 0.25, "majority_label": "location"}
+    with session_scope(sqlite_url) as session:
+        row = session.get(PromptSet, prompt_id)
+        assert row is not None
+        row.validation = {"dataset_id": dataset, "status": "scored", "n": 48,
+                          "accuracy": accuracy, "baselines": baselines}  # fmt: skip
+    listed = dpsyn("prompts", "list")
+    assert listed.exit_code == 0, listed.output
+    (line,) = [line for line in listed.stdout.splitlines() if line.startswith(prompt_id)]
+    assert f"  {accuracy:.3f} {mark}  " in line
+    assert f"this prompt {said}" in dpsyn("prompts", "get", prompt_id).stdout  # as the list
+    help_text = dpsyn("prompts", "list", "--help").stdout
+    assert "marked ahead, behind or cannot tell" in " ".join(help_text.split())
+
+
 def test_keys_create_list_and_revoke_for_the_own_tenant(dpsyn, server, trec_file):
     created = dpsyn("keys", "create")
     assert created.exit_code == 0, created.output

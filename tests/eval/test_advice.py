@@ -9,6 +9,7 @@ import pytest
 from typer.testing import CliRunner
 
 import app.cli.advise as advise_cli
+from app.api.schemas import ValidationBaselines, validation_outcome
 from app.cli import app
 from app.eval.advice import (
     Advice,
@@ -19,6 +20,7 @@ from app.eval.advice import (
     recommend,
     split,
 )
+from app.eval.verdict import Outcome
 from app.synthesis.data import Record
 from app.synthesis.tasks import BUILTIN_TASKS
 from tests.eval.test_experiment import EvalFake
@@ -77,8 +79,8 @@ def test_a_verdict_needs_two_seeds_both_baselines_and_the_query_sample():
 
 def test_a_verdict_that_cannot_tell_says_what_measurement_would():
     """Item 1 of the verdicts issue: "cannot tell" states the queries and seeds at which the
-    lead, if it held, would be two standard errors; a candidate behind the better baseline is
-    told that more data would not make it a win."""
+    lead, if it held, would be two standard errors; a candidate short of the better baseline
+    within the noise is told it cannot be told from it, and that it has no lead to confirm."""
     close = Candidate("tang", 4, 1.0, (0.58, 0.62, 0.60), n_queries=100)
     assert not close.beats(0.55)
     queries, seeds = close.to_tell(0.55) or (0, 0)
@@ -89,12 +91,42 @@ def test_a_verdict_that_cannot_tell_says_what_measurement_would():
         "trec", 60, 100, zero_shot=0.55, majority=0.3, candidates=(close,), recommended=None
     )
     assert f"would take about {queries} queries and {seeds} seeds to tell" in advice.summary()
-    behind = Candidate("tang", 4, 1.0, (0.50, 0.52, 0.51), n_queries=100)
-    assert behind.to_tell(0.55) is None
+    short = Candidate("tang", 4, 1.0, (0.50, 0.52, 0.51), n_queries=100)
+    assert short.to_tell(0.55) is None
+    advice = Advice(
+        "trec", 60, 100, zero_shot=0.55, majority=0.3, candidates=(short,), recommended=None
+    )
+    # -4 points with ±10 of noise: not behind as a fact (issue 55), and no win either
+    assert short.against(0.55).outcome is Outcome.CANNOT_TELL
+    assert "cannot tell it from the better baseline (55.0%; -4.0% against a margin of ±10.1%)" in (
+        advice.summary()
+    )
+    assert "it measured no lead over it for more data to confirm" in advice.summary()
+
+
+def test_a_candidate_behind_beyond_the_margin_is_told_so():
+    behind = Candidate("tang", 4, 1.0, (0.30, 0.32, 0.31), n_queries=100)
+    assert behind.against(0.55).outcome is Outcome.BEHIND and not behind.beats(0.55)
     advice = Advice(
         "trec", 60, 100, zero_shot=0.55, majority=0.3, candidates=(behind,), recommended=None
     )
-    assert "not ahead of the better baseline (55.0%)" in advice.summary()
+    assert "behind the better baseline (55.0%) by more than two standard errors" in (
+        advice.summary()
+    )
+    assert advice.to_dict()["candidates"][0]["verdict"] == "behind"
+
+
+def test_advice_and_validation_give_one_verdict_on_the_same_numbers():
+    """Issue 55: the advice's verdict and a prompt's validation verdict come from one function:
+    on 48 queries with no spread over seeds, the same accuracies get the same outcome."""
+    baselines = ValidationBaselines(zero_shot=0.458, majority=0.25, majority_label="a")
+    for accuracy, outcome in ((0.396, "cannot_tell"), (0.292, "behind"), (0.9, "ahead")):
+        same = Candidate("tang", 4, 1.0, (accuracy, accuracy), n_queries=48)
+        advice = Advice("t", 60, 48, zero_shot=0.458, majority=0.25, candidates=(same,),
+                        recommended=recommend([same], 0.458, 0.25))  # fmt: skip
+        assert advice.to_dict()["candidates"][0]["verdict"] == outcome
+        assert validation_outcome(accuracy, baselines, 48) == outcome
+        assert same.beats(0.458) is (outcome == "ahead") is (advice.recommended is same)
 
 
 def test_default_shots_show_every_label_of_a_many_label_task():
@@ -131,6 +163,7 @@ def test_the_command_prints_the_table_and_a_recommendation(tmp_path, monkeypatch
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
     assert "zero-shot" in result.output and "| tang | 2 | 2 |" in result.output
+    assert "| against the baselines |" in result.output  # ahead, behind or cannot tell
     assert ("Recommended:" in result.output) != ("No candidate clearly beats" in result.output)
     as_json = CliRunner().invoke(app, [*args, "--json"])
     assert json.loads(as_json.stdout)["n_queries"] == 15

@@ -34,6 +34,9 @@ def test_the_form_starts_a_run_whose_page_shows_the_baselines(api: Api) -> None:
     assert 'id="advice-summary"' in page and 'id="advice-zero-shot"' in page
     assert body["result"]["summary"] in page.replace("&#39;", "'")
     assert "<td>tang</td>" in page
+    # the verdict the advice judged by (issue 55), not a comparison of the page's own
+    (candidate,) = body["result"]["candidates"]
+    assert f'<td data-outcome="{candidate["verdict"]}">' in page
     assert advice_id in api.client.get("/ui/advice").text
 
 

@@ -12,7 +12,7 @@ from unittest import mock
 
 import pytest
 
-from app.db.models import Job
+from app.db.models import Job, PromptSet
 from app.db.session import session_scope
 from app.llm.provider import StaticProvider
 from app.llm.retry import RetryPolicy
@@ -86,10 +86,40 @@ def test_the_prompt_page_shows_the_score_or_that_it_is_pending(api: Api) -> None
     # beside its baselines, with the verdict in words (issue 33)
     assert _span(page, "prompt-zero-shot") == "0.750" and _span(page, "prompt-majority") == "0.500"
     assert _span(page, "prompt-verdict") == (
-        "This prompt does not beat zero-shot (0.750 against 0.750)."
+        "This prompt cannot tell on 4 records: level with zero-shot, within the ±0.500 that 4 "
+        "records allow."
     )
+    assert 'data-outcome="cannot_tell" class="level-text-warn">This prompt' in page
     listed = api.client.get("/ui/prompts?sort=validation").text
-    assert "0.750" in listed and "not above zero-shot" in listed
+    assert "0.750" in listed and 'data-outcome="cannot_tell"' in listed
+
+
+@pytest.mark.parametrize(
+    ("accuracy", "outcome", "words"),
+    [(0.292, "behind", "behind"), (0.396, "cannot_tell", "cannot tell"), (0.9, "ahead", "ahead")],
+)
+def test_the_pages_mark_the_score_as_the_verdict_says(
+    api: Api, accuracy: float, outcome: str, words: str
+) -> None:
+    """Issue 55: the list marked only a score below zero-shot, by a plain comparison, and the
+    page highlighted any score at or under zero-shot, whatever the records could tell."""
+    job, _ = _submit_from_the_form(api)
+    with mock.patch.object(runner, "_validate"):
+        api.run_worker(job["id"])
+    prompt_id = api.client.get(f"/v1/jobs/{job['id']}", headers=auth(api.admin)).json()["prompt_id"]
+    with session_scope(api.url) as session:
+        row = session.get(PromptSet, prompt_id)
+        assert row is not None
+        baselines = {"zero_shot": 0.458, "majority": 0.25, "majority_label": "w5"}
+        row.validation = {**(row.validation or {}), "status": "scored", "n": 48,
+                          "accuracy": accuracy, "baselines": baselines}  # fmt: skip
+    api_view = api.client.get(f"/v1/prompts/{prompt_id}", headers=auth(api.admin)).json()
+    page = api.client.get(f"/ui/prompts/{prompt_id}").text
+    assert _span(page, "prompt-verdict") == f"This prompt {api_view['validation']['verdict']}."
+    assert f'id="prompt-verdict" data-outcome="{outcome}"' in page
+    listed = api.client.get("/ui/prompts").text
+    mark = re.search(rf'data-outcome="{outcome}"[^>]*>([^<]*)</span>', listed)
+    assert mark and mark.group(1) == words
 
 
 def test_a_job_without_a_submitter_says_so(api: Api) -> None:

@@ -71,5 +71,6 @@ from app.api.schemas.prompts import (  # noqa: F401
     SoftPromptPublic,
     ValidationBaselines,
     ValidationPublic,
+    validation_outcome,
     validation_verdict,
 )

@@ -18,6 +18,7 @@ from app.db.models import (
     PromptSet,
 )
 from app.documented import Documented
+from app.eval.verdict import Outcome, Verdict, binomial_se, verdict
 
 # --- prompts --------------------------------------------------------------------------------
 
@@ -74,18 +75,23 @@ class PromptSummary(Documented):
     validation_accuracy: float | None = None
     """Its accuracy on its job's validation set (null: none named, pending or not scored); the
     prompt's validation has the baselines."""
+    validation_outcome: Outcome | None = None
+    """The validation verdict in one word (the prompt's ``validation.outcome``): ahead of both
+    zero-shot and the majority label by more than two standard errors over the records scored
+    (about 95 %), behind the better of them by more than that, or cannot_tell (within it);
+    null: no score, or scored before baselines were kept."""
     beats_zero_shot: bool | None = None
-    """Whether that accuracy is above zero-shot's on the same records (null: no score, or scored
-    before baselines were kept)."""
+    """True only when ``validation_outcome`` is ahead; false when it is behind or cannot_tell
+    (a lead within the records' noise is no win: filter on this and such a prompt is not
+    taken); null as ``validation_outcome``."""
 
     @classmethod
     def from_row(cls, row: PromptSet, dataset_name: str | None = None) -> PromptSummary:
-        scored = row.validation or {}
-        accuracy = scored.get("accuracy")
-        zero = (scored.get("baselines") or {}).get("zero_shot")
+        outcome = _outcome_of(row.validation or {})
         return cls(
-            validation_accuracy=accuracy,
-            beats_zero_shot=None if accuracy is None or zero is None else accuracy > zero,
+            validation_accuracy=(row.validation or {}).get("accuracy"),
+            validation_outcome=outcome,
+            beats_zero_shot=None if outcome is None else outcome is Outcome.AHEAD,
             id=row.id,
             job_id=row.job_id,
             dataset_id=row.dataset_id,
@@ -98,6 +104,14 @@ class PromptSummary(Documented):
             created_at=row.created_at,
             soft_prompt=SoftPromptPublic.from_row(row),
         )
+
+
+def _outcome_of(scored: dict[str, Any]) -> Outcome | None:
+    """The outcome of a stored validation (the same as its ``ValidationPublic.outcome``)."""
+    accuracy, baselines = scored.get("accuracy"), scored.get("baselines")
+    if accuracy is None or not baselines:
+        return None
+    return validation_outcome(accuracy, ValidationBaselines(**baselines), scored.get("n"))
 
 
 class ValidationBaselines(Documented):
@@ -119,35 +133,57 @@ class ValidationBaselines(Documented):
         return self.model_copy(update={"zero_shot": self.zero_shot_calibrated})
 
 
-def validation_verdict(
-    accuracy: float, baselines: ValidationBaselines, n: int | None = None
-) -> str:
-    """The prompt's score against its baselines, in plain words (the API, the CLI and the
-    dashboard say the same). With ``n``, the records scored, a lead within two standard
-    errors of the accuracy (binomial over the records) is "cannot tell", with the number of
-    records that would tell a lead of that size ("beats ... (+0.021)" was said of
-    one record's difference out of 48)."""
+def _against_the_better(
+    accuracy: float, baselines: ValidationBaselines, n: int | None
+) -> tuple[Verdict, str]:
+    """The verdict (:func:`app.eval.verdict.verdict`) against the better baseline, and its
+    name: a prompt must beat both zero-shot and the majority label."""
     best = max(baselines.zero_shot, baselines.majority or 0.0)
     name = "zero-shot" if best == baselines.zero_shot else "the majority label"
-    lead = accuracy - best
-    if lead > 0 and n:
-        variance = max(accuracy * (1.0 - accuracy), 1.0 / n)
-        margin = 2.0 * math.sqrt(variance / n)
-        if lead <= margin:
-            needed = math.ceil(4.0 * variance / lead**2)
-            return (
-                f"cannot tell on {n} records: ahead of {name} by {lead:+.3f}, within the "
-                f"±{margin:.3f} that {n} records allow; about {needed} records would tell a "
-                "lead of this size"
-            )
-    if lead > 0:
-        return f"beats zero-shot and the majority label (by {lead:+.3f} over {name})"
-    if accuracy < baselines.zero_shot:
+    return verdict(accuracy, best, binomial_se(accuracy, n) if n else None), name
+
+
+def validation_outcome(accuracy: float, baselines: ValidationBaselines, n: int | None) -> Outcome:
+    """The verdict of :func:`validation_verdict` in one word (the API's tri-state fields)."""
+    return _against_the_better(accuracy, baselines, n)[0].outcome
+
+
+def validation_verdict(accuracy: float, baselines: ValidationBaselines, n: int | None) -> str:
+    """The prompt's score against its baselines, in plain words (the API, the CLI and the
+    dashboard say the same). Against the better of zero-shot and the majority label, at two
+    standard errors of the accuracy over the ``n`` records scored (binomial; about 95 %): a
+    lead or a deficit within that margin is "cannot tell", with the number of records that
+    would tell a difference of that size ("beats ... (+0.021)" was said of one record's
+    difference out of 48, and "does not beat zero-shot (0.396 against 0.458)" of three)."""
+    judged, name = _against_the_better(accuracy, baselines, n)
+    if judged.outcome is Outcome.CANNOT_TELL:
+        return _cannot_tell(judged, name, n)
+    beyond = f"beyond the ±{judged.margin:.3f} that {n} records allow"
+    if judged.outcome is Outcome.AHEAD:
+        both = "zero-shot and the majority label" if baselines.majority is not None else "zero-shot"
+        return f"beats {both} (by {judged.lead:+.3f} over {name}, {beyond})"
+    best = accuracy - judged.lead
+    if name == "zero-shot":
         return (
-            f"does not beat zero-shot ({accuracy:.3f} against {baselines.zero_shot:.3f}): the "
+            f"is behind zero-shot ({accuracy:.3f} against {best:.3f}, {beyond}): the "
             "instruction alone answers these records better than this prompt"
         )
-    return f"does not beat {name} ({accuracy:.3f} against {best:.3f})"
+    return f"is behind the majority label ({accuracy:.3f} against {best:.3f}, {beyond})"
+
+
+def _cannot_tell(judged: Verdict, name: str, n: int | None) -> str:
+    """The words for a difference the records cannot carry (or an unknown record count)."""
+    if not n:
+        return f"cannot tell: the number of records scored was not kept ({name} is the bar)"
+    within = f"within the ±{judged.margin:.3f} that {n} records allow"
+    factor = judged.factor()
+    if factor is None:
+        return f"cannot tell on {n} records: level with {name}, {within}"
+    side, size = ("ahead of", "lead") if judged.lead > 0 else ("behind", "deficit")
+    return (
+        f"cannot tell on {n} records: {side} {name} by {judged.lead:+.3f}, {within}; about "
+        f"{math.ceil(n * factor)} records would tell a {size} of this size"
+    )
 
 
 class ValidationPublic(Documented):
@@ -172,19 +208,30 @@ class ValidationPublic(Documented):
     """What the prompt must beat on the same records (null: not scored, or scored before
     baselines were kept)."""
     verdict: str | None = None
-    """The score against the baselines in plain words, e.g. that the prompt does not beat
-    zero-shot (null when there are no baselines)."""
+    """The score against the better of zero-shot and the majority label in plain words, at two
+    standard errors over the n records (about 95 %): that it beats both, that it is behind,
+    or that the records cannot tell (null when there are no baselines)."""
+    outcome: Outcome | None = None
+    """That verdict in one word: ahead (beyond the margin), behind (beyond it), cannot_tell
+    (within it, either way); null when there are no baselines."""
     calibrated_verdict: str | None = None
     """The calibrated accuracy against calibrated zero-shot and the majority label, in the same
     words (null without both)."""
+    calibrated_outcome: Outcome | None = None
+    """That calibrated verdict in one word, as ``outcome``."""
 
     @model_validator(mode="after")
     def _say_it(self) -> ValidationPublic:
-        if self.verdict is None and self.baselines is not None and self.accuracy is not None:
+        """The verdicts and their outcomes, from one function so that they cannot disagree."""
+        if self.baselines is not None and self.accuracy is not None:
             self.verdict = validation_verdict(self.accuracy, self.baselines, self.n)
+            self.outcome = validation_outcome(self.accuracy, self.baselines, self.n)
         calibrated = self.baselines.calibrated() if self.baselines is not None else None
-        if self.calibrated_verdict is None and calibrated and self.calibrated_accuracy is not None:
+        if calibrated and self.calibrated_accuracy is not None:
             self.calibrated_verdict = validation_verdict(
+                self.calibrated_accuracy, calibrated, self.n
+            )
+            self.calibrated_outcome = validation_outcome(
                 self.calibrated_accuracy, calibrated, self.n
             )
         return self

@@ -22,6 +22,7 @@ from app.cli.http_client import (
     print_rows,
 )
 from app.cli.options import GroupedTyper
+from app.eval.verdict import Outcome
 
 # --- prompts --------------------------------------------------------------------------------
 
@@ -217,7 +218,8 @@ def prompts_list(
     server: Reply,
 ) -> None:
     """Your prompts, newest first: method, dataset (name and ID), task, epsilon, validation
-    score (marked when it does not beat zero-shot), job."""
+    score (each marked ahead, behind or cannot tell: its verdict against the better of
+    zero-shot and the majority label, at two standard errors, about 95%), job."""
     rows = server.request("GET", "/v1/prompts", params=_page(limit, offset, dataset_id=dataset))
     if sort is PromptSort.VALIDATION:  # unscored last, then as listed
         rows = sorted(rows, key=lambda r: -(r.get("validation_accuracy") or -1.0))
@@ -246,12 +248,13 @@ def _print_prompts(rows: list[dict[str, Any]]) -> None:
 
 
 def _validation_cell(row: dict[str, Any]) -> str:
-    """The validation accuracy, marked when it does not beat zero-shot (-: no score)."""
+    """The validation accuracy and its verdict's outcome, the one the prompt's verdict line
+    states (-: no score; unmarked: no baselines, or a server that sends no outcome)."""
     accuracy = row.get("validation_accuracy")
     if accuracy is None:
         return "-"
-    below = " (not above zero-shot)" if row.get("beats_zero_shot") is False else ""
-    return f"{accuracy:.3f}{below}"
+    outcome = row.get("validation_outcome")
+    return f"{accuracy:.3f} {Outcome(outcome).words}" if outcome else f"{accuracy:.3f}"
 
 
 def _dataset_cell(row: dict[str, Any]) -> str:
