@@ -80,7 +80,7 @@ def _describe_job(job: dict[str, Any]) -> str:
     if job.get("charge_note") and (
         job["status"] in _ENDED_WITHOUT_PROMPT or job.get("cancel_requested")
     ):
-        charged = job.get("charged_epsilon")
+        charged = float(job.get("charged_epsilon") or 0.0)  # said beside charge_note
         ended = job["status"] in _ENDED_WITHOUT_PROMPT
         cost = f"charged epsilon {spend_text(charged)}: " if ended else ""
         text += f"; {cost}{one_line(job['charge_note'])}"
