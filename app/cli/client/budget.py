@@ -27,6 +27,13 @@ from app.privacy.unit import DEFAULT_DELTA
 budget_app = GroupedTyper(help="A dataset's privacy budget and ledger.", no_args_is_help=True)
 
 
+#: Beside a plain sum that reads below the spend: why it does.
+SUM_BELOW = (
+    "the jobs' and the count release's deltas summed, larger than the budget's: each job's "
+    "epsilon holds at its own delta, and a plain sum at a larger delta may read below the spend"
+)
+
+
 def _print_budget(budget: dict[str, Any], *, history: bool) -> None:
     """The budget line, the spend per label group (which group sets the dataset's spend, and
     why a job can add 0) and, with ``history``, the ledger with each closing entry's reason."""
@@ -34,6 +41,8 @@ def _print_budget(budget: dict[str, Any], *, history: bool) -> None:
     level = f" ({budget_percent(share)}, {budget['level']})" if share is not None else ""
     plain_delta = budget.get("plain_sum_delta")
     plain_at = f" at delta {delta_text(plain_delta)}" if plain_delta else ""
+    if plain_delta and budget["plain_sum"] < budget["spent"]:
+        plain_at += f": {SUM_BELOW}"
     out.print(
         f"budget of dataset {budget['dataset_id']}: epsilon {spend_text(budget['epsilon'])} at "
         f"delta {delta_text(budget['delta'])} ({budget['accounting']} accounting); spent "

@@ -11,7 +11,7 @@ from typing import Annotated, Any
 
 import typer
 
-from app.cli.client.budget import RULES, print_label_groups, share_text
+from app.cli.client.budget import RULES, SUM_BELOW, print_label_groups, share_text
 from app.cli.client.common import JobIdArg, LimitOpt, OffsetOpt, _page
 from app.cli.client.prompts import _dataset_cell, validation_line
 from app.cli.custom_task import (
@@ -443,13 +443,6 @@ def jobs_quote(ctx: typer.Context, job_options: JobOptions, *, server: Reply) ->
     to the budget (the quote's spend includes it)."""
     quote = server.request("POST", "/v1/jobs/quote", json=_job_body(job_options, ctx))
     server.show(quote, print_quote)
-
-
-#: Beside a plain sum that reads below the spend: why it does.
-SUM_BELOW = (
-    "the jobs' and the count release's deltas summed, larger than the budget's: each job's "
-    "epsilon holds at its own delta, and a plain sum at a larger delta may read below the spend"
-)
 
 
 def _at_delta(body: dict[str, Any], field: str) -> str:
