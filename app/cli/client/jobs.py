@@ -226,9 +226,11 @@ def _print_spend(api: Api, dataset: str) -> None:
     rule = RULE_WORDS.get(budget.get("rule") or "", "the ledger's filter")
     line = (
         f"dataset spend now {spend_text(spent)} of {spend_text(total)} "
-        f"({budget_percent(spent / total)}){_at_delta(budget, 'delta')}, composed over "
-        f"{budget['live_jobs']} job(s) by {rule}"
+        f"({budget_percent(spent / total)}), composed over {budget['live_jobs']} job(s) by "
+        f"{rule}"
     )
+    if budget.get("delta"):  # where the spend holds (a plain sum holds elsewhere)
+        line += f", at delta {delta_text(budget['delta'])}"
     if plain > spent * (1 + 1e-9):
         line += (
             f"; their epsilons sum to {spend_text(plain)}{_at_delta(budget, 'plain_sum_delta')}, "
