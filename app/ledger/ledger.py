@@ -121,10 +121,10 @@ class Spend:
     filter, not valid across adaptively chosen jobs, shown for comparison) and the plain
     sum, each with its count releases' part (``counts_epsilon``, included in all).
 
-    ``epsilon`` and ``composed`` hold at the budget's delta. The plain sum holds at another:
-    each job's epsilon is at its own delta, so their sum (basic composition) is at the sum of
-    the jobs' and the count releases' deltas (``plain_sum_delta``), which may well exceed the
-    budget's; a plain sum can therefore read below the spend without contradicting it."""
+    ``epsilon`` and ``composed`` hold at the budget's delta (``delta``). The plain sum holds at
+    another: each job's epsilon is at its own delta, so their sum (basic composition) is at the
+    sum of the jobs' and the count releases' deltas (``plain_sum_delta``), which may well exceed
+    the budget's; a plain sum can therefore read below the spend without contradicting it."""
 
     epsilon: float
     plain_sum: float
@@ -132,6 +132,7 @@ class Spend:
     counts_epsilon: float = 0.0
     rule: Rule = Rule.ONE_BATCH
     composed: float = 0.0
+    delta: float = 0.0
     plain_sum_delta: float = 0.0
 
 
@@ -284,6 +285,7 @@ def _spend(
         counts_epsilon=counts,
         rule=priced.rule,
         composed=priced.composed,
+        delta=budget.delta,
         plain_sum_delta=jobs.delta + math.fsum(e.delta for e in releases),
     )
 

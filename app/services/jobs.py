@@ -376,7 +376,6 @@ class Quote:
     epsilon: float
     delta: float
     budget_epsilon: float
-    budget_delta: float  # where the spends hold (their plain sums: at spend_*.plain_sum_delta)
     spend_now: ledger.Spend
     spend_after: ledger.Spend
     event: DatasetEvent | None = None  # what the job would charge (per-label breakdown)
@@ -420,7 +419,6 @@ def quote_job(
         epsilon=planned.job.epsilon,
         delta=planned.job.delta,
         budget_epsilon=budget.epsilon,
-        budget_delta=budget.delta,
         spend_now=ledger.spend(session, budget),
         spend_after=ledger.spend_with(
             session, budget, event, planned.job.epsilon, request.dataset_id, planned.job.delta

@@ -244,7 +244,7 @@ class JobQuote(Documented):
             epsilon=quote.epsilon,
             delta=quote.delta,
             budget=quote.budget_epsilon,
-            spent_delta=quote.budget_delta,
+            spent_delta=quote.spend_after.delta,
             spent=quote.spend_now.epsilon,
             spent_after=quote.spend_after.epsilon,
             rule=quote.spend_now.rule,

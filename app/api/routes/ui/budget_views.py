@@ -119,7 +119,7 @@ def quote_texts(result: Quote, groups: list[dict]) -> dict[str, Any]:
         "budget": epsilon_text(result.budget_epsilon),
         "spent": epsilon_text(now.epsilon),
         "spent_after": epsilon_text(after.epsilon),
-        "spent_delta": delta_text(result.budget_delta),
+        "spent_delta": delta_text(after.delta),
         "plain_sum_after": epsilon_text(after.plain_sum),
         "plain_sum_delta_after": delta_text(after.plain_sum_delta),
         "counts_epsilon": epsilon_text(now.counts_epsilon),
