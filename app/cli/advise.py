@@ -23,6 +23,7 @@ from app.eval.datasets import DATASETS, load_split, public_path
 from app.eval.methods import get
 from app.eval.verdict import CONFIDENCE
 from app.llm.factory import BackendKind, Dtype, make_backend
+from app.privacy.display import epsilon_text
 from app.synthesis.data import Record
 from app.synthesis.tasks import BUILTIN_TASKS, TaskSpec
 
@@ -118,7 +119,7 @@ def print_advice(advice: Advice) -> None:
     for c in sorted(advice.candidates, key=lambda c: (c.epsilon, -c.mean)):
         cal = f"{sum(c.calibrated) / len(c.calibrated):.1%}" if c.calibrated else "-"
         typer.echo(
-            f"| {c.method} | {c.shots} | {c.epsilon:g} | {c.mean:.1%} ± {c.se:.1%} "
+            f"| {c.method} | {c.shots} | {epsilon_text(c.epsilon)} | {c.mean:.1%} ± {c.se:.1%} "
             f"| {c.against(advice.bar).outcome.words} | {cal} |"
         )
     if calibrated is not None:

@@ -17,6 +17,7 @@ from app.cli.errors import fail
 from app.cli.options import PrintJsonOpt, with_groups
 from app.privacy.accounting import Accounting
 from app.privacy.calibration import CalibrationError, calibrate_noise
+from app.privacy.display import delta_text, epsilon_text
 from app.privacy.params import AdaDPSynParams, AdaDPSynVariant, Aggregator, TangParams
 from app.privacy.planner import PlannerShape, plan_adadpsyn
 from app.privacy.synthesis import SynthesisPrivacy
@@ -182,7 +183,7 @@ def epsilon_command(
         typer.echo(json.dumps({"epsilon": eps, "delta": delta}))
     else:
         typer.echo(
-            f"epsilon = {eps:.4f} at delta = {delta:.3g} "
+            f"epsilon = {epsilon_text(eps)} at delta = {delta_text(delta)} "
             f"({privacy.accounting.value} accounting, "
             f"{privacy.accountant.relation.value} neighbours)"
         )
@@ -212,7 +213,9 @@ def calibrate_command(
         typer.echo(json.dumps({**solved, "epsilon": result.epsilon, "delta": delta}))
     else:
         shown = ", ".join(f"{k} = {v:.4g}" for k, v in solved.items())
-        typer.echo(f"{shown}: epsilon = {result.epsilon:.4f} at delta = {delta:.3g}")
+        typer.echo(
+            f"{shown}: epsilon = {epsilon_text(result.epsilon)} at delta = {delta_text(delta)}"
+        )
 
 
 @privacy_app.command("plan")
@@ -282,5 +285,6 @@ def plan_command(
         )
     typer.echo(
         f"simulated argmax agreement {choice.agreement:.3f} (Tang's mean at the same epsilon: "
-        f"{choice.tang_agreement:.3f}); epsilon = {result.epsilon:.4f} at delta = {delta:.3g}"
+        f"{choice.tang_agreement:.3f}); epsilon = {epsilon_text(result.epsilon)} at delta = "
+        f"{delta_text(delta)}"
     )

@@ -45,6 +45,7 @@ from app.methods.registry import (
     kinds_where,
 )
 from app.privacy.accounting import Accounting, accountant_for
+from app.privacy.display import delta_text, epsilon_text
 from app.privacy.event_text import describe_event
 from app.privacy.events import (
     DatasetEvent,
@@ -247,8 +248,9 @@ def _quote_text(quote: dict[str, Any], event: DatasetEvent) -> str:
     counts = "declared public" if quote["counts_public"] else "not declared public"
     lines = [quote["settings"]] if quote["settings"] else []
     lines.append(
-        f"{quote['method']}: epsilon = {quote['epsilon']:.4f} at delta = {quote['delta']:.3g} "
-        f"(target {quote['target_epsilon']:g}; {accounting.value} accounting, {relation} "
+        f"{quote['method']}: epsilon = {epsilon_text(quote['epsilon'])} at delta = "
+        f"{delta_text(quote['delta'])} (target {epsilon_text(quote['target_epsilon'])}; "
+        f"{accounting.value} accounting, {relation} "
         f"neighbours; the dataset's counts {counts})"
     )
     lines.append("event (what the ledger would reserve; docs/privacy.md, 'Privacy events'):")

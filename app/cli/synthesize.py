@@ -53,6 +53,7 @@ from app.methods.registry import (
 )
 from app.pate.public import read_public
 from app.privacy.accounting import Accounting
+from app.privacy.display import delta_text, epsilon_text
 from app.privacy.unit import DEFAULT_DELTA
 from app.results import Progress, SynthesisResult
 from app.synthesis.data import Record, load_dataset, own_format
@@ -342,7 +343,7 @@ def _print_result(
     if (line := method.report(result)) is not None:
         typer.echo(line)
     typer.echo(
-        f"epsilon = {result.epsilon:.4g} at delta = {result.delta:.3g} "
+        f"epsilon = {epsilon_text(result.epsilon)} at delta = {delta_text(result.delta)} "
         f"({result.method}, {accounting.value} accounting, model {result.model})"
     )
     if out is None:

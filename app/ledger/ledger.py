@@ -41,7 +41,8 @@ from app.db.models import Budget, Dataset, Job, LedgerEntry, LedgerHold, LedgerK
 from app.ledger.chain import append
 from app.ledger.owners import budget_owner_id, members_clause
 from app.privacy.accounting import Accounting, accountant_for
-from app.privacy.budget import fits_budget, round_up, spend_text
+from app.privacy.budget import fits_budget, spend_text
+from app.privacy.display import distinct_epsilons
 from app.privacy.events import DATASET_EVENTS, DatasetEvent, from_dict, to_dict
 from app.privacy.filter import FilterParams, Item, Price, Release, Rule, price
 from app.privacy.unit import gaussian_epsilon
@@ -96,20 +97,20 @@ class BudgetExceededError(LedgerError):
         self.requested, self.spent, self.total = requested, spent, total
         self.adds = requested if adds is None else adds
         self.remaining = max(0.0, total - spent)
+        adds_text, remaining_text = distinct_epsilons(self.adds, self.remaining)
         super().__init__(
-            f"the job's cost does not fit the dataset's budget: epsilon {total:g} in total, "
-            f"{spend_text(spent)} spent or reserved, {spend_text(self.remaining)} remaining; "
-            f"this job would add {_up(self.adds)} to the spend (its own epsilon is "
-            f"{_up(requested)}; across jobs the ledger prices by its filter, which charges a "
-            "job more than its own epsilon once it is not the dataset's only one: "
-            'docs/privacy.md, "The ledger\'s rule across jobs")'
+            f"the job's cost does not fit the dataset's budget: epsilon {spend_text(total)} in "
+            f"total, {spend_text(spent)} spent or reserved, {remaining_text} remaining; "
+            f"this job would add {_cost(adds_text, self.adds)} to the spend (its own epsilon is "
+            f"{_cost(spend_text(requested), requested)}; across jobs the ledger prices by its "
+            "filter, which charges a job more than its own epsilon once it is not the dataset's "
+            'only one: docs/privacy.md, "The ledger\'s rule across jobs")'
         )
 
 
-def _up(value: float) -> str:
-    """A cost for people to read: 4 significant digits, rounded up (so that a cost never
-    reads as fitting a remainder it exceeds)."""
-    return f"{round_up(value, 4):g}" if math.isfinite(value) else "an unbounded epsilon"
+def _cost(text: str, value: float) -> str:
+    """A cost as printed (app.privacy.display), or what an unbounded one is."""
+    return text if math.isfinite(value) else "an unbounded epsilon"
 
 
 @dataclass(frozen=True)
@@ -118,7 +119,12 @@ class Spend:
     compares with the budget; ``rule`` says which of the filter's two rules priced it), the
     tight composition of the same events (``composed``: what the ledger charged before the
     filter, not valid across adaptively chosen jobs, shown for comparison) and the plain
-    sum, each with its count releases' part (``counts_epsilon``, included in all)."""
+    sum, each with its count releases' part (``counts_epsilon``, included in all).
+
+    ``epsilon`` and ``composed`` hold at the budget's delta (``delta``). The plain sum holds at
+    another: each job's epsilon is at its own delta, so their sum (basic composition) is at the
+    sum of the jobs' and the count releases' deltas (``plain_sum_delta``), which may well exceed
+    the budget's; a plain sum can therefore read below the spend without contradicting it."""
 
     epsilon: float
     plain_sum: float
@@ -126,6 +132,8 @@ class Spend:
     counts_epsilon: float = 0.0
     rule: Rule = Rule.ONE_BATCH
     composed: float = 0.0
+    delta: float = 0.0
+    plain_sum_delta: float = 0.0
 
 
 def _entries(session: Session, dataset_id: str) -> list[LedgerEntry]:
@@ -244,25 +252,41 @@ def spend(session: Session, budget: Budget) -> Spend:
     entries = _entries(session, budget.dataset_id)
     live = _live_of(entries)
     releases = [e for e in entries if e.kind == LedgerKind.COUNTS]
-    return _spend(budget, _items(live), releases, sum(e.epsilon for e in live))
+    return _spend(budget, _items(live), releases, _sums(live))
+
+
+def _sums(live: Sequence[LedgerEntry], epsilon: float = 0.0, delta: float = 0.0) -> Sums:
+    """The plain sums of ``live`` jobs' epsilons and deltas, with ``epsilon`` and ``delta``
+    (another job's, or a batch's summed) added."""
+    return Sums(sum(e.epsilon for e in live) + epsilon, sum(e.delta for e in live) + delta)
+
+
+@dataclass(frozen=True)
+class Sums:
+    """The jobs' own epsilons summed, and their deltas: the plain sum and the delta it is at."""
+
+    epsilon: float
+    delta: float
 
 
 def _spend(
     budget: Budget,
     items: Sequence[Item],
     releases: Sequence[LedgerEntry],
-    jobs_sum: float,
+    jobs: Sums,
 ) -> Spend:
     accounting = Accounting(budget.accounting)
     counts = math.fsum(release_epsilon(e, accounting) for e in releases)
     priced = _compose(budget, items, releases)
     return Spend(
         epsilon=priced.epsilon,
-        plain_sum=jobs_sum + counts,
+        plain_sum=jobs.epsilon + counts,
         jobs=len(items),
         counts_epsilon=counts,
         rule=priced.rule,
         composed=priced.composed,
+        delta=budget.delta,
+        plain_sum_delta=jobs.delta + math.fsum(e.delta for e in releases),
     )
 
 
@@ -360,7 +384,7 @@ def admit(
             batch_id=batch_id,
         ),
     )
-    return _spend(budget, items, releases, sum(e.epsilon for e in live) + epsilon)
+    return _spend(budget, items, releases, _sums(live, epsilon, delta))
 
 
 def charge_count_release(
@@ -520,18 +544,20 @@ def spend_with(
     events: DatasetEvent | Sequence[DatasetEvent],
     epsilon: float,
     dataset_id: str | None = None,
+    delta: float = 0.0,
 ) -> Spend:
     """What the dataset's spend would be with one more job charged, or with several declared
     in one batch (a quote: nothing is reserved, and another admission may change the answer
-    before a submission). ``epsilon`` is the jobs' own epsilons summed, for the plain sum;
-    ``dataset_id`` the dataset they would read (default: the budget's own)."""
+    before a submission). ``epsilon`` is the jobs' own epsilons summed, for the plain sum, and
+    ``delta`` their deltas summed, for the delta it is at; ``dataset_id`` the dataset they
+    would read (default: the budget's own)."""
     entries = _entries(session, budget.dataset_id)
     live = _live_of(entries)
     releases = [e for e in entries if e.kind == LedgerKind.COUNTS]
     new = [events] if not isinstance(events, Sequence) else list(events)
     dataset = dataset_id or budget.dataset_id
     items = _items(live) + [Item(e, QUOTED_BATCH, dataset) for e in new]
-    return _spend(budget, items, releases, sum(e.epsilon for e in live) + epsilon)
+    return _spend(budget, items, releases, _sums(live, epsilon, delta))
 
 
 #: The batch a quoted job (or a quoted batch's jobs) is priced in: a name no job ID takes.

@@ -13,10 +13,17 @@ from typing import Annotated
 
 from pydantic import Field
 
+# Printing lives in app.privacy.display (one rule for every ε, δ and share a person reads);
+# spend_text is its epsilon_text under the name the CLI and the ledger have long used.
+from app.privacy.display import TOLERANCE, epsilon_text
+from app.privacy.display import budget_percent as budget_percent
+
 EPSILON_RULE = "must be a positive finite number"
 # Relative slack of a budget check: a composition computed twice (admission, then a budget
 # change) may differ in the last bits, which must not turn "exactly the budget" into "over".
-FIT_TOLERANCE = 1e-9
+FIT_TOLERANCE = TOLERANCE
+
+spend_text = epsilon_text
 
 # A request's epsilon: strict, so JSON true is not an epsilon of 1, nor "2" one of 2.
 Epsilon = Annotated[float, Field(gt=0, allow_inf_nan=False, strict=True)]
@@ -77,32 +84,10 @@ def smallest_fitting_delta(
     return advised if fits else found
 
 
-def spend_text(epsilon: float) -> str:
-    """An epsilon spent (or remaining) for people to read: 4 significant digits, rounded
-    down, as :func:`budget_percent` rounds, so a spend of 7.9996 of 10 reads "7.999 (79%)",
-    never "8 (79%)"."""
-    if epsilon <= 0 or not math.isfinite(epsilon):
-        return f"{epsilon:g}"
-    scale = 10 ** (3 - math.floor(math.log10(epsilon)))
-    # within FIT_TOLERANCE, as the levels and budget_percent: a count release priced at its
-    # share (to 1e-9) reads as its share, not one digit below
-    return f"{math.floor(epsilon * scale * (1 + FIT_TOLERANCE)) / scale:g}"
-
-
 def percent_text(fraction: float) -> str:
     """A threshold (a fraction) as a percent, to the digits it has: 0.8 is "80%", 0.125
     "12.5%"."""
     return f"{round(fraction * 100, 6):g}%"
-
-
-def budget_percent(fraction: float) -> str:
-    """A share of a budget as a whole percentage for people to read: rounded down, so that a
-    spend below a warn threshold never prints as the threshold itself (a spend of 79.98% beside
-    "warns at 80%" reads "79%"), within the same tolerance as the levels; a spend that is not
-    zero never reads "0%"."""
-    if 0 < fraction < 0.01:
-        return "<1%"
-    return f"{math.floor(fraction * 100 * (1 + FIT_TOLERANCE))}%"
 
 
 def warn_fraction(percent: float) -> float:

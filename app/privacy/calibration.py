@@ -20,6 +20,7 @@ from typing import Any
 
 from app.privacy import calibration_cache
 from app.privacy.budget import is_epsilon
+from app.privacy.display import distinct_epsilons
 from app.privacy.noise_search import CalibrationError, smallest_noise
 from app.privacy.synthesis import SynthesisPrivacy
 
@@ -108,9 +109,11 @@ def search_noise(privacy: SynthesisPrivacy, target: NoiseTarget) -> Calibration:
     target_epsilon, delta = target.target_epsilon, target.delta
 
     def refusal(multiplier: float, epsilon: float) -> str:
+        # a cost above the target never prints as the target (app.privacy.display)
+        cost = distinct_epsilons(epsilon, target_epsilon)[0]
         return (
             f"target epsilon {target_epsilon:g} at delta {delta:g} cannot be met: even with "
-            f"the free noise multiplier at {multiplier:g} the job costs {epsilon:.4g} (the "
+            f"the free noise multiplier at {multiplier:g} the job costs {cost} (the "
             "fixed mechanisms or the number of tokens already exceed the budget; raise "
             "sigma0/sigma2, lower T, tmax, shots or M*N, or ask for a larger epsilon)"
         )

@@ -41,6 +41,7 @@ from app.privacy.budget import (
     smallest_fitting_delta,
     spend_text,
 )
+from app.privacy.display import delta_text
 from app.privacy.events import DatasetEvent
 from app.privacy.filter import FilterParams, Item, Release, Rule, price_groups
 from app.privacy.unit import DEFAULT_DELTA
@@ -94,17 +95,20 @@ def delta_note(delta: float, record_count: int) -> str | None:
     inverse = former_default_delta(record_count)
     if delta_source(delta, record_count) is DeltaSource.FORMER_DEFAULT:
         return (
-            f"delta {delta:.3g} is 1/|D| of this dataset's {record_count} records (the default "
+            f"delta {delta_text(delta)} is 1/|D| of this dataset's {record_count} records (the "
+            "default "
             "before counts became private): every prompt of a job at this delta carries it, so "
-            f"its readers learn the dataset's size; set a public delta (default {DEFAULT_DELTA:g}) "
+            "its readers learn the dataset's size; set a public delta (default "
+            f"{delta_text(DEFAULT_DELTA)}) "
             "or submit jobs with a smaller delta"
         )
     if delta > inverse:
         return (
-            f"delta {delta:.3g} is above 1/|D| = {inverse:.3g} for this dataset's {record_count} "
+            f"delta {delta_text(delta)} is above 1/|D| = {delta_text(inverse)} for this "
+            f"dataset's {record_count} "
             "records: with that probability a job may expose one record outright (you may see "
             "your own counts; its prompts' readers may not); the usual choice is well below "
-            f"1/|D|, e.g. the default {DEFAULT_DELTA:g}"
+            f"1/|D|, e.g. the default {delta_text(DEFAULT_DELTA)}"
         )
     return None
 
@@ -207,7 +211,8 @@ def over_note(spend: ledger.Spend, total: float) -> str | None:
     return (
         f"over budget: the ledger's filter ({spend.rule.value.replace('_', ' ')}) prices the "
         f"live jobs and count releases at {spend_text(spend.epsilon)}, more than the budget's "
-        f"epsilon {total:g}; they were admitted by the composition the ledger used before "
+        f"epsilon {spend_text(total)}; they were admitted by the composition the ledger used "
+        "before "
         f"({spend_text(spend.composed)}), which is not valid when each job is chosen after "
         "reading the last. Nothing served is withdrawn; no new job is admitted while the "
         "spend is over the budget"
@@ -396,7 +401,7 @@ def _below_spent_error(session: Session, asked: Budget, spent: ledger.Spend) -> 
     )
     head = (
         f"epsilon {asked.epsilon:g} is below what is already spent or reserved at delta "
-        f"{asked.delta:g}"
+        f"{delta_text(asked.delta)}"
     )
     options = []
     if math.isfinite(spent.epsilon):
@@ -407,7 +412,8 @@ def _below_spent_error(session: Session, asked: Budget, spent: ledger.Spend) -> 
         head += f": no finite epsilon covers the {spent.jobs} live job(s) at so small a delta"
     if min_delta is not None:
         options.append(
-            f"keep epsilon {asked.epsilon:g} with delta at least {min_delta:g} (the smallest "
+            f"keep epsilon {asked.epsilon:g} with delta at least {delta_text(min_delta)} (the "
+            "smallest "
             "delta at which the spend fits)"
         )
     message = f"{head}; {' or '.join(options)}" if options else head

@@ -21,6 +21,7 @@ from app.db.models import Budget, CountReleaseRow, Dataset, new_id
 from app.ledger import ledger
 from app.ledger.owners import budget_owner_id
 from app.methods.base import Counts, Method
+from app.privacy.display import epsilon_text
 from app.privacy.events import to_dict
 from app.privacy.rng import make_rng
 from app.privacy.unit import (
@@ -144,8 +145,9 @@ def _new_release(session: Session, dataset: Dataset, budget: Budget) -> CountRel
         raise ConflictError(
             f"the dataset's label counts must be released before a job can be planned, and "
             f"the release ({release_share_setting():.0%} of the budget: epsilon "
-            f"{err.requested:.4g}) does not fit: {err.remaining:.4g} of the budget's "
-            f"epsilon {err.total:g} remain; raise the budget, or have the owner declare the "
+            f"{epsilon_text(err.requested)}) does not fit: {epsilon_text(err.remaining)} of the "
+            f"budget's epsilon {epsilon_text(err.total)} remain; raise the budget, or have the "
+            "owner declare the "
             "counts public",
             code="budget_exceeded",
             remaining=err.remaining,

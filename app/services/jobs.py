@@ -63,7 +63,7 @@ from app.methods.registry import (
 )
 from app.methods.token_loop import TokenLoop
 from app.privacy.accounting import Accounting
-from app.privacy.budget import fits_budget
+from app.privacy.budget import fits_budget, spend_text
 from app.privacy.events import DatasetEvent, to_dict
 from app.privacy.synthesis import SynthesisPrivacy
 from app.results import SoftPromptRelease, SynthesisResult
@@ -421,7 +421,7 @@ def quote_job(
         budget_epsilon=budget.epsilon,
         spend_now=ledger.spend(session, budget),
         spend_after=ledger.spend_with(
-            session, budget, event, planned.job.epsilon, request.dataset_id
+            session, budget, event, planned.job.epsilon, request.dataset_id, planned.job.delta
         ),
         event=event,
         noise=label_noise(planned.method, planned.job.config),
@@ -720,7 +720,7 @@ def charge_note(job: Job, charge: ledger.JobCharge | None) -> str:
     if charge is None:  # every admitted job has a reservation; a hand-written row may not
         return "not in the ledger: nothing was reserved or charged for this job"
     if charge.state is ledger.ChargeState.RESERVED:
-        held = f"reserved: epsilon {charge.epsilon:.4g} is held against the budget"
+        held = f"reserved: epsilon {spend_text(charge.epsilon)} is held against the budget"
         if job.touched_data:
             return f"{held}; the job has read the private data, so it stays charged however it ends"
         return (

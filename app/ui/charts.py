@@ -13,7 +13,7 @@ from functools import cached_property
 from markupsafe import Markup, escape
 
 from app.db.models import DEFAULT_WARN_THRESHOLD
-from app.privacy.budget import budget_percent
+from app.privacy.display import budget_percent, epsilon_text
 from app.services.budgets import spend_fraction, spend_level
 
 COMPOSED = "#2563eb"
@@ -23,7 +23,8 @@ MARKERS = {"reserve": "#2563eb", "commit": "#059669", "release": "#6b7280", "cou
 
 
 def _num(value: float) -> str:
-    return f"{value:.4g}"
+    """An ε in a chart's labels, as every page prints it (app.privacy.display)."""
+    return epsilon_text(value)
 
 
 #: A bar's fill by level (app.services.budgets.SpendLevel): below the warn threshold,

@@ -16,27 +16,19 @@ from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Resp
 from fastapi.templating import Jinja2Templates
 from jinja2 import StrictUndefined
 
-from app.privacy.budget import budget_percent, spend_text
+from app.privacy.display import budget_percent, delta_text, epsilon_text
 from app.ui.charts import spend_bar
 
-
-def three_digits(value: float) -> str:
-    """``value`` to 3 significant digits, as the dashboard prints a δ: ``1.45e-4`` rather
-    than ``0.00014450867052023122`` (a δ's later digits carry no meaning for a reader).
-    Below 0.001 in scientific notation without padding (``1e-5``, not ``1e-05``)."""
-    if value != 0 and abs(value) < 1e-3:
-        mantissa, exponent = f"{value:.2e}".split("e")
-        if "." in mantissa:
-            mantissa = mantissa.rstrip("0").rstrip(".")
-        return f"{mantissa}e{int(exponent)}"
-    return f"{value:.3g}"
+#: Every δ shown as text (``1.44e-4``, not ``0.00014450867052023122``): the one rule's.
+three_digits = delta_text
 
 
 TEMPLATES = Jinja2Templates(directory=Path(__file__).resolve().parent / "templates")
 TEMPLATES.env.globals.update(spend_bar=spend_bar)
-TEMPLATES.env.filters["budget_percent"] = budget_percent  # rounded down, as the CLI prints
-TEMPLATES.env.filters["spend"] = spend_text  # every epsilon spent, charged or left, as the CLI
-TEMPLATES.env.filters["three_digits"] = three_digits  # every δ shown as text
+# One rule with the CLI and the API's texts (app.privacy.display): truncated, never rounded up.
+TEMPLATES.env.filters["budget_percent"] = budget_percent  # a share: a whole percent
+TEMPLATES.env.filters["spend"] = epsilon_text  # every ε: planned, charged, spent, left, budgets
+TEMPLATES.env.filters["three_digits"] = delta_text  # every δ
 TEMPLATES.env.undefined = StrictUndefined  # a missing variable is a bug, not an empty string
 
 

@@ -69,7 +69,7 @@ def test_paper_accounting_names_the_declaration_and_jobs_say_what_they_used(dpsy
 def test_budget_explains_its_delta_and_warns_above_one_over_the_size(dpsyn, trec_file):
     dataset = upload(dpsyn, trec_file)  # 120 records
     budget = dpsyn("budget", "set", dataset, "--epsilon", "10")
-    assert "delta 1e-06: the public default, chosen independent of the dataset" in budget.output
+    assert "delta 1e-6: the public default, chosen independent of the dataset" in budget.output
     assert "warning" not in budget.output
     job = _json(
         dpsyn("jobs", "submit", "--dataset", dataset, "--epsilon", "8", *FAST, "--json")

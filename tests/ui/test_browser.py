@@ -164,6 +164,10 @@ def test_an_admin_walks_through_the_dashboard(
     quote = wait_for(driver, lambda d: css(d, "#quote-result"), "the quote")[0]
     costs = re.search(r"This job costs ε = ([0-9.]+) \(δ = 1e-6\)", quote.text)
     assert costs and 0.99 <= float(costs.group(1)) <= 1.0, quote.text  # the public delta
+    # each figure with the delta it holds at (issue 55): the spends the budget's, the plain
+    # sum its jobs' and count release's summed, as the server printed them
+    assert "Composed spend at the budget's δ = 1e-6: " in quote.text, quote.text
+    assert re.search(r"plain sum after: [0-9.]+ at δ = [0-9.e-]+, the jobs' δ summed", quote.text)
     assert "It fits." in quote.text
 
     # Submit, and watch it finish on the job page without reloading it.
@@ -177,6 +181,8 @@ def test_an_admin_walks_through_the_dashboard(
     live.backend.gate.set()
     wait_for(driver, lambda d: by_id(d, "job-status").text == "succeeded", "the job to finish")
     assert driver.execute_script("return window.dpsynSamePage === true;")  # updated live
+    # the charge the script wrote in prints as the plan (one number, one rule: issue 55)
+    assert by_id(driver, "job-charged").text == by_id(driver, "job-planned").text
     assert css(driver, "#job-cancel") == []  # a finished job has no cancel button
     assert css(driver, '[data-field="finished"]')[0].text.endswith(" UTC")
     prompt_link = wait_for(driver, lambda d: by_id(d, "job-prompt").is_displayed(), "link")

@@ -10,6 +10,7 @@ import re
 
 import pytest
 
+from app.privacy.display import epsilon_text
 from tests.api.conftest import Api, RecordingClient, auth, make_api
 from tests.ui.test_fleet_pages import _org_key, _sign_in
 from tests.ui.test_pages import job_form, sign_in
@@ -84,7 +85,7 @@ def test_the_fleet_shows_the_count_releases_part_of_each_spend(api: Api) -> None
     _sign_in(client, _org_key(api))
     page = client.get("/ui/fleet").text
     row = re.search(rf'data-dataset-id="{spending}"(.*?)</tr>', page, re.S)
-    assert row and f"incl. count release {counts:.4g}" in row.group(1)
+    assert row and f"incl. count release {epsilon_text(counts)}" in row.group(1)
     other = re.search(rf'data-dataset-id="{idle}"(.*?)</tr>', page, re.S)
     assert other and "count release" not in other.group(1)
     client.assert_no_private_text()

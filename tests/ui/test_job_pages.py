@@ -14,6 +14,7 @@ import pytest
 
 from app.db.models import Dataset
 from app.db.session import session_scope
+from app.privacy.display import epsilon_text
 from tests.api.conftest import FAST_PARAMS, MARKER, Api, auth, make_api
 from tests.ui.test_pages import finished_job, funded, sign_in
 
@@ -55,7 +56,7 @@ def test_the_job_page_shows_parameters_charge_timings_and_its_prompt(api: Api) -
     assert f'href="/ui/datasets/{dataset_id}"' in page
     assert _text(page, "job-method") == "tang"
     # The job's epsilon is the planned one (what the ledger charges), not the one asked for
-    assert _text(page, "job-planned") == f"{succeeded['epsilon']:.4g}"
+    assert _text(page, "job-planned") == epsilon_text(succeeded["epsilon"])
     assert _text(page, "job-asked") == "1"  # api.submit asks for epsilon 1
     assert "ε requested" not in page
     assert float(_text(page, "job-charged")) == pytest.approx(succeeded["epsilon"], rel=1e-3)

@@ -14,6 +14,7 @@ from urllib.parse import quote
 import pytest
 
 from app.api.routes.ui.session import safe_next
+from app.privacy.display import epsilon_text
 from app.ui.render import three_digits
 from tests.api.conftest import MARKER, Api, auth, csv_bytes, make_api, toy_rows
 from tests.api.test_validation import upload_validation
@@ -178,7 +179,7 @@ def test_the_upload_form_starts_without_a_task_and_asks_for_one(api: Api) -> Non
 @pytest.mark.parametrize(
     ("value", "text"),
     [
-        (0.00014450867052023122, "1.45e-4"),
+        (0.00014450867052023122, "1.44e-4"),  # truncated, as every figure (app.privacy.display)
         (1e-6, "1e-6"),
         (2.5e-7, "2.5e-7"),
         (0.0001, "1e-4"),
@@ -199,9 +200,9 @@ def test_delta_is_shown_to_three_digits_and_an_unchanged_form_keeps_it(api: Api)
     csrf = sign_in(client, api.admin)
     page = client.get(f"/ui/datasets/{dataset_id}").text
     assert "0.00014450867052023122" not in page and "0.000144" not in page
-    assert "δ = 1.45e-4" in html.unescape(page)
+    assert "δ = 1.44e-4" in html.unescape(page)
     shown = re.search(r'<input type="number" name="delta"[^>]*value="([^"]*)"', page)
-    assert shown and shown.group(1) == "1.45e-4"
+    assert shown and shown.group(1) == "1.44e-4"
 
     def save(delta_text: str) -> float:
         form = {"csrf": csrf, "epsilon": "3", "accounting": "tight", "delta": delta_text}
@@ -211,7 +212,7 @@ def test_delta_is_shown_to_three_digits_and_an_unchanged_form_keeps_it(api: Api)
         budget = client.get(f"/v1/datasets/{dataset_id}/budget", headers=auth(api.admin))
         return float(budget.json()["delta"])
 
-    assert save("1.45e-4") == delta  # resubmitted as shown: the exact δ stays
+    assert save("1.44e-4") == delta  # resubmitted as shown: the exact δ stays
     assert save("2e-4") == 2e-4  # changed: stored as typed
 
     job = api.submit(dataset_id).json()
@@ -231,7 +232,7 @@ def test_a_promptpate_job_shows_the_epsilon_asked_and_the_one_planned(api: Api) 
     sign_in(api.client, api.admin)
     page = api.client.get(f"/ui/jobs/{job['id']}").text
     assert _by_id(page, "job-asked") == "2"
-    assert _by_id(page, "job-planned") == f"{job['epsilon']:.4g}"
+    assert _by_id(page, "job-planned") == epsilon_text(job["epsilon"])
     assert "ε requested" not in page
     jobs = api.client.get("/ui/jobs").text
     assert "ε planned" in jobs and "ε requested" not in jobs

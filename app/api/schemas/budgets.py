@@ -188,7 +188,10 @@ class BudgetPublic(Documented):
     jobs now price above it): nothing served is withdrawn, and no job is admitted until the
     spend fits again. Null when the spend fits."""
     plain_sum: float
-    """Sum of the live jobs' own epsilons and the count releases'."""
+    """Sum of the live jobs' own epsilons and the count releases': at plain_sum_delta."""
+    plain_sum_delta: float = 0.0
+    """The delta at which plain_sum holds (basic composition): the live jobs' deltas and the
+    count releases' summed, not the budget's delta (spent's)."""
     counts_epsilon: float = 0.0
     """The count releases' part of spent (and of plain_sum): charged once for the dataset, not by
     any job; 0 when none was drawn (counts declared public, or no job planned yet)."""
@@ -229,6 +232,7 @@ class BudgetPublic(Documented):
             composed=view.spend.composed,
             over_note=over_note(view.spend, total),
             plain_sum=view.spend.plain_sum,
+            plain_sum_delta=view.spend.plain_sum_delta,
             counts_epsilon=view.spend.counts_epsilon,
             count_releases=[CountReleasePublic.from_view(r, total) for r in view.releases],
             remaining=view.remaining,

@@ -202,6 +202,8 @@ class JobQuote(Documented):
     delta: float
     budget: float
     """The dataset's total epsilon."""
+    spent_delta: float
+    """The delta at which spent, spent_after and composed_after hold: the budget's."""
     spent: float
     """The dataset's spend now, under the ledger's filter."""
     spent_after: float
@@ -215,7 +217,15 @@ class JobQuote(Documented):
     """The tight composition of the same charges (the ledger's price before the filter; not
     valid across adaptively chosen jobs), for comparison."""
     plain_sum: float
+    """The live jobs' own epsilons and the count releases' summed, now: at plain_sum_delta."""
     plain_sum_after: float
+    """The same with this job: at plain_sum_delta_after."""
+    plain_sum_delta: float
+    """The delta at which plain_sum holds (basic composition): the live jobs' deltas and the
+    count releases' summed. Not the budget's: a plain sum may read below spent and still be
+    no tighter a guarantee, since it is at another (usually larger) delta."""
+    plain_sum_delta_after: float
+    """plain_sum_delta with this job's delta added."""
     fits: bool
     """spent_after is within the budget: it would be admitted."""
     groups: list[GroupQuote]
@@ -234,6 +244,7 @@ class JobQuote(Documented):
             epsilon=quote.epsilon,
             delta=quote.delta,
             budget=quote.budget_epsilon,
+            spent_delta=quote.spend_after.delta,
             spent=quote.spend_now.epsilon,
             spent_after=quote.spend_after.epsilon,
             rule=quote.spend_now.rule,
@@ -241,6 +252,8 @@ class JobQuote(Documented):
             composed_after=quote.spend_after.composed,
             plain_sum=quote.spend_now.plain_sum,
             plain_sum_after=quote.spend_after.plain_sum,
+            plain_sum_delta=quote.spend_now.plain_sum_delta,
+            plain_sum_delta_after=quote.spend_after.plain_sum_delta,
             fits=quote.fits,
             groups=[GroupQuote.from_change(g) for g in groups],
             noise=dict(quote.noise),

@@ -19,6 +19,7 @@ from app.privacy.budget import (
     spend_text,
     warn_fraction,
 )
+from app.privacy.display import delta_text
 from app.privacy.unit import DEFAULT_DELTA
 
 # --- budget ---------------------------------------------------------------------------------
@@ -26,16 +27,28 @@ from app.privacy.unit import DEFAULT_DELTA
 budget_app = GroupedTyper(help="A dataset's privacy budget and ledger.", no_args_is_help=True)
 
 
+#: Beside a plain sum that reads below the spend: why it does.
+SUM_BELOW = (
+    "the jobs' and the count release's deltas summed, larger than the budget's: each job's "
+    "epsilon holds at its own delta, and a plain sum at a larger delta may read below the spend"
+)
+
+
 def _print_budget(budget: dict[str, Any], *, history: bool) -> None:
     """The budget line, the spend per label group (which group sets the dataset's spend, and
     why a job can add 0) and, with ``history``, the ledger with each closing entry's reason."""
     share = budget.get("spent_fraction")
     level = f" ({budget_percent(share)}, {budget['level']})" if share is not None else ""
+    plain_delta = budget.get("plain_sum_delta")
+    plain_at = f" at delta {delta_text(plain_delta)}" if plain_delta else ""
+    if plain_delta and budget["plain_sum"] < budget["spent"]:
+        plain_at += f": {SUM_BELOW}"
     out.print(
-        f"budget of dataset {budget['dataset_id']}: epsilon {budget['epsilon']:g} at delta "
-        f"{budget['delta']:.3g} ({budget['accounting']} accounting); spent "
-        f"{spend_text(budget['spent'])}{level} (plain sum {spend_text(budget['plain_sum'])}) "
-        f"by {budget['live_jobs']} job(s), {spend_text(budget['remaining'])} remaining",
+        f"budget of dataset {budget['dataset_id']}: epsilon {spend_text(budget['epsilon'])} at "
+        f"delta {delta_text(budget['delta'])} ({budget['accounting']} accounting); spent "
+        f"{spend_text(budget['spent'])}{level} (plain sum {spend_text(budget['plain_sum'])}"
+        f"{plain_at}) by {budget['live_jobs']} job(s), {spend_text(budget['remaining'])} "
+        "remaining",
         markup=False,
     )
     _print_rule(budget)
@@ -83,7 +96,8 @@ def _print_count_releases(budget: dict[str, Any]) -> None:
         which = "" if release.get("current", True) else " (of records since changed)"
         out.print(
             f"count release: epsilon {spend_text(release['epsilon'])} "
-            f"({share_text(release['share'])} of the budget) at delta {release['delta']:.3g}, "
+            f"({share_text(release['share'])} of the budget) at delta "
+            f"{delta_text(release['delta'])}, "
             f"noise sigma {release['sigma']:.4g} per label count, once for this "
             f"dataset{which}",
             markup=False,
@@ -111,7 +125,7 @@ def _print_ledger(history: list[dict[str, Any]], dataset: str | None = None) -> 
                 entry["kind"],
                 _ledger_job(entry),
                 spend_text(entry["epsilon"]),
-                f"{entry['delta']:.3g}",
+                delta_text(entry["delta"]),
                 entry.get("reason") or "",
             ]
             for entry in history
@@ -132,7 +146,9 @@ def _print_delta(budget: dict[str, Any]) -> None:
     accounting (in the CLI's words), when it gives them."""
     source = DELTA_SOURCES.get(budget.get("delta_source") or "")
     if source is not None:
-        typer.echo(f"delta {budget['delta']:.3g}: {source} (every prompt carries its job's delta)")
+        typer.echo(
+            f"delta {delta_text(budget['delta'])}: {source} (every prompt carries its job's delta)"
+        )
     for name in ("delta_note", "accounting_note"):
         if budget.get(name):
             err.print(f"warning: {in_cli_words(one_line(budget[name]))}", markup=False)
@@ -248,7 +264,7 @@ def _print_budgets(rows: list[dict[str, Any]], *, all_tenants: bool) -> None:
                 *([row.get("tenant_name") or row.get("tenant_id", "-")] if all_tenants else []),
                 row["dataset_id"],
                 row["name"],
-                f"{row['epsilon']:g}",
+                spend_text(row["epsilon"]),
                 spend_text(row["spent"]),
                 _release_cell(row),
                 budget_percent(row["spent_fraction"]),

@@ -392,7 +392,8 @@ def _print_datasets(rows: list[dict[str, Any]], budgets: list[dict[str, Any]]) -
 def _spend_cell(budget: dict[str, Any]) -> str:
     """``1.25/10 (12%, ok)``: composed spend of the budget, its share, its level."""
     share = budget_percent(budget["spent_fraction"])
-    return f"{spend_text(budget['spent'])}/{budget['epsilon']:g} ({share}, {budget['level']})"
+    total = spend_text(budget["epsilon"])
+    return f"{spend_text(budget['spent'])}/{total} ({share}, {budget['level']})"
 
 
 def _counts_cell(row: dict[str, Any]) -> str:

@@ -11,7 +11,7 @@ from typing import Annotated, Any
 
 import typer
 
-from app.cli.client.budget import RULES, print_label_groups, share_text
+from app.cli.client.budget import RULES, SUM_BELOW, print_label_groups, share_text
 from app.cli.client.common import JobIdArg, LimitOpt, OffsetOpt, _page
 from app.cli.client.prompts import _dataset_cell, validation_line
 from app.cli.custom_task import (
@@ -36,6 +36,7 @@ from app.privacy.budget import (
     is_epsilon,
     spend_text,
 )
+from app.privacy.display import delta_text
 from app.synthesis.config import COVER_EVERY_LABEL_UP_TO, DEFAULT_SHOTS
 
 # --- jobs -----------------------------------------------------------------------------------
@@ -58,7 +59,7 @@ def _describe_job(job: dict[str, Any]) -> str:
     shots = f", {job['shots']} shots" if job["shots"] else ""  # a method may have none
     text = (
         f"job {job['id']} {job['status']}: {job['method']}{shots}, epsilon "
-        f"{job['epsilon']:.4g}{_asked(job)} at delta {job['delta']:.3g}, dataset "
+        f"{spend_text(job['epsilon'])}{_asked(job)} at delta {delta_text(job['delta'])}, dataset "
         f"{job['dataset_id']}"
         + (f", public dataset {public}" if public else "")
         + (
@@ -79,8 +80,9 @@ def _describe_job(job: dict[str, Any]) -> str:
     if job.get("charge_note") and (
         job["status"] in _ENDED_WITHOUT_PROMPT or job.get("cancel_requested")
     ):
-        charged = job.get("charged_epsilon")
-        cost = f"charged epsilon {charged:.4g}: " if job["status"] in _ENDED_WITHOUT_PROMPT else ""
+        charged = float(job.get("charged_epsilon") or 0.0)  # said beside charge_note
+        ended = job["status"] in _ENDED_WITHOUT_PROMPT
+        cost = f"charged epsilon {spend_text(charged)}: " if ended else ""
         text += f"; {cost}{one_line(job['charge_note'])}"
     return text
 
@@ -223,13 +225,16 @@ def _print_spend(api: Api, dataset: str) -> None:
     spent, total, plain = budget["spent"], budget["epsilon"], budget["plain_sum"]
     rule = RULE_WORDS.get(budget.get("rule") or "", "the ledger's filter")
     line = (
-        f"dataset spend now {spend_text(spent)} of {total:g} "
+        f"dataset spend now {spend_text(spent)} of {spend_text(total)} "
         f"({budget_percent(spent / total)}), composed over {budget['live_jobs']} job(s) by "
         f"{rule}"
     )
+    if budget.get("delta"):  # where the spend holds (a plain sum holds elsewhere)
+        line += f", at delta {delta_text(budget['delta'])}"
     if plain > spent * (1 + 1e-9):
         line += (
-            f"; their epsilons sum to {spend_text(plain)}, but composed privacy loss grows "
+            f"; their epsilons sum to {spend_text(plain)}{_at_delta(budget, 'plain_sum_delta')}, "
+            "but composed privacy loss grows "
             "slower than the sum, and only the most-charged label group counts "
             f"('dpsyn budget show {dataset}')"
         )
@@ -442,19 +447,28 @@ def jobs_quote(ctx: typer.Context, job_options: JobOptions, *, server: Reply) ->
     server.show(quote, print_quote)
 
 
+def _at_delta(body: dict[str, Any], field: str) -> str:
+    """ " at delta 1e-6" for the server's ``field`` (a delta), "" where an older server does
+    not say it."""
+    return f" at delta {delta_text(body[field])}" if body.get(field) else ""
+
+
 def print_quote(quote: dict[str, Any]) -> None:
     """The quote in words: the job's epsilon, the dataset's composed spend before and after
     (and the plain sum, which composition beats), whether it fits, and per label group."""
     budget = quote["budget"]
     after = quote["spent_after"]
     typer.echo(
-        f"this job: epsilon {quote['epsilon']:.4g} at delta {quote['delta']:.3g} (reserved "
-        "when submitted)"
+        f"this job: epsilon {spend_text(quote['epsilon'])} at delta {delta_text(quote['delta'])} "
+        "(reserved when submitted)"
     )
+    plain = quote["plain_sum_after"]
+    why = f" ({SUM_BELOW})" if quote.get("plain_sum_delta_after") and plain < after else ""
     typer.echo(
-        f"dataset {quote['dataset_id']}: spent {spend_text(quote['spent'])} of {budget:g} now, "
-        f"{spend_text(after)} ({budget_percent(after / budget)}) if admitted; a plain sum "
-        f"would say {spend_text(quote['plain_sum_after'])}"
+        f"dataset {quote['dataset_id']}{_at_delta(quote, 'spent_delta')}: spent "
+        f"{spend_text(quote['spent'])} of {spend_text(budget)} now, {spend_text(after)} "
+        f"({budget_percent(after / budget)}) if admitted; a plain sum would say "
+        f"{spend_text(plain)}{_at_delta(quote, 'plain_sum_delta_after')}{why}"
     )
     if quote.get("rule_after") in RULES:
         typer.echo(f"priced by {RULES[quote['rule_after']]}")
@@ -568,9 +582,9 @@ def _asked(job: dict[str, Any]) -> str:
     """ " (2 asked)" beside a planned epsilon that differs from the one asked (newer servers
     say it); "" otherwise."""
     asked = job.get("epsilon_asked")
-    if asked is None or f"{asked:.4g}" == f"{job['epsilon']:.4g}":
+    if asked is None or spend_text(asked) == spend_text(job["epsilon"]):
         return ""
-    return f" ({asked:g} asked)"
+    return f" ({spend_text(asked)} asked)"
 
 
 def _charged(job: dict[str, Any]) -> str:
@@ -608,7 +622,7 @@ def _print_jobs(rows: list[dict[str, Any]]) -> None:
                 row["id"],
                 row["status"],
                 row["method"],
-                f"{row['epsilon']:.4g}",
+                spend_text(row["epsilon"]),
                 *([_charged(row)] if charged else []),
                 _dataset_cell(row),
                 row.get("prompt_id") or "-",

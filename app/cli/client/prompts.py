@@ -23,6 +23,7 @@ from app.cli.http_client import (
 )
 from app.cli.options import GroupedTyper
 from app.eval.verdict import Outcome
+from app.privacy.display import delta_text, epsilon_text
 
 # --- prompts --------------------------------------------------------------------------------
 
@@ -100,7 +101,8 @@ def _print_prompt(prompt: dict[str, Any], notes: list[str]) -> None:
         typer.echo(f"    {spec.get('text_field', 'Text')}: {demo['text']}")
     typer.echo(
         f"prompt {prompt['id']} (task {prompt['task']}, {prompt['method']}, model "
-        f"{prompt['model']}): epsilon {prompt['epsilon']:.4g} at delta {prompt['delta']:.3g}"
+        f"{prompt['model']}): epsilon {epsilon_text(prompt['epsilon'])} at delta "
+        f"{delta_text(prompt['delta'])}"
     )
     for note in notes:
         typer.echo(f"note: {note}")
@@ -236,7 +238,7 @@ def _print_prompts(rows: list[dict[str, Any]]) -> None:
                 row["method"],
                 _dataset_cell(row),
                 row["task"] or "-",
-                f"{row['epsilon']:.4g}",
+                epsilon_text(row["epsilon"]),
                 "soft prompt" if row.get("soft_prompt") else "text",
                 _validation_cell(row),
                 row["job_id"],

@@ -5,16 +5,11 @@
 (function () {
   const JSON_HEADERS = { Accept: "application/json" };
 
+  // A noise multiplier (not an ε or a δ) to 4 significant digits. Every ε and δ comes from
+  // the server as text, printed by the one rule of the CLI and the pages
+  // (app/privacy/display.py): the script never rounds one of its own.
   function fmt(x) {
     return Number(x).toPrecision(4).replace(/\.?0+$/, "").replace(/\.?0+e/, "e");
-  }
-  // A δ to 3 significant digits, as the pages print it (app/ui/render.py, three_digits).
-  function fmtDelta(x) {
-    const v = Number(x);
-    if (v !== 0 && Math.abs(v) < 1e-3) {
-      return v.toExponential(2).replace(/\.?0+e/, "e").replace("e+", "e");
-    }
-    return v.toPrecision(3).replace(/(\.\d*?)0+$/, "$1").replace(/\.$/, "");
   }
 
   function el(tag, text, cls) {
@@ -58,7 +53,7 @@
       const text = field("progress-text");
       if (text) text.textContent = state.progress_text;
       const charged = field("charged");
-      if (charged) charged.textContent = fmt(state.charged_epsilon);
+      if (charged) charged.textContent = state.charged_text;
       const charge = field("charge");
       if (charge) {
         charge.textContent = state.charge || "—";
@@ -128,13 +123,17 @@
         quoteBox.replaceChildren(el("span", "could not reach the planner", "error"));
         return;
       }
+      const text = body.text;
       const line = el("span");
       line.id = "quote-result";
       line.append(
-        "This job costs ε = ", el("strong", fmt(body.epsilon)),
-        " (δ = " + fmtDelta(body.delta) + "). Composed spend: " + fmt(body.spent) + " now, ",
-        el("strong", fmt(body.spent_after)), " after it, of a budget of " + fmt(body.budget) +
-        " (plain sum after: " + fmt(body.plain_sum_after) + "). ",
+        "This job costs ε = ", el("strong", text.epsilon),
+        " (δ = " + text.delta + "). Composed spend at the budget's δ = " + text.spent_delta +
+        ": " + text.spent + " now, ",
+        el("strong", text.spent_after), " after it, of a budget of " + text.budget +
+        " (plain sum after: " + text.plain_sum_after + " at δ = " + text.plain_sum_delta_after +
+        ", the jobs' δ summed" + (body.plain_sum_after < body.spent_after
+          ? ": a sum at a larger δ can read below the spend" : "") + "). ",
         el("span", body.fits ? "It fits." : "It does NOT fit the budget.", body.fits ? "ok" : "error"),
       );
       if (body.spent_after <= body.spent * (1 + 1e-9) && body.groups && body.groups.length > 1) {
@@ -143,7 +142,7 @@
       }
       const parts = [line];
       if (body.counts_epsilon > 0) {
-        const counts = el("div", "Of the composed spend, ε = " + fmt(body.counts_epsilon) +
+        const counts = el("div", "Of the composed spend, ε = " + text.counts_epsilon +
           " is the dataset's count release, charged once for the dataset (not by this job).",
           "small muted");
         counts.id = "quote-counts";
@@ -151,7 +150,7 @@
       }
       const labels = Object.keys(body.noise || {});
       if (labels.length) parts.push(quoteNoise(body.noise, labels));
-      if (body.groups && body.groups.length) parts.push(quoteGroups(body.groups));
+      if (body.groups && body.groups.length) parts.push(quoteGroups(body.groups, text.groups));
       quoteBox.replaceChildren(...parts);
     }
     // Each label's noise multiplier: every label is calibrated to its own released size.
@@ -163,22 +162,22 @@
     }
     // Each label group's spend before and after the job: the job moves only the groups it
     // charges, and the dataset's spend is the binding (largest) group's.
-    function quoteGroups(groups) {
+    function quoteGroups(groups, texts) {
       const table = el("table", undefined, "grid small quote-groups");
       table.id = "quote-groups";
       const head = el("tr");
       ["Label group", "Now", "After", ""].forEach((name) => head.append(el("th", name)));
       table.append(head);
-      groups.forEach((g) => {
+      groups.forEach((g, i) => {
         const row = el("tr");
         row.dataset.group = g.group;
         if (g.binding_after) row.className = "binding";
-        const after = el("td", fmt(g.after), "num" + (g.charged ? " charged" : ""));
+        const after = el("td", texts[i].after, "num" + (g.charged ? " charged" : ""));
         const note = g.binding_after ? "sets the dataset's spend"
           : (g.charged ? "charged by this job" : "not charged");
         const said = el("td");
         said.append(el("span", note, g.binding_after ? "tag tag-binding" : "muted"));
-        row.append(el("td", g.group), el("td", fmt(g.before), "num"), after, said);
+        row.append(el("td", g.group), el("td", texts[i].before, "num"), after, said);
         table.append(row);
       });
       return table;

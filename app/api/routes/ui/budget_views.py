@@ -14,6 +14,7 @@ from typing import Any
 from sqlalchemy.orm import Session
 
 from app.api.schemas import BudgetPublic, DatasetPublic
+from app.privacy.display import delta_text, epsilon_text
 from app.services import budgets as budget_service
 from app.services.jobs import Quote
 from app.services.jobs import quote_groups as job_quote_groups
@@ -104,3 +105,25 @@ def quote_groups(session: Session, tenant_id: str, dataset_id: str, quote: Quote
         }
         for change in job_quote_groups(session, tenant_id, quote, dataset_id)
     ]
+
+
+def quote_texts(result: Quote, groups: list[dict]) -> dict[str, Any]:
+    """The quote box's figures as the CLI's ``jobs quote`` prints them (app.privacy.display),
+    so that the page's script prints text, never a number of its own rounding: each ε, and
+    the δ each holds at (the job's; the budget's for the spends; the deltas summed for the
+    plain sum)."""
+    now, after = result.spend_now, result.spend_after
+    return {
+        "epsilon": epsilon_text(result.epsilon),
+        "delta": delta_text(result.delta),
+        "budget": epsilon_text(result.budget_epsilon),
+        "spent": epsilon_text(now.epsilon),
+        "spent_after": epsilon_text(after.epsilon),
+        "spent_delta": delta_text(after.delta),
+        "plain_sum_after": epsilon_text(after.plain_sum),
+        "plain_sum_delta_after": delta_text(after.plain_sum_delta),
+        "counts_epsilon": epsilon_text(now.counts_epsilon),
+        "groups": [
+            {"before": epsilon_text(g["before"]), "after": epsilon_text(g["after"])} for g in groups
+        ],
+    }

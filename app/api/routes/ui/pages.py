@@ -57,6 +57,7 @@ from app.api.schemas import (
 )
 from app.api.uploads import store_file_upload
 from app.db.models import TERMINAL_STATUSES, DatasetKind, PromptSet
+from app.privacy.budget import spend_text
 from app.services import advice as advice_service
 from app.services import budgets as budget_service
 from app.services import datasets as dataset_service
@@ -360,6 +361,7 @@ async def quote(
             "groups": groups,
             "noise": dict(result.noise),
             "counts_epsilon": result.spend_now.counts_epsilon,
+            "text": budget_views.quote_texts(result, groups),
         }
     )
 
@@ -452,6 +454,7 @@ def job_status(job_id: str, ui: AdminUi, session: SessionDep) -> JSONResponse:
             "progress_text": job.progress_text,
             "charge": job.charge,
             "charged_epsilon": job.charged_epsilon,
+            "charged_text": spend_text(job.charged_epsilon),  # as the page printed it
             "charge_note": job.charge_note,
             "started": job_list.when_text(job.started_at),
             "duration": job_list.duration_text(job.duration_s),
