@@ -17,6 +17,7 @@ from app.cli.audit import audit_command
 from app.cli.client import budget_app, datasets_app, jobs_app, prompts_app
 from app.cli.config import config_app
 from app.cli.eval import eval_command
+from app.cli.help_format import show_flags_without_a_type
 from app.cli.keys import keys_app
 from app.cli.privacy import privacy_app
 from app.cli.privacy_quote import quote_command
@@ -31,6 +32,7 @@ from app.log_redaction import install_log_redaction
 from app.methods.registry import import_method_modules
 from app.settings import Settings
 
+show_flags_without_a_type()
 app = typer.Typer(
     name="dpsyn",
     help="Differentially private prompt synthesis for in-context learning.",

@@ -46,7 +46,7 @@ DataDirOpt = Annotated[
         help="Embedded state: its SQLite database is used unless DPSYN_DATABASE_URL is set.",
     ),
 ]
-JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON.")]
+JsonOpt = Annotated[bool, typer.Option("--json/--no-json", help="Print JSON.")]
 # The tenant the disable, enable and keys commands act on.
 TenantArg = Annotated[str, typer.Argument(help="Name or ID.")]
 

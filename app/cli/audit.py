@@ -66,7 +66,9 @@ def default_data_dir() -> Path:
 DatasetOption = Annotated[AuditDataset, typer.Option("--dataset")]
 Quick = Annotated[
     bool,
-    typer.Option("--quick", help="20 real / 5 trials per method, each method's quick settings."),
+    typer.Option(
+        "--quick/--no-quick", help="20 real / 5 trials per method, each method's quick settings."
+    ),
 ]
 Trials = Annotated[
     int | None, typer.Option("--trials", min=0, help="Real-prompt trials (default 100).")

@@ -73,7 +73,10 @@ EpsilonOpt = Annotated[
     str, typer.Option("--epsilon", help="Privacy budget (> 0, or inf: no noise).")
 ]
 BaselineOpt = Annotated[
-    bool, typer.Option("--instruction-only", help="epsilon = 0 baseline: no private data.")
+    bool,
+    typer.Option(
+        "--instruction-only/--no-instruction-only", help="epsilon = 0 baseline: no private data."
+    ),
 ]
 DeltaOpt = Annotated[
     float | None,
@@ -82,7 +85,7 @@ DeltaOpt = Annotated[
 PublicCountsOpt = Annotated[
     bool,
     typer.Option(
-        "--public-counts",
+        "--public-counts/--no-public-counts",
         help="You, the data owner, declare the records per label of --data public: the run "
         "plans with the exact counts and releases none (needed for --accounting paper). "
         "Default: it releases the counts it plans with under DP, within its epsilon.",

@@ -216,12 +216,16 @@ def budget_show(dataset: DatasetIdArg, server: Reply) -> None:
 def budget_list(
     over_threshold: Annotated[
         bool,
-        typer.Option("--over-threshold", help="Only budgets at or past their warn threshold."),
+        typer.Option(
+            "--over-threshold/--no-over-threshold",
+            help="Only budgets at or past their warn threshold.",
+        ),
     ] = False,
     all_tenants: Annotated[
         bool,
         typer.Option(
-            "--all-tenants", help="Every tenant's budgets (an organisation key, org:read)."
+            "--all-tenants/--no-all-tenants",
+            help="Every tenant's budgets (an organisation key, org:read).",
         ),
     ] = False,
     *,
@@ -287,12 +291,14 @@ def budget_ledger(
     ] = None,
     csv: Annotated[
         bool,
-        typer.Option("--csv", help="The ledger as CSV (the dashboard's export) on stdout."),
+        typer.Option(
+            "--csv/--no-csv", help="The ledger as CSV (the dashboard's export) on stdout."
+        ),
     ] = False,
     all_tenants: Annotated[
         bool,
         typer.Option(
-            "--all-tenants",
+            "--all-tenants/--no-all-tenants",
             help="Every tenant's ledgers as one CSV (an organisation key, org:read).",
         ),
     ] = False,

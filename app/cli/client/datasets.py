@@ -288,7 +288,7 @@ def _dataset_parts(
 
 
 LABELLED = typer.Option(
-    "--labelled",
+    "--labelled/--no-labelled",
     help="With --public: keep the labels (read as for a private dataset, --task required): "
     "a validation set for 'jobs submit --validation-dataset'.",
 )
@@ -298,7 +298,7 @@ BUDGET_OF = typer.Option(
     "own; needed when some records were uploaded before (the refusal names the dataset).",
 )
 PUBLIC_COUNTS = typer.Option(
-    "--public-counts",
+    "--public-counts/--no-public-counts",
     help="Private: declare the records per label public (jobs then plan with the exact counts "
     "and release none; paper accounting needs it). Default: private, each job releases them "
     "under DP. Change later with 'dpsyn datasets counts-public'.",
@@ -317,7 +317,7 @@ def datasets_upload(
     public: Annotated[
         bool,
         typer.Option(
-            "--public",
+            "--public/--no-public",
             help="Public unlabelled texts for PromptPATE jobs (text column only; never charged).",
         ),
     ] = False,
@@ -355,7 +355,11 @@ def datasets_upload(
 @datasets_app.command("list")
 def datasets_list(
     include_deleted: Annotated[
-        bool, typer.Option("--include-deleted", help="Also datasets whose records were deleted.")
+        bool,
+        typer.Option(
+            "--include-deleted/--no-include-deleted",
+            help="Also datasets whose records were deleted.",
+        ),
     ] = False,
     *,
     server: Reply,
@@ -407,7 +411,9 @@ def datasets_counts_public(
     dataset_id: Annotated[str, typer.Argument(help="Private dataset ID, or its unique name.")],
     withdraw: Annotated[
         bool,
-        typer.Option("--withdraw", help="Make the counts private again (jobs release them)."),
+        typer.Option(
+            "--withdraw/--no-withdraw", help="Make the counts private again (jobs release them)."
+        ),
     ] = False,
     yes: YesOpt = False,
     *,

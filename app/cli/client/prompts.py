@@ -130,7 +130,9 @@ def prompts_download(
         Path | None,
         typer.Option("--output", "-o", help="File to write (default: ./<prompt id>.safetensors)."),
     ] = None,
-    force: Annotated[bool, typer.Option("--force", help="Overwrite an existing file.")] = False,
+    force: Annotated[
+        bool, typer.Option("--force/--no-force", help="Overwrite an existing file.")
+    ] = False,
     *,
     server: Server,
 ) -> None:
@@ -170,7 +172,7 @@ def prompts_complete(
     calibrated: Annotated[
         bool,
         typer.Option(
-            "--calibrated",
+            "--calibrated/--no-calibrated",
             help="Classification: contextual calibration of the label scores (no privacy cost).",
         ),
     ] = False,
