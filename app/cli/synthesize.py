@@ -91,7 +91,10 @@ PublicCountsOpt = Annotated[
         "Default: it releases the counts it plans with under DP, within its epsilon.",
     ),
 ]
-BackendOpt = Annotated[BackendKind, typer.Option("--backend")]
+BackendOpt = Annotated[
+    BackendKind,
+    typer.Option("--backend", help="transformers: the model in this process; vllm: a server."),
+]
 UrlOpt = Annotated[str | None, typer.Option("--url", help="vLLM server URL.")]
 SeedOpt = Annotated[
     int | None, typer.Option("--seed", help="Testing only: a known seed voids privacy.")

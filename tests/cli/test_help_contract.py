@@ -69,3 +69,11 @@ def test_the_negative_form_is_accepted() -> None:
     assert ctx.params["public"] is False
     ctx = upload.make_context("upload", ["f.csv", "--public", "--no-labelled"])
     assert ctx.params["public"] is True
+
+
+@pytest.mark.parametrize(("path", "command"), COMMANDS, ids=IDS)
+def test_every_option_and_argument_has_help(path: tuple[str, ...], command: Any) -> None:
+    """Eight options had none (``audit --dataset``, ``budget set --accounting``,
+    ``synthesize --backend`` ...)."""
+    bare = [param.opts[0] for param in command.params if not (param.help or "").strip()]
+    assert not bare, f"dpsyn {' '.join(path)}: no help for {bare}"

@@ -180,7 +180,13 @@ def budget_set(
             "every dataset). Above 1/|D| is accepted with a warning.",
         ),
     ] = None,
-    accounting: Annotated[Accounting, typer.Option("--accounting")] = Accounting.TIGHT,
+    accounting: Annotated[
+        Accounting,
+        typer.Option(
+            "--accounting",
+            help="tight or paper (needs the counts public); fixed once a job is charged.",
+        ),
+    ] = Accounting.TIGHT,
     warn: Annotated[
         float | None,
         typer.Option(
