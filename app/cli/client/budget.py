@@ -11,6 +11,7 @@ import typer
 from app.cli.client.common import DatasetIdArg
 from app.cli.http_client import ClientError, Reply, err, exit_with, one_line, out, print_rows
 from app.cli.options import GroupedTyper
+from app.cli.timestamps import shown_time
 from app.cli.vocabulary import in_cli_words
 from app.privacy.accounting import Accounting
 from app.privacy.budget import (
@@ -107,7 +108,7 @@ def _print_ledger(history: list[dict[str, Any]], dataset: str | None = None) -> 
         ["time", "kind", "job", "epsilon", "delta", "reason"],
         [
             [
-                entry["created_at"][:19],
+                shown_time(entry["created_at"]),
                 entry["kind"],
                 _ledger_job(entry),
                 spend_text(entry["epsilon"]),

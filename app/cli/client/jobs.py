@@ -29,6 +29,7 @@ from app.cli.http_client import (
 )
 from app.cli.options import GroupedTyper
 from app.cli.progress import progress_reporter
+from app.cli.timestamps import shown_time
 from app.db.models import TERMINAL_STATUSES, JobStatus
 from app.privacy.accounting import Accounting
 from app.privacy.budget import (
@@ -619,7 +620,7 @@ def _print_jobs(rows: list[dict[str, Any]]) -> None:
                 *([_charged(row)] if charged else []),
                 _dataset_cell(row),
                 row.get("prompt_id") or "-",
-                row["created_at"][:19],
+                shown_time(row["created_at"]),
             ]
             for row in rows
         ],

@@ -22,6 +22,7 @@ from app.cli.http_client import (
     print_rows,
 )
 from app.cli.options import GroupedTyper
+from app.cli.timestamps import shown_time
 
 # --- prompts --------------------------------------------------------------------------------
 
@@ -240,7 +241,7 @@ def _print_prompts(rows: list[dict[str, Any]]) -> None:
                 "soft prompt" if row.get("soft_prompt") else "text",
                 _validation_cell(row),
                 row["job_id"],
-                row["created_at"][:19],
+                shown_time(row["created_at"]),
             ]
             for row in rows
         ],
