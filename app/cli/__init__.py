@@ -17,6 +17,7 @@ from app.cli.audit import audit_command
 from app.cli.client import budget_app, datasets_app, jobs_app, prompts_app
 from app.cli.config import config_app
 from app.cli.eval import eval_command
+from app.cli.examples import add_examples
 from app.cli.help_format import show_flags_without_a_type
 from app.cli.keys import keys_app
 from app.cli.privacy import privacy_app
@@ -58,6 +59,7 @@ admin_app.add_typer(ledger_app, name="ledger")
 admin_app.add_typer(records_app, name="records")
 app.add_typer(admin_app, name="admin")
 app.add_typer(config_app, name="config")
+add_examples(app)
 
 
 # The commands that run, serve or price methods: each loads the plug-in methods

@@ -5,14 +5,18 @@ help; every command and group shows an example that parses."""
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 import typer.main
+from typer._click.exceptions import UsageError  # typer's own click: its parser's errors
 from typer.testing import CliRunner
 
 from app.cli import app
+from app.cli.examples import EXAMPLES
 
 ROOT: Any = typer.main.get_command(app)
 #: Typer's and click's own options (``--help``, the shell completion ones): not ours to name.
@@ -77,3 +81,67 @@ def test_every_option_and_argument_has_help(path: tuple[str, ...], command: Any)
     ``synthesize --backend`` ...)."""
     bare = [param.opts[0] for param in command.params if not (param.help or "").strip()]
     assert not bare, f"dpsyn {' '.join(path)}: no help for {bare}"
+
+
+def _flat(text: str) -> str:
+    """Help text with its line wrapping undone (an example may wrap in a narrow terminal)."""
+    return " ".join(text.split())
+
+
+def _parse(words: list[str]) -> None:
+    """Parse ``dpsyn WORDS`` as the command line would, without running it: each command
+    word must name a command, and the command must accept the options, their values and
+    arguments, with its required ones given (click raises a usage error otherwise)."""
+    command, name, rest = ROOT, "dpsyn", list(words)
+    while getattr(command, "commands", None):
+        assert rest and rest[0] in command.commands, f"no command {rest[:1]} in {name}"
+        name = rest.pop(0)
+        command = command.commands[name]
+    command.make_context(name, rest)
+
+
+@pytest.mark.parametrize(("path", "command"), COMMANDS, ids=IDS)
+def test_every_command_shows_an_example_of_itself(path: tuple[str, ...], command: Any) -> None:
+    """Issue 55: 54 help entries, none with an example. Every command and group shows at
+    least one ``$ dpsyn ...`` line that runs it (a group: one of its commands)."""
+    text = _flat(_help(path))
+    assert "Examples:" in text, f"dpsyn {' '.join(path)}: no examples"
+    assert f"$ {' '.join(('dpsyn', *path))}" in text, f"dpsyn {' '.join(path)}: none of its own"
+
+
+@pytest.mark.parametrize(("path", "lines"), EXAMPLES.items(), ids=list(EXAMPLES))
+def test_every_example_is_shown_and_parses(
+    path: str, lines: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A stale example (a renamed option, a missing required one, a value of the wrong
+    type, a command that moved) fails here, not in a user's terminal. (A file an example
+    names in this folder is made empty first, for a command that checks it exists.)"""
+    monkeypatch.chdir(tmp_path)
+    for line in lines:
+        for word in shlex.split(line, comments=True):
+            if "/" not in word and Path(word).suffix in {".json", ".csv", ".key"}:
+                Path(word).touch()
+    words = tuple(path.split())
+    assert words in dict(COMMANDS), f"examples for 'dpsyn {path}', which is no command"
+    shown = _flat(_help(words))
+    for line in lines:
+        assert f"$ {_flat(line)}" in shown, line
+        argv = shlex.split(line, comments=True)
+        assert argv[0] == "dpsyn" and tuple(argv[1 : 1 + len(words)]) == words, line
+        _parse(argv[1:])
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "dpsyn jobs list --bogus",  # no such option
+        "dpsyn budget set DATASET",  # --epsilon is required
+        "dpsyn jobs submit --dataset D --epsilon eight",  # not a number
+        "dpsyn jobs sumbit --dataset D --epsilon 8",  # no such command
+        "dpsyn datasets upload f.csv --public true",  # a flag takes no value
+    ],
+)
+def test_a_stale_example_does_not_parse(line: str) -> None:
+    """The check above is not vacuous: what a stale example would say is refused."""
+    with pytest.raises((AssertionError, UsageError)):
+        _parse(shlex.split(line)[1:])

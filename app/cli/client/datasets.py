@@ -466,10 +466,7 @@ def datasets_reads(
     server: Reply,
 ) -> None:
     """Who read a dataset's records: each job, advice run or validation that read them, the
-    process (host:pid) and when; never a record. Beside its ledger (dpsyn budget show).
-
-    Example: dpsyn datasets reads trec
-    """
+    process (host:pid) and when; never a record. Beside its ledger (dpsyn budget show)."""
     rows = server.request("GET", f"/v1/datasets/{dataset_id}/reads", params={"limit": limit})
     server.show(rows, _print_reads)
 
