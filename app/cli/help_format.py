@@ -26,4 +26,4 @@ def _display_type(option: TyperOption, ctx: Any) -> str | None:
 
 def show_flags_without_a_type() -> None:
     """Make every typer option's help show a flag as its names alone."""
-    TyperOption.display_type_rich = _display_type  # type: ignore[method-assign]
+    TyperOption.display_type_rich = _display_type  # type: ignore[method-assign,assignment]

@@ -22,10 +22,9 @@ def shown_time(value: str | datetime | None, missing: str = "-") -> str:
     A string that is not ISO 8601 is printed as it came."""
     if value is None or value == "":
         return missing
-    if isinstance(value, str):
-        try:
-            value = datetime.fromisoformat(value)
-        except ValueError:
-            return value
-    zoned = value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+    try:
+        moment = datetime.fromisoformat(value) if isinstance(value, str) else value
+    except ValueError:
+        return str(value)
+    zoned = moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
     return zoned.strftime(FORMAT)
