@@ -97,7 +97,7 @@ def ledger_holds(as_json: JsonOpt = False, data_dir: DataDirOpt = Path(".dpsyn")
         print_json(rows)
     else:
         header = ["dataset_id", "held", "detected_at", "database_position", "exported_position"]
-        shown = [{**row, "detected_at": shown_time(row["detected_at"])} for row in rows]
+        shown = [{**row, "detected_at": shown_time(str(row["detected_at"]))} for row in rows]
         print_rows(header, [[str(row[name]) for name in header] for row in shown])
 
 
