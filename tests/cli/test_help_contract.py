@@ -145,3 +145,12 @@ def test_a_stale_example_does_not_parse(line: str) -> None:
     """The check above is not vacuous: what a stale example would say is refused."""
     with pytest.raises((AssertionError, UsageError)):
         _parse(shlex.split(line)[1:])
+
+
+def test_a_plugin_methods_on_off_parameter_is_a_flag_pair() -> None:
+    """Method options are made from the registry: a plug-in's bool parameter gets the pair
+    too (no built-in method has one, so the tree above cannot show it)."""
+    from app.cli.method_options import MethodOption
+
+    assert MethodOption("--greedy", bool, shots=False).declaration() == "--greedy/--no-greedy"
+    assert MethodOption("--K", int, shots=False).declaration() == "--K"
