@@ -28,7 +28,8 @@ from sqlalchemy.orm import Session
 from app.cli.errors import err, fail
 from app.cli.http_client import print_json, print_rows
 from app.cli.key_table import KeyNameOpt
-from app.db.models import ApiKey, KeyScope, Tenant
+from app.cli.timestamps import shown_time
+from app.db.models import ApiKey, KeyScope, Tenant, as_utc
 
 admin_app = typer.Typer(
     help="Operator administration on the configured database: tenants and their API keys.",
@@ -46,7 +47,7 @@ DataDirOpt = Annotated[
         help="Embedded state: its SQLite database is used unless DPSYN_DATABASE_URL is set.",
     ),
 ]
-JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON.")]
+JsonOpt = Annotated[bool, typer.Option("--json/--no-json", help="Print JSON.")]
 # The tenant the disable, enable and keys commands act on.
 TenantArg = Annotated[str, typer.Argument(help="Name or ID.")]
 
@@ -118,8 +119,8 @@ def _tenant_row(tenant: Tenant, live_keys: int | None = None) -> dict[str, Any]:
         "id": tenant.id,
         "name": tenant.name,
         "disabled": tenant.disabled_at is not None,
-        "disabled_at": tenant.disabled_at.isoformat() if tenant.disabled_at else None,
-        "created_at": tenant.created_at.isoformat(),
+        "disabled_at": as_utc(tenant.disabled_at).isoformat() if tenant.disabled_at else None,
+        "created_at": as_utc(tenant.created_at).isoformat(),
     }
     if live_keys is not None:
         row["live_keys"] = live_keys
@@ -133,8 +134,8 @@ def _key_row(key: ApiKey) -> dict[str, Any]:
         "name": key.name,
         "scope": key.scope,
         "revoked": key.revoked,
-        "created_at": key.created_at.isoformat(),
-        "last_used_at": key.last_used_at.isoformat() if key.last_used_at else None,
+        "created_at": as_utc(key.created_at).isoformat(),
+        "last_used_at": as_utc(key.last_used_at).isoformat() if key.last_used_at else None,
         "usage_requests": key.usage_requests,
         "usage_prompt_tokens": key.usage_prompt_tokens,
         "usage_completion_tokens": key.usage_completion_tokens,
@@ -184,7 +185,7 @@ def tenants_list(as_json: JsonOpt = False, data_dir: DataDirOpt = Path(".dpsyn")
                 row["name"],
                 "disabled" if row["disabled"] else "active",
                 str(row["live_keys"]),
-                row["created_at"][:19],
+                shown_time(row["created_at"]),
             ]
             for row in rows
         ],

@@ -16,6 +16,7 @@ import typer
 
 from app.cli.admin import DataDirOpt, JsonOpt, _check_schema, _say, database_url
 from app.cli.http_client import print_json, print_rows
+from app.cli.timestamps import shown_time
 
 ledger_app = typer.Typer(
     help="The ledger's hash chains: verify them, list held datasets, acknowledge a restore.",
@@ -71,6 +72,7 @@ def ledger_verify(as_json: JsonOpt = False, data_dir: DataDirOpt = Path(".dpsyn"
 @ledger_app.command("holds")
 def ledger_holds(as_json: JsonOpt = False, data_dir: DataDirOpt = Path(".dpsyn")) -> None:
     """The datasets whose ledger was found behind its exported heads, and their state."""
+    from app.db.models import as_utc
     from app.db.session import session_scope
     from app.ledger.heads import holds
 
@@ -81,10 +83,12 @@ def ledger_holds(as_json: JsonOpt = False, data_dir: DataDirOpt = Path(".dpsyn")
             {
                 "dataset_id": h.dataset_id,
                 "held": h.acknowledged_at is None,
-                "detected_at": h.detected_at.isoformat(),
+                "detected_at": as_utc(h.detected_at).isoformat(),
                 "database_position": h.database_seq,
                 "exported_position": h.exported_seq,
-                "acknowledged_at": h.acknowledged_at.isoformat() if h.acknowledged_at else None,
+                "acknowledged_at": as_utc(h.acknowledged_at).isoformat()
+                if h.acknowledged_at
+                else None,
                 "reapplied": h.reapplied,
             }
             for h in holds(session)
@@ -93,7 +97,8 @@ def ledger_holds(as_json: JsonOpt = False, data_dir: DataDirOpt = Path(".dpsyn")
         print_json(rows)
     else:
         header = ["dataset_id", "held", "detected_at", "database_position", "exported_position"]
-        print_rows(header, [[str(row[name]) for name in header] for row in rows])
+        shown = [{**row, "detected_at": shown_time(str(row["detected_at"]))} for row in rows]
+        print_rows(header, [[str(row[name]) for name in header] for row in shown])
 
 
 @ledger_app.command("acknowledge")

@@ -29,10 +29,7 @@ records_app = typer.Typer(
 
 @records_app.command("rotate-kek")
 def rotate_kek(data_dir: DataDirOpt = Path(".dpsyn")) -> None:
-    """Wrap every dataset's data key with a new key-encryption key (records untouched).
-
-    Example: dpsyn admin records rotate-kek
-    """
+    """Wrap every dataset's data key with a new key-encryption key (records untouched)."""
     from app.db import record_keys
     from app.settings import Settings
 
@@ -58,10 +55,7 @@ def expire(
 ) -> None:
     """Drop the records of every private dataset whose last job ended more than the retention
     period ago (none queued or running), destroying their data keys; their budget, ledger and
-    prompts stay. The workers' reapers do this hourly when DPSYN_RECORD_RETENTION_DAYS is set.
-
-    Example: dpsyn admin records expire --days 90
-    """
+    prompts stay. The workers' reapers do this hourly when DPSYN_RECORD_RETENTION_DAYS is set."""
     from app.db import record_keys
     from app.db.session import session_scope
     from app.services.retention import expire_records

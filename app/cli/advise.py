@@ -71,7 +71,7 @@ ParamOpt = Annotated[
     list[str] | None,
     typer.Option("--param", help="A method parameter NAME=VALUE (as in dpsyn eval)."),
 ]
-JsonOpt = Annotated[bool, typer.Option("--json", help="Print the advice as JSON.")]
+JsonOpt = Annotated[bool, typer.Option("--json/--no-json", help="Print the advice as JSON.")]
 
 
 def _records(

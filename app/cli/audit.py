@@ -63,10 +63,14 @@ def default_data_dir() -> Path:
     return Path(env) if env else REPO_ROOT.parent / "shared" / "data"
 
 
-DatasetOption = Annotated[AuditDataset, typer.Option("--dataset")]
+DatasetOption = Annotated[
+    AuditDataset, typer.Option("--dataset", help="The task audited: its training records.")
+]
 Quick = Annotated[
     bool,
-    typer.Option("--quick", help="20 real / 5 trials per method, each method's quick settings."),
+    typer.Option(
+        "--quick/--no-quick", help="20 real / 5 trials per method, each method's quick settings."
+    ),
 ]
 Trials = Annotated[
     int | None, typer.Option("--trials", min=0, help="Real-prompt trials (default 100).")
@@ -102,11 +106,17 @@ Members = Annotated[
     ),
 ]
 Epsilon = Annotated[float, typer.Option("--epsilon", help="The methods' target (> 0).")]
-AccountingOption = Annotated[Accounting, typer.Option("--accounting")]
+AccountingOption = Annotated[
+    Accounting,
+    typer.Option(
+        "--accounting",
+        help="How the methods are priced to --epsilon: tight (default) or paper.",
+    ),
+]
 DtypeOption = Annotated[
     Dtype, typer.Option("--dtype", help="Local model precision (auto: bfloat16 if native).")
 ]
-Seed = Annotated[int, typer.Option("--seed")]
+Seed = Annotated[int, typer.Option("--seed", help="Seeds the split, the trials and the bootstrap.")]
 DataDir = Annotated[
     Path | None,
     typer.Option("--data-dir", help="Data folder (default $DATA_DIR or ../shared/data)."),

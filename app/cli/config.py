@@ -174,8 +174,22 @@ def config_set(
 
 @config_app.command("show")
 def config_show(
-    url: Annotated[str | None, typer.Option("--url", envvar="DPSYN_URL")] = None,
-    key: Annotated[str | None, typer.Option("--key", envvar="DPSYN_API_KEY")] = None,
+    url: Annotated[
+        str | None,
+        typer.Option(
+            "--url",
+            envvar="DPSYN_URL",
+            help="A URL as a client command takes it: first, before any saved one.",
+        ),
+    ] = None,
+    key: Annotated[
+        str | None,
+        typer.Option(
+            "--key",
+            envvar="DPSYN_API_KEY",
+            help="A key as a client command takes it: first (shown masked).",
+        ),
+    ] = None,
 ) -> None:
     """Which URL and key the client commands would use here, and where they come from."""
     try:

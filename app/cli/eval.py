@@ -53,7 +53,7 @@ Dataset = Annotated[str, typer.Option("--dataset", help="trec|trec14|sst2|agnews
 Quick = Annotated[
     bool,
     typer.Option(
-        "--quick",
+        "--quick/--no-quick",
         help="100 test queries, 2 seeds, T_max 8, K 50; AG News M 6, MIT M 20 (CPU profile).",
     ),
 ]
@@ -116,7 +116,7 @@ Calibrate = Annotated[
 PublicCounts = Annotated[
     bool,
     typer.Option(
-        "--public-counts",
+        "--public-counts/--no-public-counts",
         help="Plan with the exact label counts, as a job on a dataset whose owner declared "
         "them public. Default off: each run releases the counts it plans with under DP, "
         "within its epsilon (what the utility tables measure).",

@@ -182,9 +182,9 @@ KeyOpt = Annotated[
         show_default=False,
     ),
 ]
-JsonOpt = Annotated[bool, typer.Option("--json", help="Print the server's JSON.")]
-QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="Print only the ID.")]
-YesOpt = Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")]
+JsonOpt = Annotated[bool, typer.Option("--json/--no-json", help="Print the server's JSON.")]
+QuietOpt = Annotated[bool, typer.Option("--quiet/--no-quiet", "-q", help="Print only the ID.")]
+YesOpt = Annotated[bool, typer.Option("--yes/--no-yes", "-y", help="Do not ask for confirmation.")]
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,8 @@ from typing import Annotated, Any
 
 import typer
 
+from app.cli.timestamps import shown_time
+
 KeyNameOpt = Annotated[
     str | None, typer.Option("--name", help="What the key is for (1-100 printable characters).")
 ]
@@ -25,8 +27,8 @@ def key_cells(row: dict[str, Any]) -> list[str]:
         row.get("name") or "-",
         row["scope"],
         "revoked" if row["revoked"] else "live",
-        row["created_at"][:19],
-        last[:19] if last else "never",
+        shown_time(row["created_at"]),
+        shown_time(last, missing="never"),
         str(row.get("usage_requests", "-")),
         _tokens(row),
     ]

@@ -62,10 +62,17 @@ class MethodOption:
             grouped.setdefault(text, []).append(name)
         return " ".join(f"{'/'.join(names)}: {text}" for text, names in grouped.items())
 
+    def declaration(self) -> str:
+        """The option's names: an on/off parameter is a flag pair (``--x/--no-x``), so a
+        script can say either, and neither takes a value."""
+        if self.annotation is bool:
+            return f"{self.flag}/--no-{self.flag.removeprefix('--')}"
+        return self.flag
+
     def parameter(self) -> inspect.Parameter:
         """The option as a keyword parameter of the command (None: not given)."""
         option = typer.Option(
-            self.flag, help=self.help(), show_default=False, rich_help_panel=METHOD_PANEL
+            self.declaration(), help=self.help(), show_default=False, rich_help_panel=METHOD_PANEL
         )
         annotation = _ANNOTATED[self.annotation | None, option]
         return inspect.Parameter(

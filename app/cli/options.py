@@ -66,7 +66,9 @@ PaperAccountingOpt = Annotated[
     Accounting,
     typer.Option("--accounting", help="tight (default) or paper (needs --public-counts)."),
 ]
-PrintJsonOpt = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON.")]
+PrintJsonOpt = Annotated[
+    bool, typer.Option("--json/--no-json", help="Print machine-readable JSON.")
+]
 
 
 @dataclass(frozen=True)

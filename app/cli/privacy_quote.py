@@ -100,7 +100,7 @@ DeltaOpt = Annotated[
 PublicCountsOpt = Annotated[
     bool,
     typer.Option(
-        "--public-counts",
+        "--public-counts/--no-public-counts",
         help="Price a job on a dataset whose owner declared its records per label public: "
         "it plans with the exact counts (needed for --accounting paper). Default: the job "
         "plans with the dataset's one count release, priced here as if it had estimated "

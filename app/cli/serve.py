@@ -336,7 +336,9 @@ def worker_command(
     pool: Annotated[str, typer.Option("--pool", help="Celery pool: solo, threads, prefork.")] = (
         "solo"
     ),
-    loglevel: Annotated[str, typer.Option("--loglevel")] = "INFO",
+    loglevel: Annotated[
+        str, typer.Option("--loglevel", help="Celery log level: DEBUG, INFO, WARNING, ERROR.")
+    ] = "INFO",
     hostname: Annotated[
         str | None,
         typer.Option("--hostname", "-n", help="Node name (Celery's default: celery@HOST)."),

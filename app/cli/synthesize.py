@@ -74,7 +74,10 @@ EpsilonOpt = Annotated[
     str, typer.Option("--epsilon", help="Privacy budget (> 0, or inf: no noise).")
 ]
 BaselineOpt = Annotated[
-    bool, typer.Option("--instruction-only", help="epsilon = 0 baseline: no private data.")
+    bool,
+    typer.Option(
+        "--instruction-only/--no-instruction-only", help="epsilon = 0 baseline: no private data."
+    ),
 ]
 DeltaOpt = Annotated[
     float | None,
@@ -83,13 +86,16 @@ DeltaOpt = Annotated[
 PublicCountsOpt = Annotated[
     bool,
     typer.Option(
-        "--public-counts",
+        "--public-counts/--no-public-counts",
         help="You, the data owner, declare the records per label of --data public: the run "
         "plans with the exact counts and releases none (needed for --accounting paper). "
         "Default: it releases the counts it plans with under DP, within its epsilon.",
     ),
 ]
-BackendOpt = Annotated[BackendKind, typer.Option("--backend")]
+BackendOpt = Annotated[
+    BackendKind,
+    typer.Option("--backend", help="transformers: the model in this process; vllm: a server."),
+]
 UrlOpt = Annotated[str | None, typer.Option("--url", help="vLLM server URL.")]
 SeedOpt = Annotated[
     int | None, typer.Option("--seed", help="Testing only: a known seed voids privacy.")

@@ -11,6 +11,7 @@ import typer
 from app.cli.client.common import DatasetIdArg
 from app.cli.http_client import ClientError, Reply, err, exit_with, one_line, out, print_rows
 from app.cli.options import GroupedTyper
+from app.cli.timestamps import shown_time
 from app.cli.vocabulary import in_cli_words
 from app.privacy.accounting import Accounting
 from app.privacy.budget import (
@@ -121,7 +122,7 @@ def _print_ledger(history: list[dict[str, Any]], dataset: str | None = None) -> 
         ["time", "kind", "job", "epsilon", "delta", "reason"],
         [
             [
-                entry["created_at"][:19],
+                shown_time(entry["created_at"]),
                 entry["kind"],
                 _ledger_job(entry),
                 spend_text(entry["epsilon"]),
@@ -196,7 +197,13 @@ def budget_set(
             "every dataset). Above 1/|D| is accepted with a warning.",
         ),
     ] = None,
-    accounting: Annotated[Accounting, typer.Option("--accounting")] = Accounting.TIGHT,
+    accounting: Annotated[
+        Accounting,
+        typer.Option(
+            "--accounting",
+            help="tight or paper (needs the counts public); fixed once a job is charged.",
+        ),
+    ] = Accounting.TIGHT,
     warn: Annotated[
         float | None,
         typer.Option(
@@ -232,12 +239,16 @@ def budget_show(dataset: DatasetIdArg, server: Reply) -> None:
 def budget_list(
     over_threshold: Annotated[
         bool,
-        typer.Option("--over-threshold", help="Only budgets at or past their warn threshold."),
+        typer.Option(
+            "--over-threshold/--no-over-threshold",
+            help="Only budgets at or past their warn threshold.",
+        ),
     ] = False,
     all_tenants: Annotated[
         bool,
         typer.Option(
-            "--all-tenants", help="Every tenant's budgets (an organisation key, org:read)."
+            "--all-tenants/--no-all-tenants",
+            help="Every tenant's budgets (an organisation key, org:read).",
         ),
     ] = False,
     *,
@@ -303,12 +314,14 @@ def budget_ledger(
     ] = None,
     csv: Annotated[
         bool,
-        typer.Option("--csv", help="The ledger as CSV (the dashboard's export) on stdout."),
+        typer.Option(
+            "--csv/--no-csv", help="The ledger as CSV (the dashboard's export) on stdout."
+        ),
     ] = False,
     all_tenants: Annotated[
         bool,
         typer.Option(
-            "--all-tenants",
+            "--all-tenants/--no-all-tenants",
             help="Every tenant's ledgers as one CSV (an organisation key, org:read).",
         ),
     ] = False,

@@ -30,6 +30,7 @@ from app.cli.http_client import (
     print_rows,
 )
 from app.cli.options import ColumnOptions, CustomTaskOptions, GroupedTyper
+from app.cli.timestamps import shown_time
 from app.privacy.budget import (
     budget_percent,
     spend_text,
@@ -198,12 +199,12 @@ def counts_line(dataset: dict[str, Any]) -> str | None:
     at, by = dataset.get("counts_public_at"), dataset.get("counts_public_by")
     who = f" by key {by}" if by else ""
     if dataset["counts_public"]:
-        when = f" ({at[:19]}{who})" if at else ""
+        when = f" ({shown_time(at)}{who})" if at else ""
         return (
             f"label counts: declared public{when}: jobs plan with the exact counts and release "
             "none; paper accounting is allowed"
         )
-    withdrawn = f" (declaration withdrawn {at[:19]}{who})" if at else ""
+    withdrawn = f" (declaration withdrawn {shown_time(at)}{who})" if at else ""
     return (
         f"label counts: private{withdrawn}: each job releases the counts it plans with under "
         "DP, charged in its epsilon; paper accounting needs them declared public "
@@ -288,7 +289,7 @@ def _dataset_parts(
 
 
 LABELLED = typer.Option(
-    "--labelled",
+    "--labelled/--no-labelled",
     help="With --public: keep the labels (read as for a private dataset, --task required): "
     "a validation set for 'jobs submit --validation-dataset'.",
 )
@@ -298,7 +299,7 @@ BUDGET_OF = typer.Option(
     "own; needed when some records were uploaded before (the refusal names the dataset).",
 )
 PUBLIC_COUNTS = typer.Option(
-    "--public-counts",
+    "--public-counts/--no-public-counts",
     help="Private: declare the records per label public (jobs then plan with the exact counts "
     "and release none; paper accounting needs it). Default: private, each job releases them "
     "under DP. Change later with 'dpsyn datasets counts-public'.",
@@ -317,7 +318,7 @@ def datasets_upload(
     public: Annotated[
         bool,
         typer.Option(
-            "--public",
+            "--public/--no-public",
             help="Public unlabelled texts for PromptPATE jobs (text column only; never charged).",
         ),
     ] = False,
@@ -355,7 +356,11 @@ def datasets_upload(
 @datasets_app.command("list")
 def datasets_list(
     include_deleted: Annotated[
-        bool, typer.Option("--include-deleted", help="Also datasets whose records were deleted.")
+        bool,
+        typer.Option(
+            "--include-deleted/--no-include-deleted",
+            help="Also datasets whose records were deleted.",
+        ),
     ] = False,
     *,
     server: Reply,
@@ -382,7 +387,7 @@ def _print_datasets(rows: list[dict[str, Any]], budgets: list[dict[str, Any]]) -
                 str(row["record_count"]),
                 _counts_cell(row),
                 spend.get(row["id"], "no budget" if row.get("kind") == "private" else "-"),
-                row["created_at"][:19],
+                shown_time(row["created_at"]),
             ]
             for row in rows
         ],
@@ -408,7 +413,9 @@ def datasets_counts_public(
     dataset_id: Annotated[str, typer.Argument(help="Private dataset ID, or its unique name.")],
     withdraw: Annotated[
         bool,
-        typer.Option("--withdraw", help="Make the counts private again (jobs release them)."),
+        typer.Option(
+            "--withdraw/--no-withdraw", help="Make the counts private again (jobs release them)."
+        ),
     ] = False,
     yes: YesOpt = False,
     *,
@@ -442,12 +449,12 @@ def datasets_show(dataset_id: DatasetIdArg, server: Reply) -> None:
 def _print_dataset_dates(dataset: dict[str, Any]) -> None:
     """``datasets show``: :func:`print_dataset`, and when it was created and deleted."""
     print_dataset(dataset)
-    typer.echo(f"created {dataset['created_at'][:19]}")
+    typer.echo(f"created {shown_time(dataset['created_at'])}")
     if dataset.get("deleted_at"):
-        typer.echo(f"records deleted {dataset['deleted_at'][:19]} (its ledger stays)")
+        typer.echo(f"records deleted {shown_time(dataset['deleted_at'])} (its ledger stays)")
     if dataset.get("records_dropped_at"):
         typer.echo(
-            f"records dropped {dataset['records_dropped_at'][:19]} by the retention setting "
+            f"records dropped {shown_time(dataset['records_dropped_at'])} by the retention setting "
             "(its budget, ledger and prompts stay)"
         )
 
@@ -460,10 +467,7 @@ def datasets_reads(
     server: Reply,
 ) -> None:
     """Who read a dataset's records: each job, advice run or validation that read them, the
-    process (host:pid) and when; never a record. Beside its ledger (dpsyn budget show).
-
-    Example: dpsyn datasets reads trec
-    """
+    process (host:pid) and when; never a record. Beside its ledger (dpsyn budget show)."""
     rows = server.request("GET", f"/v1/datasets/{dataset_id}/reads", params={"limit": limit})
     server.show(rows, _print_reads)
 
@@ -473,10 +477,10 @@ def _print_reads(rows: list[dict[str, Any]]) -> None:
         typer.echo("no read of its records is recorded")
         return
     print_rows(
-        ["time (UTC)", "reader", "id", "process", "records"],
+        ["time", "reader", "id", "process", "records"],
         [
             [
-                r["read_at"][:19],
+                shown_time(r["read_at"]),
                 r["reader_kind"],
                 r["reader_id"],
                 r["process"],

@@ -29,6 +29,7 @@ from app.cli.http_client import (
 )
 from app.cli.options import GroupedTyper
 from app.cli.progress import progress_reporter
+from app.cli.timestamps import shown_time
 from app.db.models import TERMINAL_STATUSES, JobStatus
 from app.privacy.accounting import Accounting
 from app.privacy.budget import (
@@ -360,7 +361,9 @@ METHOD_FLAGS = {"ignore_unknown_options": True, "allow_extra_args": True}
 def jobs_submit(
     ctx: typer.Context,
     job_options: JobOptions,
-    wait: Annotated[bool, typer.Option("--wait", help="Wait for the job, with progress.")] = False,
+    wait: Annotated[
+        bool, typer.Option("--wait/--no-wait", help="Wait for the job, with progress.")
+    ] = False,
     poll: Annotated[float, typer.Option("--poll", help="Seconds between polls.")] = 1.0,
     timeout: Annotated[
         float | None, typer.Option("--timeout", help="Give up waiting after this many seconds.")
@@ -368,7 +371,10 @@ def jobs_submit(
     *,
     server: Reply,
     quiet: Annotated[
-        bool, typer.Option("--quiet", "-q", help="Print only the job ID (with --wait: prompt ID).")
+        bool,
+        typer.Option(
+            "--quiet/--no-quiet", "-q", help="Print only the job ID (with --wait: prompt ID)."
+        ),
     ] = False,
 ) -> None:
     """Submit a synthesis job; its cost is reserved against the dataset's budget.
@@ -406,7 +412,7 @@ def jobs_submit_batch(
     *,
     server: Reply,
     quiet: Annotated[
-        bool, typer.Option("--quiet", "-q", help="Print only the job IDs, one a line.")
+        bool, typer.Option("--quiet/--no-quiet", "-q", help="Print only the job IDs, one a line.")
     ] = False,
 ) -> None:
     """Submit several jobs declared together, before any of them runs (a team's plan): all
@@ -562,7 +568,9 @@ def jobs_wait(
     ] = None,
     *,
     server: Reply,
-    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Print only the prompt ID.")] = False,
+    quiet: Annotated[
+        bool, typer.Option("--quiet/--no-quiet", "-q", help="Print only the prompt ID.")
+    ] = False,
 ) -> None:
     """Wait for a job submitted earlier, with progress, as 'jobs submit --wait' does (and
     for its validation score if it named a validation set); exit 1 unless it succeeded."""
@@ -626,7 +634,7 @@ def _print_jobs(rows: list[dict[str, Any]]) -> None:
                 *([_charged(row)] if charged else []),
                 _dataset_cell(row),
                 row.get("prompt_id") or "-",
-                row["created_at"][:19],
+                shown_time(row["created_at"]),
             ]
             for row in rows
         ],

@@ -22,6 +22,7 @@ from app.cli.http_client import (
     print_rows,
 )
 from app.cli.options import GroupedTyper
+from app.cli.timestamps import shown_time
 from app.eval.verdict import Outcome
 from app.privacy.display import delta_text, epsilon_text
 
@@ -133,7 +134,9 @@ def prompts_download(
         Path | None,
         typer.Option("--output", "-o", help="File to write (default: ./<prompt id>.safetensors)."),
     ] = None,
-    force: Annotated[bool, typer.Option("--force", help="Overwrite an existing file.")] = False,
+    force: Annotated[
+        bool, typer.Option("--force/--no-force", help="Overwrite an existing file.")
+    ] = False,
     *,
     server: Server,
 ) -> None:
@@ -173,7 +176,7 @@ def prompts_complete(
     calibrated: Annotated[
         bool,
         typer.Option(
-            "--calibrated",
+            "--calibrated/--no-calibrated",
             help="Classification: contextual calibration of the label scores (no privacy cost).",
         ),
     ] = False,
@@ -242,7 +245,7 @@ def _print_prompts(rows: list[dict[str, Any]]) -> None:
                 "soft prompt" if row.get("soft_prompt") else "text",
                 _validation_cell(row),
                 row["job_id"],
-                row["created_at"][:19],
+                shown_time(row["created_at"]),
             ]
             for row in rows
         ],
