@@ -160,18 +160,23 @@ def _sideways(driver: Any, selector: str) -> list[str]:
 
 
 def _broken_ids(driver: Any, selector: str) -> list[str]:
-    """The links to a job, prompt or key in the list whose ID wraps onto a second line, or
-    may be broken anywhere (``word-break: break-all``)."""
+    """The IDs in the list (an element whose own text holds 12 or more hexadecimal
+    characters: a whole ID, or its first 12 before "…") that wrap onto a second line, or may
+    be broken anywhere (``word-break: break-all``)."""
     return list(
         driver.execute_script(
             """
-            const out = [], ids = document.querySelectorAll(arguments[0] + " [data-id]");
-            if (!ids.length) return ["no ID in " + arguments[0]];
-            for (const el of ids) {
-              const lines = el.getClientRects().length;
-              const style = getComputedStyle(el);
-              if (lines !== 1 || style.wordBreak === "break-all") {
-                out.push(el.textContent + ": " + lines + " lines, " + style.wordBreak);
+            const out = [], hex = /[0-9a-f]{12}/;
+            const texts = [...document.querySelectorAll(arguments[0] + " *")].flatMap(
+              (el) => [...el.childNodes].filter((n) => n.nodeType === 3 && hex.test(n.data)));
+            if (!texts.length) return ["no ID in " + arguments[0]];
+            for (const text of texts) {
+              const range = document.createRange();
+              range.selectNodeContents(text);
+              const tops = new Set([...range.getClientRects()].map((r) => Math.round(r.top)));
+              const style = getComputedStyle(text.parentElement);
+              if (tops.size !== 1 || style.wordBreak === "break-all") {
+                out.push(text.data.trim() + ": " + tops.size + " lines, " + style.wordBreak);
               }
             }
             return out;
