@@ -297,6 +297,17 @@ def test_lists_and_pages_fit_both_widths(
             assert submitter.get_attribute("href").endswith(f"/ui/keys#key-{seeded.ops_key}")
             assert by_id(driver, "job-validation-dataset").text == "held-out tickets"
             assert MARKER not in driver.page_source and VALID not in driver.page_source
+        for width in (320, 480, 601, 700, 800, 1000):  # other widths: never a sideways page
+            _width(driver, width)
+            for path in ("/ui/jobs", "/ui/prompts", "/ui/keys", f"/ui/prompts/{seeded.prompt}"):
+                driver.get(live.base + path)
+                assert driver.execute_script(
+                    "return document.documentElement.scrollWidth <= window.innerWidth"
+                ), (
+                    width,
+                    path,
+                    driver.execute_script("return document.documentElement.scrollWidth"),
+                )
     finally:
         driver.execute_cdp_cmd("Emulation.clearDeviceMetricsOverride", {})
     from PIL import Image
