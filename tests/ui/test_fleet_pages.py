@@ -17,7 +17,7 @@ from fastapi.testclient import TestClient
 from app.db.models import KeyScope
 from app.db.session import session_scope
 from app.services.tenants import create_key_for, create_tenant
-from tests.api.conftest import Api, RecordingClient, auth, make_api
+from tests.api.conftest import Api, RecordingClient, auth, make_api, toy_rows
 
 
 @pytest.fixture
@@ -138,3 +138,23 @@ def test_the_keys_page_shows_names_and_last_use(api: Api) -> None:
     reader = RecordingClient(api.client.app)
     _sign_in(reader, api.reader)
     assert reader.get("/ui/keys").status_code == 403
+
+
+def test_a_shared_budget_names_the_datasets_it_is_shared_with(api: Api) -> None:
+    """Records uploaded twice share one budget (linked at upload): each row names the other
+    dataset, its ID beside the name, rather than print the ID alone (issue 55)."""
+    rows = toy_rows()
+    owner = api.upload(rows, name="tickets-march")["id"]
+    assert api.budget(owner, 3.0).status_code == 200
+    linked = api.upload(rows, name="tickets-march-again", budget_of=owner)["id"]
+    client = RecordingClient(api.client.app)
+    _sign_in(client, _org_key(api))
+    page = client.get("/ui/fleet").text
+    shown = {
+        dataset_id: re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", body)).strip()
+        for dataset_id, body in re.findall(
+            r'<tr [^>]*data-dataset-id="([0-9a-f]+)"[^>]*>(.*?)</tr>', page, re.S
+        )
+    }
+    assert f"budget shared with tickets-march-again {linked}" in shown[owner]
+    assert f"shares the budget of tickets-march {owner}" in shown[linked]

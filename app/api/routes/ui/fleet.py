@@ -80,8 +80,19 @@ def fleet_table(session: Session, params: Mapping[str, str]) -> TableView[dict[s
                 "linked": list(found.row.linked),
             }
         )
+    _name_shared_budgets(rows)
     names = sorted({str(r["tenant_name"]) for r in rows}, key=str.casefold)
     return fleet_spec(names).apply(rows, params)
+
+
+def _name_shared_budgets(rows: list[dict[str, Any]]) -> None:
+    """Add the names of the datasets a row's budget is shared with (its owner, the datasets
+    linked to it), so that the page names them rather than print their IDs. Datasets that
+    share a budget are all budgeted, so all are rows; an ID missing from them stays an ID."""
+    names = {r["dataset_id"]: r["dataset_name"] for r in rows}
+    for row in rows:
+        row["budget_owner_name"] = names.get(row["budget_owner"])
+        row["linked_names"] = [(i, names.get(i)) for i in row["linked"]]
 
 
 def register(router: APIRouter) -> None:

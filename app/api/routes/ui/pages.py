@@ -64,6 +64,7 @@ from app.services import datasets as dataset_service
 from app.services import jobs as job_service
 from app.services import prompts as prompt_service
 from app.services import record_reads
+from app.services import tenants as tenant_service
 from app.services.errors import NotFoundError, ServiceError
 from app.services.rows import asked_epsilon
 from app.synthesis.tasks import BUILTIN_TASKS
@@ -418,13 +419,14 @@ def jobs_page(request: Request, ui: AdminUi, session: SessionDep) -> Response:
 @router.get("/jobs/{job_id}", response_class=HTMLResponse)
 def job_page(request: Request, job_id: str, ui: AdminUi, session: SessionDep) -> Response:
     """A job: its parameters, asked, planned and charged epsilon and why, its timings, its
-    dataset (and public dataset, validation set) by name, the key that submitted it, and a
-    link to its prompt."""
+    dataset (and public dataset, validation set) by name, the key that submitted it (by name,
+    if it has one), and a link to its prompt."""
     tenant = ui.principal.tenant_id
     row = job_service.get_job(session, tenant, job_id)
     job = JobPublic.from_rows([row], job_service.job_charges(session, [row]))[0]
     ids = [job.dataset_id, job.public_dataset_id, job.validation_dataset_id]
     names = job_service.dataset_names(session, tenant, [i for i in ids if i])
+    keys = {key.id: key.name for key in tenant_service.list_keys(session, tenant)}
     return page(
         request,
         "job.html",
@@ -433,6 +435,7 @@ def job_page(request: Request, job_id: str, ui: AdminUi, session: SessionDep) ->
         dataset_name=names.get(job.dataset_id, job.dataset_id),
         public_name=names.get(job.public_dataset_id or "", job.public_dataset_id),
         validation_name=names.get(job.validation_dataset_id or "", job.validation_dataset_id),
+        submitter_name=keys.get(job.submitted_by or ""),
         asked=asked_epsilon(row.config or {}),
         duration=job_list.duration_text(job.duration_s),
         when=job_list.when_text,
@@ -494,19 +497,23 @@ def prompts_page(
     return page(request, "prompts.html", ui, prompts=prompts)
 
 
-def _prompt_view(session: Session, tenant: str, row: PromptSet) -> PromptPublic:
-    """The prompt with its dataset's name (the page shows it beside the method) and its
-    notes (as ``GET /v1/prompts/{id}`` has them)."""
-    names = job_service.dataset_names(session, tenant, [row.dataset_id])
+def _prompt_view(session: Session, tenant: str, row: PromptSet) -> dict[str, Any]:
+    """The prompt page's context: the prompt with its dataset's name (the page shows it
+    beside the method) and its notes (as ``GET /v1/prompts/{id}`` has them), and the name of
+    its validation set, so that the page names the set rather than print its ID."""
+    validation = str((row.validation or {}).get("dataset_id") or "")
+    ids = [row.dataset_id, validation] if validation else [row.dataset_id]
+    names = job_service.dataset_names(session, tenant, ids)
     notes = prompt_service.prompt_notes(session, row)
-    return PromptPublic.from_row(row, names.get(row.dataset_id), notes)
+    prompt = PromptPublic.from_row(row, names.get(row.dataset_id), notes)
+    return {"prompt": prompt, "validation_name": names.get(validation)}
 
 
 @router.get("/prompts/{prompt_id}", response_class=HTMLResponse)
 def prompt_page(request: Request, prompt_id: str, ui: AnyUi, session: SessionDep) -> Response:
     row = prompt_service.get_prompt_set(session, ui.principal.tenant_id, prompt_id)
-    prompt = _prompt_view(session, ui.principal.tenant_id, row)
-    return page(request, "prompt.html", ui, prompt=prompt, answer=None)
+    view = _prompt_view(session, ui.principal.tenant_id, row)
+    return page(request, "prompt.html", ui, **view, answer=None)
 
 
 @router.get("/prompts/{prompt_id}/soft-prompt")
@@ -540,7 +547,7 @@ async def complete(
     row = await run_in_threadpool(
         prompt_service.get_prompt_set, session, ui.principal.tenant_id, prompt_id
     )
-    prompt = await run_in_threadpool(_prompt_view, session, ui.principal.tenant_id, row)
+    view = await run_in_threadpool(_prompt_view, session, ui.principal.tenant_id, row)
     source = prompt_service.PromptSource.from_row(row)
     await run_in_threadpool(session.rollback)
     # A model call: a stricter limit than the key's pages.
@@ -563,7 +570,7 @@ async def complete(
     }
     if wants_json(request):
         return FiniteJSONResponse(answer)
-    return page(request, "prompt.html", ui, prompt=prompt, answer=answer)
+    return page(request, "prompt.html", ui, **view, answer=answer)
 
 
 # --- advice before spending -------------------------------------------------------
