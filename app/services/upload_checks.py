@@ -23,7 +23,6 @@ from app.synthesis.tasks import TaskKind, TaskSpec
 from .errors import ConflictError, InvalidError
 from .storable import DATASET_NAME_MAX_CHARS
 
-
 _LABELS_SHOWN = 8
 
 
@@ -81,9 +80,9 @@ def dataset_warnings(task: Mapping[str, Any], label_counts: Mapping[str, int]) -
         warnings.append(
             f"no records for label(s) {_quoted(empty)} ({len(empty)} of the task's "
             f"{len(labels)} labels): a job has no record to learn them from (refused if the "
-            "counts are declared public; otherwise their demonstrations are written from none), and "
-            "a validation score never tests them; upload records of them, or leave them out "
-            "of the task (--labels)"
+            "counts are declared public; otherwise their demonstrations are written from "
+            "none), and a validation score never tests them; upload records of them, or leave "
+            "them out of the task (--labels)"
         )
     return warnings
 

@@ -218,8 +218,9 @@ def dict_reader(path: Path, lines: list[str]) -> csv.DictReader[str]:
 
 
 def table_rows(path: Path, reader: csv.DictReader[str]) -> list[tuple[int, dict[str, str]]]:
-    """The rows of ``reader`` (:func:`dict_reader`) with the line each ends on, refusing rows with more fields than the
-    header row has columns, by their line numbers (the first few) and field counts.
+    """The rows of ``reader`` (:func:`dict_reader`) with the line each ends on, refusing
+    rows with more fields than the header row has columns, by their line numbers (the first
+    few) and field counts.
 
     ``csv.DictReader`` files such fields away and reads the row's first cells as if nothing
     were wrong: a text with an unquoted comma loses its tail, or puts a piece of its text in

@@ -324,7 +324,9 @@ CASES: list[Case] = [
     Case(
         ("datasets", "name"),
         "multipart",
-        lambda w, v: _post_file(w, "d.csv", b"text,label\nhi there,LOC\nhow many,NUM\n", task="trec", name=v),
+        lambda w, v: _post_file(
+            w, "d.csv", b"text,label\nhi there,LOC\nhow many,NUM\n", task="trec", name=v
+        ),
         "name",
     ),
     Case(

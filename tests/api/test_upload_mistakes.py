@@ -33,7 +33,9 @@ def _stored(api: Api) -> list[tuple[str, str, int, int]]:
     """Every live dataset of the tenant: ID, name, record count, rows in the records table."""
     rows = api.client.get("/v1/datasets", headers=auth(api.admin)).json()
     with session_scope(api.url) as session:
-        return [(r["id"], r["name"], r["record_count"], record_count(session, r["id"])) for r in rows]
+        return [
+            (r["id"], r["name"], r["record_count"], record_count(session, r["id"])) for r in rows
+        ]
 
 
 def _sentences(n: int, label: str = "") -> str:
@@ -174,3 +176,23 @@ def test_every_refusal_leaves_what_was_stored_as_it_was(api: Api) -> None:
     assert [r.status_code for r in refusals] == [422, 422, 422, 409]
     assert _stored(api) == before and before[0][0] == kept["id"]
 
+
+def test_the_dashboard_upload_shows_the_warning_on_the_dataset_page(api: Api) -> None:
+    from tests.ui.test_pages import sign_in
+
+    csrf = sign_in(api.client, api.admin)
+    uploaded = api.client.post(
+        "/ui/datasets/upload",
+        data={"csrf": csrf, "task": "trec", "name": "questions"},
+        files={
+            "file": (
+                "q.csv",
+                ("text,label\n" + _sentences(6, "LOC") + _sentences(3, "NUM")).encode(),
+            )
+        },
+        follow_redirects=False,
+    )
+    assert uploaded.status_code == 303, uploaded.text
+    page = api.client.get(uploaded.headers["location"]).text
+    assert 'id="dataset-warning-1"' in page
+    assert "no records for label(s) &#39;Abbreviation&#39;, &#39;Entity&#39;" in page

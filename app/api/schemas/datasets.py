@@ -204,7 +204,7 @@ class DatasetPublic(Documented):
     """When the retention setting (DPSYN_RECORD_RETENTION_DAYS) dropped the records and
     destroyed their data key, because no job had run on them for that long; its budget, ledger
     and prompts are kept, and a new job on it is refused (409 records_dropped). Null: kept."""
-    warnings: list[str] = []
+    warnings: list[str] = Field(default_factory=list)
     """What the labelled dataset lacks, said at upload and in every view (the data is kept):
     the task's labels without records, by name; a validation set whose records all carry
     one label. Never a record. Empty: nothing to say."""
