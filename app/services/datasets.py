@@ -270,12 +270,8 @@ def store_upload(
     _check_kind(task, public=public, labelled=labelled, counts_public=counts_public)
     _check_budget_of(budget_of, public=public)
     spec = parse_task(task) if task is not None else None
-    given = bool(name)
-    name = name or default_name or (spec.name if spec is not None else "public")
-    if problem := text_problem(name):
-        raise InvalidError(f"name: {problem}")  # it may come from the uploaded file's name
-    name = name[:DATASET_NAME_MAX_CHARS]  # only a default can be longer: a given one is checked
-    name = upload_checks.free_name(session, tenant_id, name, given=given)
+    default = default_name or (spec.name if spec is not None else "public")
+    name = _upload_name(session, tenant_id, name, default)
     if public and not labelled:
         texts = read_public_upload(
             write, suffix=suffix, text_column=text_column, display_name=display_name, task=spec
@@ -315,6 +311,16 @@ def store_upload(
     )
 
 
+def _upload_name(session: Session, tenant_id: str, given: str | None, default: str) -> str:
+    """The new dataset's name: ``given``, refused if in use, or ``default`` numbered until
+    free (:func:`app.services.upload_checks.free_name`)."""
+    name = given or default
+    if problem := text_problem(name):
+        raise InvalidError(f"name: {problem}")  # it may come from the uploaded file's name
+    name = name[:DATASET_NAME_MAX_CHARS]  # only a default can be longer: a given one is checked
+    return upload_checks.free_name(session, tenant_id, name, given=bool(given))
+
+
 def _validation_set(
     session: Session,
     tenant_id: str,
@@ -348,15 +354,14 @@ def create_private_dataset(
     counts_public: bool = False,
     declared_by: str | None = None,
 ) -> Dataset:
-    """Store a private dataset whose records' fingerprints are ``prints``; commits. Refused
-    (422, nothing stored) when its records all carry one label
-    (:func:`app.services.upload_checks.check_private_labels`); (409) when records were
-    uploaded before and it is not linked to their budget with ``budget_of``
-    (:func:`app.services.fingerprints.check_upload`), also when a concurrent upload of the
-    same records commits first."""
+    """Store a private dataset whose records' fingerprints are ``prints``; commits. Refused,
+    nothing stored: (409) when records were uploaded before and it is not linked to their
+    budget with ``budget_of`` (:func:`app.services.fingerprints.check_upload`), also when a
+    concurrent upload of the same records commits first; (422) when its records all carry
+    one label (:func:`app.services.upload_checks.check_private_labels`)."""
     _check_size(len(records), max_records)
-    upload_checks.check_private_labels(task, records)
     owner = fingerprints.check_upload(session, tenant_id, prints, budget_of)
+    upload_checks.check_private_labels(task, records)
     try:
         return create_dataset(
             session,
