@@ -196,3 +196,33 @@ def test_the_dashboard_upload_shows_the_warning_on_the_dataset_page(api: Api) ->
     page = api.client.get(uploaded.headers["location"]).text
     assert 'id="dataset-warning-1"' in page
     assert "no records for label(s) &#39;Abbreviation&#39;, &#39;Entity&#39;" in page
+
+
+@pytest.mark.parametrize("db", ["sqlite", "postgres"])
+def test_an_upload_that_loses_the_race_for_a_name_is_409(
+    db: str, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another upload takes the name between the check and the insert (simulated: the check
+    sees no dataset once): the database's unique index refuses the insert, and the answer is
+    the same 409 naming the dataset, with nothing of the loser stored."""
+    from app.services import upload_checks
+
+    url = request.getfixturevalue("sqlite_url" if db == "sqlite" else "postgres_url")
+    for api in make_api(url):
+        first = api.upload(name="tickets")
+        real = upload_checks._live_names
+        blind = iter([True])
+        monkeypatch.setattr(
+            upload_checks,
+            "_live_names",
+            lambda *a: {} if next(blind, False) else real(*a),
+        )
+        response = api.client.post(
+            "/v1/datasets",
+            json={"task": TOY_TASK, "records": toy_rows(), "name": "tickets"},
+            headers=auth(api.admin),
+        )
+        assert response.status_code == 409, response.text
+        error = error_of(response)
+        assert error["code"] == "name_taken" and first["id"] in error["message"]
+        assert _stored(api) == [(first["id"], "tickets", 24, 24)]
