@@ -291,8 +291,8 @@ def _dataset_parts(
 
 LABELLED = typer.Option(
     "--labelled",
-    help="With --public: keep the labels (read as for a private dataset, --task required): "
-    "a validation set for 'jobs submit --validation-dataset'.",
+    help="With --public: keep the labels (read as for a private dataset: --task, or a custom "
+    "task from --labels): a validation set for 'jobs submit --validation-dataset'.",
 )
 BUDGET_OF = typer.Option(
     "--budget-of",
