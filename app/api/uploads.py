@@ -40,7 +40,8 @@ def store_file_upload(
         tenant_id=principal.tenant_id,
         # A private dataset is named after its task (not "train" of train.txt); a public one
         # after its file, whose texts often come from elsewhere (IMDB texts for SST-2).
-        name=meta.name or ((Path(display).stem or None) if meta.public else None),
+        name=meta.name,
+        default_name=(Path(display).stem or None) if meta.public else None,
         task=meta.task,
         public=meta.public,
         labelled=meta.labelled,

@@ -33,6 +33,7 @@ from sqlalchemy import (
     String,
     Text,
     UniqueConstraint,
+    text,
 )
 from sqlalchemy import false as sa_false
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
@@ -109,8 +110,23 @@ class DatasetKind(StrEnum):
     PUBLIC = "public"  # texts for PromptPATE (or labelled: a validation set); never charged
 
 
+# Migration 0024: a name reaches one dataset (``app.services.upload_checks.free_name``):
+# unique per tenant among the datasets not deleted (a deleted one's name is free again).
+_LIVE = text("deleted_at IS NULL")
+
+
 class Dataset(Base):
     __tablename__ = "datasets"
+    __table_args__ = (
+        Index(
+            "uq_datasets_live_name",
+            "tenant_id",
+            "name",
+            unique=True,
+            sqlite_where=_LIVE,
+            postgresql_where=_LIVE,
+        ),
+    )
     id: Mapped[str] = mapped_column(String(32), primary_key=True, default=new_id)
     tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id"), index=True)
     name: Mapped[str] = mapped_column(String(200))

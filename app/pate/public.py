@@ -13,7 +13,14 @@ import html
 import re
 from pathlib import Path
 
-from app.synthesis.data import DataError, _json_rows, _one_line, _read_lines
+from app.synthesis.data import (
+    DataError,
+    _json_rows,
+    _one_line,
+    _read_lines,
+    dict_reader,
+    table_rows,
+)
 
 TABLE_SUFFIXES = (".csv", ".tsv")
 JSONL_SUFFIXES = (".jsonl", ".ndjson")
@@ -36,7 +43,7 @@ def _jsonl(path: Path, lines: list[str], field: str) -> list[str]:
 
 
 def _table(path: Path, lines: list[str], field: str) -> list[str]:
-    reader = csv.DictReader(lines, delimiter="\t" if path.suffix.lower() == ".tsv" else ",")
+    reader = dict_reader(path, lines)
     texts = []
     try:
         header = reader.fieldnames or []
@@ -46,10 +53,10 @@ def _table(path: Path, lines: list[str], field: str) -> list[str]:
                 "columns): name the text column with --text-col (the API's text_column), or "
                 "give the file a header row naming it"
             )
-        for row in reader:
+        for line, row in table_rows(path, reader):
             value = row.get(field)
             if value is None or not value.strip():
-                raise DataError(f"{path}: line {reader.line_num}: column {field!r} is empty")
+                raise DataError(f"{path}: line {line}: column {field!r} is empty")
             texts.append(_one_line(value))
     except csv.Error:
         raise DataError(f"{path}: line {reader.line_num} is not valid CSV") from None

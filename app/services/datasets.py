@@ -57,7 +57,7 @@ from app.synthesis.data import (
 from app.synthesis.generator import partition_sizes
 from app.synthesis.tasks import BUILTIN_TASKS, TaskSpec, describe_validation_error
 
-from . import fingerprints, record_reads
+from . import fingerprints, record_reads, upload_checks
 from .errors import ConflictError, InvalidError, TooLargeError
 from .job_end import close_job, lease_expired
 from .record_reads import Reader
@@ -240,6 +240,7 @@ def store_upload(
     task: str | Mapping[str, Any] | None,
     public: bool,
     write: Any,
+    default_name: str | None = None,
     suffix: str | None,
     text_column: str,
     label_column: str,
@@ -256,7 +257,9 @@ def store_upload(
 
     A private dataset needs a task and reads both columns, or a built-in task's own format
     (``suffix`` None: a file that is no table by its name); a public one reads the text
-    column only, its task (optional) is metadata. ``name`` defaults to the task's name. Every
+    column only, its task (optional) is metadata. ``name`` (given) must be free among the
+    tenant's live datasets (409 ``name_taken``); without it, ``default_name`` or the task's
+    name, numbered when taken (:func:`app.services.upload_checks.free_name`). Every
     record is checked (storable text, at most ``max_record_chars``) before anything is
     inserted, so a refused upload changes nothing stored. ``labelled`` (public only) reads
     the label column as a private upload does: a validation set, which needs a task.
@@ -267,10 +270,8 @@ def store_upload(
     _check_kind(task, public=public, labelled=labelled, counts_public=counts_public)
     _check_budget_of(budget_of, public=public)
     spec = parse_task(task) if task is not None else None
-    name = name or (spec.name if spec is not None else "public")
-    if problem := text_problem(name):
-        raise InvalidError(f"name: {problem}")  # it may come from the uploaded file's name
-    name = name[:DATASET_NAME_MAX_CHARS]  # only a default can be longer: a given one is checked
+    default = default_name or (spec.name if spec is not None else "public")
+    name = _upload_name(session, tenant_id, name, default)
     if public and not labelled:
         texts = read_public_upload(
             write, suffix=suffix, text_column=text_column, display_name=display_name, task=spec
@@ -310,6 +311,16 @@ def store_upload(
     )
 
 
+def _upload_name(session: Session, tenant_id: str, given: str | None, default: str) -> str:
+    """The new dataset's name: ``given``, refused if in use, or ``default`` numbered until
+    free (:func:`app.services.upload_checks.free_name`)."""
+    name = given or default
+    if problem := text_problem(name):
+        raise InvalidError(f"name: {problem}")  # it may come from the uploaded file's name
+    name = name[:DATASET_NAME_MAX_CHARS]  # only a default can be longer: a given one is checked
+    return upload_checks.free_name(session, tenant_id, name, given=bool(given))
+
+
 def _validation_set(
     session: Session,
     tenant_id: str,
@@ -343,12 +354,14 @@ def create_private_dataset(
     counts_public: bool = False,
     declared_by: str | None = None,
 ) -> Dataset:
-    """Store a private dataset whose records' fingerprints are ``prints``; commits. Refused
-    (409, nothing stored) when records were uploaded before and it is not linked to their
+    """Store a private dataset whose records' fingerprints are ``prints``; commits. Refused,
+    nothing stored: (409) when records were uploaded before and it is not linked to their
     budget with ``budget_of`` (:func:`app.services.fingerprints.check_upload`), also when a
-    concurrent upload of the same records commits first."""
+    concurrent upload of the same records commits first; (422) when its records all carry
+    one label (:func:`app.services.upload_checks.check_private_labels`)."""
     _check_size(len(records), max_records)
     owner = fingerprints.check_upload(session, tenant_id, prints, budget_of)
+    upload_checks.check_private_labels(task, records)
     try:
         return create_dataset(
             session,
@@ -483,8 +496,14 @@ def _check_size(count: int, max_records: int) -> None:
 def _store(
     session: Session, dataset: Dataset, records: list[Record], prints: Sequence[str] = ()
 ) -> Dataset:
+    tenant_id, name = dataset.tenant_id, dataset.name
     session.add(dataset)
-    session.flush()
+    try:
+        session.flush()
+    except IntegrityError:  # another upload took the name since it was checked
+        session.rollback()
+        upload_checks.free_name(session, tenant_id, name, given=True)  # 409 if so
+        raise
     if prints:
         fingerprints.store_new(session, dataset.tenant_id, dataset.id, prints)
     keys = record_keys.current()
@@ -499,23 +518,16 @@ def _store(
 
 
 def resolve_ref(session: Session, tenant_id: str, ref: str) -> str:
-    """The ID of the tenant's dataset that ``ref`` names: its ID, or the name of exactly one
-    of its datasets whose records are not deleted (a unique name got a bare 404).
-    A name that several datasets share is a 409 ``ambiguous_name`` listing their IDs; a ref
-    that names none is returned as it came, for the caller's own 404. Names are public
-    metadata (the admin's), never records."""
+    """The ID of the tenant's dataset that ``ref`` names: its ID, or the name of one of its
+    datasets that are not deleted (a unique name got a bare 404). Names are unique among
+    those (:func:`app.services.upload_checks.free_name` and the database's unique index), so
+    a name reaches at most one; a ref that names none is returned as it came, for the
+    caller's own 404. Names are public metadata (the admin's), never records."""
     owned = select(Dataset.id).where(Dataset.tenant_id == tenant_id)
     if session.scalar(owned.where(Dataset.id == ref)) is not None:
         return ref
-    named = owned.where(Dataset.name == ref, Dataset.deleted_at.is_(None))
-    ids = list(session.scalars(named.order_by(Dataset.created_at).limit(6)))
-    if len(ids) > 1:
-        listed = ", ".join(ids[:5]) + (", ..." if len(ids) > 5 else "")
-        raise ConflictError(
-            f"{len(ids)} datasets are named {ref!r} ({listed}): give one's ID",
-            code="ambiguous_name",
-        )
-    return ids[0] if ids else ref
+    named = session.scalar(owned.where(Dataset.name == ref, Dataset.deleted_at.is_(None)))
+    return named or ref
 
 
 def resolve_fields(

@@ -205,8 +205,50 @@ def _missing(available: Iterable[str], *wanted: str) -> str | None:
     return next((column for column in wanted if column not in names), None)
 
 
+# The key under which ``csv.DictReader`` puts a row's fields past the header's (never a
+# column name: a header cell cannot hold a NUL).
+_EXTRA = "\0extra"
+_WIDE_ROWS_SHOWN = 5
+
+
+def dict_reader(path: Path, lines: list[str]) -> csv.DictReader[str]:
+    """A reader of a table with a header row, separated as its extension says."""
+    delimiter = "\t" if path.suffix.lower() == ".tsv" else ","
+    return csv.DictReader(lines, delimiter=delimiter, restkey=_EXTRA)
+
+
+def table_rows(path: Path, reader: csv.DictReader[str]) -> list[tuple[int, dict[str, str]]]:
+    """The rows of ``reader`` (:func:`dict_reader`) with the line each ends on, refusing
+    rows with more fields than the header row has columns, by their line numbers (the first
+    few) and field counts.
+
+    ``csv.DictReader`` files such fields away and reads the row's first cells as if nothing
+    were wrong: a text with an unquoted comma loses its tail, or puts a piece of its text in
+    the label column. Extra fields that are all blank (a trailing separator) change no cell
+    and are let through. The caller catches :class:`csv.Error`."""
+    rows, wide = [], []
+    for row in reader:
+        extra = row.pop(_EXTRA, None) or []
+        if any(str(cell).strip() for cell in extra):
+            wide.append((reader.line_num, len(reader.fieldnames or ()) + len(extra)))
+        rows.append((reader.line_num, row))
+    if wide:
+        first = wide[:_WIDE_ROWS_SHOWN]
+        shown = ", ".join(f"line {line} ({fields} fields)" for line, fields in first)
+        if len(wide) > _WIDE_ROWS_SHOWN:
+            shown += f", and {len(wide) - _WIDE_ROWS_SHOWN} more"
+        rows_word = "1 row has" if len(wide) == 1 else f"{len(wide)} rows have"
+        separator = "a tab" if reader.reader.dialect.delimiter == "\t" else "a comma"
+        raise DataError(
+            f"{path}: {rows_word} more fields than the header row's "
+            f"{len(reader.fieldnames or ())} columns ({shown}): a text with {separator} in "
+            'it needs quotes ("..."), or the extra fields removed; nothing was read'
+        )
+    return rows
+
+
 def _read_csv(path: Path, lines: list[str], text_col: str, label_col: str) -> list[Record]:
-    reader = csv.DictReader(lines, delimiter="\t" if path.suffix.lower() == ".tsv" else ",")
+    reader = dict_reader(path, lines)
     try:
         header = reader.fieldnames or []
         if (column := _missing(header, text_col, label_col)) is not None:
@@ -216,7 +258,8 @@ def _read_csv(path: Path, lines: list[str], text_col: str, label_col: str) -> li
                 "(the API's text_column and label_column), or give the file a header row "
                 f"naming them{_separator_hint(path, header)}"
             )
-        return [Record(_cell(row[text_col]), _cell(row[label_col])) for row in reader]
+        rows = table_rows(path, reader)
+        return [Record(_cell(row[text_col]), _cell(row[label_col])) for _, row in rows]
     except csv.Error:
         raise DataError(f"{path}: line {reader.line_num} is not valid CSV") from None
 
@@ -316,6 +359,21 @@ def _read_headerless(
     return records
 
 
+def _column_name(column: Column) -> str:
+    """How a message names a column: its header name, or its numbers (``column 2+3``)."""
+    if isinstance(column, str):
+        return repr(column)
+    return "column " + "+".join(str(number) for number in column)
+
+
+def _shared_column(text_col: Column, label_col: Column) -> str | None:
+    """The column that is both the text and the label column (its name), else None."""
+    if isinstance(text_col, str) or isinstance(label_col, str):
+        return repr(text_col) if text_col == label_col else None
+    shared = sorted(set(text_col) & set(label_col))
+    return _column_name(tuple(shared)) if shared else None
+
+
 def read_table(
     path: str | Path, text_col: Column = "text", label_col: Column = "label"
 ) -> list[Record]:
@@ -330,6 +388,12 @@ def read_table(
         raise DataError(
             f"{path}: give both the text and the label column as numbers "
             "(a file without a header has no column names)"
+        )
+    if shared := _shared_column(text_col, label_col):
+        raise DataError(
+            f"{path}: the text column and the label column are both {shared}: every record's "
+            "text would be its label; name the text column with --text-col and the label "
+            "column with --label-col (the API's text_column and label_column)"
         )
     if isinstance(text_col, tuple) and isinstance(label_col, tuple):
         return _read_headerless(path, _read_lines(path), text_col, label_col)
@@ -518,6 +582,21 @@ def _check_label_lengths(path: Path, records: list[Record], limit: int) -> None:
             )
 
 
+def _check_texts_are_not_labels(
+    path: Path, records: Sequence[Record], text_col: Column, label_col: Column
+) -> None:
+    """Refuse a table whose every record's text is its label: the label column copied
+    under another name (40 records whose text is their label teach nothing but the label).
+    Compared before any ``--label-map``, as the file holds them; case and spaces aside."""
+    if records and all(r.text.strip().casefold() == r.label.strip().casefold() for r in records):
+        raise DataError(
+            f"{path}: all {len(records)} records have their label as their text: the text "
+            f"column {_column_name(text_col)} holds the same values as the label column "
+            f"{_column_name(label_col)}; name the column of the texts with --text-col (the "
+            "API's text_column)"
+        )
+
+
 def load_dataset(
     task: TaskSpec,
     path: str | Path,
@@ -540,7 +619,9 @@ def load_dataset(
     if task.name in _READERS and text_col is None and label_col is None:
         records = _READERS[task.name](path, task)
     else:
-        records = read_table(path, text_col or "text", label_col or "label")
+        text_col, label_col = text_col or "text", label_col or "label"
+        records = read_table(path, text_col, label_col)
+        _check_texts_are_not_labels(path, records, text_col, label_col)
     if label_map:
         if task.kind == TaskKind.CLASSIFICATION and (
             unknown := [name for name in label_map.values() if name not in task.labels]

@@ -275,7 +275,7 @@ CASES: list[Case] = [
         ("dataset_records", "label"),
         "json-task-labels",
         lambda w, v: _post_json(
-            w, {"task": {**TOY_TASK, "labels": ["w5", v]}, "records": toy_rows(labels=("w5",))}
+            w, {"task": {**TOY_TASK, "labels": ["w5", v]}, "records": toy_rows(labels=("w5", v))}
         ),
         "task.labels[1]",
     ),
@@ -324,7 +324,9 @@ CASES: list[Case] = [
     Case(
         ("datasets", "name"),
         "multipart",
-        lambda w, v: _post_file(w, "d.csv", b"text,label\nhi there,LOC\n", task="trec", name=v),
+        lambda w, v: _post_file(
+            w, "d.csv", b"text,label\nhi there,LOC\nhow many,NUM\n", task="trec", name=v
+        ),
         "name",
     ),
     Case(
@@ -334,7 +336,7 @@ CASES: list[Case] = [
             w,
             "/ui/datasets/upload",
             {"task": "trec", "name": v},
-            files={"file": ("d.csv", b"text,label\nhi there,LOC\n")},
+            files={"file": ("d.csv", b"text,label\nhi there,LOC\nhow many,NUM\n")},
         ),
         "name",
     ),

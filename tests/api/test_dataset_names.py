@@ -1,6 +1,6 @@
 """A dataset by its name wherever its ID is taken (issue 43: "datasets only by 32-character
-IDs (a unique name gets a bare 404)"): a name unique among the tenant's datasets resolves to
-its ID in paths, job requests and filters; a shared name is a 409 listing the IDs; another
+IDs (a unique name gets a bare 404)"): a dataset's name resolves to its ID in paths, job
+requests and filters; names are unique among the tenant's live datasets (issue 55); another
 tenant's names and deleted datasets' names resolve to nothing."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.api.conftest import Api, auth, error_of, make_api
+from tests.api.conftest import TOY_TASK, Api, auth, error_of, make_api, toy_rows
 
 
 @pytest.fixture
@@ -37,15 +37,19 @@ def test_a_unique_name_works_where_the_id_does(api: Api) -> None:
     assert [j["id"] for j in listed.json()] == [job.json()["id"]]
 
 
-def test_a_shared_name_is_refused_naming_the_datasets(api: Api) -> None:
-    first, second = api.upload(name="tickets"), api.upload(name="tickets")
+def test_a_name_cannot_be_shared(api: Api) -> None:
+    """Before issue 55 a second upload could take a name in use, after which every request
+    by that name was a 409; now the upload is refused (tests/api/test_upload_mistakes.py)
+    and the name keeps reaching its dataset."""
+    first = api.upload(name="tickets")
+    second = api.client.post(
+        "/v1/datasets",
+        json={"task": TOY_TASK, "records": toy_rows(), "name": "tickets"},
+        headers=auth(api.admin),
+    )
+    assert second.status_code == 409 and error_of(second)["code"] == "name_taken"
     response = api.client.get("/v1/datasets/tickets", headers=auth(api.admin))
-    assert response.status_code == 409
-    error = error_of(response)
-    assert error["code"] == "ambiguous_name"
-    assert first["id"] in error["message"] and second["id"] in error["message"]
-    by_id = api.client.get(f"/v1/datasets/{first['id']}", headers=auth(api.admin))
-    assert by_id.status_code == 200  # the ID always works
+    assert response.status_code == 200 and response.json()["id"] == first["id"]
 
 
 def test_another_tenants_name_and_a_deleted_datasets_name_resolve_to_nothing(api: Api) -> None:

@@ -37,6 +37,7 @@ METADATA = {
     "counts_public_by",
     "created_at",
     "deleted_at",
+    "warnings",  # what the labelled dataset lacks (issue 55)
 }
 
 

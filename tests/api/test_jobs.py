@@ -8,7 +8,7 @@ from sqlalchemy import func, select
 from app.db.models import Job, LedgerEntry
 from app.db.session import session_scope
 from app.privacy.unit import DEFAULT_DELTA
-from tests.api.conftest import Api, auth, error_of, toy_rows
+from tests.api.conftest import TOY_TASK, Api, auth, error_of, toy_rows
 
 
 def _counts(url: str) -> tuple[int, int]:
@@ -165,11 +165,13 @@ def test_refused_submissions(api: Api) -> None:
 def test_jobs_that_cannot_be_planned_are_422(api: Api) -> None:
     # Counts declared public: a label without records is known to be empty (released counts
     # are never 0, so an undeclared dataset's job runs with empty teachers instead).
-    one_label = api.upload(toy_rows(labels=("w5",)), counts_public=True)
-    api.budget(one_label["id"], 3.0)
-    response = api.submit(one_label["id"])
+    # (A file of one label is refused at upload: a third label without records, then.)
+    task = {**TOY_TASK, "labels": ["w5", "w7", "w9"]}
+    one_empty = api.upload(toy_rows(), task=task, counts_public=True)
+    api.budget(one_empty["id"], 3.0)
+    response = api.submit(one_empty["id"])
     assert response.status_code == 422
-    assert "no private records with label(s) w7" in error_of(response)["message"]
+    assert "no private records with label(s) w9" in error_of(response)["message"]
     dataset = api.upload(counts_public=True)  # paper accounting needs the counts public
     api.budget(dataset["id"], 3.0, accounting="paper")
     too_big = api.submit(dataset["id"], params={"M": 10, "N": 2, "tmax": 1})  # 20 > 12 records

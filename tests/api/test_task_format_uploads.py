@@ -104,7 +104,8 @@ def test_other_builtin_formats_and_a_table_for_agnews_still_a_table(
     api: Api, tmp_path: Path
 ) -> None:
     sst2 = _head("sst2/stsa.binary.train", 20)
-    agnews = _head("agnews/train_first10429.csv", 20)
+    # 80 lines: the file opens with 78 Business stories; one label alone is refused (issue 55)
+    agnews = _head("agnews/train_first10429.csv", 80)
     for name, content, task in (
         ("stsa.binary.train", sst2, "sst2"),
         ("train.csv", agnews, "agnews"),
@@ -115,10 +116,10 @@ def test_other_builtin_formats_and_a_table_for_agnews_still_a_table(
         assert response.json()["name"] == task
         assert response.json()["label_counts"] == partition_sizes(BUILTIN_TASKS[task], expected)
     # An AG News CSV whose header names the columns is read as the table it is.
-    rows = [{"text": f"{MARKER} story {i}", "label": "Sports"} for i in range(3)]
+    rows = [{"text": f"{MARKER} story {i}", "label": "Sports" if i else "World"} for i in range(3)]
     table = _post(api, "stories.csv", csv_bytes(rows), task="agnews")
     assert table.status_code == 201, table.text
-    assert table.json()["label_counts"]["Sports"] == table.json()["record_count"] == 3
+    assert table.json()["label_counts"]["Sports"] == 2 and table.json()["record_count"] == 3
 
 
 def test_public_uploads_of_a_task_format_and_of_plain_text_lines(api: Api) -> None:

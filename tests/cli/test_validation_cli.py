@@ -91,7 +91,9 @@ def test_labelled_needs_public_and_a_task(dpsyn, tmp_path):
     private = dpsyn("datasets", "upload", str(path), "--task", "trec", "--labelled")
     assert private.exit_code == 2 and "--labelled: only with --public" in private.output
     no_task = dpsyn("datasets", "upload", str(path), "--public", "--labelled")
-    assert no_task.exit_code == 2 and "--task: required with --labelled" in no_task.output
+    assert no_task.exit_code == 2, no_task.output
+    assert "--task is required for a labelled public dataset" in no_task.output
+    assert "--labels a,b,..." in no_task.output  # or a custom task, as a private upload
 
 
 def test_a_private_validation_set_is_refused_naming_the_option(dpsyn, trec_file):

@@ -427,3 +427,32 @@ def test_headerless_csv_errors_name_the_problem(tmp_path):
     assert "2 of 6 records (first: record 5)" in data_error(
         load_dataset, task, path, (3,), (1,), {"1": "Company", "2": "Artist"}
     )
+
+
+# --- issue 55: a table's own mistakes, named --------------------------------------------------
+
+
+def test_overlapping_column_numbers_are_one_column_named_twice(tmp_path: Path) -> None:
+    path = tmp_path / "d.csv"
+    path.write_text(f"{SECRET} a,b,Sports\n{SECRET} c,d,World\n")
+    with pytest.raises(DataError, match=r"are both column 2: every record's text would be"):
+        read_table(path, (1, 2), (2,))
+    assert len(read_table(path, (1, 2), (3,))) == 2  # apart, they are read
+
+
+def test_wide_rows_are_counted_and_the_first_five_named(tmp_path: Path) -> None:
+    path = tmp_path / "d.tsv"
+    rows = [f"{SECRET} {i}\tSports\textra" if i % 2 else f"{SECRET} {i}\tWorld" for i in range(16)]
+    path.write_text("text\tlabel\n" + "\n".join(rows) + "\n")
+    with pytest.raises(DataError) as caught:
+        read_table(path)
+    message = str(caught.value)
+    assert "8 rows have more fields than the header row's 2 columns" in message
+    assert "line 3 (3 fields), line 5 (3 fields)" in message and "and 3 more" in message
+    assert "a text with a tab in it" in message and SECRET not in message
+
+
+def test_blank_fields_past_the_header_change_nothing_and_are_read(tmp_path: Path) -> None:
+    path = tmp_path / "d.csv"
+    path.write_text(f"text,label\n{SECRET} a,Sports,\n{SECRET} b,World, \n")
+    assert [r.label for r in read_table(path)] == ["Sports", "World"]

@@ -18,6 +18,7 @@ from app.db.models import (
 from app.documented import Documented
 from app.services.record_reads import ReaderKind
 from app.services.storable import DATASET_NAME_MAX_CHARS
+from app.services.upload_checks import dataset_warnings
 
 # --- datasets -------------------------------------------------------------------------------
 
@@ -203,6 +204,10 @@ class DatasetPublic(Documented):
     """When the retention setting (DPSYN_RECORD_RETENTION_DAYS) dropped the records and
     destroyed their data key, because no job had run on them for that long; its budget, ledger
     and prompts are kept, and a new job on it is refused (409 records_dropped). Null: kept."""
+    warnings: list[str] = Field(default_factory=list)
+    """What the labelled dataset lacks, said at upload and in every view (the data is kept):
+    the task's labels without records, by name; a validation set whose records all carry
+    one label. Never a record. Empty: nothing to say."""
 
     @classmethod
     def from_row(cls, row: Dataset) -> DatasetPublic:
@@ -221,6 +226,7 @@ class DatasetPublic(Documented):
             created_at=row.created_at,
             deleted_at=row.deleted_at,
             records_dropped_at=row.records_dropped_at,
+            warnings=dataset_warnings(row.task, row.label_counts),
         )
 
 

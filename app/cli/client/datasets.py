@@ -59,10 +59,14 @@ def _task_field(task: str) -> tuple[str, Any]:
 
 
 def _private_task(
-    task: str | None, custom: dict[str, str | None], label_map: dict[str, str] | None
+    task: str | None,
+    custom: dict[str, str | None],
+    label_map: dict[str, str] | None,
+    what: str = "a private dataset",
 ) -> tuple[str, Any]:
-    """The ``task`` form field and spec: ``--task`` (built-in or spec file) or, as in
-    ``dpsyn synthesize``, a custom task from ``--labels``/``--label-map`` and friends."""
+    """The ``task`` form field and spec of a labelled upload, private or a validation set
+    (``what``): ``--task`` (built-in or spec file) or, as in ``dpsyn synthesize``, a custom
+    task from ``--labels``/``--label-map`` and friends (``--task custom`` is implied)."""
     from app.synthesis.tasks import TaskError
 
     given = given_flags(custom)
@@ -74,7 +78,7 @@ def _private_task(
         return _task_field(task)
     if not (given or label_map):
         raise ClientError(
-            "--task is required for a private dataset: trec|trec14|agnews|sst2|mitg|mitd, a spec "
+            f"--task is required for {what}: trec|trec14|agnews|sst2|mitg|mitd, a spec "
             "file, or a custom task with --labels a,b,... (or upload texts with --public)",
             code=2,
         )
@@ -144,7 +148,8 @@ def _public_upload_parts(
 
     if not path.is_file():
         raise ClientError(f"{path}: no such file", code=2)
-    fields = {"public": "true", "name": name or path.stem}
+    # Without --name the server names it after the file (numbered if the name is taken).
+    fields = {"public": "true", **({"name": name} if name else {})}
     spec = None
     if task is not None:
         fields["task"], spec = _task_field(task)
@@ -265,24 +270,21 @@ def _dataset_parts(
         _check_public_options(custom, text_col, label_col, label_map)
         fields, part = _public_upload_parts(file, task, text_col, name)
     else:
-        if labelled and task is None:
-            raise ClientError(
-                "--task: required with --labelled (the labels must be the task's)", code=2
-            )
         try:
             pairs = parse_pairs(label_map, "--label-map") if label_map else None
         except ValueError as error:
             raise ClientError(str(error), code=2) from None
+        what = "a labelled public dataset" if labelled else "a private dataset"
         fields, part = _upload_parts(
             file,
-            _private_task(task, custom, pairs),
+            _private_task(task, custom, pairs, what),
             parse_column(text_col),
             parse_column(label_col),
             pairs,
             name,
         )
-        if labelled:  # a public validation set, named after its file as --public is
-            fields.update(public="true", labelled="true", name=name or file.stem)
+        if labelled:  # a public validation set, named (by the server) after its file
+            fields.update(public="true", labelled="true")
         if counts_public:
             fields["counts_public"] = "true"
     return fields, part
@@ -290,8 +292,8 @@ def _dataset_parts(
 
 LABELLED = typer.Option(
     "--labelled/--no-labelled",
-    help="With --public: keep the labels (read as for a private dataset, --task required): "
-    "a validation set for 'jobs submit --validation-dataset'.",
+    help="With --public: keep the labels (read as for a private dataset: --task, or a custom "
+    "task from --labels): a validation set for 'jobs submit --validation-dataset'.",
 )
 BUDGET_OF = typer.Option(
     "--budget-of",
@@ -351,6 +353,8 @@ def datasets_upload(
         typer.echo(dataset["id"])
     else:
         server.show(dataset, lambda shown: out.print(describe_dataset(shown), markup=False))
+    for warning in dataset.get("warnings") or ():  # on stderr, --json and --quiet too
+        err.print(f"warning: {warning}", markup=False)
 
 
 @datasets_app.command("list")
@@ -449,6 +453,8 @@ def datasets_show(dataset_id: DatasetIdArg, server: Reply) -> None:
 def _print_dataset_dates(dataset: dict[str, Any]) -> None:
     """``datasets show``: :func:`print_dataset`, and when it was created and deleted."""
     print_dataset(dataset)
+    for warning in dataset.get("warnings") or ():
+        typer.echo(f"warning: {warning}")
     typer.echo(f"created {shown_time(dataset['created_at'])}")
     if dataset.get("deleted_at"):
         typer.echo(f"records deleted {shown_time(dataset['deleted_at'])} (its ledger stays)")
