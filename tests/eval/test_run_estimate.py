@@ -1,0 +1,107 @@
+"""How long ``dpsyn advise`` says the rest will take (:mod:`app.eval.run_estimate`).
+
+Issue 55: advise said "the rest about 2.9 h (rough)" and took 7.9 min in all. It priced every
+teacher pass a priori at four of zero-shot's scoring passes; the estimate now comes from the
+runs' measured durations, as a range while few are measured.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from app.eval.advice import AdviceConfig, _profile, planned_runs
+from app.eval.run_estimate import BASELINE, PlannedRun, RunEstimate, say
+from app.synthesis.tasks import BUILTIN_TASKS
+
+#: The issue's walk: a 4-label custom task (its name is not a built-in one, so M is the
+#: generic 10), the default grid (AdaDPSyn and Tang, ε 1 and 4, three seeds, 4 shots).
+TICKETS = BUILTIN_TASKS["agnews"].model_copy(update={"name": "custom"})
+
+#: (method, seconds) of every run of a real ``dpsyn advise`` of that walk, in the order they
+#: ran: 60 ticket-length AG News records labelled world/sports/business/tech, the packaged
+#: Gemma-3-270M on two cores (bench/advise_estimate.py, bench/README.md).
+WALK: list[tuple[str | None, float]] = []
+
+
+def _replay(runs: list[tuple[str | None, float]]) -> list[tuple[tuple[float, float], float, str]]:
+    """After each run: (the range said, the seconds the runs after it really took, the line)."""
+    clock = RunEstimate(planned_runs(TICKETS, AdviceConfig()))
+    said = []
+    for index, (method, seconds) in enumerate(runs):
+        clock.finished(_profile(method, 4), seconds)
+        bounds, line = clock.remaining(), clock.line()
+        if bounds is not None and line is not None:
+            said.append((bounds, sum(s for _m, s in runs[index + 1 :]), line))
+    return said
+
+
+def test_the_plan_is_the_walks_thirteen_runs():
+    plan = planned_runs(TICKETS, AdviceConfig())
+    assert [run.profile for run in plan] == [BASELINE] + ["adadpsyn/4"] * 6 + ["tang/4"] * 6
+    assert len(WALK) == len(plan)
+
+
+def test_from_the_first_measured_prompt_run_every_range_holds_the_walk_within_twice():
+    """The real walk's durations, replayed: each range printed after a prompt run has ended
+    holds the time the rest really took, neither end more than twice or less than half it."""
+    said = _replay(WALK)
+    measured = [(bounds, truth) for bounds, truth, line in said if "guess" not in line]
+    assert len(measured) == len(WALK) - 2  # after every run but zero-shot and the last
+    for (low, high), truth in measured:
+        assert low <= truth <= high, (low, truth, high)
+        assert truth / 2 <= low and high <= 2 * truth, (low, truth, high)
+
+
+def test_before_any_prompt_run_it_says_a_range_and_that_it_is_a_guess():
+    """After zero-shot alone: a range, not a point, that holds the walk's truth, and says it
+    is a guess; before any run, nothing (no number comes from nowhere)."""
+    clock = RunEstimate(planned_runs(TICKETS, AdviceConfig()))
+    assert clock.remaining() is None and clock.line() is None
+    (bounds, truth, line), *_rest = _replay(WALK)
+    low, high = bounds
+    assert high > 2 * low and low <= truth <= high
+    assert "–" in line and line.endswith(
+        "a guess from zero-shot's time until a prompt run is measured"
+    )
+
+
+def test_an_unmeasured_profile_is_priced_from_the_measured_ones_by_size():
+    """Tang before any Tang run has ended: AdaDPSyn's measured rate per unit of size, within
+    twice either way; its own runs replace that as they end."""
+    clock = RunEstimate([PlannedRun(BASELINE, 1), PlannedRun("a/4", 4), PlannedRun("b/14", 14)])
+    clock.finished(BASELINE, 1.0)
+    clock.finished("a/4", 10.0)
+    assert clock.remaining() == pytest.approx((35.0 / 2, 35.0 * 2))
+    clock = RunEstimate([PlannedRun("a/4", 4)] * 4)
+    clock.finished("a/4", 10.0)
+    assert clock.remaining() == pytest.approx((3 * 10 / 1.5, 3 * 10 * 1.5))
+    for _ in range(2):
+        clock.finished("a/4", 10.0)
+    low, high = clock.remaining() or (0, 0)
+    assert 10 / 1.5 < low < 10 < high < 15  # three steady runs: narrower than one
+
+
+def test_a_run_slowed_by_load_widens_the_range():
+    steady, noisy = RunEstimate([PlannedRun("a/4", 4)] * 5), RunEstimate([PlannedRun("a/4", 4)] * 5)
+    for seconds in (20.0, 21.0, 19.0):
+        steady.finished("a/4", seconds)
+    for seconds in (20.0, 60.0, 19.0):
+        noisy.finished("a/4", seconds)
+    (s_low, s_high), (n_low, n_high) = steady.remaining() or (0, 0), noisy.remaining() or (0, 0)
+    assert n_high / n_low > 1.8 * (s_high / s_low)
+
+
+@pytest.mark.parametrize(
+    ("bounds", "text"),
+    [
+        ((300.0, 540.0), "about 5–9 min"),
+        ((310.0, 530.0), "about 5–9 min"),  # outwards: 5.2 down, 8.8 up
+        ((400.0, 440.0), "about 7 min"),  # within a quarter: one figure
+        ((100.0, 130.0), "about 100–130 s"),
+        ((50.0, 240.0), "about 50 s–4 min"),
+        ((4000.0, 20000.0), "about 66 min–5.6 h"),
+        ((9000.0, 20000.0), "about 2.5–5.6 h"),
+    ],
+)
+def test_the_range_is_said_rounded_outwards(bounds, text):
+    assert say(bounds) == text
