@@ -10,8 +10,8 @@ description cut to 200 characters, as a support ticket is short) from ``../share
 labelled world, sports, business, tech (``--data``/``--labels`` take another file). Every
 line it writes to stderr is stamped on arrival; at the end the bench prints, for every
 estimate printed, the seconds since the start, the range said, the seconds the advice
-really had left then, and whether the range held: the truth inside it and neither end
-more than twice or less than half the truth. ``--trace FILE`` keeps the runs' measured
+really had left then, and whether the range held: the truth inside it, and the range's
+(geometric) middle within twice the truth either way. ``--trace FILE`` keeps the runs' measured
 durations and the stamps, which ``--replay`` prices again through this checkout's
 estimator (no model: seconds) as the advice would have printed them.
 
@@ -24,6 +24,8 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import math
+import os
 import re
 import subprocess
 import sys
@@ -75,13 +77,18 @@ def parse_range(line: str) -> tuple[float, float] | None:
     return low, high
 
 
-def live(root: Path, data: Path, labels: str, extra: list[str]) -> dict[str, object]:
-    """Run the real CLI of ``root``; every stderr line with its seconds since the start."""
+def live(
+    root: Path, data: Path, labels: str, extra: list[str], threads: int | None
+) -> dict[str, object]:
+    """Run the real CLI of ``root``; every stderr line with its seconds since the start.
+    ``threads``: the model's CPU threads (OMP_NUM_THREADS), where the machine is shared."""
     command = [sys.executable, "-c", "from app.cli import main; main()", "advise"]
     command += ["--data", str(data), "--labels", labels, *extra]
     started = time.monotonic()
     stamped: list[tuple[float, str]] = []
-    env = {"PYTHONPATH": str(root), "PATH": "/usr/bin:/bin", "COLUMNS": "400"}  # no wrapping
+    env = {**os.environ, "PYTHONPATH": str(root), "COLUMNS": "400"}  # COLUMNS: no wrapping
+    if threads is not None:
+        env["OMP_NUM_THREADS"] = str(threads)
     with subprocess.Popen(command, cwd=root, env=env, stderr=subprocess.PIPE, text=True) as proc:
         assert proc.stderr is not None
         for line in proc.stderr:
@@ -99,15 +106,19 @@ def replay(trace: dict[str, object]) -> list[tuple[float, str]]:
 
     # a 4-label task named as --labels names it (its M is the generic one, as the walk's)
     task = BUILTIN_TASKS["agnews"].model_copy(update={"name": "custom"})
-    clock = RunEstimate(planned_runs(task, AdviceConfig()))
+    plan = next(line for _at, line in trace["lines"] if line.startswith("advice: "))  # type: ignore[attr-defined]
+    seeds = int(re.search(r"x (\d+) seed", plan)[1])  # type: ignore[index]
+    clock = RunEstimate(planned_runs(task, AdviceConfig(seeds=seeds)))
     out: list[tuple[float, str]] = []
     for at, line in trace["lines"]:  # type: ignore[attr-defined]
         found = RUN.match(line)
         if found is None:
             continue
-        what = found["what"].split("@")[0]
-        method = None if what == "zero-shot" else what
-        clock.finished(_profile(method, 4), float(found["s"]))
+        method, _at, epsilon = found["what"].partition("@")
+        zero = method == "zero-shot"
+        clock.finished(
+            _profile(None if zero else method, 4, float(epsilon or 0)), float(found["s"])
+        )
         said = clock.line()
         if said is not None:
             out.append((at, said))
@@ -115,9 +126,13 @@ def replay(trace: dict[str, object]) -> list[tuple[float, str]]:
 
 
 def table(estimates: list[tuple[float, str]], end: float) -> bool:
-    """Print estimate against truth; True when every measured estimate held within 2x."""
-    print("| at (s) | printed | truth left | low/truth | high/truth | holds |")
-    print("|---:|---|---:|---:|---:|---|")
+    """Print estimate against truth; True when every estimate from a measured prompt run on
+    held: the truth inside the range, and its (geometric) middle within twice the truth either
+    way; the width (high/low) is printed beside."""
+    print(
+        "| at (s) | printed | truth left | low/truth | high/truth | middle/truth | width | holds |"
+    )
+    print("|---:|---|---:|---:|---:|---:|---:|---")
     ok = True
     for at, line in estimates:
         bounds = parse_range(line)
@@ -125,14 +140,14 @@ def table(estimates: list[tuple[float, str]], end: float) -> bool:
             continue
         truth = max(end - at, 1e-9)
         low, high = bounds
-        inside = low <= truth <= high
-        within = low >= truth / 2 and high <= truth * 2
         guess = "guess" in line or "(rough)" in line
-        holds = inside and (within or guess)
+        middle = math.sqrt(low * high) / truth
+        holds = low <= truth <= high and (guess or 0.5 <= middle <= 2.0)
         ok = ok and holds
         text = line.split("the rest ", 1)[-1]
         print(
             f"| {at:.0f} | {text} | {truth:.0f} s | {low / truth:.2f} | {high / truth:.2f} "
+            f"| {middle:.2f} | {high / max(low, 1e-9):.1f}x "
             f"| {'yes' if holds else 'NO'}{' (guess)' if guess else ''} |"
         )
     return ok
@@ -145,6 +160,7 @@ def main() -> int:
     parser.add_argument("--labels", default=",".join(LABELS.values()))
     parser.add_argument("--trace", type=Path, help="write the stamped lines here")
     parser.add_argument("--replay", type=Path, help="price a trace again, no model")
+    parser.add_argument("--threads", type=int, help="OMP_NUM_THREADS for the model")
     parser.add_argument("extra", nargs="*", help="more dpsyn advise options, after --")
     args = parser.parse_args()
     if args.replay is not None:
@@ -156,7 +172,7 @@ def main() -> int:
             data = args.data or Path(tmp) / "tickets.csv"
             if args.data is None:
                 tickets(data)
-            trace = live(args.root, data, args.labels, args.extra)
+            trace = live(args.root, data, args.labels, args.extra, args.threads)
         end = float(trace["end"])  # type: ignore[arg-type]
         if args.trace is not None:
             args.trace.write_text(json.dumps(trace, indent=1, ensure_ascii=False))

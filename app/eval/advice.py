@@ -145,9 +145,9 @@ REFERENCE_STEPS = 4 * 8 * 10
 
 
 def planned_runs(task: TaskSpec, config: AdviceConfig) -> list[PlannedRun]:
-    """Every run of the advice in the order it runs, each with its profile (method and
-    shots: the seed and the epsilon do not change a run's work) and its a-priori size in
-    zero-shot runs, for :class:`~app.eval.run_estimate.RunEstimate`."""
+    """Every run of the advice in the order it runs (the grid's: methods, then ε, then seeds),
+    each with its profile (:func:`_profile`) and its a-priori size in zero-shot runs, for
+    :class:`~app.eval.run_estimate.RunEstimate`."""
     shape = config.shape(task)
     planned: list[PlannedRun] = []
     for shots in config.shot_counts(task):
@@ -155,13 +155,15 @@ def planned_runs(task: TaskSpec, config: AdviceConfig) -> list[PlannedRun]:
         for method in config.methods:
             steps = shots * shape["tmax"] * shape["M"] if method in TOKEN_LOOP else 0
             size = RUN_PER_ZERO_SHOT * (steps / REFERENCE_STEPS if steps else 1.0)
-            runs = len(config.epsilons) * config.seeds
-            planned += [PlannedRun(_profile(method, shots), size)] * runs
+            for epsilon in config.epsilons:
+                planned += [PlannedRun(_profile(method, shots, epsilon), size)] * config.seeds
     return planned
 
 
-def _profile(method: str | None, shots: int) -> str:
-    return BASELINE if method is None else f"{method}/{shots}"
+def _profile(method: str | None, shots: int, epsilon: float) -> str:
+    """Runs that do the same work: one method, shot count and ε (its planner sizes a job by
+    ε); the seed aside."""
+    return BASELINE if method is None else f"{method}/{shots}@{epsilon:g}"
 
 
 @dataclass(frozen=True)
@@ -373,7 +375,7 @@ def advise(
                 tell()
 
         def ended(run: Run, shots: int = shots) -> None:
-            clock.finished(_profile(run.method, shots), run.seconds)
+            clock.finished(_profile(run.method, shots, run.epsilon_target), run.seconds)
 
         grid = config.experiment(task, shots)
         ran = run_experiment(

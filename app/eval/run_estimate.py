@@ -7,16 +7,23 @@ a grid that took 7.9 min. No a-priori cost per pass holds across models, machine
 load beside them; the runs themselves measure it.
 
 How. Every planned run has a *profile* (runs of one profile do the same work: one method
-at one shape; the seed and the epsilon aside) and a *size* (its a-priori work in zero-shot
-units, used only to carry a measured rate over to a profile not yet measured). The rest
-is the sum of the remaining runs, each priced by the best measurement it has:
+at one shape and one epsilon, "adadpsyn/4@1"; the seed aside), whose *family* is the part
+before "@" (the epsilon changes a planned method's shape, not its kind of work), and a
+*size* (its a-priori work in zero-shot units, used only to carry a measured rate over to a
+profile not yet measured). The rest is the sum of the remaining runs, each priced by the
+best measurement it has:
 
 1. its own profile's measured runs: their mean, within a factor ``1 + c / sqrt(n)`` either
    way (``c`` the larger of 0.5 and twice their coefficient of variation: one run leaves a
    factor 1.5, three steady ones about 1.3);
-2. else the measured runs of the other prompt profiles, per unit of size, within a factor 2
-   either way (a method's run may cost twice or half what its size says);
-3. else zero-shot's measured time times the run's size: a guess within a factor
+2. else its family's measured runs (the same method at another epsilon), per unit of size:
+   times what that change of epsilon did to another method measured at both, within a
+   factor :data:`CROSSED_SPREAD` either way; without such a method, within a factor
+   :data:`FAMILY_SPREAD`;
+3. else the measured runs of the other prompt profiles (those at its epsilon where there
+   are some), per unit of size, within a factor 2 either way (a method's run may cost twice
+   or half what its size says);
+4. else zero-shot's measured time times the run's size: a guess within a factor
    :data:`PRIOR_SPREAD` either way, replaced as soon as one prompt run ends.
 
 Lower and upper ends are summed separately (a busy machine slows every run at once, so
@@ -36,6 +43,11 @@ import numpy as np
 BASELINE = "zero-shot"
 #: The factor either way of a run priced only by its a-priori size (no prompt run measured).
 PRIOR_SPREAD = 2.8
+#: The factor either way of a run priced by its family's runs at another variant (a method at
+#: another ε: its planner sizes the job by ε; runs at ε 4 took 1.5 to 2.3 times those at ε 1).
+FAMILY_SPREAD = 2.0
+#: ... and where another family measured at both variants says what the change of variant does.
+CROSSED_SPREAD = 1.6
 #: The factor either way of a run priced by another profile's measured rate.
 BORROWED_SPREAD = 2.0
 #: The least relative spread a measured profile keeps (one run is not a distribution).
@@ -99,20 +111,45 @@ class RunEstimate:
         return text
 
     def _price(self, run: PlannedRun) -> tuple[float, float]:
-        """(seconds, factor either way) for one remaining run: rules 1-3 of the module."""
+        """(seconds, factor either way) for one remaining run: rules 1-4 of the module."""
         own = self._seconds.get(run.profile)
         if own:
             mean = float(np.mean(own))
             cv = float(np.std(own, ddof=1)) / mean if len(own) > 1 and mean > 0 else 0.0
             return mean, 1.0 + max(MIN_SPREAD, 2.0 * cv) / math.sqrt(len(own))
+        family, _at, variant = run.profile.partition("@")
+        kin = [p for p in self._seconds if p.partition("@")[0] == family]
+        if kin:
+            crossed = self._crossed(family, variant, kin)
+            if crossed is not None:
+                return run.size * crossed, CROSSED_SPREAD
+            return run.size * self._rate(kin), FAMILY_SPREAD
         prompts = [p for p in self._seconds if p != BASELINE]
+        alike = [p for p in prompts if p.partition("@")[2] == variant]
         if prompts:
-            seconds = sum(sum(self._seconds[p]) for p in prompts)
-            size = sum(self._sizes.get(p, 1.0) * len(self._seconds[p]) for p in prompts)
-            return run.size * seconds / max(size, 1e-9), BORROWED_SPREAD
-        baseline = self._seconds.get(BASELINE, [])
-        per_unit = float(np.mean(baseline)) / self._sizes.get(BASELINE, 1.0) if baseline else 0
-        return run.size * per_unit, PRIOR_SPREAD
+            return run.size * self._rate(alike or prompts), BORROWED_SPREAD
+        return run.size * self._rate([BASELINE]), PRIOR_SPREAD
+
+    def _crossed(self, family: str, variant: str, kin: Sequence[str]) -> float | None:
+        """Seconds per unit of size of ``family`` at ``variant``, from its own runs at another
+        variant times what that change of variant did to another family measured at both
+        (Tang at ε 4 from Tang at ε 1 and AdaDPSyn's ε 4 against its ε 1); None when no
+        other family was measured at both."""
+        ratios = []
+        for own in kin:
+            other = own.partition("@")[2]
+            for profile in self._seconds:
+                name = profile.partition("@")[0]
+                there = f"{name}@{variant}"
+                if name != family and profile.endswith(f"@{other}") and there in self._seconds:
+                    ratios.append(self._rate([own]) * self._rate([there]) / self._rate([profile]))
+        return float(np.mean(ratios)) if ratios else None
+
+    def _rate(self, profiles: Sequence[str]) -> float:
+        """Measured seconds per unit of a-priori size over the runs of ``profiles``."""
+        seconds = sum(sum(self._seconds.get(p, [])) for p in profiles)
+        size = sum(self._sizes.get(p, 1.0) * len(self._seconds.get(p, [])) for p in profiles)
+        return seconds / size if size > 0 else 0.0
 
 
 def say(bounds: tuple[float, float]) -> str:
