@@ -40,6 +40,7 @@ from app.eval.experiment import (
     check_config,
     run_experiment,
 )
+from app.eval.run_estimate import BASELINE, PlannedRun, RunEstimate
 from app.eval.verdict import Outcome, Verdict, verdict
 from app.llm.base import LLMBackend
 from app.privacy.budget import is_epsilon
@@ -136,29 +137,35 @@ def job_shape(task: TaskSpec) -> dict[str, int]:
     return {"M": defaults["M"], "tmax": defaults["tmax"], "K": DEFAULT_K}
 
 
-#: A teacher prompt's forward pass against a query's scoring pass (one held-out query, scored
-#: in a batch): measured on the packaged Gemma on two cores, AG News quick runs (zero-shot
-#: 4 s for 100 queries; a run of 4 shots x T_max 8 x M 6 teacher passes 22-60 s).
-TEACHER_PASS_COST = 4.0
+#: A priori, before any prompt run is measured: a token-loop run of 4 shots x T_max 8 x M 10
+#: costs this many zero-shot runs (:data:`app.eval.run_estimate.PRIOR_SPREAD` either way, 2 to
+#: 16: measured 4-10 on a 4-label custom task and 5-15 on AG News with the packaged Gemma on two
+#: cores), in proportion to its teacher steps. A guess, said so, and replaced by the first
+#: prompt run's measured time.
+RUN_PER_ZERO_SHOT = 5.6
+REFERENCE_STEPS = 4 * 8 * 10
 
 
-def estimate_seconds(
-    task: TaskSpec, config: AdviceConfig, n_queries: int, zero_shot_s: float
-) -> float:
-    """The seconds the runs after zero-shot will take, from zero-shot's own time on this
-    machine and model (scoring ``n_queries``): each run scores the queries as zero-shot did
-    and, for the token loop, writes shots x T_max tokens with M teacher passes each. Rough
-    (a factor of two either way), and said so wherever it is shown."""
-    per_query = zero_shot_s / max(n_queries, 1)
+def planned_runs(task: TaskSpec, config: AdviceConfig) -> list[PlannedRun]:
+    """Every run of the advice in the order it runs (the grid's: methods, then ε, then seeds),
+    each with its profile (:func:`_profile`) and its a-priori size in zero-shot runs, for
+    :class:`~app.eval.run_estimate.RunEstimate`."""
     shape = config.shape(task)
-    total = 0.0
+    planned: list[PlannedRun] = []
     for shots in config.shot_counts(task):
-        total += zero_shot_s  # each shot count's grid scores zero-shot again
+        planned.append(PlannedRun(BASELINE, 1.0))  # each shot count's grid scores it again
         for method in config.methods:
-            steps = shots * shape["tmax"] * shape["M"] if method in TOKEN_LOOP else n_queries
-            run = zero_shot_s + steps * per_query * TEACHER_PASS_COST
-            total += run * len(config.epsilons) * config.seeds
-    return total - zero_shot_s  # the first grid's zero-shot has run
+            steps = shots * shape["tmax"] * shape["M"] if method in TOKEN_LOOP else 0
+            size = RUN_PER_ZERO_SHOT * (steps / REFERENCE_STEPS if steps else 1.0)
+            for epsilon in config.epsilons:
+                planned += [PlannedRun(_profile(method, shots, epsilon), size)] * config.seeds
+    return planned
+
+
+def _profile(method: str | None, shots: int, epsilon: float) -> str:
+    """Runs that do the same work: one method, shot count and ε (its planner sizes a job by
+    ε); the seed aside."""
+    return BASELINE if method is None else f"{method}/{shots}@{epsilon:g}"
 
 
 @dataclass(frozen=True)
@@ -374,20 +381,30 @@ def advise(
     if log is not None:
         log(plan_line(task, config, len(counts) * per_grid))
 
-    def estimate(run: Run) -> None:
-        if log is not None and run.kind == ZERO_SHOT and not runs:
-            left = estimate_seconds(task, config, len(queries), run.seconds)
-            log(f"zero-shot took {run.seconds:.0f} s: the rest about {_duration(left)} (rough)")
+    clock = RunEstimate(planned_runs(task, config))
+    said = [""]
+
+    def tell() -> None:
+        """After a run has ended and been logged: the rest, when what it says has changed."""
+        line = clock.line()
+        if log is not None and line is not None and line != said[0]:
+            said[0] = line
+            log(line)
 
     for index, shots in enumerate(counts):
 
         def report(done: int, _total: int, offset: int = index * per_grid) -> None:
             if progress is not None:
                 progress(offset + done, per_grid * len(counts))
+            if done:
+                tell()
+
+        def ended(run: Run, shots: int = shots) -> None:
+            clock.finished(_profile(run.method, shots, run.epsilon_target), run.seconds)
 
         grid = config.experiment(task, shots)
         ran = run_experiment(
-            task, standin, queries, backend, grid, log, public, report, on_run=estimate
+            task, standin, queries, backend, grid, log, public, report, on_run=ended
         )
         for run in ran:
             if run.kind != ZERO_SHOT or not any(r.kind == ZERO_SHOT for r in runs):
@@ -419,16 +436,8 @@ def plan_line(task: TaskSpec, config: AdviceConfig, total: int) -> str:
     )
     return (
         f"advice: {total} runs ({grid}, and zero-shot), M {shape['M']}, T_max {shape['tmax']}, "
-        f"K {shape['K']}; an estimate of the time follows zero-shot"
+        f"K {shape['K']}; an estimate of the time follows each run"
     )
-
-
-def _duration(seconds: float) -> str:
-    if seconds < 90:
-        return f"{seconds:.0f} s"
-    if seconds < 5400:
-        return f"{seconds / 60:.0f} min"
-    return f"{seconds / 3600:.1f} h"
 
 
 def _with_shots(run: Run, shots: int) -> Run:

@@ -16,7 +16,7 @@ from app.eval.advice import (
     AdviceConfig,
     Candidate,
     advise,
-    estimate_seconds,
+    planned_runs,
     recommend,
     split,
 )
@@ -207,19 +207,27 @@ def test_advice_says_what_it_measured_that_a_job_would_not():
     assert result.to_dict()["shape_note"] == config.shape_note(TREC)
 
 
-def test_advice_states_its_runs_before_and_an_estimate_after_zero_shot():
+def test_advice_states_its_runs_before_and_an_estimate_after_each_run():
     lines: list[str] = []
     config = AdviceConfig(shots=(2,), epsilons=(1.0, 4.0), seeds=2, params={"tmax": 3, "K": 8})
     advise(TREC, _public_set(), EvalFake(), config, log=lines.append)
     assert lines[0].startswith("advice: 9 runs (2 method(s) x 2 ε x 2 seed(s) x 1 shot count(s)")
     assert "M 20, T_max 3, K 8" in lines[0]
-    assert any(line.startswith("zero-shot took") and "(rough)" in line for line in lines[1:3])
-    # the estimate grows with the work: twice the seeds, about twice the time
-    one = estimate_seconds(TREC, config, 15, zero_shot_s=2.0)
-    two = estimate_seconds(TREC, config.model_copy(update={"seeds": 4}), 15, zero_shot_s=2.0)
-    assert two == pytest.approx(2 * one)
-    longer = config.model_copy(update={"params": {"tmax": 30, "K": 8}})
-    assert estimate_seconds(TREC, longer, 15, zero_shot_s=2.0) > 5 * one
+    # after zero-shot's line: a range, said to be a guess until a prompt run is measured
+    assert lines[1].startswith("[1/9] zero-shot")
+    assert lines[2].startswith("the rest about ") and "–" in lines[2] and "a guess" in lines[2]
+    assert lines[2].endswith(
+        "(8 runs): a guess from zero-shot's time until a prompt run is measured"
+    )
+    # after the first prompt run: from its measured time, no longer a guess
+    rest = [line for line in lines[3:] if line.startswith("the rest")]
+    assert rest and "guess" not in rest[0] and rest[-1].endswith("(1 run)")
+    # the plan the estimate prices grows with the work: twice the seeds, twice the runs
+    one = planned_runs(TREC, config)
+    two = planned_runs(TREC, config.model_copy(update={"seeds": 4}))
+    assert len(two) - 1 == 2 * (len(one) - 1)
+    longer = planned_runs(TREC, config.model_copy(update={"params": {"tmax": 30, "K": 8}}))
+    assert longer[1].size == pytest.approx(10 * one[1].size)
 
 
 def test_advise_reads_data_as_synthesize_does(tmp_path, monkeypatch):
