@@ -24,7 +24,7 @@ from app.results import SynthesisError
 from app.synthesis import generator
 from app.synthesis.config import SynthesisConfig
 from app.synthesis.data import Record
-from app.synthesis.generator import TRUNCATED, plan_synthesis, synthesize
+from app.synthesis.generator import plan_synthesis, synthesize
 from app.synthesis.tasks import BUILTIN_TASKS
 from tests.synthesis.fake_backend import BlankLabelBackend, FakeBackend
 
@@ -66,11 +66,12 @@ def test_consensus_is_generated_and_stops_at_newline(method):
 
 
 def test_tmax_caps_a_demonstration_that_never_stops():
-    """Cut by T_max: the last fragment (which may end inside a word) is dropped and the text
-    is marked as truncated; one that stopped keeps every word (the test above)."""
+    """Cut by T_max: the last fragment (which may end inside a word) is dropped, and no
+    display mark is added (issue 55: a view marks what it shortens, the stored text is never
+    marked); one that stopped keeps every word (the test above)."""
     backend = FakeBackend(stop_after=None)
     result = synthesize(TREC, trec_records(), config(tmax=5), backend)
-    expected = [f"w{i}" for i in range(4)] + [TRUNCATED]
+    expected = [f"w{i}" for i in range(4)]
     assert all(d.text.split() == expected for d in result.demonstrations)
 
 
