@@ -95,3 +95,16 @@ def end_cleanly(text: str) -> str:
     if not whole:  # the last sentence end is not at the end: the last word may be a fragment
         text = text.rsplit(None, 1)[0]
     return text.rstrip().rstrip(_HANGING).rstrip() or words[0]
+
+
+def clean_stored(text: str) -> str:
+    """A demonstration stored before :func:`clean_markup` existed, as it is stored now: its
+    markup removed and the display ellipsis it was stored with when T_max cut it (`` …``,
+    after its last whole word) taken off, with a tag or punctuation that the cut left
+    hanging. Migration 0024 rewrites stored prompts with it. Post-processing of a stored DP
+    output: no privacy cost."""
+    cut = text.rstrip().endswith(ELLIPSIS)
+    text = clean_markup(text.rstrip().removesuffix(ELLIPSIS) if cut else text)
+    if not cut:
+        return text
+    return _CUT_TAG.sub("", text).rstrip().rstrip(_HANGING).rstrip()
