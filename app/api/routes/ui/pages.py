@@ -496,7 +496,8 @@ def _prompt_view(session: Session, tenant: str, row: PromptSet) -> PromptPublic:
     notes (as ``GET /v1/prompts/{id}`` has them)."""
     names = job_service.dataset_names(session, tenant, [row.dataset_id])
     notes = prompt_service.prompt_notes(session, row)
-    return PromptPublic.from_row(row, names.get(row.dataset_id), notes)
+    count = prompt_service.demonstration_count(session, row)
+    return PromptPublic.from_row(row, names.get(row.dataset_id), notes, count)
 
 
 @router.get("/prompts/{prompt_id}", response_class=HTMLResponse)
