@@ -230,6 +230,23 @@ class Stored:
     delta: float
 
 
+@dataclass(frozen=True)
+class DemonstrationCount:
+    """How many demonstrations a finished job was asked for and its prompt serves, and why it
+    serves fewer: a job of a method that plans its demonstrations (the token loop) may leave
+    some out after generating them (a text check failed). Public: the count asked is the
+    job's setting, which were left out and why are functions of DP outputs.
+
+    ``dropped`` counts them by reason: ``empty`` (only whitespace), ``label_echo`` (only a
+    label's name) or ``too_short`` (fewer than the job's ``min_words`` words). ``note`` says
+    it in words (None when none was left out)."""
+
+    requested: int
+    served: int
+    dropped: dict[str, int]
+    note: str | None = None
+
+
 class MethodPlan(ABC):
     """A job fixed before it reads a private record: what it costs and how it runs.
 
@@ -518,6 +535,16 @@ class Method(ABC):
         record. None ([]) by default: a method says what it has to add."""
         del stored, stats, labels
         return []
+
+    def demonstration_count(
+        self, stored: Stored, stats: Mapping[str, Any]
+    ) -> DemonstrationCount | None:
+        """A finished job's demonstrations asked for, served and left out (by reason), from
+        its stored plan and public stats; None (the default) for a method that plans no
+        count of demonstrations (PromptPATE's are the public texts it chose, PromptDPSGD's
+        prompt is trained vectors)."""
+        del stored, stats
+        return None
 
     def settings(self, stored: Stored) -> str | None:
         """The settings a planned job runs with, one line naming those left at their

@@ -28,7 +28,7 @@ from app.synthesis.config import (
 from app.synthesis.generator import LEFT_OUT_STATS, SynthesisPlan, plan_synthesis, synthesize
 from app.synthesis.tasks import TaskSpec
 
-from .base import Counts, CountsMode, Method, RunInputs, Stored, WrappedPlan
+from .base import Counts, CountsMode, DemonstrationCount, Method, RunInputs, Stored, WrappedPlan
 from .kinds import MethodKind
 from .params import declare
 
@@ -182,8 +182,31 @@ class TokenLoop(Method):
         came out empty, too short or only a label's name (the ``stats`` of
         :data:`LEFT_OUT_STATS` count them; the schedule says of which label, for jobs that
         predate the stats too)."""
-        min_words = (stored.config.get("synthesis") or {}).get("min_words")
-        return empty_notes(stored.schedule, labels, left_out_reason(stats, min_words))
+        min_words = _min_words(stored)
+        notes = empty_notes(stored.schedule, labels, left_out_reason(stats, min_words))
+        return [*notes, NOT_REGENERATED.format(planned=len(stored.schedule))] if notes else []
+
+    def demonstration_count(self, stored: Stored, stats: Mapping[str, Any]) -> DemonstrationCount:
+        """The shots the job planned (its schedule), those left out by reason (the stats of
+        :data:`LEFT_OUT_STATS`) and the rest, served; with a note in words when some were
+        left out. Jobs before the stats count none left out."""
+        requested = len(stored.schedule)
+        dropped = {key: int(stats[stat]) for stat, key in DROPPED_KEYS.items() if stats.get(stat)}
+        served = max(0, requested - sum(dropped.values()))
+        note = None
+        if dropped:
+            words = _min_words(stored)
+            why = ", ".join(
+                f"{n} {_REASONS[stat].format(min_words=words)}"
+                for stat, key in DROPPED_KEYS.items()
+                if (n := dropped.get(key))
+            )
+            note = (
+                f"serves {served} of the {requested} demonstrations asked for ({why}: left "
+                f"out); the privacy cost is that of all {requested}, as a demonstration left "
+                "out is not generated again"
+            )
+        return DemonstrationCount(requested, served, dropped, note)
 
     def summary(self, stored: Stored) -> tuple[str | None, int]:
         return stored.config.get("synthesis", {}).get("accounting"), len(stored.schedule)
@@ -248,6 +271,28 @@ _REASONS = {
     "echo_demonstrations": "only repeated a label's name",
     "short_demonstrations": "came out shorter than {min_words} words",
 }
+
+
+#: The key of each left-out stat in a job's and a prompt's ``demonstrations_dropped``.
+DROPPED_KEYS = {
+    "empty_demonstrations": "empty",
+    "echo_demonstrations": "label_echo",
+    "short_demonstrations": "too_short",
+}
+assert set(DROPPED_KEYS) == set(LEFT_OUT_STATS.values())
+
+#: The prompt's note on what its left-out demonstrations cost (docs/synthesis.md, "Left out,
+#: not regenerated": each label's noise spends the job's epsilon on the planned shots).
+NOT_REGENERATED = (
+    "The job's privacy cost is that of all {planned} planned demonstrations: one left out is "
+    "not generated again (each label's noise was set to spend the job's whole epsilon on the "
+    "planned ones)."
+)
+
+
+def _min_words(stored: Stored) -> int:
+    """The job's ``min_words`` (the default for jobs stored before it existed)."""
+    return int((stored.config.get("synthesis") or {}).get("min_words") or DEFAULT_MIN_WORDS)
 
 
 def left_out_reason(stats: Mapping[str, Any], min_words: int | None) -> str:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import csv
 import html
-import re
 from pathlib import Path
 
 from app.synthesis.data import (
@@ -21,6 +20,7 @@ from app.synthesis.data import (
     dict_reader,
     table_rows,
 )
+from app.synthesis.markup import HTML_TAG
 
 TABLE_SUFFIXES = (".csv", ".tsv")
 JSONL_SUFFIXES = (".jsonl", ".ndjson")
@@ -89,14 +89,9 @@ def read_public(path: str | Path, field: str = "text") -> list[str]:
 
 
 # HTML markup in scraped public texts (IMDB reviews carry "<br /><br />" between paragraphs):
-# a tag of a known HTML element, or a comment. Known names only, so that "x <y and z> w" in
-# ordinary prose is left as it is.
-_HTML_TAG = re.compile(
-    r"<!--.*?-->|</?(?:a|abbr|b|big|blockquote|br|center|code|del|div|em|font|h[1-6]|hr|i|img"
-    r"|ins|li|ol|p|pre|q|s|small|span|strike|strong|sub|sup|table|td|th|tr|tt|u|ul)"
-    r"(?:\s[^<>]*)?/?>",
-    re.IGNORECASE | re.DOTALL,
-)
+# the one rule of known HTML elements that generated demonstrations are cleaned with too
+# (app.synthesis.markup), so "x <y and z> w" in ordinary prose is left as it is.
+_HTML_TAG = HTML_TAG
 
 
 def clean_public_text(text: str) -> str:

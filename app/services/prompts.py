@@ -24,6 +24,7 @@ pending is never kept in the API's body cache, so the score shows on the next re
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 from collections import Counter
 from collections.abc import Sequence
@@ -40,6 +41,7 @@ from app.llm.base import LLMBackend
 from app.llm.provider import BackendProvider
 from app.llm.retry import RetryingBackend, RetryPolicy
 from app.llm.vllm_http import VLLMHttpBackend
+from app.methods.base import DemonstrationCount
 from app.methods.registry import find_method
 from app.promptdpsgd.artifact import SoftPrompt
 from app.synthesis.data import Record
@@ -93,6 +95,21 @@ def prompt_notes(session: Session, row: PromptSet) -> list[str]:
         return []
     labels = [str(demo.get("label", "")) for demo in row.demonstrations or []]
     return method.prompt_notes(stored_plan(job), dict(job.stats or {}), labels)
+
+
+def demonstration_count(session: Session, row: PromptSet) -> DemonstrationCount | None:
+    """The demonstrations the prompt's job asked for, those the prompt serves (its own, as
+    stored) and those left out by reason (:meth:`app.methods.base.Method.demonstration_count`,
+    from the job's stored plan and public stats); None for a method that plans no count.
+    Derived on read like the notes, so older prompts have it too."""
+    job = session.get(Job, row.job_id)
+    method = find_method(job.method) if job is not None else None
+    if job is None or method is None:
+        return None
+    count = method.demonstration_count(stored_plan(job), dict(job.stats or {}))
+    if count is None:
+        return None
+    return dataclasses.replace(count, served=len(row.demonstrations or []))
 
 
 def list_prompt_sets(

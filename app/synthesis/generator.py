@@ -48,6 +48,7 @@ from app.privacy.unit import DEFAULT_DELTA, CountRelease, local_release
 from app.results import Demonstration, Progress, SynthesisError, SynthesisResult
 from app.synthesis.config import SynthesisConfig
 from app.synthesis.data import Record
+from app.synthesis.markup import clean_markup, end_cleanly
 from app.synthesis.prompts import demonstration_prompt, public_prompt, teacher_prompt
 from app.synthesis.tasks import TaskKind, TaskSpec
 
@@ -502,11 +503,6 @@ def _synthesize(
     )
 
 
-#: What ends a demonstration that ran out of tokens (T_max) before its stop token.
-TRUNCATED = "…"
-_SENTENCE_END = ".?!;:)]\"'"
-
-
 # Chat and vision template tokens, as a backend's detokenizer may spell them out when its
 # tokenizer does not mark them special (a local backend never offers them: its top_k leaves
 # them out; a vLLM server's tokenizer is its own).
@@ -532,21 +528,13 @@ def only_text(text: str) -> str:
 
 
 def demonstration_text(text: str, finished: bool) -> str:
-    """A demonstration's text, never cut inside a word.
-
-    ``finished``: it ended at a stop token (newline or end of sequence), so the text is whole.
-    Otherwise T_max cut it. The last token may then end inside a word, and whether it did is
-    only known from the token that was never generated, so a last fragment after the last
-    space is dropped unless it ends a sentence (at worst one complete word is lost), and the
-    text is marked :data:`TRUNCATED`: a reader and the model both see that it stops early.
-    A single word is kept. Post-processing of a DP output, so no privacy cost.
-    """
-    text = text.strip()
-    if finished or not text:
-        return text
-    if not text.endswith(tuple(_SENTENCE_END)) and len(parts := text.rsplit(None, 1)) == 2:
-        text = parts[0].rstrip()
-    return f"{text} {TRUNCATED}"
+    """A demonstration's text as it is stored and served: without markup
+    (:func:`~app.synthesis.markup.clean_markup`) and, when T_max cut it (``finished`` is
+    False: it never reached its stop token), ended at its last whole sentence or word
+    (:func:`~app.synthesis.markup.end_cleanly`), never cut inside a word nor marked with a
+    display ellipsis. Post-processing of a DP output, so no privacy cost."""
+    text = clean_markup(text)
+    return text if finished or not text else end_cleanly(text)
 
 
 def _teacher_probs(

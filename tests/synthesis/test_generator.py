@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from app.methods.registry import MethodKind, get_method
-from app.methods.token_loop import TokenLoopMethodPlan
+from app.methods.token_loop import NOT_REGENERATED, TokenLoopMethodPlan
 from app.privacy.accounting import Accounting
 from app.privacy.events import FixedSizeSampling, PoissonSampling, from_dict, to_dict
 from app.privacy.params import AdaDPSynVariant, Aggregator, adadpsyn_defaults
@@ -24,7 +24,7 @@ from app.results import SynthesisError
 from app.synthesis import generator
 from app.synthesis.config import SynthesisConfig
 from app.synthesis.data import Record
-from app.synthesis.generator import TRUNCATED, plan_synthesis, synthesize
+from app.synthesis.generator import plan_synthesis, synthesize
 from app.synthesis.tasks import BUILTIN_TASKS
 from tests.synthesis.fake_backend import BlankLabelBackend, FakeBackend
 
@@ -66,11 +66,12 @@ def test_consensus_is_generated_and_stops_at_newline(method):
 
 
 def test_tmax_caps_a_demonstration_that_never_stops():
-    """Cut by T_max: the last fragment (which may end inside a word) is dropped and the text
-    is marked as truncated; one that stopped keeps every word (the test above)."""
+    """Cut by T_max: the last fragment (which may end inside a word) is dropped, and no
+    display mark is added (issue 55: a view marks what it shortens, the stored text is never
+    marked); one that stopped keeps every word (the test above)."""
     backend = FakeBackend(stop_after=None)
     result = synthesize(TREC, trec_records(), config(tmax=5), backend)
-    expected = [f"w{i}" for i in range(4)] + [TRUNCATED]
+    expected = [f"w{i}" for i in range(4)]
     assert all(d.text.split() == expected for d in result.demonstrations)
 
 
@@ -615,4 +616,5 @@ def test_a_label_whose_candidates_are_all_blank_is_left_out_and_the_notes_say_so
         "tokens) and was left out; the prompt holds 5 of the 6 planned.",
         "The prompt does not demonstrate label 'Location': every demonstration planned for "
         "it came out empty.",
+        NOT_REGENERATED.format(planned=6),  # issue 55: all 6 were charged
     ]

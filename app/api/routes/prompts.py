@@ -136,7 +136,8 @@ def _load_body(sessions: sessionmaker[Session], tenant_id: str, prompt_id: str) 
 
 
 def _body_of(session: Session, row: PromptSet) -> CachedBody:
-    model = PromptPublic.from_row(row, notes=service.prompt_notes(session, row))
+    notes, count = service.prompt_notes(session, row), service.demonstration_count(session, row)
+    model = PromptPublic.from_row(row, notes=notes, count=count)
     final = service.validation_is_final(row.validation)
     # The bytes JSONResponse would render for this model (a non-finite number as null).
     data = json_bytes(model.model_dump(mode="json"))

@@ -326,7 +326,18 @@ class JobPublic(Documented):
     """The settings the job runs with, one line naming those left at their default; null if its
     method shows none."""
     summary: str | None
-    """A phrase about the finished job from its public stats; null if none."""
+    """A phrase about the finished job from its public stats (and, when its prompt serves
+    fewer demonstrations than asked, how many and why); null if none."""
+    demonstrations_requested: int | None = None
+    """Once succeeded, the demonstrations the job was asked for (its shots); null for a
+    method that plans none (promptpate chooses public texts, promptdpsgd trains vectors)."""
+    demonstrations_served: int | None = None
+    """Once succeeded, the demonstrations its prompt serves: fewer than requested when some
+    failed the text checks and were left out (demonstrations_dropped says why)."""
+    demonstrations_dropped: dict[str, int] = Field(default_factory=dict)
+    """The demonstrations left out, by reason: empty (only whitespace), label_echo (only a
+    label's name), too_short (fewer than the job's min_words words). The job's privacy cost
+    is that of all it requested: one left out is not generated again (docs/synthesis.md)."""
     created_at: Timestamp
     started_at: Timestamp | None
     finished_at: Timestamp | None
@@ -339,9 +350,14 @@ class JobPublic(Documented):
         method = find_method(row.method)  # None: a method no longer registered here
         accounting, shots = method.summary(stored) if method else (None, 0)
         stats = dict(row.stats) if row.stats else None
-        note = None
-        if method is not None and stats and row.status == "succeeded":
-            note = method.progress_note(stats, row.progress_done, row.progress_total)
+        note, count = None, None
+        if method is not None and row.status == "succeeded":
+            if stats:
+                note = method.progress_note(stats, row.progress_done, row.progress_total)
+            count = method.demonstration_count(stored, stats or {})
+        summary = method.stats_summary(stats) if method and stats else None
+        if count is not None and count.note:
+            summary = f"{summary}; {count.note}" if summary else count.note
         return cls(
             id=row.id,
             dataset_id=row.dataset_id,
@@ -376,7 +392,10 @@ class JobPublic(Documented):
             prompt_id=row.prompt_set_id,
             stats=stats,
             settings=method.settings(stored) if method else None,
-            summary=method.stats_summary(stats) if method and stats else None,
+            summary=summary,
+            demonstrations_requested=count.requested if count else None,
+            demonstrations_served=count.served if count else None,
+            demonstrations_dropped=dict(count.dropped) if count else {},
             created_at=row.created_at,
             started_at=row.started_at,
             finished_at=row.finished_at,

@@ -19,6 +19,7 @@ from app.db.models import (
 )
 from app.documented import Documented
 from app.eval.verdict import Outcome, Verdict, binomial_se, verdict
+from app.methods.base import DemonstrationCount
 
 # --- prompts --------------------------------------------------------------------------------
 
@@ -249,12 +250,27 @@ class PromptPublic(PromptSummary):
     """Plain sentences on how the prompt differs from what its job planned, e.g. demonstrations
     that came out empty and were left out, and labels it then does not demonstrate; functions
     of DP outputs and public settings only. Empty: nothing to note."""
+    demonstrations_requested: int | None = None
+    """The demonstrations its job was asked for (its shots); null for a method that plans
+    none (promptpate chooses public texts, promptdpsgd trains vectors)."""
+    demonstrations_served: int | None = None
+    """The demonstrations it serves (those in ``demonstrations``); fewer than requested when
+    some failed the text checks and were left out (demonstrations_dropped says why)."""
+    demonstrations_dropped: dict[str, int] = Field(default_factory=dict)
+    """The demonstrations left out, by reason: empty (only whitespace), label_echo (only a
+    label's name), too_short (fewer than the job's min_words words). Its privacy cost is that
+    of all requested: one left out is not generated again (docs/synthesis.md)."""
 
     @classmethod
     def from_row(
-        cls, row: PromptSet, dataset_name: str | None = None, notes: Sequence[str] = ()
+        cls,
+        row: PromptSet,
+        dataset_name: str | None = None,
+        notes: Sequence[str] = (),
+        count: DemonstrationCount | None = None,
     ) -> PromptPublic:
-        """``notes``: :func:`app.services.prompts.prompt_notes` of the row."""
+        """``notes`` and ``count``: :func:`app.services.prompts.prompt_notes` and
+        :func:`app.services.prompts.demonstration_count` of the row."""
         return cls(
             **dict(PromptSummary.from_row(row, dataset_name)),
             task_spec=dict(row.task),
@@ -262,6 +278,9 @@ class PromptPublic(PromptSummary):
             prompt=row.prompt,
             validation=ValidationPublic(**row.validation) if row.validation else None,
             notes=list(notes),
+            demonstrations_requested=count.requested if count else None,
+            demonstrations_served=count.served if count else None,
+            demonstrations_dropped=dict(count.dropped) if count else {},
         )
 
 

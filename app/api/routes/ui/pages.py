@@ -505,7 +505,8 @@ def _prompt_view(session: Session, tenant: str, row: PromptSet) -> dict[str, Any
     ids = [row.dataset_id, validation] if validation else [row.dataset_id]
     names = job_service.dataset_names(session, tenant, ids)
     notes = prompt_service.prompt_notes(session, row)
-    prompt = PromptPublic.from_row(row, names.get(row.dataset_id), notes)
+    count = prompt_service.demonstration_count(session, row)
+    prompt = PromptPublic.from_row(row, names.get(row.dataset_id), notes, count)
     return {"prompt": prompt, "validation_name": names.get(validation)}
 
 
