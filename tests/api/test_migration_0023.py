@@ -30,7 +30,6 @@ def test_0023_adds_the_reads_and_the_dropped_mark_and_downgrades(
             seed_datasets(conn)
         command.upgrade(config, "0023")
         with engine.connect() as conn:
-            assert compare_metadata(MigrationContext.configure(conn), Base.metadata) == []
             assert conn.execute(text("SELECT records_dropped_at FROM datasets")).all() == [(None,)]
             conn.execute(
                 text(
@@ -44,7 +43,7 @@ def test_0023_adds_the_reads_and_the_dropped_mark_and_downgrades(
         schema = inspect(engine)
         assert "record_reads" not in schema.get_table_names()
         assert "records_dropped_at" not in {c["name"] for c in schema.get_columns("datasets")}
-        command.upgrade(config, "0023")
+        command.upgrade(config, "head")  # the later revisions' schema is the models' too
         with engine.connect() as conn:
             assert compare_metadata(MigrationContext.configure(conn), Base.metadata) == []
             assert conn.execute(text("SELECT count(*) FROM record_reads")).scalar() == 0
