@@ -36,10 +36,9 @@ from collections import OrderedDict
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import TYPE_CHECKING
 
 import numpy as np
-from dp_accounting.pld import common as dp_common
-from dp_accounting.pld import privacy_loss_distribution as pld_lib
 
 from app.privacy import rdp
 from app.privacy.composition import (
@@ -64,6 +63,12 @@ from app.privacy.events import (
 )
 from app.privacy.mechanisms import Relation
 from app.privacy.sampling import FixedSizeSampling, PoissonSampling, Sampling
+
+if TYPE_CHECKING:
+    # Imported where a PLD is built, not here: dp-accounting brings SciPy, about a second
+    # of CPU that every process start (``dpsyn serve``, ``dpsyn worker``, each client
+    # command) would pay although most of them never price an event.
+    from dp_accounting.pld import privacy_loss_distribution as pld_lib
 
 
 class Accounting(StrEnum):
@@ -283,10 +288,11 @@ def _sampled_laplace_pld(
     return _sampled_pld("laplace", scale, rate, steps, discretization)
 
 
-# Each noise's PLD builder and the name it gives the noise parameter.
+# Each noise's PLD builder (a function of dp-accounting's ``privacy_loss_distribution``)
+# and the name it gives the noise parameter.
 _PLD_BUILDERS = {
-    "gaussian": (pld_lib.from_gaussian_mechanism, "standard_deviation"),
-    "laplace": (pld_lib.from_laplace_mechanism, "parameter"),
+    "gaussian": ("from_gaussian_mechanism", "standard_deviation"),
+    "laplace": ("from_laplace_mechanism", "parameter"),
 }
 
 
@@ -297,8 +303,10 @@ def _sampled_pld(
     """Cached: the ledger recomposes the same events at every admission. PLD objects are
     never mutated (composition returns new ones), so sharing them is safe. One body for both
     noises, so that the two keep the same pessimistic, connect-the-dots settings."""
-    build, name = _PLD_BUILDERS[noise]
-    one_step = build(
+    from dp_accounting.pld import privacy_loss_distribution as pld_lib
+
+    builder, name = _PLD_BUILDERS[noise]
+    one_step = getattr(pld_lib, builder)(
         **{name: parameter},
         sensitivity=1.0,
         sampling_prob=rate,
@@ -316,6 +324,9 @@ def _pure_dp_pld(
     """``count`` epsilon-DP releases at their worst case: the loss is +epsilon with
     probability e^eps / (1 + e^eps), else -epsilon (binary randomized response), rounded
     pessimistically (``from_privacy_parameters`` at delta 0)."""
+    from dp_accounting.pld import common as dp_common
+    from dp_accounting.pld import privacy_loss_distribution as pld_lib
+
     parameters = dp_common.DifferentialPrivacyParameters(epsilon, 0.0)
     one = pld_lib.from_privacy_parameters(parameters, value_discretization_interval=discretization)
     return one.self_compose(count)
@@ -326,6 +337,8 @@ def _randomized_response_pld(
     noise_parameter: float, num_buckets: int, count: int, discretization: float
 ) -> pld_lib.PrivacyLossDistribution:
     """``count`` releases of k-ary randomized response between two distinct buckets."""
+    from dp_accounting.pld import privacy_loss_distribution as pld_lib
+
     one = pld_lib.from_randomized_response(
         noise_parameter,
         num_buckets,

@@ -52,7 +52,6 @@ from typing import Any
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
-from scipy.special import ndtr
 
 from app.privacy import planner_cache
 from app.privacy.accounting import Accounting
@@ -469,6 +468,8 @@ def hit_probabilities(
     top = mean[rows, clean]
     others = mean[None] + scale * noise
     others[:, rows, clean] = -np.inf
+    from scipy.special import ndtr  # here: SciPy would cost every process start
+
     return ndtr((top - others.max(axis=-1)) / scale).mean(axis=0)
 
 

@@ -42,8 +42,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from scipy.special import log_ndtr
-from scipy.stats import norm
 
 from app.privacy.events import ComposedEvent, GaussianEvent, PartitionEvent
 
@@ -62,6 +60,8 @@ def gaussian_delta(sigma: float, epsilon: float) -> float:
     """The exact delta(epsilon) of a Gaussian mechanism with noise multiplier ``sigma`` (L2
     sensitivity 1): Phi(1/(2 sigma) - epsilon sigma) - e^epsilon Phi(-1/(2 sigma) - epsilon
     sigma) (Balle and Wang 2018, Theorem 8)."""
+    from scipy.stats import norm  # here: SciPy costs every process start about a second
+
     a = 1.0 / (2.0 * sigma)
     b = epsilon * sigma
     return float(norm.cdf(a - b) - math.exp(epsilon) * norm.cdf(-a - b))
@@ -122,6 +122,9 @@ def posterior_mean(noisy: float, sigma: float) -> float:
     a = (1 - noisy) / sigma (computed in logs, so that a release far below 1 still gives a
     finite, positive estimate). Never below 1, and never the floor a rounding would give:
     a release of -20 with sigma 83 plans with about 60 records, not with 1."""
+    from scipy.special import log_ndtr
+    from scipy.stats import norm
+
     a = (1.0 - noisy) / sigma
     hazard = math.exp(norm.logpdf(a) - float(log_ndtr(-a)))
     return max(1.0, noisy + sigma * hazard)
