@@ -21,6 +21,11 @@ import numpy as np
 
 EOS, NEWLINE = 0, 1
 
+#: The vocabulary every backend starts from: the two specials and the words ``w0``..``w199``
+#: it answers. Built once and copied per backend (the method contract builds one per run,
+#: tens of thousands a test), in the order the ids were always assigned in.
+_START_VOCAB: dict[str, int] = {"<eos>": EOS, "\n": NEWLINE} | {f"w{i}": 2 + i for i in range(200)}
+
 
 class FakeBackend:
     name = "fake"
@@ -29,10 +34,8 @@ class FakeBackend:
     def __init__(self, stop_after: int | None = 3, marker: str = "Question:") -> None:
         self.stop_after = stop_after
         self.marker = marker
-        self.vocab: dict[str, int] = {"<eos>": EOS, "\n": NEWLINE}
+        self.vocab: dict[str, int] = dict(_START_VOCAB)
         self.calls: list[tuple[str, list[list[int]]]] = []
-        for i in range(200):
-            self._id(f"w{i}")
 
     @property
     def newline_ids(self) -> frozenset[int]:
