@@ -20,6 +20,7 @@ from collections.abc import Sequence
 import numpy as np
 
 EOS, NEWLINE = 0, 1
+_WORDS = re.compile(r"\n|[^\s]+")
 
 #: The vocabulary every backend starts from: the two specials and the words ``w0``..``w199``
 #: it answers. Built once and copied per backend (the method contract builds one per run,
@@ -45,7 +46,8 @@ class FakeBackend:
         return self.vocab.setdefault(word, len(self.vocab))
 
     def tokenize(self, text: str) -> list[int]:
-        return [self._id(w) for w in re.findall(r"\n|[^\s]+", text)]
+        vocab = self.vocab  # _id inlined: the contract's audits tokenize millions of words
+        return [vocab.setdefault(w, len(vocab)) for w in _WORDS.findall(text)]
 
     def detokenize(self, ids: Sequence[int]) -> str:
         words = {v: k for k, v in self.vocab.items()}
