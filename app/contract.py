@@ -175,11 +175,27 @@ class MethodContract:
         text = json.dumps([data["demonstrations"], data["prompt"]], ensure_ascii=False)
         return json.dumps([data, progress], ensure_ascii=False) + "\n" + text, text
 
-    def audit_plan(self, accounting: Accounting, seed: int, shots: int | None = None) -> MethodPlan:
+    def audit_counts(self, accounting: Accounting) -> Counts:
+        """The counts the audit's plans read: :meth:`counts` (the dataset's one release),
+        or under paper accounting the sizes declared public, as the service requires."""
+        counts = self.counts()
+        if accounting is Accounting.PAPER and counts.source is not None:
+            sizes = Counter(r.label for r in self.records())
+            counts = Counts.declared(dict(sizes), counts.public)
+        return counts
+
+    def audit_plan(
+        self,
+        accounting: Accounting,
+        seed: int,
+        shots: int | None = None,
+        counts: Counts | None = None,
+    ) -> MethodPlan:
         """The plan the audit and the release clause run: :attr:`audit_epsilon` under
-        ``accounting`` (paper: the counts declared public, as the service requires) with
-        ``shots`` (None: :attr:`shots`); :class:`_NotPlannedError` when the method cannot
-        be planned so."""
+        ``accounting`` on :meth:`audit_counts` (or ``counts``, the same computed once: the
+        audit plans thousands of runs on one dataset, whose release is seeded, so it is one
+        value) with ``shots`` (None: :attr:`shots`); :class:`_NotPlannedError` when the
+        method cannot be planned so."""
         try:
             config = self.method.configure(
                 self.task,
@@ -190,10 +206,8 @@ class MethodContract:
                 params=dict(self.params),
                 seed=seed,
             )
-            counts = self.counts()
-            if accounting is Accounting.PAPER and counts.source is not None:
-                sizes = Counter(r.label for r in self.records())
-                counts = Counts.declared(dict(sizes), counts.public)
+            if counts is None:
+                counts = self.audit_counts(accounting)
             return self.method.plan(self.task, config, counts)
         except (ValueError, TypeError) as error:  # refused: the method claims no such plan
             if accounting is Accounting.TIGHT:
@@ -225,9 +239,10 @@ class MethodContract:
         """The claimed epsilon and the audit's bound for ``first`` against ``second``."""
         planned = self.audit_plan(accounting, seed=0, shots=shots)
         claimed = planned.epsilon()
+        counts = self.audit_counts(accounting)
         views: tuple[list[dict[str, Any]], list[dict[str, Any]]] = ([], [])
         for seed in range(self.audit_runs):
-            plan = self.audit_plan(accounting, seed=self.audit_seed + seed, shots=shots)
+            plan = self.audit_plan(accounting, self.audit_seed + seed, shots, counts)
             for sample, records in zip(views, (first, second), strict=True):
                 sample.append(self.audit_views(self.run_plan(plan, records)))
         bound = epsilon_lower_bound(

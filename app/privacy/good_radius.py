@@ -24,7 +24,17 @@ def coverage_score(points: np.ndarray, radius: float, t: int) -> float:
     moves by at most 1, contributing at most t/t = 1 to the mean of t terms, and the replaced
     point's own capped count moves by at most t, contributing at most another 1.
     """
-    distances = np.linalg.norm(points[:, None, :] - points[None, :, :], axis=-1)
+    return _covered(pairwise_distances(points), radius, t)
+
+
+def pairwise_distances(points: np.ndarray) -> np.ndarray:
+    """The M x M L2 distances between the points (they do not depend on the radius, so a
+    search over radii computes them once)."""
+    return np.linalg.norm(points[:, None, :] - points[None, :, :], axis=-1)
+
+
+def _covered(distances: np.ndarray, radius: float, t: int) -> float:
+    """:func:`coverage_score` from the points' :func:`pairwise_distances`."""
     capped = np.minimum(np.count_nonzero(distances <= radius, axis=1), t)
     return float(np.sort(capped)[::-1][:t].sum() / t)
 
@@ -60,10 +70,11 @@ def good_radius(
     mechanism = comparison_mechanism(sigma0)
     bar = t - slack * mechanism.std
     low, high = 0.0, SIMPLEX_RADIUS
+    distances = pairwise_distances(points)  # L(r) for each r below: coverage_score's
     for _ in range(binary_search_steps(theta)):
         mid = (low + high) / 2
-        half_ok = mechanism.release(coverage_score(points, mid / 2, t), rng) >= bar
-        full_ok = mechanism.release(coverage_score(points, mid, t), rng) >= bar
+        half_ok = mechanism.release(_covered(distances, mid / 2, t), rng) >= bar
+        full_ok = mechanism.release(_covered(distances, mid, t), rng) >= bar
         if released is not None:
             released.extend([mechanism, mechanism])
         if half_ok or full_ok:

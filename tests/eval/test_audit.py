@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import json
 import time
 
@@ -237,18 +238,36 @@ def _true_label_scores(backend, prompt: str, candidates: list[Record]) -> list[f
     return [float(probs[i, SST2.labels.index(c.label)]) for i, c in enumerate(candidates)]
 
 
-def test_smoke_on_sst2_with_the_packaged_model(capsys, gemma):
+def test_smoke_on_sst2_with_the_packaged_model(capsys, gemma, monkeypatch):
     """Each trial's scores are those of its candidates after the prompt it attacked, rebuilt
     here from the seed: (a) the member's own 1-shot prompt, (b) the prompt AdaDPSyn releases
-    when run as a job on the member subset; and each AUC is counted here pair by pair."""
+    when run as a job on the member subset; and each AUC is counted here pair by pair.
+
+    For (b) the job is the one the audit ran, caught on its way out of ``run_method`` with
+    the arguments it was called with, which must be the job rebuilt here from the seed (the
+    subset's records, the seed drawn, the parameters): running that seeded job again on the
+    real model, as this test did before, repeats it (a seeded run repeats: the method
+    contract's clause) at the cost of a whole AdaDPSyn run."""
+    from app.eval import audit as eval_audit
     from app.eval.audit import _draw
-    from app.eval.methods import JobSpec, run_method
+    from app.eval.methods import JobSpec
     from app.synthesis.data import load_dataset
 
     require_shared_data(SST2_TRAIN)
     records = load_dataset(SST2, SST2_TRAIN)
     attack = MethodAttack("adadpsyn", 1, {"M": 4, "N": 1, "tmax": 4, "K": 30})
     config = AuditConfig(trials=3, candidates=8, attacks=(attack,), epsilon=8.0, seed=0)
+    jobs = []
+    real_run_method = eval_audit.run_method
+
+    def caught(*args, **kwargs):
+        called = inspect.signature(real_run_method).bind(*args, **kwargs)
+        called.apply_defaults()
+        ran = real_run_method(*args, **kwargs)
+        jobs.append((dict(called.arguments), ran))
+        return ran
+
+    monkeypatch.setattr(eval_audit, "run_method", caught)
     started = time.perf_counter()
     summaries = run_audit(SST2, records, gemma, config)
     seconds = time.perf_counter() - started
@@ -276,7 +295,16 @@ def test_smoke_on_sst2_with_the_packaged_model(capsys, gemma):
     delta = 1.0 / (len(pools.members) + len(pools.held_out))
     job = JobSpec(8.0, 1, delta=delta, seed=int(rng.integers(2**31)))
     params = {"M": 4, "N": 1, "tmax": 4, "K": 30}
-    ran = run_method("adadpsyn", SST2, subset_records, gemma, job, params)
+    ((called, ran),) = jobs  # the one trial's job
+    assert list(called.pop("records")) == subset_records
+    assert called.pop("backend") is gemma
+    assert called == {
+        "name": "adadpsyn",
+        "task": SST2,
+        "job": job,
+        "params": params,
+        "public": None,
+    }
     label = ran.plan.stored().schedule[0]
     members = [pools.members[i] for i in subset[label]]
     non = [pools.held_out[i] for i in _draw(pools.by_label("held_out")[label], 4, rng, "held")]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import json
 import math
 import os
@@ -232,10 +233,17 @@ def _expected_accuracy(backend, prompt: str, queries: list[Record]) -> tuple[flo
     return float((plain.argmax(1) == gold).mean()), float((fixed.argmax(1) == gold).mean())
 
 
-def test_real_model_smoke_run_on_trec(tmp_path, gemma):
+def test_real_model_smoke_run_on_trec(tmp_path, gemma, monkeypatch):
     """Every run's accuracy is the one computed independently for the prompt it recorded, and
-    the AdaDPSyn run released what the same job (configure, plan, run) releases."""
-    from app.eval.methods import JobSpec, run_method
+    the AdaDPSyn run released what the same job (configure, plan, run) releases.
+
+    The job is the one the experiment ran, caught on its way out of ``run_method`` (with the
+    arguments it was called with, checked to be the job this test would have asked for): a
+    second run of the same seeded job on the real model, which this test made before, repeats
+    the first (a seeded run repeats: the method contract's clause) at the cost of a whole
+    AdaDPSyn run."""
+    from app.eval import methods as eval_methods
+    from app.eval.methods import JobSpec
 
     require_shared_data(SHARED / "trec" / "train.txt", SHARED / "trec" / "test.txt")
     started = time.perf_counter()
@@ -245,6 +253,17 @@ def test_real_model_smoke_run_on_trec(tmp_path, gemma):
     config = ExperimentConfig(
         seeds=(0,), test_size=10, epsilons=(8.0,), methods=("adadpsyn",), shots=2, params=params
     )
+    ran: list[tuple[dict, eval_methods.MethodRun]] = []
+    real_run_method = eval_methods.run_method
+
+    def caught(*args, **kwargs):
+        called = inspect.signature(real_run_method).bind(*args, **kwargs)
+        called.apply_defaults()
+        job = real_run_method(*args, **kwargs)
+        ran.append((dict(called.arguments), job))
+        return job
+
+    monkeypatch.setattr(eval_methods, "run_method", caught)
     runs = run_experiment(TREC, train, test, backend, config)
     grid = settings_grid(config.epsilons, config.methods)
     assert [r.setting for r in runs] == [s.key for s in grid]
@@ -253,7 +272,17 @@ def test_real_model_smoke_run_on_trec(tmp_path, gemma):
         expected = _expected_accuracy(backend, _recorded_prompt(run, train), queries)
         assert (run.accuracy, run.calibrated_accuracy) == expected, run.setting
         assert run.n_test == 10
-    job = run_method("adadpsyn", TREC, train, backend, JobSpec(8.0, 2, seed=0), params)
+    # the AdaDPSyn run at epsilon 8 (the baselines are runs of the method too, at 0 and inf)
+    ((called, job),) = [(c, j) for c, j in ran if (c["name"], c["job"].epsilon) == ("adadpsyn", 8)]
+    assert list(called.pop("records")) == train
+    assert called.pop("backend") is backend
+    assert called == {
+        "name": "adadpsyn",
+        "task": TREC,
+        "job": JobSpec(8.0, 2, seed=0),
+        "params": params,
+        "public": None,
+    }
     (private,) = [r for r in runs if r.setting == "adadpsyn@8"]
     assert private.demonstrations == [
         {"label": d.label, "text": d.text} for d in job.result.demonstrations

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import cache
 
 import numpy as np
 from pydantic import Field
@@ -82,7 +83,7 @@ class EchoPlan(MethodPlan):
         return GaussianEvent(NOISE, sensitivity=Sensitivity(add_or_remove=1.0, replace_one=2**0.5))
 
     def epsilon(self) -> float:
-        return accountant_for(self.config.accounting).dataset_epsilon(self.event(), self.delta)
+        return _priced(self.event(), self.config.accounting, self.delta)
 
     @property
     def progress_total(self) -> int:
@@ -129,6 +130,13 @@ class EchoPlan(MethodPlan):
             event=to_dict(self.event()),
             stats={"echoed": len(demos)},
         )
+
+
+@cache
+def _priced(event: GaussianEvent, accounting: str, delta: float) -> float:
+    """What ``event`` costs at ``delta``: the accountant's price, a function of these three
+    alone, kept since the method contract plans and runs echo thousands of times."""
+    return accountant_for(accounting).dataset_epsilon(event, delta)
 
 
 class Echo(Method):

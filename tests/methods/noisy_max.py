@@ -19,6 +19,7 @@ import random
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cache
 
 import numpy as np
 from pydantic import Field
@@ -67,6 +68,13 @@ class NoisyMajorityConfig(JobConfig):
     """Demonstrations to release."""
 
 
+@cache
+def _priced(event: PureDpEvent, accounting: str, delta: float) -> float:
+    """What ``event`` costs at ``delta``: the accountant's price, a function of these three
+    alone, kept since the method contract plans and runs the method thousands of times."""
+    return accountant_for(accounting).dataset_epsilon(event, delta)
+
+
 @dataclass(frozen=True)
 class NoisyMajorityPlan(MethodPlan):
     task: TaskSpec
@@ -102,7 +110,7 @@ class NoisyMajorityPlan(MethodPlan):
         return PureDpEvent(self.unit, count=count, sensitivity=self.sensitivity)
 
     def epsilon(self) -> float:
-        return accountant_for(self.config.accounting).dataset_epsilon(self.event(), self.delta)
+        return _priced(self.event(), self.config.accounting, self.delta)
 
     @property
     def progress_total(self) -> int:
