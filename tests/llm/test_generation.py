@@ -37,13 +37,10 @@ def run(backend, prompt: str, **params) -> tuple[str, Finished, list[str]]:
 
 @torch.inference_mode()
 def direct_greedy(backend, prompt: str, steps: int) -> list[int]:
-    """The model's greedy continuation, each token from a whole pass over the sequence (no
-    cache); only the last position goes through the 262,144-token output layer."""
     ids = [backend.tokenizer.bos_token_id, *backend.tokenize(prompt)]
     out = []
     for _ in range(steps):
-        logits = backend.model(input_ids=torch.tensor([ids]), logits_to_keep=1).logits
-        token = int(logits[0, -1].argmax())
+        token = int(backend.model(input_ids=torch.tensor([ids])).logits[0, -1].argmax())
         out.append(token)
         ids.append(token)
     return out
@@ -100,8 +97,7 @@ def test_log_probabilities_are_the_models_among_the_candidates(backend) -> None:
     top = backend.top_k([backend.tokenize(PROMPT)], SAMPLE_TOP_K)[0]
     with torch.inference_mode():
         ids = [backend.tokenizer.bos_token_id, *backend.tokenize(PROMPT)]
-        out = backend.model(input_ids=torch.tensor([ids]), logits_to_keep=1)
-        logits = out.logits[0, -1].float()
+        logits = backend.model(input_ids=torch.tensor([ids])).logits[0, -1].float()
     probs = torch.softmax(logits, dim=-1)[torch.tensor(top)]
     expected = (probs / probs.sum()).log().tolist()
     assert entries[0].logprob == pytest.approx(expected[0], abs=1e-4)
