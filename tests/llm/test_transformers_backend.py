@@ -50,11 +50,50 @@ def settings(backend, **values) -> Iterator[None]:
             setattr(backend, key, value)
 
 
+#: Direct passes already run, by (model, window, BOS and prompt): several tests check the
+#: same prompts against them, and a pass gives the same answer each time it is asked.
+DIRECT: dict[tuple[int, object, tuple[int, ...]], torch.Tensor] = {}
+
+
 @torch.inference_mode()
-def direct_logits(backend, prompt: Sequence[int]) -> torch.Tensor:
-    """The model's next-token logits for one prompt, BOS first, no padding, no cache."""
-    ids = [backend.tokenizer.bos_token_id, *prompt]
-    return backend.model(input_ids=torch.tensor([ids])).logits[0, -1].double()
+def direct_logits(backend, prompt: Sequence[int], last: int = 1) -> torch.Tensor:
+    """The model's next-token logits for one prompt, BOS first, no padding, no cache; with
+    ``last`` > 1, those after each of the prompt's last ``last`` prefixes (rows, in order:
+    a causal model's answer at a position depends on the tokens up to it only).
+
+    Only the kept positions go through the output layer (``logits_to_keep``): the full
+    vocabulary (262,144 tokens) at every position was most of a long prompt's pass."""
+    ids = (backend.tokenizer.bos_token_id, *prompt)
+    key = (id(backend.model), getattr(backend.model.config, "sliding_window", None), ids)
+    if last > 1 or key not in DIRECT:
+        out = backend.model(input_ids=torch.tensor([ids]), logits_to_keep=last)
+        logits = out.logits[0].double()
+        if last > 1:
+            return logits
+        DIRECT[key] = logits[-1]
+    return DIRECT[key]
+
+
+#: The plain path's logits already computed, by (model, window, prompts): see plain_logits.
+PLAIN: dict[tuple[int, object, tuple[tuple[int, ...], ...]], torch.Tensor] = {}
+
+
+def plain_logits(backend, prompts: Sequence[Sequence[int]]) -> torch.Tensor:
+    """The plain path's last logits for ``prompts`` (no shared-prefix cache, no store; chunks
+    of 4, so that length sorting, chunking and restoring the order all run on 10 prompts),
+    computed once per prompts and sliding window: several tests compare other paths with it."""
+    window = getattr(backend.model.config, "sliding_window", None)
+    key = (id(backend.model), window, tuple(tuple(p) for p in prompts))
+    if key not in PLAIN:
+        with settings(backend, prefix_cache=False, kv_cache_mb=0.0, batch_size=4):
+            PLAIN[key] = backend.last_logits(prompts)
+    return PLAIN[key]
+
+
+def probs_among(logits: torch.Tensor, token_sets: np.ndarray) -> np.ndarray:
+    """Each row's probabilities renormalised over its token set (next_token_probs' answer)."""
+    chosen = torch.gather(logits, 1, torch.as_tensor(token_sets, dtype=torch.long))
+    return torch.softmax(chosen.double(), dim=1).numpy()
 
 
 def teacher_batch(backend) -> list[list[int]]:
@@ -120,9 +159,10 @@ def test_prefix_cache_gives_the_same_probabilities_as_the_plain_path(backend):
     vocab = backend.model.config.vocab_size
     sets = np.stack([rng.choice(vocab, 50, replace=False) for _ in prompts])
     # Chunks of 4 over 10 prompts: length sorting, chunking and restoring the order all run.
-    with settings(backend, prefix_cache=False, batch_size=4):
-        plain = backend.next_token_probs(prompts, sets)
-        plain_top = backend.top_k(prompts, 5)
+    logits = plain_logits(backend, prompts).clone()
+    plain = probs_among(logits, sets)
+    logits[:, backend.non_text_ids] = -torch.inf  # top_k offers text tokens only
+    plain_top = logits.argmax(dim=1).numpy()
     with settings(backend, prefix_cache=True, batch_size=4):
         before = backend.tokens_computed
         cached = backend.next_token_probs(prompts, sets)
@@ -131,7 +171,7 @@ def test_prefix_cache_gives_the_same_probabilities_as_the_plain_path(backend):
     # The cached path ran: the shared prefix went through the model once, not once a prompt.
     assert computed < sum(len(p) + 1 for p in prompts) - shared_prefix(prompts)
     assert np.allclose(cached, plain, atol=1e-4), np.abs(cached - plain).max()
-    assert (cached_top[:, 0] == plain_top[:, 0]).all()
+    assert (cached_top[:, 0] == plain_top).all()
     # And both equal the model on each prompt alone.
     for prompt, token_set, row in zip(prompts[:3], sets[:3], cached[:3], strict=True):
         chosen = direct_logits(backend, prompt)[torch.as_tensor(token_set)]
@@ -145,8 +185,7 @@ def test_prefix_cache_steps_aside_when_prompts_reach_the_sliding_window(backend,
     window = max(len(p) for p in prompts) - 5  # the longest prompts exceed it
     monkeypatch.setattr(backend.model.config, "sliding_window", window)
     sets = np.tile(np.arange(100, 140), (len(prompts), 1))
-    with settings(backend, prefix_cache=False):
-        plain = backend.next_token_probs(prompts, sets)
+    plain = probs_among(plain_logits(backend, prompts), sets)
     with settings(backend, prefix_cache=True):
         before = backend.tokens_computed
         cached = backend.next_token_probs(prompts, sets)
@@ -191,8 +230,8 @@ def test_bfloat16_backend_agrees_with_float32(backend):
     half = TransformersBackend(device="cpu", dtype="bfloat16")
     assert half.dtype is torch.bfloat16 and backend.dtype is torch.float32
     prompts = [backend.tokenize(t) for t in TEXTS]
-    top = backend.top_k(prompts, 1)
     sets = np.asarray(backend.top_k(prompts, 5))
+    top = sets[:, :1]  # the float32 model's first choice
     full = backend.next_token_probs(prompts, sets)
     low = half.next_token_probs(prompts, sets)
     assert np.abs(full - low).max() < 0.1
@@ -224,9 +263,8 @@ def test_kv_scope_extends_each_prompt_by_its_new_tokens_only(backend):
     vocab = backend.model.config.vocab_size
     sets = np.stack([rng.choice(vocab, 50, replace=False) for _ in prompts])
     longer = [[*p, int(s[0])] for p, s in zip(prompts, sets, strict=True)]
-    with settings(backend, prefix_cache=False, batch_size=4):
-        plain = backend.next_token_probs(prompts, sets)
-        plain_longer = backend.next_token_probs(longer, sets)
+    plain = probs_among(plain_logits(backend, prompts), sets)
+    plain_longer = probs_among(plain_logits(backend, longer), sets)
     with settings(backend, kv_cache_mb=64.0, batch_size=4), backend.kv_scope() as scope:
         first = scope.next_token_probs(prompts, sets)
         first_computed = scope.tokens_computed
@@ -256,7 +294,7 @@ def test_incremental_decoding_is_on_by_default_and_only_inside_a_scope(backend):
     from app.llm.transformers_backend import DEFAULT_KV_CACHE_MB
 
     assert backend.kv_cache_mb == DEFAULT_KV_CACHE_MB > 0
-    prompts = teacher_batch(backend)
+    prompts = teacher_batch(backend)[:4]  # one and two examples, two labels: enough to count
     longer = [[*p, 100] for p in prompts]
     backend.top_k(prompts, 3)
     before = backend.tokens_computed
@@ -352,8 +390,7 @@ def test_retry_layer_passes_the_scope_through_and_a_retry_recomputes(backend, mo
 def test_kv_store_is_bounded_and_steps_aside_at_the_window(backend, monkeypatch):
     prompts = teacher_batch(backend)
     sets = np.tile(np.arange(100, 140), (len(prompts), 1))
-    with settings(backend, prefix_cache=False):
-        plain = backend.next_token_probs(prompts, sets)
+    plain = probs_among(plain_logits(backend, prompts), sets)
     with settings(backend, kv_cache_mb=5.0):  # room for 2-3 prompts (~37 kB a token)
         with backend.kv_scope() as scope:
             small = scope.next_token_probs(prompts, sets)
@@ -364,8 +401,7 @@ def test_kv_store_is_bounded_and_steps_aside_at_the_window(backend, monkeypatch)
             narrow = scope.next_token_probs(prompts, sets)
             # The prompts reaching the window ran whole, on the plain path.
             assert scope.tokens_computed > sum(len(p) + 1 for p in prompts) // 2
-        with settings(backend, kv_cache_mb=0.0, prefix_cache=False):
-            plain_narrow = backend.next_token_probs(prompts, sets)
+        plain_narrow = probs_among(plain_logits(backend, prompts), sets)
     assert np.allclose(small, plain, atol=1e-5)
     assert np.allclose(narrow, plain_narrow, atol=1e-5), np.abs(narrow - plain_narrow).max()
 
@@ -409,14 +445,18 @@ def test_one_prompt_past_the_sliding_window_is_read_once_and_extended_by_its_new
     window = backend.model.config.sliding_window
     words = " ".join(f"item {i} is {TEXTS[i % len(TEXTS)]}" for i in range(200))
     prompt = backend.tokenize(words)[: window + 150]
+    steps = 3
     with backend.kv_scope() as scope:
         for end in range(128, len(prompt), 128):
             scope.top_k([prompt[:end]], 1)
-        seq = list(prompt)
-        for step in range(3):
-            ours = scope.last_logits([seq])[0].double()
-            assert torch.allclose(ours, direct_logits(backend, seq), atol=2e-3), step
-            seq.append(int(ours.argmax()))
+        seq, answers = list(prompt), []
+        for _ in range(steps):
+            answers.append(scope.last_logits([seq])[0].double())
+            seq.append(int(answers[-1].argmax()))
         again = scope.last_logits([seq[:-1]])[0].double()  # the same sequence: no new pass
         assert scope.tokens_computed == len(seq)  # BOS and each token once, the last not yet
-    assert torch.allclose(again, ours)
+    assert torch.allclose(again, answers[-1])
+    # One direct pass over the whole final sequence answers every step's prefix.
+    direct = direct_logits(backend, seq[:-1], last=steps)
+    for step, (ours, expected) in enumerate(zip(answers, direct, strict=True)):
+        assert torch.allclose(ours, expected, atol=2e-3), step

@@ -59,6 +59,27 @@ def small_job(seed: int) -> SynthesisConfig:
     return SynthesisConfig(epsilon=8.0, shots=2, M=3, N=1, tmax=5, K=20, seed=seed)
 
 
+#: Small jobs already run alone on the backend's defaults, by seed: their result and the tokens
+#: their scope computed. Both depend on the seed and the settings only (tests restore what they
+#: change), so two tests that need the same run share it.
+ALONE: dict[int, tuple] = {}
+
+
+def alone(backend, scopes: list, seed: int) -> tuple:
+    """``small_job(seed)`` run alone on ``backend`` (its default KV budget), once per module:
+    its result and the tokens its scope computed; the scope is checked freed."""
+    if seed not in ALONE:
+        require_shared_data(TREC_TRAIN)
+        task = BUILTIN_TASKS["trec"]
+        opened = len(scopes)
+        result = synthesize(task, load_dataset(task, TREC_TRAIN), small_job(seed), backend)
+        assert len(scopes) == opened + 1  # the job ran in one scope of its own
+        scope = scopes[-1]
+        assert scope.closed and scope.store_bytes == 0  # freed at the end of the job
+        ALONE[seed] = (result, scope.tokens_computed)
+    return ALONE[seed]
+
+
 def test_kv_store_releases_the_same_tokens_and_computes_fewer(backend, scopes):
     # Incremental decoding changes no release: same seed, same demonstrations, same stats,
     # with fewer tokens run through the model. Token counts stay out of the stats (they
@@ -66,19 +87,17 @@ def test_kv_store_releases_the_same_tokens_and_computes_fewer(backend, scopes):
     require_shared_data(TREC_TRAIN)
     task = BUILTIN_TASKS["trec"]
     records = load_dataset(task, TREC_TRAIN)
-    runs = []
-    old = backend.kv_cache_mb
+    assert backend.kv_cache_mb > 0  # on by default
+    on, on_computed = alone(backend, scopes, 11)
+    opened, old = len(scopes), backend.kv_cache_mb
     try:
-        for mb in (0.0, 256.0):
-            backend.kv_cache_mb = mb
-            result = synthesize(task, records, small_job(7), backend)
-            scope = scopes[-1]
-            assert scope.closed and scope.store_bytes == 0  # freed at the end of the job
-            runs.append((result, scope.tokens_computed))
+        backend.kv_cache_mb = 0.0
+        off = synthesize(task, records, small_job(11), backend)
     finally:
         backend.kv_cache_mb = old
-    (off, off_computed), (on, on_computed) = runs
-    assert len(scopes) == 2
+    scope = scopes[-1]
+    assert len(scopes) == opened + 1 and scope.closed and scope.store_bytes == 0
+    off_computed = scope.tokens_computed
     assert [d.text for d in on.demonstrations] == [d.text for d in off.demonstrations]
     assert on.stats == off.stats
     assert not any("token" in key for key in on.stats)
@@ -93,10 +112,8 @@ def test_two_jobs_interleaved_on_one_backend_equal_each_job_alone(backend, scope
     require_shared_data(TREC_TRAIN)
     task = BUILTIN_TASKS["trec"]
     records = load_dataset(task, TREC_TRAIN)
-    alone = {}
-    for seed in (11, 12):
-        result = synthesize(task, records, small_job(seed), backend)
-        alone[seed] = (result.demonstrations, scopes[-1].tokens_computed)
+    lone = {seed: alone(backend, scopes, seed) for seed in (11, 12)}
+    first = len(scopes)  # the scopes opened together come after these
     shared = RetryingBackend(backend, retry=RetryPolicy(sleep=lambda _s: None), lock=Lock())
     step = Barrier(2)  # both jobs finish each token step before either starts the next
     together: dict[int, tuple] = {}
@@ -117,10 +134,10 @@ def test_two_jobs_interleaved_on_one_backend_equal_each_job_alone(backend, scope
         thread.start()
     for thread in threads:
         thread.join()
-    computed = {scope.tokens_computed for scope in scopes[2:]}
-    assert len(scopes) == 4 and all(scope.closed for scope in scopes)
-    assert together == {seed: demos for seed, (demos, _) in alone.items()}
-    assert computed == {alone[11][1], alone[12][1]}
+    computed = {scope.tokens_computed for scope in scopes[first:]}
+    assert len(scopes) == first + 2 and all(scope.closed for scope in scopes)
+    assert together == {seed: result.demonstrations for seed, (result, _) in lone.items()}
+    assert computed == {lone[11][1], lone[12][1]}
 
 
 def test_a_failing_job_frees_its_kv_store(backend, scopes):
