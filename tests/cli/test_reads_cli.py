@@ -30,4 +30,4 @@ def test_the_reads_of_a_dataset_name_its_job_and_worker(dpsyn, trec_file):
     assert SECRET not in shown.output
     [read] = json.loads(dpsyn("datasets", "reads", dataset, "--json").stdout)
     assert read["reader_id"] == job and read["record_count"] > 0
-    assert "Example: dpsyn datasets reads" in dpsyn("datasets", "reads", "--help").output
+    assert "$ dpsyn datasets reads" in dpsyn("datasets", "reads", "--help").output
