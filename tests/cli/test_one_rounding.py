@@ -59,15 +59,25 @@ def _submitted(dpsyn, dataset: str, epsilon: str) -> dict:
     return json.loads(result.stdout)
 
 
+def _job_with_two_roundings(dpsyn, api, dataset: str) -> dict:
+    """A job asked for epsilon 2 whose planned epsilon is one the old roundings printed two
+    ways ("2" / "1.999"). The planner calibrates to the noisy count release, so how close it
+    comes to 2 varies from job to job (1.99914 prints "1.999" both ways): up to eight jobs
+    are tried, each costing about 2 of the budget of 40."""
+    for _ in range(8):
+        job = api.get(f"/v1/jobs/{_submitted(dpsyn, dataset, '2')['id']}").json()
+        if f"{job['epsilon']:.4g}" != epsilon_text(job["epsilon"]):
+            return job
+    raise AssertionError("no job's epsilon was one the two roundings print apart")
+
+
 def test_a_jobs_planned_and_charged_epsilon_print_alike_everywhere(dpsyn, api, ui, trec_file):
     dataset = upload(dpsyn, trec_file)
-    assert dpsyn("budget", "set", dataset, "--epsilon", "10").exit_code == 0
-    job = api.get(f"/v1/jobs/{_submitted(dpsyn, dataset, '2')['id']}").json()
+    assert dpsyn("budget", "set", dataset, "--epsilon", "40").exit_code == 0
+    job = _job_with_two_roundings(dpsyn, api, dataset)
     exact = job["epsilon"]  # the accountant's epsilon of the planned noise, at most the 2 asked
     assert job["charged_epsilon"] == exact  # one number: the ledger reserves the planned one
     shown = epsilon_text(exact)
-    # the premise: this value is one that the old roundings printed two ways ("2" / "1.999")
-    assert f"{exact:.4g}" != shown, exact
 
     assert f"epsilon {shown} (2 asked) at delta 1e-6" in dpsyn("jobs", "show", job["id"]).stdout
     row = next(r for r in dpsyn("jobs", "list").stdout.splitlines() if r.startswith(job["id"]))
