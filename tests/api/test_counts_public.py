@@ -195,7 +195,10 @@ def _numbers(value: Any) -> list[float]:
 
 # What a job releases (DP outputs) or names only itself: the rest must be identical.
 # the job's own outputs; the notes are a function of its demonstrations (a DP output)
-_OWN = {"id", "job_id", "dataset_id", "created_at", "demonstrations", "prompt", "epsilon", "notes"}
+#: The job's own outputs: its noisy demonstrations, and so how many of them were served and
+#: left out (``demonstrations_requested`` is the request's, and must match).
+_OWN = {"id", "job_id", "dataset_id", "created_at", "demonstrations", "prompt", "epsilon", "notes",
+        "demonstrations_served", "demonstrations_dropped"}  # fmt: skip
 
 
 def test_a_prompt_readers_body_holds_no_dataset_size(api: Api) -> None:
