@@ -63,6 +63,7 @@ _OWN = {
 # functions of the demonstrations, so DP outputs too.
 _DP = {"demonstrations", "prompt", "text", "soft_prompt", "soft_prompt_sha256", "notes"}
 _DP |= {"empty_demonstrations", "short_demonstrations", "echo_demonstrations"}
+_DP |= {"demonstrations_served", "demonstrations_dropped"}  # counted from the same
 RELEASED = 23  # what the patched release gives every count
 
 
