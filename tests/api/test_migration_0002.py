@@ -3,15 +3,16 @@ existing datasets become private, the schema then matches the models, and it dow
 
 from __future__ import annotations
 
+import contextlib
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 from alembic import command
 from alembic.autogenerate import compare_metadata
 from alembic.config import Config
 from alembic.migration import MigrationContext
-from sqlalchemy import create_engine, text
+from sqlalchemy import Connection, Engine, create_engine, text
 
 from app.db.migrate import alembic_config
 from app.db.models import Base
@@ -37,6 +38,29 @@ def seed_datasets(conn, datasets: tuple[str, ...] = ("d",), records: int = 0) ->
             ),
             {**now, "d": dataset, "counts": counts, "records": records, "false": False},
         )
+
+
+@contextlib.contextmanager
+def seeded_at(
+    url: str, revision: str, seed: Callable[[Connection], None]
+) -> Iterator[tuple[Config, Engine]]:
+    """The database at ``url`` migrated to ``revision`` and given ``seed``'s rows, as the
+    migration under test finds it: its alembic config and an engine (disposed after)."""
+    config = alembic_config(url)
+    command.upgrade(config, revision)
+    engine = create_engine(url)
+    try:
+        with engine.begin() as conn:
+            seed(conn)
+        yield config, engine
+    finally:
+        engine.dispose()
+
+
+def schema_differences(engine: Engine) -> list[object]:
+    """What the database's schema lacks or adds against the models (empty when they agree)."""
+    with engine.connect() as conn:
+        return list(compare_metadata(MigrationContext.configure(conn), Base.metadata))
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])

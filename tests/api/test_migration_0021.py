@@ -8,17 +8,18 @@ from __future__ import annotations
 import json
 
 from alembic import command
-from alembic.autogenerate import compare_metadata
-from alembic.migration import MigrationContext
-from sqlalchemy import create_engine, inspect, text
+from sqlalchemy import inspect, text
 
-from app.db.migrate import alembic_config
-from app.db.models import Base
 from app.db.session import session_scope
 from app.ledger import chain, ledger
 from app.privacy.accounting import Accounting
 from app.privacy.events import to_dict
-from tests.api.test_migration_0002 import empty_url, seed_datasets  # noqa: F401 (the fixture)
+from tests.api.test_migration_0002 import (  # noqa: F401 (the fixture)
+    empty_url,
+    schema_differences,
+    seed_datasets,
+    seeded_at,
+)
 from tests.ledger.test_ledger_postgres import DELTA, job_event
 
 NOW = {"now": "2026-01-01 00:00:00.123456"}
@@ -56,12 +57,7 @@ def test_0021_starts_the_chains_from_the_existing_rows(
     monkeypatch,
 ) -> None:
     monkeypatch.setenv("DPSYN_LEDGER_HEADS_PATH", str(tmp_path / "heads.jsonl"))
-    config = alembic_config(empty_url)
-    command.upgrade(config, "0020")
-    engine = create_engine(empty_url)
-    try:
-        with engine.begin() as conn:
-            _seed(conn)
+    with seeded_at(empty_url, "0020", _seed) as (config, engine):
         command.upgrade(config, "0021")
         with engine.connect() as conn:
             rows = conn.execute(
@@ -96,8 +92,7 @@ def test_0021_starts_the_chains_from_the_existing_rows(
                 None,
             ]
         command.upgrade(config, "head")
-        with engine.connect() as conn:
-            assert compare_metadata(MigrationContext.configure(conn), Base.metadata) == []
+        assert schema_differences(engine) == []
         command.downgrade(config, "0020")
         columns = {c["name"] for c in inspect(engine).get_columns("ledger")}
         assert not columns & {"chain_seq", "chain_hash", "chain_origin"}
@@ -107,5 +102,3 @@ def test_0021_starts_the_chains_from_the_existing_rows(
         command.upgrade(config, "0021")  # the chains start anew from the rows as they are
         with session_scope(empty_url) as session:
             assert chain.verify(session).breaks == []
-    finally:
-        engine.dispose()

@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import pytest
 from alembic import command
-from alembic.autogenerate import compare_metadata
-from alembic.migration import MigrationContext
-from sqlalchemy import create_engine, inspect, text
+from sqlalchemy import inspect, text
 from sqlalchemy.exc import IntegrityError
 
-from app.db.migrate import alembic_config
-from tests.api.test_migration_0002 import empty_url  # noqa: F401 (the fixture)
+from tests.api.test_migration_0002 import (  # noqa: F401 (the fixture)
+    empty_url,
+    schema_differences,
+    seeded_at,
+)
 
 LONG = "x" * 200  # the column's limit: its numbered names are cut to fit
 
@@ -85,18 +86,11 @@ def test_0024_renames_duplicates_then_keeps_names_unique_and_downgrades(
     tmp_path,
     monkeypatch,
 ) -> None:
-    from app.db.models import Base
-
     monkeypatch.setenv("DPSYN_LEDGER_HEADS_PATH", str(tmp_path / "heads.jsonl"))
-    config = alembic_config(empty_url)
-    command.upgrade(config, "0023")
-    engine = create_engine(empty_url)
-    try:
-        with engine.begin() as conn:
-            _seed(conn)
+    with seeded_at(empty_url, "0023", _seed) as (config, engine):
         command.upgrade(config, "0024")
+        assert schema_differences(engine) == []
         with engine.connect() as conn:
-            assert compare_metadata(MigrationContext.configure(conn), Base.metadata) == []
             assert _names(conn) == EXPECTED
         with pytest.raises(IntegrityError), engine.begin() as conn:
             _insert(conn, "n1", "tickets")
@@ -109,8 +103,6 @@ def test_0024_renames_duplicates_then_keeps_names_unique_and_downgrades(
         with engine.begin() as conn:
             _insert(conn, "n4", "tickets")  # no index: a duplicate goes in
         command.upgrade(config, "0024")
+        assert schema_differences(engine) == []
         with engine.connect() as conn:
-            assert compare_metadata(MigrationContext.configure(conn), Base.metadata) == []
             assert _names(conn)["n4"] == "tickets-6"  # -5 was taken by n3
-    finally:
-        engine.dispose()

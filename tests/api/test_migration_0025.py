@@ -9,15 +9,16 @@ from __future__ import annotations
 import json
 
 from alembic import command
-from alembic.autogenerate import compare_metadata
-from alembic.migration import MigrationContext
-from sqlalchemy import create_engine, text
+from sqlalchemy import text
 
-from app.db.migrate import alembic_config
-from app.db.models import Base
 from app.synthesis.prompts import demonstration_prompt
 from app.synthesis.tasks import TaskSpec
-from tests.api.test_migration_0002 import empty_url, seed_datasets  # noqa: F401 (the fixture)
+from tests.api.test_migration_0002 import (  # noqa: F401 (the fixture)
+    empty_url,
+    schema_differences,
+    seed_datasets,
+    seeded_at,
+)
 
 NOW = {"now": "2026-01-01 00:00:00"}
 TASK = TaskSpec(
@@ -73,27 +74,26 @@ def _rows(conn) -> dict[str, tuple[list[dict], str]]:
                    else json.loads(r.demonstrations), r.prompt) for r in rows}  # fmt: skip
 
 
+def _seed(conn) -> None:
+    seed_datasets(conn)
+    _prompt(conn, "marked", MARKED)
+    _prompt(conn, "clean", CLEAN)
+    _prompt(conn, "pate", MARKED, method="promptpate")
+    _prompt(conn, "other", MARKED, prompt="a text of its own")
+
+
 def test_0025_cleans_stored_demonstrations_and_their_prompt(
     empty_url: str,  # noqa: F811
     tmp_path,
     monkeypatch,
 ) -> None:
     monkeypatch.setenv("DPSYN_LEDGER_HEADS_PATH", str(tmp_path / "heads.jsonl"))
-    config = alembic_config(empty_url)
-    command.upgrade(config, "0024")
-    engine = create_engine(empty_url)
-    try:
-        with engine.begin() as conn:
-            seed_datasets(conn)
-            _prompt(conn, "marked", MARKED)
-            _prompt(conn, "clean", CLEAN)
-            _prompt(conn, "pate", MARKED, method="promptpate")
-            _prompt(conn, "other", MARKED, prompt="a text of its own")
+    with seeded_at(empty_url, "0024", _seed) as (config, engine):
         with engine.connect() as conn:
             before = _rows(conn)
         command.upgrade(config, "0025")
+        assert schema_differences(engine) == []
         with engine.connect() as conn:
-            assert compare_metadata(MigrationContext.configure(conn), Base.metadata) == []
             after = _rows(conn)
         demos, prompt = after["marked"]
         assert demos == [
@@ -107,5 +107,3 @@ def test_0025_cleans_stored_demonstrations_and_their_prompt(
         command.downgrade(config, "0024")
         with engine.connect() as conn:
             assert _rows(conn) == after
-    finally:
-        engine.dispose()

