@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Create .venv and install the project, its development tools and both packaged CPU models.
 # Idempotent. Converts both packaged models once into the model cache (DPSYN_CACHE_DIR, default
-# ~/.cache/dpsyn; about a minute the first time), so that no test or first job waits for it.
+# ~/.cache/dpsyn; about a minute the first time; scripts/convert_models.sh), so that no test
+# or first job waits for it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # Each step says how long it took (docs/testing.md keeps the clean clone's figures).
@@ -94,20 +95,11 @@ if [ ! -f "$SETUP_STAMP" ]; then
   touch "$SETUP_STAMP"
   step_done ".venv (uv pip install)"
 fi
-# Convert the packaged models once, now, rather than in the first test or job that loads one
-# (app/llm/conversion.py: safe under concurrency either way). Skipped without starting Python
-# when both converted folders are complete.
-MODELS_DIR=${DPSYN_CACHE_DIR:-$HOME/.cache/dpsyn}/models
-if [ ! -f "$MODELS_DIR/gemma-3-270m/config.json" ] || [ ! -f "$MODELS_DIR/smollm2-135m/config.json" ]; then
-  echo "setup.sh: converting the packaged models once into $MODELS_DIR (about a minute)" >&2
-  # One process per model, side by side: 53 s instead of 69 s on two cores (each conversion
-  # is mostly one thread reading and dequantising its GGUF file).
-  CONVERT='import sys; from app.llm.transformers_backend import model_folder; model_folder(sys.argv[1])'
-  .venv/bin/python -c "$CONVERT" smollm2-135m &
-  SMOLLM_PID=$!
-  .venv/bin/python -c "$CONVERT" gemma-3-270m
-  wait "$SMOLLM_PID"
-  step_done "model conversion"
+# Convert the packaged models once, now (scripts/convert_models.sh), unless the caller runs
+# that itself (DPSYN_CONVERT_LATER=1: scripts/test.sh converts beside lint and types).
+if [ "${DPSYN_CONVERT_LATER:-0}" != "1" ]; then
+  scripts/convert_models.sh
+  STEP_START=$SECONDS
 fi
 # The engine's install, started above.
 wait "$VLLM_PID"
