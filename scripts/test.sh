@@ -27,14 +27,14 @@ trap 'kill "$CONVERT_PID" 2>/dev/null || true' EXIT  # a lint failure stops it t
 wait "$CONVERT_PID"
 trap - EXIT
 echo "test.sh: model conversion, lint, format and types took $((SECONDS - STARTED)) s" >&2
-# Four pytest-xdist workers on two cores by default (DPSYN_TEST_WORKERS=0: one process).
+# Three pytest-xdist workers on two cores by default (DPSYN_TEST_WORKERS=0: one process).
 # Much of the suite waits on subprocesses, servers, sleeps and the database: with two
 # workers the cores stood idle a fifth of the run (891 s of pytest on 1,400 s of CPU), with
-# three 796 s on the same CPU, and the extra workers fill more of those waits (docs/testing.md).
-# The tests that time something against a bound leave room for a loaded machine.
-# tests/conftest.py shares the tests out by module (pytest_xdist_make_scheduler) so that each
-# module's fixtures, and the vLLM servers, are set up once.
-WORKERS=${DPSYN_TEST_WORKERS:-4}
+# three the third fills those waits (796 s on the same CPU; four gained nothing more:
+# docs/testing.md). The tests that time something against a bound leave room for a loaded
+# machine. tests/conftest.py shares the tests out by module (pytest_xdist_make_scheduler) so
+# that each module's fixtures, and the vLLM servers, are set up once.
+WORKERS=${DPSYN_TEST_WORKERS:-3}
 if [ "$WORKERS" = "0" ]; then
   .venv/bin/python -m pytest "$@"
 else

@@ -26,6 +26,7 @@ import shutil
 import signal
 import subprocess
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -177,6 +178,7 @@ class ServerPool:
         self.servers: dict[tuple[str, ...], VLLMServer] = {}
         self.ready: set[tuple[str, ...]] = set()
         self.released: set[tuple[str, ...]] = set()
+        self.closing: threading.Thread | None = None
 
     def start_needed(self, *also: tuple[str, ...]) -> None:
         """Start every needed variant (and ``also``) that is not running, without waiting."""
@@ -214,5 +216,14 @@ class ServerPool:
             server.close()
 
     def close(self) -> None:
+        if self.closing is not None and self.closing is not threading.current_thread():
+            self.closing.join()
         for args in list(self.servers):
             self.release(args)
+
+    def close_in_background(self) -> None:
+        """Stop every server in a thread: a vLLM server takes seconds to shut down, which the
+        tests after the last vLLM test need not wait for (:meth:`close` waits for it)."""
+        if self.closing is None and self.servers:
+            self.closing = threading.Thread(target=self.close, name="vllm-pool-close")
+            self.closing.start()
