@@ -57,10 +57,18 @@ def _clean(text: str) -> None:
     assert ELLIPSIS not in text, text
 
 
+#: Jobs the fixture may run for one whose outputs hold the premises: its noisy argmax can
+#: write only markup for every demonstration (" <strong>", " <b>": all cleaned away).
+ATTEMPTS = 4
+
+
 @pytest.fixture(scope="module")
 def served(gemma, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Api, str, list]]:
     """A Tang job run by the real worker on Gemma: the API, the prompt's ID, and what the
-    model wrote for each demonstration before cleaning (text, whether it stopped itself)."""
+    model wrote for each demonstration before cleaning (text, whether it stopped itself).
+    The first of up to ``ATTEMPTS`` jobs in which the model wrote a tag, T_max cut a
+    demonstration and one demonstration kept some text once cleaned (the last job if none:
+    the premise test then says which premise failed)."""
     url = f"sqlite:///{tmp_path_factory.mktemp('clean-demos') / 'dpsyn.db'}"
     written: list[tuple[str, bool]] = []
     original = generator.demonstration_text
@@ -72,13 +80,30 @@ def served(gemma, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Ap
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(generator, "demonstration_text", recording)
         for api in make_api(url, provider=StaticProvider(gemma)):
-            dataset = api.upload(_rows(), task=TASK)
-            assert api.budget(dataset["id"], 100.0).status_code == 200
-            job = api.submit(dataset["id"], epsilon=50.0, shots=SHOTS, params=PARAMS).json()
-            api.run_worker(job["id"], gemma)
-            done = api.client.get(f"/v1/jobs/{job['id']}", headers=auth(api.admin)).json()
-            assert done["status"] == "succeeded", done
-            yield api, done["prompt_id"], written
+            for _ in range(ATTEMPTS):
+                written.clear()
+                prompt_id = _run_job(api, gemma)
+                if _premises_hold(api, prompt_id, written):
+                    break
+            yield api, prompt_id, list(written)
+
+
+def _run_job(api: Api, gemma: Any) -> str:
+    """A Tang job on fresh HTML tickets, run by the worker: its prompt's ID."""
+    dataset = api.upload(_rows(), task=TASK)
+    assert api.budget(dataset["id"], 100.0).status_code == 200
+    job = api.submit(dataset["id"], epsilon=50.0, shots=SHOTS, params=PARAMS).json()
+    api.run_worker(job["id"], gemma)
+    done = api.client.get(f"/v1/jobs/{job['id']}", headers=auth(api.admin)).json()
+    assert done["status"] == "succeeded", done
+    return done["prompt_id"]
+
+
+def _premises_hold(api: Api, prompt_id: str, written: list[tuple[str, bool]]) -> bool:
+    prompt = api.client.get(f"/v1/prompts/{prompt_id}", headers=auth(api.reader)).json()
+    tagged = any(HTML_TAG.search(text) for text, _ in written)
+    cut = any(not finished for _, finished in written)
+    return tagged and cut and bool(prompt["demonstrations"])
 
 
 def test_the_model_wrote_markup_and_was_cut(served) -> None:
@@ -92,7 +117,7 @@ def test_the_model_wrote_markup_and_was_cut(served) -> None:
 def test_stored_demonstrations_and_the_prompt_text_are_clean(served) -> None:
     api, prompt_id, _ = served
     prompt = api.client.get(f"/v1/prompts/{prompt_id}", headers=auth(api.reader)).json()
-    assert prompt["demonstrations"], prompt  # min_words 1: only an empty one is left out
+    assert prompt["demonstrations"], prompt  # the fixture's premise: one kept some text
     for demo in prompt["demonstrations"]:
         _clean(demo["text"])
         assert demo["text"] == " ".join(demo["text"].split()) != ""
