@@ -165,8 +165,9 @@ def _migrated_sqlite_bytes() -> bytes:
 
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "template.db"
-        upgrade(f"sqlite:///{path}")
-        get_engine(f"sqlite:///{path}").dispose()
+        url = f"sqlite:///{path}"
+        upgrade(url)
+        get_engine(url).dispose()
         connection = sqlite3.connect(path)
         try:
             connection.execute("PRAGMA wal_checkpoint(TRUNCATE)")
