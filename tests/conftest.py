@@ -22,7 +22,7 @@ from typing import NoReturn
 import pytest
 from absl import logging as absl_logging
 
-from tests.vllm_server import NO_TOKENIZER_INFO, ServerPool, vllm_installed
+from tests.vllm_server import ServerPool, vllm_installed
 
 PG_HOST = os.environ.get("DPSYN_TEST_PG_HOST", "127.0.0.1")
 PG_PORT = int(os.environ.get("DPSYN_TEST_PG_PORT", "5432"))
@@ -215,13 +215,12 @@ def gemma():
 #: variants) and the variable naming a server already running instead.
 VLLM_FIXTURES = {
     "vllm_server": ((), "DPSYN_TEST_VLLM_URL"),
-    "server_without_tokenizer_info": (NO_TOKENIZER_INFO, "DPSYN_TEST_VLLM_NO_INFO_URL"),
 }
 VLLM_POOL = pytest.StashKey["ServerPool"]()
 
 
 #: A test module whose text names one of these uses a vLLM server.
-VLLM_WORDS = re.compile(r"\b(vllm_server|server_without_tokenizer_info|vllm_pool)\b")
+VLLM_WORDS = re.compile(r"\b(vllm_server|vllm_pool)\b")
 
 
 @pytest.hookimpl(optionalhook=True)  # a hook of pytest-xdist, which scripts/test.sh uses

@@ -79,16 +79,22 @@ def unavailable(reason: str) -> None:
     pytest.skip(reason)
 
 
-def vllm_installed() -> str | None:
-    """Why vLLM cannot be started here, or None when it can: the python the serve script
-    would run (a GPU build on a GPU machine, else .venv-vllm's CPU build) must exist."""
+def engine_python() -> str:
+    """The python the serve script would run vLLM with (a GPU build on a GPU machine, else
+    .venv-vllm's CPU build); empty when the script cannot say."""
     printed = subprocess.run(
         ["bash", str(SERVE), "0"],
         env={**os.environ, "VLLM_PRINT_COMMAND": "1", "VLLM_MODEL": "unused"},
         capture_output=True, text=True, timeout=120, check=False,
     )  # fmt: skip
-    python = printed.stdout.split(" ", 1)[0]
-    if printed.returncode != 0 or not (Path(python).exists() or shutil.which(python)):
+    return printed.stdout.split(" ", 1)[0] if printed.returncode == 0 else ""
+
+
+def vllm_installed() -> str | None:
+    """Why vLLM cannot be started here, or None when it can: the python the serve script
+    would run must exist."""
+    python = engine_python()
+    if not (python and (Path(python).exists() or shutil.which(python))):
         return f"vLLM is not installed ({python or 'no python'} is missing: run scripts/setup.sh)"
     return None
 
@@ -104,12 +110,11 @@ def start(port: int, *extra_args: str) -> VLLMServer:
     return server
 
 
-def launch(port: int, *extra_args: str, env: dict[str, str] | None = None) -> VLLMServer:
-    """Run ``scripts/vllm_serve.sh port TEST_ARGS extra_args...`` without waiting for it;
-    ``env`` adds to (or overrides) the environment the script reads."""
+def launch(port: int, *extra_args: str) -> VLLMServer:
+    """Run ``scripts/vllm_serve.sh port TEST_ARGS extra_args...`` without waiting for it."""
     extra_args = (*TEST_ARGS, *extra_args)
     log = Path(tempfile.mkdtemp(prefix="dpsyn-vllm-")) / f"vllm-{port}.log"
-    env = {**os.environ, "DPSYN_MODEL": MODEL, **(env or {})}
+    env = {**os.environ, "DPSYN_MODEL": MODEL}
     env.pop("VLLM_MODEL", None)
     env.pop("VLLM_SERVED_NAME", None)
     with log.open("wb") as out:
@@ -153,14 +158,6 @@ def external() -> VLLMServer | None:
     return server
 
 
-#: The flags of the server without ``/tokenizer_info`` (the last flag wins over the script's).
-NO_TOKENIZER_INFO = ("--no-enable-tokenizer-info-endpoint",)
-#: Environment of a variant: the server without ``/tokenizer_info`` never runs a job (the
-#: worker's start check stops at that endpoint), so 1 GiB of KV cache instead of the
-#: script's 2 keeps the two servers that run side by side 1 GiB smaller.
-VARIANT_ENV = {NO_TOKENIZER_INFO: {"VLLM_CPU_KVCACHE_SPACE": "1"}}
-
-
 class ServerPool:
     """The vLLM servers of one test session, keyed by their extra flags (``()``: the script's
     own), each started once and shared.
@@ -192,7 +189,7 @@ class ServerPool:
             while (port := self.port()) in ports:  # a server still starting has not bound it
                 pass
             ports.add(port)
-            self.servers[args] = launch(port, *args, env=VARIANT_ENV.get(args))
+            self.servers[args] = launch(port, *args)
 
     def get(self, extra_args: tuple[str, ...] = ()) -> VLLMServer:
         if extra_args not in self.servers:

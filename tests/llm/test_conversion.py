@@ -10,6 +10,7 @@ start), and three at once loading the real light model through ``TransformersBac
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -18,6 +19,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from safetensors import safe_open
 
 from tests.conftest import require_model
 
@@ -132,6 +134,11 @@ def test_three_real_first_loads_at_once_share_one_conversion(tmp_path):
     models = tmp_path / "cache" / "models"
     assert sorted(p.name for p in models.iterdir()) == ["smollm2-135m", "smollm2-135m.lock"]
     assert sorted(p.name for p in (tmp_path / "cache").iterdir()) == ["models"]
+    # The output layer stays tied to the embedding, as in the GGUF: one copy in the file.
+    config = json.loads((models / "smollm2-135m" / "config.json").read_text())
+    with safe_open(models / "smollm2-135m" / "model.safetensors", "pt") as weights:
+        names = set(weights.keys())
+    assert config["tie_word_embeddings"] and "lm_head.weight" not in names
 
 
 def test_the_packaged_gemma_is_joined_in_the_scratch_folder(tmp_path):
@@ -145,3 +152,37 @@ def test_the_packaged_gemma_is_joined_in_the_scratch_folder(tmp_path):
     assert source.gguf is not None
     gguf = source.gguf(tmp_path)
     assert gguf.parent == tmp_path and gguf.stat().st_size > 100_000_000
+
+
+def _tiny_gguf(path: Path) -> Path:
+    import gguf
+
+    writer = gguf.GGUFWriter(str(path), "llama")
+    writer.add_array("tokenizer.ggml.tokens", [f"t{n}" for n in range(50)])
+    writer.add_tensor("w", np.arange(6, dtype=np.float32).reshape(2, 3))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
+
+
+def test_a_conversion_parses_each_gguf_once(tmp_path):
+    """transformers opens the GGUF three times in a conversion (configuration, tokenizer,
+    weights); within the conversion each opening of one file gets the same parsed reader
+    (two thirds of Gemma's conversion was parsing its vocabulary three times), another file
+    its own, and outside it the library's reader is back."""
+    import gguf
+
+    from app.llm.conversion import _one_reading_of_each_gguf
+
+    first, second = _tiny_gguf(tmp_path / "a.gguf"), _tiny_gguf(tmp_path / "b.gguf")
+    original = gguf.GGUFReader
+    with _one_reading_of_each_gguf():
+        reader = gguf.GGUFReader(first)
+        assert gguf.GGUFReader(str(first)) is reader
+        other = gguf.GGUFReader(second)
+        assert other is not reader and Path(other.data.filename) == second.resolve()
+        assert [t.name for t in reader.tensors] == ["w"]
+    assert gguf.GGUFReader is original
+    assert gguf.GGUFReader(first) is not reader
