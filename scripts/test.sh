@@ -18,18 +18,19 @@ STARTED=$SECONDS
 DPSYN_CONVERT_LATER=1 DPSYN_COMPILE_BYTECODE=0 scripts/setup.sh
 echo "test.sh: setup took $((SECONDS - STARTED)) s" >&2
 STARTED=$SECONDS
-# The models convert (two processes) beside lint and types (mypy is one): 3 processes on
-# two cores instead of one after the other. pytest starts once all three are done.
+# The models convert (two processes, scripts/convert_models.sh) in the background from here
+# on: beside lint and types (mypy is one process), then beside the first tests. Gemma's
+# conversion is one thread for most of a minute, so waiting for it would leave a core idle;
+# a test (or the vLLM server) that needs a model before it is ready waits for it on the
+# conversion's lock (app/llm/conversion.py), and converts it itself should this one fail.
 scripts/convert_models.sh &
 CONVERT_PID=$!
-trap 'kill "$CONVERT_PID" 2>/dev/null || true' EXIT  # a lint failure stops it too
+trap 'kill "$CONVERT_PID" 2>/dev/null || true' EXIT  # a failure stops it too
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
 # Type check app/ and workers/ ([tool.mypy] in pyproject.toml).
 .venv/bin/mypy
-wait "$CONVERT_PID"
-trap - EXIT
-echo "test.sh: model conversion, lint, format and types took $((SECONDS - STARTED)) s" >&2
+echo "test.sh: lint, format and types took $((SECONDS - STARTED)) s" >&2
 # Three pytest-xdist workers on two cores by default (DPSYN_TEST_WORKERS=0: one process).
 # Much of the suite waits on subprocesses, servers, sleeps and the database: with two
 # workers the cores stood idle a fifth of the run (891 s of pytest on 1,400 s of CPU), with
@@ -38,8 +39,12 @@ echo "test.sh: model conversion, lint, format and types took $((SECONDS - STARTE
 # machine. tests/conftest.py shares the tests out by module (pytest_xdist_make_scheduler) so
 # that each module's fixtures, and the vLLM servers, are set up once.
 WORKERS=${DPSYN_TEST_WORKERS:-3}
+PYTEST_STATUS=0
 if [ "$WORKERS" = "0" ]; then
-  .venv/bin/python -m pytest "$@"
+  .venv/bin/python -m pytest "$@" || PYTEST_STATUS=$?
 else
-  .venv/bin/python -m pytest -n "$WORKERS" "$@"
+  .venv/bin/python -m pytest -n "$WORKERS" "$@" || PYTEST_STATUS=$?
 fi
+wait "$CONVERT_PID"  # its own failure fails the command too
+trap - EXIT
+exit "$PYTEST_STATUS"
