@@ -11,7 +11,7 @@ The server here is the session's real vLLM server behind a small proxy that send
 404 the worker reads is vLLM's own answer for a route it never registered, which is what a
 server started without the flag gives (the last test checks, in vLLM's own code, that the
 flag is what registers the route). Until 2026-12-07 this was a second vLLM server started
-with the flag off: about 70 s of CPU, a seventh of the suite's set-up work, for one request.
+with the flag off: about 70 s of CPU for one request.
 """
 
 from __future__ import annotations
