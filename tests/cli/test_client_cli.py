@@ -4,6 +4,7 @@ in-process worker and the fake backend; and ``dpsyn serve`` / ``dpsyn worker`` s
 from __future__ import annotations
 
 import os
+import re
 import stat
 import subprocess
 import sys
@@ -381,7 +382,11 @@ def test_a_fourteen_class_task_needs_no_spec_file(dpsyn, dbpedia_file):
     assert f"job {job_id} [succeeded]: 42/42 tokens (100%)" in submitted.stderr
     prompt_id = submitted.stdout.split("; prompt ")[1].split()[0]
     shown = dpsyn("prompts", "get", prompt_id)
-    assert "\nLabel: MeanOfTransportation\n" in shown.output
+    # Each demonstration served answers with its label's name (the fake model's noisy text
+    # can leave one out, with a note: tests/cli/test_prompt_notes.py; which one varies).
+    served = re.findall(r"^\[\d+\] Label: (\S+)$", shown.output, re.MULTILINE)
+    assert served and set(served) <= set(DBPEDIA), shown.output
+    assert all(f"\nLabel: {label}\n" in shown.output for label in served), shown.output
     assert SECRET not in uploaded.output + submitted.output + shown.output
 
 
