@@ -28,9 +28,15 @@ CONVERT_PID=$!
 trap 'kill "$CONVERT_PID" 2>/dev/null || true' EXIT  # a failure stops it too
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
-# Type check app/ and workers/ ([tool.mypy] in pyproject.toml).
-.venv/bin/mypy
-echo "test.sh: lint, format and types took $((SECONDS - STARTED)) s" >&2
+echo "test.sh: lint and format took $((SECONDS - STARTED)) s" >&2
+# Type check app/ and workers/ ([tool.mypy] in pyproject.toml) beside the tests: mypy is one
+# process for about a minute, and the tests leave a core idle for minutes in all (while they
+# wait on servers, subprocesses and sleeps). Its report prints after pytest's; a type
+# error fails the command as a test does.
+MYPY_LOG=$(mktemp)
+.venv/bin/mypy > "$MYPY_LOG" 2>&1 &
+MYPY_PID=$!
+trap 'kill "$CONVERT_PID" "$MYPY_PID" 2>/dev/null || true; rm -f "$MYPY_LOG"' EXIT
 # Three pytest-xdist workers on two cores by default (DPSYN_TEST_WORKERS=0: one process).
 # Much of the suite waits on subprocesses, servers, sleeps and the database: with two
 # workers the cores stood idle a fifth of the run (891 s of pytest on 1,400 s of CPU), with
@@ -45,6 +51,12 @@ if [ "$WORKERS" = "0" ]; then
 else
   .venv/bin/python -m pytest -n "$WORKERS" "$@" || PYTEST_STATUS=$?
 fi
+MYPY_STATUS=0
+wait "$MYPY_PID" || MYPY_STATUS=$?
+echo "test.sh: mypy (beside the tests):" >&2
+cat "$MYPY_LOG" >&2
 wait "$CONVERT_PID"  # its own failure fails the command too
-trap - EXIT
+if [ "$PYTEST_STATUS" = "0" ]; then
+  exit "$MYPY_STATUS"
+fi
 exit "$PYTEST_STATUS"

@@ -35,6 +35,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+from app.tls import client_context
+
 ROOT = Path(__file__).resolve().parents[1]
 SERVE = ROOT / "scripts" / "vllm_serve.sh"
 START_TIMEOUT_S = float(os.environ.get("DPSYN_TEST_VLLM_START_S", "900"))
@@ -136,7 +138,8 @@ def wait_healthy(server: VLLMServer, timeout: float) -> None:
         if server.process is not None and server.process.poll() is not None:
             pytest.fail(f"vLLM exited ({server.process.returncode}) at start:\n{tail(server)}")
         try:
-            if httpx.get(f"{server.url}/health", timeout=2).status_code == 200:
+            health = httpx.get(f"{server.url}/health", timeout=2, verify=client_context())
+            if health.status_code == 200:
                 return
         except httpx.TransportError:
             pass

@@ -30,6 +30,7 @@ from rich.console import Console
 
 from app.cli.config import ConfigError, base_url, resolve, user_config_path
 from app.cli.vocabulary import in_cli_words
+from app.tls import client_context
 
 out = Console(highlight=False, soft_wrap=True)
 err = Console(stderr=True, highlight=False, soft_wrap=True)
@@ -85,6 +86,7 @@ class Api:
             base_url=self.url,
             headers={"Authorization": f"Bearer {resolved_key}"},
             timeout=timeout,
+            verify=client_context(),
         )
 
     def __enter__(self) -> Api:

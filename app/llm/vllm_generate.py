@@ -34,6 +34,7 @@ from app.llm.generation import (
     TokenLogprob,
     transcript,
 )
+from app.tls import client_context
 
 CHAT = "/v1/chat/completions"
 COMPLETIONS = "/v1/completions"
@@ -44,7 +45,7 @@ class VLLMGenerator:
 
     def __init__(self, url: str, model: str, *, timeout: float = 120.0) -> None:
         self.url, self.model = url.rstrip("/"), model
-        self._client = httpx.Client(timeout=httpx.Timeout(timeout))
+        self._client = httpx.Client(timeout=httpx.Timeout(timeout), verify=client_context())
         self._has_template: bool | None = None  # unknown until the first chat request
 
     def close(self) -> None:

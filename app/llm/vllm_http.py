@@ -62,6 +62,7 @@ import numpy as np
 
 from app.llm.base import BackendError, TransientBackendError
 from app.llm.text import is_text_piece
+from app.tls import client_context
 
 Mode = Literal["auto", "token_ids", "top_logprobs"]
 
@@ -156,7 +157,9 @@ class VLLMHttpBackend:
         self._max_logprobs = max_logprobs
         self._eos_id = eos_id
         self._owns_client = client is None
-        self._client = client or httpx.Client(timeout=httpx.Timeout(timeout))
+        self._client = client or httpx.Client(
+            timeout=httpx.Timeout(timeout), verify=client_context()
+        )
         self._bos_prefix: tuple[int, ...] | None = None
         self._newline_ids: frozenset[int] | None = None
         self._text: dict[int, bool] = {}  # is_text of each candidate id met, decoded once
@@ -549,7 +552,7 @@ def served_model(url: str, *, timeout: float = 10.0) -> str:
     error naming them, since guessing could score prompts with the wrong model.
     """
     base = url.rstrip("/")
-    with httpx.Client(timeout=httpx.Timeout(timeout)) as client:
+    with httpx.Client(timeout=httpx.Timeout(timeout), verify=client_context()) as client:
         names = _served_names(client, base)
     if len(names) != 1:
         raise BackendError(

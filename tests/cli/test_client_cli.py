@@ -25,6 +25,7 @@ from app.services.jobs import attach_soft_prompt
 from app.services.tenants import authenticate
 from app.settings import Settings
 from app.synthesis.tasks import BUILTIN_TASKS
+from app.tls import client_context
 from tests.cli.live_server import CODES, FAST, KEY, SECRET, free_port, runner, upload
 from tests.conftest import require_shared_data, shared_data_dir
 from tests.synthesis.fake_backend import FakeBackend
@@ -309,7 +310,8 @@ def test_dpsyn_serve_starts_embedded_and_prints_its_key(tmp_path):
         while True:
             assert process.poll() is None, process.communicate()
             try:
-                if httpx.get(f"http://127.0.0.1:{port}/healthz").status_code == 200:
+                health = httpx.get(f"http://127.0.0.1:{port}/healthz", verify=client_context())
+                if health.status_code == 200:
                     break
             except httpx.TransportError:
                 pass

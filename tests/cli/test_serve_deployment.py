@@ -22,6 +22,7 @@ import pytest
 from pydantic import ValidationError
 
 from app.settings import Settings
+from app.tls import client_context
 from tests.cli.live_server import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -59,7 +60,8 @@ def serving(cwd: Path, env: dict[str, str]) -> Iterator[str]:
         while True:
             assert process.poll() is None, process.communicate()
             try:
-                if httpx.get(f"{url}/healthz", timeout=2).status_code == 200:
+                health = httpx.get(f"{url}/healthz", timeout=2, verify=client_context())
+                if health.status_code == 200:
                     break
             except httpx.TransportError:
                 pass

@@ -53,6 +53,7 @@ from packaging.utils import canonicalize_name
 from packaging.version import Version
 
 from app.db.migrate import head_revision
+from app.tls import client_context
 from tests.workers.processes import free_port, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -288,7 +289,9 @@ def _serving(venv: Path, tmp_path: Path) -> Iterator[tuple[str, Path]]:
         if process.poll() is not None:
             pytest.fail(f"dpsyn serve exited ({process.returncode}):\n{log.read_text()[-4000:]}")
         try:
-            return httpx.get(f"{url}/healthz", timeout=2).status_code == 200
+            return (
+                httpx.get(f"{url}/healthz", timeout=2, verify=client_context()).status_code == 200
+            )
         except httpx.TransportError:
             return False
 

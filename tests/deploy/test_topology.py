@@ -30,6 +30,7 @@ from sqlalchemy import create_engine, text
 
 from app.db.migrate import current_revision, head_revision
 from app.synthesis.tasks import BUILTIN_TASKS
+from app.tls import client_context
 from tests.conftest import PG_HOST, PG_PORT, _admin_url, require_service
 from tests.deploy.test_compose import ENV_EXAMPLE, FILLED, load, read_env_file
 from tests.workers.processes import OwnRedis, free_port, wait_for
@@ -106,7 +107,7 @@ class Service:
 def _answers(service: Service, url: str) -> bool:
     service.alive()
     try:
-        return httpx.get(f"{url}/healthz", timeout=2).status_code == 200
+        return httpx.get(f"{url}/healthz", timeout=2, verify=client_context()).status_code == 200
     except httpx.TransportError:
         return False
 

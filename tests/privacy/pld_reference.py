@@ -40,6 +40,43 @@ def _delta(pmf: np.ndarray, origin: float, h: float, dropped: float, eps: float)
     return float(np.sum(pmf[keep] * -np.expm1(eps - losses[keep]))) + dropped
 
 
+class DeltaCurve:
+    """``_delta`` of one composed pmf at any eps >= 0, each in O(log size) after one pass.
+
+    Over the losses above eps, E[(1 - e^(eps - L))_+] = sum p - e^eps * sum p e^-L: both sums
+    are suffix sums over the grid, kept for the positive losses (eps >= 0 needs no others;
+    there e^-L <= 1, so nothing overflows). A bisection then costs what one ``_delta`` did
+    (the composed grids hold millions of points, and each bisection asks 61 times)."""
+
+    def __init__(self, pmf: np.ndarray, origin: float, h: float, dropped: float) -> None:
+        losses = origin + h * np.arange(pmf.size)
+        positive = losses > 0
+        self.losses = losses[positive]
+        # suffix sums: entry i sums the grid points i, i + 1, ... (one more entry, 0, at the end)
+        self.mass = np.append(np.cumsum(pmf[positive][::-1])[::-1], 0.0)
+        self.weighted = np.append(
+            np.cumsum((pmf[positive] * np.exp(-self.losses))[::-1])[::-1], 0.0
+        )
+        self.dropped = dropped
+
+    def __call__(self, eps: float) -> float:
+        first = int(np.searchsorted(self.losses, eps, side="right"))  # losses > eps from here
+        return float(self.mass[first] - np.exp(eps) * self.weighted[first]) + self.dropped
+
+    def epsilon(self, delta: float) -> float:
+        """The least eps in [0, 100] (to 60 halvings) with delta(eps) <= ``delta``."""
+        lo, hi = 0.0, 100.0
+        if self(lo) <= delta:
+            return 0.0
+        for _ in range(60):
+            mid = (lo + hi) / 2
+            if self(mid) > delta:
+                lo = mid
+            else:
+                hi = mid
+        return hi
+
+
 def epsilon(q: float, sigma: float, steps: int, delta: float, h: float = 5e-4) -> float:
     """Epsilon at ``delta`` of ``steps`` compositions (both directions, the worse one)."""
     worst = 0.0
@@ -49,14 +86,6 @@ def epsilon(q: float, sigma: float, steps: int, delta: float, h: float = 5e-4) -
         composed = np.fft.irfft(np.fft.rfft(pmf, size) ** steps, size)
         composed = np.clip(composed[: steps * (pmf.size - 1) + 1], 0, None)
         dropped_total = 1 - (1 - dropped) ** steps
-        lo, hi = 0.0, 100.0
-        if _delta(composed, steps * origin, h, dropped_total, lo) <= delta:
-            continue
-        for _ in range(60):
-            mid = (lo + hi) / 2
-            if _delta(composed, steps * origin, h, dropped_total, mid) > delta:
-                lo = mid
-            else:
-                hi = mid
-        worst = max(worst, hi)
+        curve = DeltaCurve(composed, steps * origin, h, dropped_total)
+        worst = max(worst, curve.epsilon(delta))
     return worst

@@ -175,16 +175,7 @@ def reference_epsilon(priced: list[tuple[float, float, int]], delta: float) -> f
     h, worst = 5e-4, 0.0
     for add in (False, True):
         pmf, origin, dropped = _composed_pmf(priced, add, h)
-        lo, hi = 0.0, 100.0
-        if pld_reference._delta(pmf, origin, h, dropped, lo) <= delta:
-            continue
-        for _ in range(60):
-            mid = (lo + hi) / 2
-            if pld_reference._delta(pmf, origin, h, dropped, mid) > delta:
-                lo = mid
-            else:
-                hi = mid
-        worst = max(worst, hi)
+        worst = max(worst, pld_reference.DeltaCurve(pmf, origin, h, dropped).epsilon(delta))
     return worst
 
 
