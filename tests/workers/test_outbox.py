@@ -287,6 +287,22 @@ def test_a_queued_job_whose_task_redis_lost_is_sent_again(database, broker, queu
     assert sorted(ledger_of(database, dataset)) == ["commit", "counts", "reserve"]
 
 
+#: The copy test's job: four times JOB's tokens (about 12 s), so that it still runs when the
+#: copy reaches the other worker on a loaded machine (with JOB's 3 s the job once finished
+#: first, and the copy then found it done: a different line, and a 20 s wait for this one).
+LONG_JOB = {**JOB, "params": {**JOB["params"], "tmax": 16}}
+
+
+def job_lines(workers: list[Worker], job_id: str) -> str:
+    """Every worker's log lines about ``job_id``, for a failure's message."""
+    return "\n".join(
+        f"{worker.log.name}: {line}"
+        for worker in workers
+        for line in worker.text().splitlines()
+        if job_id in line
+    )
+
+
 def test_a_copy_delivered_while_the_job_runs_leaves_it_alone(database, broker, queue_name, workers):
     # A job that waited longer than the bound was sent again: its first copy started it,
     # the second reaches the other worker mid-job.
@@ -295,18 +311,20 @@ def test_a_copy_delivered_while_the_job_runs_leaves_it_alone(database, broker, q
     app = create_app(settings, queue=queue, backend_provider=StaticProvider(FakeBackend()))
     with TestClient(app) as client:
         dataset = create_dataset(client)
-        submitted = client.post("/v1/jobs", json={"dataset_id": dataset, **JOB}, headers=HEADERS)
+        job = {"dataset_id": dataset, **LONG_JOB}
+        submitted = client.post("/v1/jobs", json=job, headers=HEADERS)
         assert submitted.status_code == 201, submitted.text
         job_id = submitted.json()["id"]
         wait_until_reading(database, job_id, workers[0])
         queue.enqueue(job_id)
-        wait_for(
-            lambda: f"job {job_id}: running under the live lease" in logs(workers),
-            20,
-            "the copy to be processed",
-            workers[0].log,
-        )
-        wait_succeeded(database, [job_id], workers, timeout=30)
+        deadline = time.monotonic() + 20
+        while f"job {job_id}: running under the live lease" not in logs(workers):
+            assert time.monotonic() < deadline, (
+                f"the copy, after 20 s:\n{job_lines(workers, job_id)}"
+            )
+            time.sleep(0.1)
+        assert get_job(database, job_id).status == JobStatus.RUNNING  # the copy came mid-job
+        wait_succeeded(database, [job_id], workers, timeout=60)
 
 
 @pytest.fixture
