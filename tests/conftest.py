@@ -15,6 +15,7 @@ import socket
 import sys
 import tempfile
 import uuid
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import NoReturn
@@ -240,18 +241,70 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
-    """Two workers (scripts/test.sh) share the tests out by module, so that a module's
+    """The workers (scripts/test.sh) share the tests out by module, so that a module's
     fixtures are set up once, and every module that uses vLLM goes to one worker, so that
     the session's vLLM servers start once. (``--dist loadgroup`` would say this with markers,
-    but pytest-xdist 3.8 cannot rename tests under pytest 9.2, which its groups need.)"""
+    but pytest-xdist 3.8 cannot rename tests under pytest 9.2, which its groups need.) The
+    modules go out in the order :func:`pytest_collection_modifyitems` puts them in."""
     from xdist.scheduler import LoadScopeScheduling
+
+    config.option.loadscopereorder = False  # not by number of tests: see LONG_MODULES
 
     class ByModule(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
-            module = nodeid.split("::", 1)[0]
-            return "vllm" if _uses_vllm(config.rootpath / module) else module
+            return _scope(config, nodeid)
 
     return ByModule(config, log)
+
+
+def _scope(config: pytest.Config, nodeid: str) -> str:
+    module = nodeid.split("::", 1)[0]
+    return "vllm" if _uses_vllm(config.rootpath / module) else module
+
+
+#: The modules that take longest on one worker (wall seconds, `.ci/run` on 2026-12-07 with
+#: a per-test timeline): the vLLM group (some 260 s), then 25-115 s each. Most of them wait
+#: on processes, servers or a model. pytest-xdist handed modules out by their number of
+#: tests, so these few-test modules came last, and the run ended with a minute of one or two
+#: of them waiting beside idle cores; handed out first, the short modules fill the end.
+LONG_MODULES = (
+    "vllm",
+    "tests/llm/test_transformers_backend.py",
+    "tests/deploy/test_package.py",
+    "tests/synthesis/test_real_model.py",
+    "tests/methods/test_contract.py",
+    "tests/api/test_private_text_reason_phrase.py",
+    "tests/workers/test_outbox.py",
+    "tests/llm/test_conversion.py",
+    "tests/privacy/test_audit.py",
+    "tests/methods/test_plugin_entry_points.py",
+    "tests/eval/test_experiment.py",
+    "tests/workers/test_worker_events.py",
+    "tests/api/test_submission_burst.py",
+    "tests/promptdpsgd/test_train.py",
+    "tests/api/test_private_text_jobs.py",
+    "tests/workers/test_faults.py",
+    "tests/eval/test_audit.py",
+    "tests/workers/test_worker_health.py",
+)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under pytest-xdist: the long modules first (:data:`LONG_MODULES`, in that order), the
+    rest by their number of tests, most first (pytest-xdist's own rule); each module's tests
+    keep their order. Every worker sorts its identical collection alike."""
+    if os.environ.get("PYTEST_XDIST_WORKER") is None:
+        return
+    scopes = [_scope(config, item.nodeid) for item in items]
+    sizes = Counter(scopes)
+    long = {name: rank for rank, name in enumerate(LONG_MODULES)}
+
+    def order(index: int) -> tuple[int, int, int]:
+        scope = scopes[index]
+        rank = long.get(scope)
+        return (0, rank, index) if rank is not None else (1, -sizes[scope], index)
+
+    items[:] = [items[i] for i in sorted(range(len(items)), key=order)]
 
 
 @functools.cache
