@@ -9,6 +9,7 @@ grep everything logged, everything written to stdout/stderr and every response b
 from __future__ import annotations
 
 import io
+import itertools
 import json
 import logging
 import re
@@ -35,9 +36,16 @@ CANARY = "CANARY7f3a9"
 WATCHED = ("", "uvicorn", "uvicorn.error", "uvicorn.access", "app", "sqlalchemy")
 
 
+_CALLS = itertools.count()
+
+
 def _rows(n: int = 12) -> list[dict[str, Any]]:
+    """Records of their own on each call (the call's number joins a word, so the word counts
+    stay): the PostgreSQL database is the test process's, and records a tenant uploaded
+    before are refused (409) before they reach the insert that some of these tests make fail."""
+    call = next(_CALLS)
     return [
-        {"text": f"{CANARY} secret {label} {i} what", "label": label}
+        {"text": f"{CANARY} secret {label} {i}-{call} what", "label": label}
         for label in ("w5", "w7")
         for i in range(n)
     ]
