@@ -30,9 +30,9 @@ trap 'kill "$CONVERT_PID" 2>/dev/null || true' EXIT  # a failure stops it too
 .venv/bin/ruff format --check .
 echo "test.sh: lint and format took $((SECONDS - STARTED)) s" >&2
 # Type check app/ and workers/ ([tool.mypy] in pyproject.toml) beside the tests: mypy is one
-# process for about a minute, and the tests leave a core idle for minutes in all (while they
-# wait on servers, subprocesses and sleeps). Its report prints after pytest's; a type
-# error fails the command as a test does.
+# process for about a minute of CPU on a clean clone (no cache), which the whole command
+# used to wait for. Its report prints after pytest's; a type error fails the command as a
+# test does.
 MYPY_LOG=$(mktemp)
 .venv/bin/mypy > "$MYPY_LOG" 2>&1 &
 MYPY_PID=$!
