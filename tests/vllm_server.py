@@ -35,7 +35,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from app.tls import client_context
+from tests.workers.processes import http_ok
 
 ROOT = Path(__file__).resolve().parents[1]
 SERVE = ROOT / "scripts" / "vllm_serve.sh"
@@ -137,12 +137,8 @@ def wait_healthy(server: VLLMServer, timeout: float) -> None:
     while time.monotonic() < deadline:
         if server.process is not None and server.process.poll() is not None:
             pytest.fail(f"vLLM exited ({server.process.returncode}) at start:\n{tail(server)}")
-        try:
-            health = httpx.get(f"{server.url}/health", timeout=2, verify=client_context())
-            if health.status_code == 200:
-                return
-        except httpx.TransportError:
-            pass
+        if http_ok(f"{server.url}/health"):
+            return
         time.sleep(1)
     pytest.fail(f"vLLM not healthy after {timeout:g} s:\n{tail(server)}")
 

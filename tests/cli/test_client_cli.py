@@ -25,10 +25,10 @@ from app.services.jobs import attach_soft_prompt
 from app.services.tenants import authenticate
 from app.settings import Settings
 from app.synthesis.tasks import BUILTIN_TASKS
-from app.tls import client_context
 from tests.cli.live_server import CODES, FAST, KEY, SECRET, free_port, runner, upload
 from tests.conftest import require_shared_data, shared_data_dir
 from tests.synthesis.fake_backend import FakeBackend
+from tests.workers.processes import http_ok
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = shared_data_dir()
@@ -309,12 +309,8 @@ def test_dpsyn_serve_starts_embedded_and_prints_its_key(tmp_path):
         deadline = time.monotonic() + 30
         while True:
             assert process.poll() is None, process.communicate()
-            try:
-                health = httpx.get(f"http://127.0.0.1:{port}/healthz", verify=client_context())
-                if health.status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
+            if http_ok(f"http://127.0.0.1:{port}/healthz", timeout=5):
+                break
             assert time.monotonic() < deadline, "dpsyn serve did not answer /healthz"
             time.sleep(0.2)
         key = (tmp_path / ".dpsyn" / "admin_key").read_text().strip()

@@ -22,8 +22,8 @@ import pytest
 from pydantic import ValidationError
 
 from app.settings import Settings
-from app.tls import client_context
 from tests.cli.live_server import free_port
+from tests.workers.processes import http_ok
 
 ROOT = Path(__file__).resolve().parents[2]
 ADMIN_KEY = "dpsyn_admin-key-of-the-production-test-0123456789"
@@ -59,12 +59,8 @@ def serving(cwd: Path, env: dict[str, str]) -> Iterator[str]:
         deadline = time.monotonic() + 60
         while True:
             assert process.poll() is None, process.communicate()
-            try:
-                health = httpx.get(f"{url}/healthz", timeout=2, verify=client_context())
-                if health.status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
+            if http_ok(f"{url}/healthz"):
+                break
             assert time.monotonic() < deadline, "dpsyn serve did not answer /healthz"
             time.sleep(0.2)
         yield url

@@ -53,8 +53,7 @@ from packaging.utils import canonicalize_name
 from packaging.version import Version
 
 from app.db.migrate import head_revision
-from app.tls import client_context
-from tests.workers.processes import free_port, wait_for
+from tests.workers.processes import free_port, http_ok, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 #: What the dpsyn wheel is built from: what the Dockerfile copies for it (no client in it).
@@ -288,12 +287,7 @@ def _serving(venv: Path, tmp_path: Path) -> Iterator[tuple[str, Path]]:
     def answers() -> bool:
         if process.poll() is not None:
             pytest.fail(f"dpsyn serve exited ({process.returncode}):\n{log.read_text()[-4000:]}")
-        try:
-            return (
-                httpx.get(f"{url}/healthz", timeout=2, verify=client_context()).status_code == 200
-            )
-        except httpx.TransportError:
-            return False
+        return http_ok(f"{url}/healthz")
 
     try:
         wait_for(answers, 90, "the installed dpsyn serve to answer /healthz", log)

@@ -30,10 +30,9 @@ from sqlalchemy import create_engine, text
 
 from app.db.migrate import current_revision, head_revision
 from app.synthesis.tasks import BUILTIN_TASKS
-from app.tls import client_context
 from tests.conftest import PG_HOST, PG_PORT, _admin_url, require_service
 from tests.deploy.test_compose import ENV_EXAMPLE, FILLED, load, read_env_file
-from tests.workers.processes import OwnRedis, free_port, wait_for
+from tests.workers.processes import OwnRedis, free_port, http_ok, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 KEY = FILLED["DPSYN_BOOTSTRAP_API_KEY"]
@@ -106,10 +105,7 @@ class Service:
 
 def _answers(service: Service, url: str) -> bool:
     service.alive()
-    try:
-        return httpx.get(f"{url}/healthz", timeout=2, verify=client_context()).status_code == 200
-    except httpx.TransportError:
-        return False
+    return http_ok(f"{url}/healthz")
 
 
 def compose_services(**settings: str) -> dict:

@@ -34,19 +34,15 @@ def _loss_pmf(q: float, s: float, add: bool, h: float) -> tuple[np.ndarray, floa
     return pmf, origin, dropped
 
 
-def _delta(pmf: np.ndarray, origin: float, h: float, dropped: float, eps: float) -> float:
-    losses = origin + h * np.arange(pmf.size)
-    keep = losses > eps
-    return float(np.sum(pmf[keep] * -np.expm1(eps - losses[keep]))) + dropped
-
-
 class DeltaCurve:
-    """``_delta`` of one composed pmf at any eps >= 0, each in O(log size) after one pass.
+    """delta(eps) = E[(1 - e^(eps - L))_+] of one composed pmf (plus the mass dropped in its
+    tails) at any eps >= 0, each in O(log size) after one pass.
 
     Over the losses above eps, E[(1 - e^(eps - L))_+] = sum p - e^eps * sum p e^-L: both sums
     are suffix sums over the grid, kept for the positive losses (eps >= 0 needs no others;
-    there e^-L <= 1, so nothing overflows). A bisection then costs what one ``_delta`` did
-    (the composed grids hold millions of points, and each bisection asks 61 times)."""
+    there e^-L <= 1, so nothing overflows). A bisection then costs one pass over the grid,
+    not one per step (the composed grids hold millions of points, and a bisection asks 61
+    times)."""
 
     def __init__(self, pmf: np.ndarray, origin: float, h: float, dropped: float) -> None:
         losses = origin + h * np.arange(pmf.size)

@@ -21,7 +21,10 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import httpx
 import pytest
+
+from app.tls import client_context
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -38,6 +41,15 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+def http_ok(url: str, timeout: float = 2.0) -> bool:
+    """Whether a GET of ``url`` answers 200 now (False while a server still starting refuses
+    the connection). One TLS context serves every poll (app/tls.py)."""
+    try:
+        return httpx.get(url, timeout=timeout, verify=client_context()).status_code == 200
+    except httpx.TransportError:
+        return False
 
 
 def wait_for(predicate: Callable[[], bool], timeout: float, what: str, log: Path | None) -> None:
