@@ -192,6 +192,23 @@ def test_a_quote_says_at_which_delta_each_figure_holds(dpsyn, api, ui, trec_file
     assert f"(plain sum {plain} at delta {delta_text(budget['plain_sum_delta'])}" in shown
     page = client.get(f"/ui/datasets/{dataset}").text
     assert _by_id(page, "budget-sum-delta") == delta_text(budget["plain_sum_delta"])
+    # The datasets table, too: each figure beside the delta it holds at.
+    row = _row(client.get("/ui/datasets").text, dataset)
+    assert _in_class(row, "budget-delta") == f"at δ {delta_text(budget['delta'])}"
+    assert _in_class(row, "plain-sum-delta") == f"at δ {delta_text(budget['plain_sum_delta'])}"
+
+
+def _row(page: str, dataset: str) -> str:
+    """The datasets table's row of ``dataset``."""
+    match = re.search(rf'<tr data-dataset-id="{dataset}".*?</tr>', page, re.S)
+    assert match, dataset
+    return match.group(0)
+
+
+def _in_class(row: str, name: str) -> str:
+    match = re.search(rf'class="[^"]*\b{name}\b[^"]*"[^>]*>(.*?)</', row, re.S)
+    assert match, name
+    return html.unescape(match.group(1)).strip()
 
 
 @pytest.mark.parametrize(("plain", "why"), [(2.198, True), (2.31, False)])

@@ -266,6 +266,13 @@ def test_lists_and_pages_fit_both_widths(
             assert any(a.is_displayed() for a in css(driver, 'a[href*="sort=validation"]'))
             saved.append(_screenshot(driver, shots, "prompts", width))
 
+            driver.get(live.base + "/ui/datasets")
+            _check_list(driver, "#datasets", width)
+            deltas = [e.text for e in css(driver, "#datasets .plain-sum-delta")]
+            assert deltas and all(d.startswith("at δ ") for d in deltas), deltas
+            assert all(e.is_displayed() for e in css(driver, "#datasets .plain-sum-delta"))
+            saved.append(_screenshot(driver, shots, "datasets", width))
+
             driver.get(live.base + "/ui/keys")
             _check_list(driver, "#keys", width)
             row = css(driver, f'tr[data-key-id="{seeded.app_key}"]')[0]
@@ -283,6 +290,8 @@ def test_lists_and_pages_fit_both_widths(
             assert where["labelled"] and where["text"].startswith("Calibrated"), where
             assert where["lineTop"] <= where["boxMiddle"] <= where["lineBottom"], where
             assert 0 <= where["gap"] <= 16, where  # beside it, to its left
+            assert _broken_ids(driver, "dl.meta") == [], width  # the details list's IDs
+            assert _broken_ids(driver, ".crumbs") == [], width
             named = by_id(driver, "prompt-validation-dataset")
             assert named.text == "held-out tickets"
             assert named.get_attribute("href").endswith(f"/ui/datasets/{seeded.validation}")
@@ -292,6 +301,8 @@ def test_lists_and_pages_fit_both_widths(
             assert driver.execute_script(
                 "return document.documentElement.scrollWidth <= window.innerWidth"
             )
+            assert _broken_ids(driver, "dl.meta") == [], width
+            assert _broken_ids(driver, ".crumbs") == [], width
             submitter = by_id(driver, "job-submitter-key")
             assert submitter.text == "ops laptop"
             assert submitter.get_attribute("href").endswith(f"/ui/keys#key-{seeded.ops_key}")
