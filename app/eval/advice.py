@@ -371,9 +371,12 @@ def advise(
     public: Sequence[str] | None = None,
     log: Callable[[str], None] | None = None,
     progress: Callable[[int, int], None] | None = None,
+    estimate: Callable[[str | None], None] | None = None,
 ) -> Advice:
     """Run every candidate on the public ``records`` and recommend (see the module).
-    ``progress(done, total)`` counts runs over every shot count."""
+    ``progress(done, total)`` counts runs over every shot count; ``estimate(line)`` gets the
+    time the rest will take (:mod:`app.eval.run_estimate`) each time it changes, None once no
+    run is left (the service stores it for the run's page, as the CLI logs it)."""
     standin, queries = split(records, config.test_size)
     runs: list[Run] = []
     counts = config.shot_counts(task)
@@ -382,14 +385,18 @@ def advise(
         log(plan_line(task, config, len(counts) * per_grid))
 
     clock = RunEstimate(planned_runs(task, config))
-    said = [""]
+    said: list[str | None] = [""]
 
     def tell() -> None:
         """After a run has ended and been logged: the rest, when what it says has changed."""
         line = clock.line()
-        if log is not None and line is not None and line != said[0]:
-            said[0] = line
+        if line == said[0]:
+            return
+        said[0] = line
+        if log is not None and line is not None:
             log(line)
+        if estimate is not None:
+            estimate(line)
 
     for index, shots in enumerate(counts):
 

@@ -171,7 +171,7 @@ def fail_interrupted(session: Session, at: datetime | None = None) -> int:
             AdviceRun.status == AdviceStatus.RUNNING.value,
             or_(AdviceRun.lease_expires_at.is_(None), AdviceRun.lease_expires_at < at),
         )
-        .values(status=AdviceStatus.FAILED.value, error=INTERRUPTED, finished_at=at)
+        .values(status=AdviceStatus.FAILED.value, error=INTERRUPTED, finished_at=at, estimate=None)
     )
     return int(getattr(failed, "rowcount", 0) or 0)
 
@@ -230,7 +230,13 @@ def _end(
     """End the run with ``status`` and ``error`` (a message naming no record), if still
     ``owner``'s."""
     return _owned_write(
-        sessions, advice_id, owner, status=status.value, error=error, finished_at=now()
+        sessions,
+        advice_id,
+        owner,
+        status=status.value,
+        error=error,
+        finished_at=now(),
+        estimate=None,
     )
 
 
@@ -272,8 +278,11 @@ def run(
         renew(sessions, advice_id, owner, lease_s)
         _owned_write(sessions, advice_id, owner, progress_done=done, progress_total=total)
 
+    def estimate(line: str | None) -> None:  # public timings of runs on public records
+        _owned_write(sessions, advice_id, owner, estimate=line)
+
     try:
-        result = advise(task, records, backend, config, progress=report)
+        result = advise(task, records, backend, config, progress=report, estimate=estimate)
     except LostRunError:
         log.info("advice %s: cancelled or no longer this runner's; stopped", advice_id)
         return
@@ -293,6 +302,7 @@ def run(
         status=AdviceStatus.SUCCEEDED.value,
         result=result.to_dict(),
         finished_at=now(),
+        estimate=None,
     )
 
 
@@ -361,6 +371,7 @@ class AdviceRunner:
                 status=AdviceStatus.QUEUED.value,
                 owner=None,
                 lease_expires_at=None,
+                estimate=None,
             )
 
     def _loop(self) -> None:

@@ -5,6 +5,7 @@ unfinished as failed."""
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -19,6 +20,7 @@ from app.db.session import get_engine, session_scope
 from app.services import advice as advice_service
 from app.services.advice import INTERRUPTED
 from tests.api.conftest import TOY_TASK, Api, auth, error_of, make_api, toy_rows
+from tests.ui.test_pages import sign_in
 
 FAST = {"tmax": 3, "K": 8, "M": 2, "N": 1}
 
@@ -248,3 +250,43 @@ def test_the_api_runs_advice_only_when_it_runs_jobs_itself():
     distributed = Settings(database_url="sqlite://", broker_url="redis://127.0.0.1:6379/0")
     assert not distributed.api_runs_advice()  # each worker runs them (workers.celery_app)
     assert Settings(database_url="sqlite://", advice_in_api=False).api_runs_advice() is False
+
+
+def test_a_run_says_how_long_the_rest_takes_while_it_runs(api: Api, monkeypatch):
+    """The time the rest will take, as ``dpsyn advise`` prints it, stored at each change:
+    zero-shot's guess, then a prompt run's measure, then nothing once no run is left."""
+    said: list[str | None] = []
+    write = advice_service._owned_write
+
+    def recorded(sessions, advice_id, owner, **values):
+        if "estimate" in values and "status" not in values:
+            said.append(values["estimate"])
+        return write(sessions, advice_id, owner, **values)
+
+    monkeypatch.setattr(advice_service, "_owned_write", recorded)
+    body = finished(api, start(api, public_labelled(api)).json()["id"])
+    assert body["status"] == "succeeded", body
+    assert len(said) == 3 and said[-1] is None, said  # zero-shot, then 2 seeds of tang
+    guess, measured = said[:2]
+    assert re.fullmatch(r"the rest about .+ \(2 runs\): a guess from zero-shot's time.*", guess)
+    assert re.fullmatch(r"the rest about [^:]+ \(1 run\)", measured), measured
+    assert body["estimate"] is None and _row(api, body["id"]).estimate is None
+
+
+def test_a_running_runs_estimate_is_served_and_cleared_when_it_ends(idle_api: Api):
+    api = idle_api
+    advice_id = start(api, public_labelled(api)).json()["id"]
+    sessions = sessionmaker(bind=get_engine(api.url), expire_on_commit=False)
+    with sessions() as session:
+        assert advice_service.claim_next(session, "runner-1") == advice_id
+    line = "the rest about 2–4 min (5 runs)"
+    assert advice_service._owned_write(sessions, advice_id, "runner-1", estimate=line)
+    read = api.client.get(f"/v1/advice/{advice_id}", headers=auth(api.admin)).json()
+    assert (read["status"], read["estimate"]) == ("running", line)
+    sign_in(api.client, api.admin)
+    page = api.client.get(f"/ui/advice/{advice_id}").text
+    assert re.search(r'id="advice-estimate">([^<]+)<', page).group(1) == line
+    advice_service._end(sessions, advice_id, "runner-1", AdviceStatus.FAILED, "stopped")
+    read = api.client.get(f"/v1/advice/{advice_id}", headers=auth(api.admin)).json()
+    assert (read["status"], read["estimate"]) == ("failed", None)
+    assert 'id="advice-estimate"' not in api.client.get(f"/ui/advice/{advice_id}").text

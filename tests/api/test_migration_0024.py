@@ -88,7 +88,7 @@ def test_0024_renames_duplicates_then_keeps_names_unique_and_downgrades(
 ) -> None:
     monkeypatch.setenv("DPSYN_LEDGER_HEADS_PATH", str(tmp_path / "heads.jsonl"))
     with seeded_at(empty_url, "0023", _seed) as (config, engine):
-        command.upgrade(config, "0024")
+        command.upgrade(config, "head")  # 0024, and the later revisions' schema for the models
         assert schema_differences(engine) == []
         with engine.connect() as conn:
             assert _names(conn) == EXPECTED
@@ -102,7 +102,7 @@ def test_0024_renames_duplicates_then_keeps_names_unique_and_downgrades(
         assert "uq_datasets_live_name" not in indexes
         with engine.begin() as conn:
             _insert(conn, "n4", "tickets")  # no index: a duplicate goes in
-        command.upgrade(config, "0024")
+        command.upgrade(config, "head")  # 0024, and the later revisions' schema for the models
         assert schema_differences(engine) == []
         with engine.connect() as conn:
             assert _names(conn)["n4"] == "tickets-6"  # -5 was taken by n3

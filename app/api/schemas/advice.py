@@ -63,6 +63,11 @@ class AdvicePublic(Documented):
     status: AdviceStatus
     progress_done: int
     progress_total: int
+    estimate: str | None = None
+    """While the run runs: how long the rest will take, from its runs measured so far, as
+    ``dpsyn advise`` prints it ("the rest about 2–4 min (5 runs)": a range while uncertain,
+    and said to be a guess until a prompt run is measured). Null before its first run ends
+    and once it has ended."""
     config: dict[str, Any]
     result: dict[str, Any] | None
     error: str | None
