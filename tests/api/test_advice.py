@@ -221,12 +221,19 @@ def test_a_starting_replica_fails_only_runs_whose_lease_ran_out(idle_api: Api):
     assert advice_service._owned_write(sessions, live, "replica-1", progress_done=1)
 
 
-def test_a_running_run_is_cancelled_at_its_next_report(idle_api: Api):
-    api = idle_api
+def _claimed(api: Api) -> tuple[str, sessionmaker]:
+    """A new run on a new public dataset, claimed by ``runner-1``, and the sessions to write
+    as that runner."""
     advice_id = start(api, public_labelled(api)).json()["id"]
     sessions = sessionmaker(bind=get_engine(api.url), expire_on_commit=False)
     with sessions() as session:
         assert advice_service.claim_next(session, "runner-1") == advice_id
+    return advice_id, sessions
+
+
+def test_a_running_run_is_cancelled_at_its_next_report(idle_api: Api):
+    api = idle_api
+    advice_id, sessions = _claimed(api)
     response = api.client.post(f"/v1/advice/{advice_id}/cancel", headers=auth(api.admin))
     assert response.status_code == 200 and response.json()["status"] == "running"
     with pytest.raises(advice_service.LostRunError):
@@ -275,10 +282,7 @@ def test_a_run_says_how_long_the_rest_takes_while_it_runs(api: Api, monkeypatch)
 
 def test_a_running_runs_estimate_is_served_and_cleared_when_it_ends(idle_api: Api):
     api = idle_api
-    advice_id = start(api, public_labelled(api)).json()["id"]
-    sessions = sessionmaker(bind=get_engine(api.url), expire_on_commit=False)
-    with sessions() as session:
-        assert advice_service.claim_next(session, "runner-1") == advice_id
+    advice_id, sessions = _claimed(api)
     line = "the rest about 2–4 min (5 runs)"
     assert advice_service._owned_write(sessions, advice_id, "runner-1", estimate=line)
     read = api.client.get(f"/v1/advice/{advice_id}", headers=auth(api.admin)).json()
