@@ -353,8 +353,8 @@ class AdviceRun(Base):
     error: Mapped[str | None] = mapped_column(Text, nullable=True)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=now)
     finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
-    # Migration 0026: while it runs, how long the rest will take ("the rest about 2-4 min
-    # (5 runs)", app.eval.run_estimate), from its runs measured so far; None otherwise.
+    # Migration 0026: how long the rest will take ("the rest about 2-4 min (5 runs)",
+    # app.eval.run_estimate), as the runner last wrote it; served only while the run runs.
     estimate: Mapped[str | None] = mapped_column(Text, nullable=True)
 
 

@@ -171,7 +171,7 @@ def fail_interrupted(session: Session, at: datetime | None = None) -> int:
             AdviceRun.status == AdviceStatus.RUNNING.value,
             or_(AdviceRun.lease_expires_at.is_(None), AdviceRun.lease_expires_at < at),
         )
-        .values(status=AdviceStatus.FAILED.value, error=INTERRUPTED, finished_at=at, estimate=None)
+        .values(status=AdviceStatus.FAILED.value, error=INTERRUPTED, finished_at=at)
     )
     return int(getattr(failed, "rowcount", 0) or 0)
 
@@ -194,6 +194,7 @@ def claim_next(session: Session, owner: str, lease_s: float = LEASE_S) -> str | 
                 status=AdviceStatus.RUNNING.value,
                 owner=owner,
                 lease_expires_at=now() + timedelta(seconds=lease_s),
+                estimate=None,  # a requeued run's last line is not this attempt's
             )
         )
         session.commit()
@@ -230,13 +231,7 @@ def _end(
     """End the run with ``status`` and ``error`` (a message naming no record), if still
     ``owner``'s."""
     return _owned_write(
-        sessions,
-        advice_id,
-        owner,
-        status=status.value,
-        error=error,
-        finished_at=now(),
-        estimate=None,
+        sessions, advice_id, owner, status=status.value, error=error, finished_at=now()
     )
 
 
@@ -302,7 +297,6 @@ def run(
         status=AdviceStatus.SUCCEEDED.value,
         result=result.to_dict(),
         finished_at=now(),
-        estimate=None,
     )
 
 
@@ -371,7 +365,6 @@ class AdviceRunner:
                 status=AdviceStatus.QUEUED.value,
                 owner=None,
                 lease_expires_at=None,
-                estimate=None,
             )
 
     def _loop(self) -> None:

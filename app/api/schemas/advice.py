@@ -8,6 +8,8 @@ from typing import Annotated, Any
 from pydantic import (
     ConfigDict,
     Field,
+    ValidationInfo,
+    field_validator,
 )
 
 from app.db.models import (
@@ -67,9 +69,16 @@ class AdvicePublic(Documented):
     """While the run runs: how long the rest will take, from its runs measured so far, as
     ``dpsyn advise`` prints it ("the rest about 2–4 min (5 runs)": a range while uncertain,
     and said to be a guess until a prompt run is measured). Null before its first run ends
-    and once it has ended."""
+    and whenever the run is not running."""
     config: dict[str, Any]
     result: dict[str, Any] | None
     error: str | None
     created_at: datetime
     finished_at: datetime | None
+
+    @field_validator("estimate")
+    @classmethod
+    def _only_while_running(cls, value: str | None, info: ValidationInfo) -> str | None:
+        """The stored line is the last one the runner wrote: it speaks of a run in progress
+        only, whatever ended or requeued the run since."""
+        return value if info.data.get("status") == AdviceStatus.RUNNING else None

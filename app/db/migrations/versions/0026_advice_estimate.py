@@ -2,8 +2,8 @@
 
 ``dpsyn advise`` prints the time the rest of its runs will take, from the runs it has
 measured (``app.eval.run_estimate``); an advice run of the service showed only its count of
-runs. ``estimate`` holds the same line while the run runs, and nothing before its first run
-ends or once it has ended. Plain ALTER TABLE (as 0016); existing rows get none.
+runs. ``estimate`` holds the same line, as the runner last wrote it (the API serves it only
+while the run runs). Plain ALTER TABLE (as 0016); existing rows get none.
 """
 
 import sqlalchemy as sa
